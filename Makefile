@@ -1,0 +1,44 @@
+# lizard — build, run and test on a Debian 12 (bookworm) host, as root.
+#
+#   make run     install what is needed, build, build the base template, serve
+#   make test    the same setup, then every test (scripts/test.sh)
+#   make deps | build | templates | bench | clean
+SHELL := /bin/bash
+.DEFAULT_GOAL := build
+
+GO            ?= go
+BIN           ?= bin
+CACHE         ?= /var/cache/lizard
+TEMPLATE_DIR  ?= $(CACHE)/templates
+RUNSC_VERSION ?= v0.0.0-20260905035102-160fafc42237
+# runsc is built once per version into $(CACHE)/runsc-<12-char commit>.
+RUNSC_SHORT   := $(lastword $(subst -, ,$(RUNSC_VERSION)))
+RUNSC         ?= $(CACHE)/runsc-$(RUNSC_SHORT)
+# Extra flags for `lizard serve`.
+SERVE_FLAGS   ?=
+
+TEST_ENV := LIZARD_TEMPLATE_DIR=$(TEMPLATE_DIR) LIZARD_RUNSC=$(RUNSC)
+
+.PHONY: deps build templates run test bench clean
+
+deps:
+	CACHE=$(CACHE) RUNSC_VERSION=$(RUNSC_VERSION) scripts/install-deps.sh
+
+build:
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/lizard ./cmd/lizard
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/lizard-agent ./cmd/lizard-agent
+
+templates: deps build
+	$(BIN)/lizard template build base --if-missing --template-dir $(TEMPLATE_DIR)
+
+run: deps build templates
+	exec $(BIN)/lizard serve --template-dir $(TEMPLATE_DIR) $(SERVE_FLAGS)
+
+test: deps build templates
+	$(TEST_ENV) scripts/test.sh
+
+bench: build templates
+	$(TEST_ENV) $(GO) run ./bench
+
+clean:
+	rm -rf $(BIN)

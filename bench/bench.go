@@ -1,0 +1,392 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+)
+
+type config struct {
+	n           int
+	runsc       string
+	templateDir string
+}
+
+// result is one measured operation: lizard's samples and raw runsc's.
+type result struct {
+	name          string
+	lizard, floor []time.Duration
+	note          string
+}
+
+func run(ctx context.Context, cfg config) error {
+	if cfg.runsc == "" {
+		p, err := exec.LookPath("runsc")
+		if err != nil {
+			return fmt.Errorf("runsc not found: %w", err)
+		}
+		cfg.runsc = p
+	}
+	srv, err := startServer(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	raw, err := newRawRunsc(cfg)
+	if err != nil {
+		return err
+	}
+	defer raw.cleanup()
+
+	var results []result
+	add := func(r result, err error) error {
+		if err != nil {
+			return fmt.Errorf("%s: %w", r.name, err)
+		}
+		results = append(results, r)
+		fmt.Fprintf(os.Stderr, "measured %s\n", r.name)
+		return nil
+	}
+	if err := add(benchCreate(ctx, srv, raw, cfg.n)); err != nil {
+		return err
+	}
+	if err := add(benchExec(ctx, srv, raw, cfg.n*5)); err != nil {
+		return err
+	}
+	if err := add(benchFiles(ctx, srv, raw, cfg.n)); err != nil {
+		return err
+	}
+	if err := add(benchConcurrent(ctx, srv, raw, 20)); err != nil {
+		return err
+	}
+	printTable(os.Stdout, results)
+	return nil
+}
+
+func printTable(w io.Writer, rs []result) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "operation\tn\tlizard min\tp50\tp95\trunsc min\tp50\tp95\tratio p50\t")
+	for _, r := range rs {
+		l, f := stats(r.lizard), stats(r.floor)
+		ratio := float64(l[1]) / float64(f[1])
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.2fx\t\n", r.name, len(r.lizard),
+			ms(l[0]), ms(l[1]), ms(l[2]), ms(f[0]), ms(f[1]), ms(f[2]), ratio)
+	}
+	tw.Flush()
+	for _, r := range rs {
+		if r.note != "" {
+			fmt.Fprintf(w, "%s: %s\n", r.name, r.note)
+		}
+	}
+}
+
+// stats returns min, median and p95.
+func stats(ds []time.Duration) [3]time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	if len(s) == 0 {
+		return [3]time.Duration{}
+	}
+	p := func(q float64) time.Duration { return s[int(q*float64(len(s)-1)+0.5)] }
+	return [3]time.Duration{s[0], p(0.5), p(0.95)}
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000) }
+
+// --- lizard side ---
+
+type server struct {
+	cmd     *exec.Cmd
+	url     string
+	key     string
+	dataDir string
+	client  *http.Client
+}
+
+func startServer(ctx context.Context, cfg config) (*server, error) {
+	dir, err := os.MkdirTemp("", "lizard-bench-")
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range []string{"lizard", "lizard-agent"} {
+		b := exec.Command("go", "build", "-o", filepath.Join(dir, c), "./cmd/"+c)
+		b.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := b.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("build %s: %v %s", c, err, out)
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	s := &server{url: "http://" + addr, key: "lz_bench_key_0123456789abcdef", dataDir: filepath.Join(dir, "data"),
+		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	s.cmd = exec.Command(filepath.Join(dir, "lizard"), "serve", "--listen", addr, "--data-dir", s.dataDir,
+		"--template-dir", cfg.templateDir, "--runsc", cfg.runsc, "--bridge", "lizardb0", "--subnet", "10.253.0.0/16", "--log-level", "warn")
+	s.cmd.Env = append(os.Environ(), "LIZARD_API_KEY="+s.key)
+	s.cmd.Stderr = os.Stderr
+	if err := s.cmd.Start(); err != nil {
+		return nil, err
+	}
+	for range 300 {
+		if resp, err := http.Get(s.url + "/api/projects"); err == nil {
+			resp.Body.Close()
+			return s, nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.stop()
+	return nil, fmt.Errorf("lizard serve did not start")
+}
+
+func (s *server) stop() {
+	if s.cmd.Process != nil {
+		s.cmd.Process.Signal(syscall.SIGTERM)
+		s.cmd.Wait()
+	}
+}
+
+func (s *server) call(method, path string, body any, out any) error {
+	var r io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		r = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, s.url+path, r)
+	req.Header.Set("X-API-Key", s.key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, b)
+	}
+	if out != nil {
+		if p, ok := out.(*[]byte); ok {
+			*p = b
+			return nil
+		}
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
+
+func (s *server) create() (string, error) {
+	var sb struct {
+		SandboxID string `json:"sandboxId"`
+	}
+	err := s.call("POST", "/api/sandboxes", map[string]any{"template": "base", "timeoutMs": 600000}, &sb)
+	return sb.SandboxID, err
+}
+
+func (s *server) execTrue(id string) error {
+	var out struct {
+		ExitCode int `json:"exitCode"`
+	}
+	if err := s.call("POST", "/api/sandboxes/"+id+"/exec", map[string]any{"cmd": []string{"true"}}, &out); err != nil {
+		return err
+	}
+	if out.ExitCode != 0 {
+		return fmt.Errorf("true exited %d", out.ExitCode)
+	}
+	return nil
+}
+
+func (s *server) kill(id string) { s.call("DELETE", "/api/sandboxes/"+id, nil, nil) }
+
+// --- the measurements ---
+
+func timeit(n int, f func() error) ([]time.Duration, error) {
+	out := make([]time.Duration, 0, n)
+	for range n {
+		t := time.Now()
+		if err := f(); err != nil {
+			return nil, err
+		}
+		out = append(out, time.Since(t))
+	}
+	return out, nil
+}
+
+func benchCreate(ctx context.Context, s *server, raw *rawRunsc, n int) (r result, err error) {
+	r.name = "create → first exec"
+	r.lizard, err = timeit(n, func() error {
+		id, err := s.create()
+		if err != nil {
+			return err
+		}
+		defer s.kill(id)
+		return s.execTrue(id)
+	})
+	if err != nil {
+		return r, err
+	}
+	r.floor, err = timeit(n, func() error {
+		id, err := raw.start(ctx)
+		if err != nil {
+			return err
+		}
+		defer raw.destroy(id)
+		return raw.exec(ctx, id, nil, "true")
+	})
+	r.note = "lizard: API create (netns, veth, cgroup, overlay, agent up) + exec `true` through the agent; runsc: create+start of the same bundle without a network + runsc exec true"
+	return r, err
+}
+
+func benchExec(ctx context.Context, s *server, raw *rawRunsc, n int) (r result, err error) {
+	r.name = "exec true"
+	id, err := s.create()
+	if err != nil {
+		return r, err
+	}
+	defer s.kill(id)
+	if r.lizard, err = timeit(n, func() error { return s.execTrue(id) }); err != nil {
+		return r, err
+	}
+	rid, err := raw.start(ctx)
+	if err != nil {
+		return r, err
+	}
+	defer raw.destroy(rid)
+	r.floor, err = timeit(n, func() error { return raw.exec(ctx, rid, nil, "true") })
+	return r, err
+}
+
+func benchFiles(ctx context.Context, s *server, raw *rawRunsc, n int) (r result, err error) {
+	r.name = "1 MiB write + read"
+	data := make([]byte, 1<<20)
+	rand.Read(data)
+	b64 := base64.StdEncoding.EncodeToString(data)
+	id, err := s.create()
+	if err != nil {
+		return r, err
+	}
+	defer s.kill(id)
+	r.lizard, err = timeit(n, func() error {
+		if err := s.call("POST", "/api/sandboxes/"+id+"/files", map[string]any{"path": "/tmp/blob", "content": b64, "encoding": "base64"}, nil); err != nil {
+			return err
+		}
+		var back []byte
+		if err := s.call("GET", "/api/sandboxes/"+id+"/files?path=/tmp/blob", nil, &back); err != nil {
+			return err
+		}
+		if !bytes.Equal(back, data) {
+			return fmt.Errorf("read back %d bytes, not the ones written", len(back))
+		}
+		return nil
+	})
+	if err != nil {
+		return r, err
+	}
+	rid, err := raw.start(ctx)
+	if err != nil {
+		return r, err
+	}
+	defer raw.destroy(rid)
+	r.floor, err = timeit(n, func() error {
+		if err := raw.exec(ctx, rid, bytes.NewReader(data), "/bin/sh", "-c", "cat > /tmp/blob"); err != nil {
+			return err
+		}
+		var out bytes.Buffer
+		if err := raw.execOut(ctx, rid, &out, "cat", "/tmp/blob"); err != nil {
+			return err
+		}
+		if !bytes.Equal(out.Bytes(), data) {
+			return fmt.Errorf("runsc read back %d bytes", out.Len())
+		}
+		return nil
+	})
+	r.note = "runsc: `runsc exec sh -c 'cat > f'` with the bytes on stdin, then `runsc exec cat f`"
+	return r, err
+}
+
+func benchConcurrent(ctx context.Context, s *server, raw *rawRunsc, n int) (r result, err error) {
+	r.name = fmt.Sprintf("%d concurrent creates (each)", n)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var errs []string
+	ids := []string{}
+	start := time.Now()
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.Now()
+			id, err := s.create()
+			if err == nil {
+				err = s.execTrue(id)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if id != "" {
+				ids = append(ids, id)
+			}
+			if err != nil {
+				errs = append(errs, err.Error())
+				return
+			}
+			r.lizard = append(r.lizard, time.Since(t))
+		}()
+	}
+	wg.Wait()
+	lizWall := time.Since(start)
+	for _, id := range ids {
+		s.kill(id)
+	}
+	if len(errs) > 0 {
+		return r, fmt.Errorf("%d of %d creates failed: %s", len(errs), n, strings.Join(errs, "; "))
+	}
+	rids := []string{}
+	start = time.Now()
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.Now()
+			id, err := raw.start(ctx)
+			if err == nil {
+				err = raw.exec(ctx, id, nil, "true")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if id != "" {
+				rids = append(rids, id)
+			}
+			if err != nil {
+				errs = append(errs, err.Error())
+				return
+			}
+			r.floor = append(r.floor, time.Since(t))
+		}()
+	}
+	wg.Wait()
+	rawWall := time.Since(start)
+	for _, id := range rids {
+		raw.destroy(id)
+	}
+	if len(errs) > 0 {
+		return r, fmt.Errorf("raw runsc: %s", strings.Join(errs, "; "))
+	}
+	r.note = fmt.Sprintf("all %d succeeded; wall time for all: lizard %s, runsc %s", n, ms(lizWall), ms(rawWall))
+	return r, nil
+}

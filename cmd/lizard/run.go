@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/template"
+)
+
+const usage = `usage:
+  lizard serve [--listen ADDR] [--data-dir DIR] [--template-dir DIR] [--runsc PATH]
+  lizard projects create NAME [--data-dir DIR]
+  lizard projects ls [--data-dir DIR]
+  lizard keys create --project P [--data-dir DIR]
+  lizard template build NAME [--if-missing] [--template-dir DIR]
+  lizard template ls [--template-dir DIR]`
+
+// Defaults shared by the subcommands.
+const (
+	defaultDataDir     = "/var/lib/lizard"
+	defaultTemplateDir = "/var/cache/lizard/templates"
+)
+
+// Run dispatches a command line.
+func Run(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return errors.New(usage)
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:])
+	case "projects":
+		return projects(ctx, args[1:])
+	case "keys":
+		return keys(ctx, args[1:])
+	case "template", "templates":
+		return templates(ctx, args[1:])
+	case "help", "-h", "--help":
+		fmt.Println(usage)
+		return nil
+	}
+	return fmt.Errorf("unknown command %q\n%s", args[0], usage)
+}
+
+// parse parses flags that may come before or after positional arguments.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+func openStore(dataDir string) (*store.Store, error) {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, err
+	}
+	return store.Open(dataDir + "/lizard.db")
+}
+
+func projects(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("projects", flag.ContinueOnError)
+	dataDir := fs.String("data-dir", defaultDataDir, "state directory")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	st, err := openStore(*dataDir)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	switch {
+	case len(pos) == 2 && pos[0] == "create":
+		p, err := st.CreateProject(ctx, pos[1], "")
+		if err != nil {
+			return err
+		}
+		fmt.Printf("project %s created (id %s, slug %s)\n", p.Name, p.ID, p.Slug)
+		return nil
+	case len(pos) == 1 && (pos[0] == "ls" || pos[0] == "list"):
+		ps, err := st.Projects(ctx)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tSLUG\tNAME")
+		for _, p := range ps {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", p.ID, p.Slug, p.Name)
+		}
+		return tw.Flush()
+	}
+	return errors.New(usage)
+}
+
+func keys(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("keys", flag.ContinueOnError)
+	dataDir := fs.String("data-dir", defaultDataDir, "state directory")
+	project := fs.String("project", "", "project id or slug")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || pos[0] != "create" || *project == "" {
+		return errors.New(usage)
+	}
+	st, err := openStore(*dataDir)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	p, err := st.ProjectByRef(ctx, *project)
+	if err != nil {
+		return err
+	}
+	key, err := st.CreateKey(ctx, p.ID, "")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("API key for project %s (shown once):\n%s\n", p.Slug, key)
+	return nil
+}
+
+func templates(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("template", flag.ContinueOnError)
+	dir := fs.String("template-dir", defaultTemplateDir, "template cache directory")
+	ifMissing := fs.Bool("if-missing", false, "build only when not built yet")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	reg := template.NewRegistry(*dir)
+	switch {
+	case len(pos) == 2 && pos[0] == "build":
+		build := reg.Build
+		if *ifMissing {
+			build = reg.EnsureBuilt
+		}
+		_, err := build(ctx, pos[1], os.Stdout)
+		return err
+	case len(pos) == 1 && (pos[0] == "ls" || pos[0] == "list"):
+		ts, err := reg.List()
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tVERSION\tSIZE\tBUILT")
+		for _, t := range ts {
+			fmt.Fprintf(tw, "%s\t%s\t%d MiB\t%s\n", t.Name, t.Version, t.SizeBytes>>20, t.BuiltAt.Format("2006-01-02 15:04"))
+		}
+		if len(ts) == 0 {
+			fmt.Fprintf(tw, "(none built; built-ins: %s)\n", strings.Join(reg.Builtins(), ", "))
+		}
+		return tw.Flush()
+	}
+	return errors.New(usage)
+}

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/api"
+	"github.com/lizard-build/lizard/internal/network"
+	"github.com/lizard-build/lizard/internal/reaper"
+	"github.com/lizard-build/lizard/internal/runtime/gvisor"
+	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/template"
+)
+
+type serveConfig struct {
+	listen, dataDir, templateDir, runsc, agent string
+	bridge, subnet, logLevel                   string
+}
+
+// serve is the one wiring function of the server: it builds every part,
+// serves until ctx is done, and closes them in reverse order. Sandboxes keep
+// running across a restart; the next serve reattaches to them.
+func serve(ctx context.Context, args []string) error {
+	var c serveConfig
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "API listen address")
+	fs.StringVar(&c.dataDir, "data-dir", defaultDataDir, "state directory (database, sandboxes)")
+	fs.StringVar(&c.templateDir, "template-dir", defaultTemplateDir, "template cache directory")
+	fs.StringVar(&c.runsc, "runsc", "", "runsc binary (default: runsc in PATH)")
+	fs.StringVar(&c.agent, "agent", "", "lizard-agent binary (default: next to this binary)")
+	fs.StringVar(&c.bridge, "bridge", "lizard0", "host bridge for sandbox networks")
+	fs.StringVar(&c.subnet, "subnet", "10.250.0.0/16", "subnet sandboxes get addresses from")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	if _, err := parse(fs, args); err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	if os.Geteuid() != 0 {
+		return errors.New("lizard serve must run as root: it creates network namespaces, cgroups and gVisor sandboxes")
+	}
+	runsc, err := findRunsc(c.runsc)
+	if err != nil {
+		return err
+	}
+	subnet, err := netip.ParsePrefix(c.subnet)
+	if err != nil {
+		return fmt.Errorf("--subnet: %w", err)
+	}
+	if err := os.MkdirAll(c.dataDir, 0o700); err != nil {
+		return err
+	}
+	agentPath, err := installAgent(c.agent, c.dataDir)
+	if err != nil {
+		return err
+	}
+
+	st, err := openStore(c.dataDir)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := firstStart(ctx, st, os.Stdout); err != nil {
+		return err
+	}
+
+	reap, err := reaper.Start(ctx)
+	if err != nil {
+		return fmt.Errorf("become child subreaper: %w", err)
+	}
+	netm, err := network.New(network.Config{Bridge: c.bridge, Subnet: subnet})
+	if err != nil {
+		return err
+	}
+	rt, err := gvisor.New(gvisor.Config{
+		Runsc:     runsc,
+		StateDir:  filepath.Join(c.dataDir, "sandboxes"),
+		RunscRoot: "/run/lizard/runsc",
+		AgentPath: agentPath,
+		Network:   netm,
+		Reaper:    reap,
+		Logger:    log.With("component", "gvisor"),
+	})
+	if err != nil {
+		return err
+	}
+	svc := sandbox.New(sandbox.Config{
+		Runtime: rt, Store: st, Templates: template.NewRegistry(c.templateDir),
+		Logger: log.With("component", "sandbox"),
+	})
+	defer svc.Close()
+	if err := svc.Recover(ctx); err != nil {
+		log.Error("recovery left some sandboxes behind; they are retried at next start", "err", err)
+	}
+
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           api.Handler(api.Config{Projects: st, Sandboxes: svc, Logger: log.With("component", "api")}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("lizard serving", "listen", ln.Addr().String(), "data_dir", c.dataDir, "templates", c.templateDir, "runsc", runsc)
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down; sandboxes keep running")
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}
+
+// firstStart creates the default project and its API key when the database
+// has no project yet. LIZARD_API_KEY, when set, is the key created.
+func firstStart(ctx context.Context, st *store.Store, out io.Writer) error {
+	ps, err := st.Projects(ctx)
+	if err != nil || len(ps) > 0 {
+		return err
+	}
+	p, err := st.CreateProject(ctx, "default", "default")
+	if err != nil {
+		return err
+	}
+	key, err := st.CreateKey(ctx, p.ID, os.Getenv("LIZARD_API_KEY"))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nCreated project %q and its API key (shown once, stored hashed):\n\n  export LIZARD_API_URL=http://127.0.0.1:8080 LIZARD_API_KEY=%s\n\n", p.Slug, key)
+	return nil
+}
+
+func findRunsc(flagPath string) (string, error) {
+	p := flagPath
+	if p == "" {
+		var err error
+		if p, err = exec.LookPath("runsc"); err != nil {
+			return "", errors.New("runsc (gVisor) is not installed: run `make deps` or pass --runsc PATH")
+		}
+	}
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("runsc: %w", err)
+	}
+	return p, nil
+}
+
+// installAgent copies lizard-agent into the data dir under a name derived
+// from its content. Running sandboxes bind-mount the copy they started with,
+// so a rebuilt agent never changes under them.
+func installAgent(flagPath, dataDir string) (string, error) {
+	src := flagPath
+	if src == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return "", err
+		}
+		src = filepath.Join(filepath.Dir(self), "lizard-agent")
+	}
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return "", fmt.Errorf("lizard-agent: %w (build it with `make build` or pass --agent)", err)
+	}
+	sum := sha256.Sum256(b)
+	dir := filepath.Join(dataDir, "agent")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	dst := filepath.Join(dir, "lizard-agent-"+hex.EncodeToString(sum[:])[:16])
+	if _, err := os.Stat(dst); err == nil {
+		return dst, nil
+	}
+	tmp := dst + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o755); err != nil {
+		return "", err
+	}
+	return dst, os.Rename(tmp, dst)
+}

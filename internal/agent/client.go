@@ -1,0 +1,278 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+)
+
+// maxErrorBody bounds how much of an error answer the client reads.
+const maxErrorBody = 64 << 10
+
+// Client is the node's handle on one sandbox's agent. Its errors wrap an
+// errdefs class: the agent's error code decides it, and failures to reach
+// the agent are errdefs.ErrUnavailable.
+type Client struct {
+	base  string
+	token string
+	hc    *http.Client
+}
+
+// NewClient returns a client for the agent at baseURL (e.g.
+// "http://10.250.0.5:49983") using token. hc nil means a plain client; it
+// should have no overall Timeout, which would cut long exec streams (use
+// contexts instead).
+func NewClient(baseURL, token string, hc *http.Client) *Client {
+	if hc == nil {
+		hc = &http.Client{}
+	}
+	return &Client{base: strings.TrimRight(baseURL, "/"), token: token, hc: hc}
+}
+
+// Health asks whether the agent is up.
+func (c *Client) Health(ctx context.Context) (Health, error) {
+	var h Health
+	err := c.call(ctx, http.MethodGet, "/health", nil, nil, &h)
+	return h, err
+}
+
+// Exec runs a command and calls fn with each event as it arrives: {pid}
+// first, then output lines, then the exit code. It returns after the exit
+// event, or fn's error as soon as fn returns one (the command keeps running
+// in the sandbox).
+func (c *Client) Exec(ctx context.Context, req ExecRequest, fn func(Event) error) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("encoding exec request: %w: %w", err, errdefs.ErrInvalid)
+	}
+	resp, err := c.do(ctx, http.MethodPost, "/exec", nil, bytes.NewReader(body), "application/json")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	// A Decoder has no line-length limit: output lines can be long.
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var ev Event
+		if err := dec.Decode(&ev); err != nil {
+			if errors.Is(err, io.EOF) {
+				return fmt.Errorf("agent exec stream ended before the exit code: %w", errdefs.ErrUnavailable)
+			}
+			return fmt.Errorf("reading agent exec stream: %w: %w", err, errdefs.ErrUnavailable)
+		}
+		if err := fn(ev); err != nil {
+			return err
+		}
+		if ev.ExitCode != nil {
+			return nil
+		}
+	}
+}
+
+// Processes lists the running exec-started processes.
+func (c *Client) Processes(ctx context.Context) ([]Process, error) {
+	var ps []Process
+	if err := c.call(ctx, http.MethodGet, "/processes", nil, nil, &ps); err != nil {
+		return nil, err
+	}
+	if ps == nil {
+		ps = []Process{}
+	}
+	return ps, nil
+}
+
+// Signal sends sig (e.g. "SIGTERM") to the process tree of pid.
+func (c *Client) Signal(ctx context.Context, pid int, sig string) error {
+	return c.call(ctx, http.MethodPost, "/processes/signal", nil, SignalRequest{Pid: pid, Signal: sig}, nil)
+}
+
+// ReadFile streams the file at path, read as user. The caller closes it; a
+// download cut short surfaces as a read error.
+func (c *Client) ReadFile(ctx context.Context, path, user string) (io.ReadCloser, error) {
+	resp, err := c.do(ctx, http.MethodGet, "/files", fileQuery(path, user), nil, "")
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// WriteFile replaces the file at path, as user, with the bytes of r,
+// creating parent directories.
+func (c *Client) WriteFile(ctx context.Context, path, user string, r io.Reader) error {
+	if r == nil {
+		r = http.NoBody
+	}
+	resp, err := c.do(ctx, http.MethodPut, "/files", fileQuery(path, user), r, "application/octet-stream")
+	if err != nil {
+		return err
+	}
+	return drain(resp)
+}
+
+// Remove removes path, recursively for a directory, as user.
+func (c *Client) Remove(ctx context.Context, path, user string) error {
+	resp, err := c.do(ctx, http.MethodDelete, "/files", fileQuery(path, user), nil, "")
+	if err != nil {
+		return err
+	}
+	return drain(resp)
+}
+
+// List lists the directory path as user.
+func (c *Client) List(ctx context.Context, path, user string) ([]FileEntry, error) {
+	var es []FileEntry
+	if err := c.callQuery(ctx, "/files/list", fileQuery(path, user), &es); err != nil {
+		return nil, err
+	}
+	if es == nil {
+		es = []FileEntry{}
+	}
+	return es, nil
+}
+
+// Stat describes path (a symlink itself, not its target) as user.
+func (c *Client) Stat(ctx context.Context, path, user string) (FileStat, error) {
+	var st FileStat
+	err := c.callQuery(ctx, "/files/stat", fileQuery(path, user), &st)
+	return st, err
+}
+
+// Move renames from to to as user, creating to's parent directories.
+func (c *Client) Move(ctx context.Context, from, to, user string) error {
+	return c.call(ctx, http.MethodPost, "/files/move", nil, MoveRequest{From: from, To: to, User: user}, nil)
+}
+
+func fileQuery(path, user string) url.Values {
+	q := url.Values{"path": {path}}
+	if user != "" {
+		q.Set("user", user)
+	}
+	return q
+}
+
+// call sends in (if not nil) as JSON and decodes the answer into out (if
+// not nil).
+func (c *Client) call(ctx context.Context, method, path string, query url.Values, in, out any) error {
+	var body io.Reader
+	ctype := ""
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("encoding %s request: %w: %w", path, err, errdefs.ErrInvalid)
+		}
+		body, ctype = bytes.NewReader(b), "application/json"
+	}
+	resp, err := c.do(ctx, method, path, query, body, ctype)
+	if err != nil {
+		return err
+	}
+	if out == nil {
+		return drain(resp)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("decoding agent answer to %s %s: %w: %w", method, path, err, errdefs.ErrUnavailable)
+	}
+	return nil
+}
+
+func (c *Client) callQuery(ctx context.Context, path string, query url.Values, out any) error {
+	return c.call(ctx, http.MethodGet, path, query, nil, out)
+}
+
+// do sends one request and returns a 2xx answer; any other answer becomes
+// an error of the agent's class.
+func (c *Client) do(ctx context.Context, method, path string, query url.Values, body io.Reader, ctype string) (*http.Response, error) {
+	u := c.base + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, fmt.Errorf("agent request %s %s: %w: %w", method, u, err, errdefs.ErrInvalid)
+	}
+	req.Header.Set(TokenHeader, c.token)
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s %s: %w: %w", method, path, err, errdefs.ErrUnavailable)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		defer resp.Body.Close()
+		return nil, responseError(resp)
+	}
+	return resp, nil
+}
+
+// drain reads and closes a body the caller has no use for, so the
+// connection can be reused.
+func drain(resp *http.Response) error {
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return fmt.Errorf("reading agent answer: %w: %w", err, errdefs.ErrUnavailable)
+	}
+	return nil
+}
+
+// responseError turns a non-2xx answer into "message: class".
+func responseError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	var e Error
+	if err := json.Unmarshal(b, &e); err != nil || e.Message == "" {
+		e.Message = strings.TrimSpace(string(b))
+		if e.Message == "" {
+			e.Message = "agent answered " + resp.Status
+		}
+	}
+	return fmt.Errorf("%s: %w", e.Message, errorClass(e.Code, resp.StatusCode))
+}
+
+// errorClass maps the agent's error code, or without one its status, to an
+// errdefs class.
+func errorClass(code string, status int) error {
+	switch code {
+	case "invalid":
+		return errdefs.ErrInvalid
+	case "not_found":
+		return errdefs.ErrNotFound
+	case "permission":
+		return errdefs.ErrPermission
+	case "conflict":
+		return errdefs.ErrConflict
+	case "too_large":
+		return errdefs.ErrTooLarge
+	case "unauthenticated":
+		return errdefs.ErrUnauthenticated
+	case "":
+		return statusClass(status)
+	}
+	return errdefs.ErrUnavailable
+}
+
+func statusClass(status int) error {
+	switch status {
+	case http.StatusBadRequest:
+		return errdefs.ErrInvalid
+	case http.StatusUnauthorized:
+		return errdefs.ErrUnauthenticated
+	case http.StatusForbidden:
+		return errdefs.ErrPermission
+	case http.StatusNotFound:
+		return errdefs.ErrNotFound
+	case http.StatusConflict:
+		return errdefs.ErrConflict
+	case http.StatusRequestEntityTooLarge:
+		return errdefs.ErrTooLarge
+	}
+	return errdefs.ErrUnavailable
+}

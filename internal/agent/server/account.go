@@ -1,0 +1,113 @@
+package server
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/user"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// account is a sandbox user as commands and file operations run as it.
+type account struct {
+	name   string
+	uid    uint32
+	gid    uint32
+	groups []uint32
+	home   string
+	shell  string
+}
+
+const defaultShell = "/bin/sh"
+
+// rootAccount stands in for root in images without /etc/passwd.
+var rootAccount = account{name: "root", home: "/root", shell: defaultShell}
+
+// lookupAccount resolves a user name from the sandbox's /etc/passwd and
+// /etc/group; "" means root. The agent is built with CGO_ENABLED=0, so
+// os/user reads those files itself rather than asking NSS.
+func lookupAccount(name string) (*account, error) {
+	if name == "" {
+		name = "root"
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		return lookupFailed(name, err)
+	}
+	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+	if err1 != nil || err2 != nil {
+		return nil, fmt.Errorf("user %q has a non-numeric uid %q or gid %q", name, u.Uid, u.Gid)
+	}
+	a := &account{
+		name:   u.Username,
+		uid:    uint32(uid),
+		gid:    uint32(gid),
+		groups: groupIDs(u, uint32(gid)),
+		home:   u.HomeDir,
+		shell:  loginShell(u.Username),
+	}
+	return a, nil
+}
+
+func lookupFailed(name string, err error) (*account, error) {
+	if name == "root" {
+		a := rootAccount
+		return &a, nil
+	}
+	var unknown user.UnknownUserError
+	if errors.As(err, &unknown) || errors.Is(err, fs.ErrNotExist) {
+		return nil, errInvalid("unknown user %q: not in the sandbox's /etc/passwd", name)
+	}
+	return nil, fmt.Errorf("looking up user %q: %w", name, err)
+}
+
+// groupIDs returns the user's supplementary groups, falling back to the
+// primary group alone when /etc/group cannot be read.
+func groupIDs(u *user.User, primary uint32) []uint32 {
+	ids, err := u.GroupIds()
+	if err != nil {
+		return []uint32{primary}
+	}
+	out := make([]uint32, 0, len(ids))
+	for _, s := range ids {
+		if g, err := strconv.ParseUint(s, 10, 32); err == nil {
+			out = append(out, uint32(g))
+		}
+	}
+	return out
+}
+
+// loginShell returns the shell field of name's /etc/passwd entry (os/user
+// does not expose it), or /bin/sh.
+func loginShell(name string) string {
+	f, err := os.Open("/etc/passwd")
+	if err != nil {
+		return defaultShell
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Split(sc.Text(), ":")
+		if len(fields) == 7 && fields[0] == name && fields[6] != "" {
+			return fields[6]
+		}
+	}
+	return defaultShell
+}
+
+// credential is the SysProcAttr credential that runs a child as a, or nil
+// when the agent already is a.
+func (a *account) credential() *syscall.Credential {
+	if int(a.uid) == os.Geteuid() && int(a.gid) == os.Getegid() {
+		return nil
+	}
+	return &syscall.Credential{Uid: a.uid, Gid: a.gid, Groups: a.groups}
+}
+
+// isRoot says whether file operations for a can run in the agent itself.
+func (a *account) isRoot() bool { return a.uid == 0 }

@@ -1,0 +1,232 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+
+	"github.com/lizard-build/lizard/internal/agent"
+)
+
+// maxMoveBody bounds a MoveRequest.
+const maxMoveBody = 64 << 10
+
+// File handlers: for root they work in the agent itself; for any other user
+// in a __fileop child running as that user (see FileOpCommand).
+
+// fileRequest reads the path and user query parameters.
+func fileRequest(r *http.Request) (string, *account, error) {
+	q := r.URL.Query()
+	p, err := cleanPath("path", q.Get("path"))
+	if err != nil {
+		return "", nil, err
+	}
+	acct, err := lookupAccount(q.Get("user"))
+	if err != nil {
+		return "", nil, err
+	}
+	return p, acct, nil
+}
+
+// cleanPath checks that p, the parameter name, is a usable absolute path
+// and cleans it.
+func cleanPath(name, p string) (string, error) {
+	switch {
+	case p == "":
+		return "", errInvalid("%s is required", name)
+	case strings.IndexByte(p, 0) >= 0:
+		return "", errInvalid("%s %q contains a NUL byte", name, p)
+	case !filepath.IsAbs(p):
+		return "", errInvalid("%s %q is not absolute", name, p)
+	}
+	return filepath.Clean(p), nil
+}
+
+// fileOpFor runs a data-less operation as acct.
+func (s *Server) fileOpFor(acct *account, op fileOp) (fileResult, error) {
+	if acct.isRoot() {
+		return simpleOp(op)
+	}
+	return s.runFileOp(acct, op)
+}
+
+func (s *Server) statFile(w http.ResponseWriter, r *http.Request) error {
+	p, acct, err := fileRequest(r)
+	if err != nil {
+		return err
+	}
+	res, err := s.fileOpFor(acct, fileOp{Op: opStat, Path: p})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, res.Stat)
+	return nil
+}
+
+func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) error {
+	p, acct, err := fileRequest(r)
+	if err != nil {
+		return err
+	}
+	res, err := s.fileOpFor(acct, fileOp{Op: opList, Path: p})
+	if err != nil {
+		return err
+	}
+	if res.List == nil {
+		res.List = []agent.FileEntry{}
+	}
+	writeJSON(w, http.StatusOK, res.List)
+	return nil
+}
+
+func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) error {
+	p, acct, err := fileRequest(r)
+	if err != nil {
+		return err
+	}
+	if _, err := s.fileOpFor(acct, fileOp{Op: opRemove, Path: p}); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) moveFile(w http.ResponseWriter, r *http.Request) error {
+	var req agent.MoveRequest
+	if err := decodeJSON(w, r, maxMoveBody, &req); err != nil {
+		return err
+	}
+	from, err := cleanPath("from", req.From)
+	if err != nil {
+		return err
+	}
+	to, err := cleanPath("to", req.To)
+	if err != nil {
+		return err
+	}
+	acct, err := lookupAccount(req.User)
+	if err != nil {
+		return err
+	}
+	if _, err := s.fileOpFor(acct, fileOp{Op: opMove, Path: from, To: to}); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) readFile(w http.ResponseWriter, r *http.Request) error {
+	p, acct, err := fileRequest(r)
+	if err != nil {
+		return err
+	}
+	if !acct.isRoot() {
+		return s.readFileAs(w, acct, p)
+	}
+	f, err := openRegular(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	startDownload(w)
+	if _, err := io.Copy(w, f); err != nil {
+		abortDownload()
+	}
+	return nil
+}
+
+func (s *Server) readFileAs(w http.ResponseWriter, acct *account, p string) error {
+	c, err := s.startFileOp(acct, fileOp{Op: opRead, Path: p})
+	if err != nil {
+		return err
+	}
+	res, err := c.readResult()
+	if err == nil {
+		err = res.err()
+	}
+	if err != nil {
+		c.stdout.Close()
+		<-c.status
+		return err
+	}
+	startDownload(w)
+	_, cerr := io.Copy(w, c.stdout)
+	// Closing first makes a child still writing (client gone) die of EPIPE.
+	c.stdout.Close()
+	ws := <-c.status
+	if cerr != nil || exitCode(ws) != 0 {
+		abortDownload()
+	}
+	return nil
+}
+
+func startDownload(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.WriteHeader(http.StatusOK)
+}
+
+// abortDownload cuts the connection so that the client sees a broken
+// download rather than a short file that looks complete.
+func abortDownload() {
+	panic(http.ErrAbortHandler)
+}
+
+func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
+	p, acct, err := fileRequest(r)
+	if err != nil {
+		return err
+	}
+	body := &bodyReader{r: r.Body}
+	if acct.isRoot() {
+		err = writeFile(p, body)
+	} else {
+		err = s.writeFileAs(acct, p, body)
+	}
+	if err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// writeFileAs streams body to a child writing p as acct.
+func (s *Server) writeFileAs(acct *account, p string, body io.Reader) error {
+	c, err := s.startFileOp(acct, fileOp{Op: opWrite, Path: p})
+	if err != nil {
+		return err
+	}
+	copied := make(chan error, 1)
+	go func() {
+		err := writeFrames(c.stdin, body)
+		c.stdin.Close()
+		copied <- err
+	}()
+	res, rerr := c.readResult()
+	// The child is done with its stdin; closing it also unblocks a copier
+	// still writing after the child failed early.
+	c.stdin.Close()
+	cerr := <-copied
+	ws := <-c.status
+	var ue *uploadError
+	if errors.As(cerr, &ue) {
+		return cerr
+	}
+	if rerr != nil {
+		return fmt.Errorf("%w (child exit code %d)", rerr, exitCode(ws))
+	}
+	return res.err()
+}
+
+// bodyReader marks failures to read the request body as uploadError.
+type bodyReader struct{ r io.Reader }
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		err = &uploadError{err: err}
+	}
+	return n, err
+}

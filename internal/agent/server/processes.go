@@ -1,0 +1,102 @@
+package server
+
+import (
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/lizard-build/lizard/internal/agent"
+)
+
+// maxSignalBody bounds a SignalRequest.
+const maxSignalBody = 4 << 10
+
+// allowedSignals are the signals POST /processes/signal accepts.
+var allowedSignals = map[string]syscall.Signal{
+	"SIGTERM": syscall.SIGTERM,
+	"SIGKILL": syscall.SIGKILL,
+	"SIGINT":  syscall.SIGINT,
+	"SIGHUP":  syscall.SIGHUP,
+	"SIGQUIT": syscall.SIGQUIT,
+	"SIGUSR1": syscall.SIGUSR1,
+	"SIGUSR2": syscall.SIGUSR2,
+}
+
+// allowedSignalNames lists allowedSignals for error messages, in the
+// protocol's order.
+const allowedSignalNames = "SIGTERM, SIGKILL, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2"
+
+// procTable holds the exec-started processes whose main pid is alive.
+type procTable struct {
+	mu sync.Mutex
+	m  map[int]agent.Process
+}
+
+func newProcTable() *procTable {
+	return &procTable{m: make(map[int]agent.Process)}
+}
+
+func (t *procTable) add(p agent.Process) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.m[p.Pid] = p
+}
+
+func (t *procTable) remove(pid int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.m, pid)
+}
+
+func (t *procTable) has(pid int) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.m[pid]
+	return ok
+}
+
+// list returns the table oldest first; never nil, so it encodes as [].
+func (t *procTable) list() []agent.Process {
+	t.mu.Lock()
+	out := make([]agent.Process, 0, len(t.m))
+	for _, p := range t.m {
+		out = append(out, p)
+	}
+	t.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].StartedAt != out[j].StartedAt {
+			return out[i].StartedAt < out[j].StartedAt
+		}
+		return out[i].Pid < out[j].Pid
+	})
+	return out
+}
+
+func (s *Server) listProcesses(w http.ResponseWriter, _ *http.Request) error {
+	writeJSON(w, http.StatusOK, s.procs.list())
+	return nil
+}
+
+func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request) error {
+	var req agent.SignalRequest
+	if err := decodeJSON(w, r, maxSignalBody, &req); err != nil {
+		return err
+	}
+	sig, ok := allowedSignals[strings.TrimSpace(req.Signal)]
+	if !ok {
+		return errInvalid("signal %q is not allowed; use one of %s", req.Signal, allowedSignalNames)
+	}
+	if req.Pid <= 0 {
+		return errInvalid("pid %d is not a valid process id", req.Pid)
+	}
+	// Signalling only while the reaper still holds the pid guarantees the
+	// number was not reused by another process.
+	if !s.procs.has(req.Pid) || !s.reaper.ifAlive(req.Pid, func() { signalTree(req.Pid, sig) }) {
+		return errNotFound("process %d is not running (not in the process table)", req.Pid)
+	}
+	s.log.Info("signalled process tree", "pid", req.Pid, "signal", req.Signal)
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}

@@ -1,0 +1,220 @@
+// Package server is the in-sandbox side of the agent protocol (see package
+// agent): the HTTP API that lizard-agent, PID 1 of every sandbox, serves to
+// the node. It runs commands, keeps the table of running ones, reaps every
+// process of the sandbox, and does file operations as sandbox users.
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/agent"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Addr is the TCP address Run listens on, e.g. ":49983".
+	Addr string
+	// Token is the per-sandbox secret every request must carry; it must not
+	// be empty.
+	Token string
+	// Logger receives the agent's log; nil discards it.
+	Logger *slog.Logger
+}
+
+// Server is the agent's HTTP API. It is an http.Handler.
+type Server struct {
+	tokenSum [sha256.Size]byte
+	log      *slog.Logger
+	reaper   *reaper
+	procs    *procTable
+	handler  http.Handler
+}
+
+// shutdownGrace bounds how long Run waits for open requests (exec streams
+// included) once its context is done.
+const shutdownGrace = 5 * time.Second
+
+// New returns a Server. It starts the process reaper of this process (once
+// per process, shared by every Server).
+func New(cfg Config) (*Server, error) {
+	if cfg.Token == "" {
+		return nil, errors.New("agent token is empty")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	r, err := sharedReaper()
+	if err != nil {
+		return nil, fmt.Errorf("starting reaper: %w", err)
+	}
+	s := &Server{
+		// Comparing hashes keeps the comparison constant-time even in the
+		// token's length.
+		tokenSum: sha256.Sum256([]byte(cfg.Token)),
+		log:      log,
+		reaper:   r,
+		procs:    newProcTable(),
+	}
+	s.handler = s.recoverer(s.authenticate(s.routes()))
+	return s, nil
+}
+
+// Run serves the API on cfg.Addr until ctx is done, then shuts down,
+// waiting at most shutdownGrace for open requests.
+func Run(ctx context.Context, cfg Config) error {
+	s, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", cfg.Addr, err)
+	}
+	hs := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	s.log.Info("agent listening", "addr", ln.Addr().String(), "pid", os.Getpid())
+
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serving: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		// Exec streams of long commands do not end by themselves.
+		_ = hs.Close()
+	}
+	return nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.handler.ServeHTTP(w, r)
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /health", s.handle(s.health))
+	mux.Handle("POST /exec", s.handle(s.exec))
+	mux.Handle("GET /processes", s.handle(s.listProcesses))
+	mux.Handle("POST /processes/signal", s.handle(s.signalProcess))
+	mux.Handle("GET /files", s.handle(s.readFile))
+	mux.Handle("PUT /files", s.handle(s.writeFile))
+	mux.Handle("DELETE /files", s.handle(s.removeFile))
+	mux.Handle("GET /files/list", s.handle(s.listFiles))
+	mux.Handle("GET /files/stat", s.handle(s.statFile))
+	mux.Handle("POST /files/move", s.handle(s.moveFile))
+	// A catch-all keeps unknown routes (and wrong methods) answering JSON.
+	mux.Handle("/", s.handle(func(w http.ResponseWriter, r *http.Request) error {
+		return errNotFound("no route %s %s", r.Method, r.URL.Path)
+	}))
+	return mux
+}
+
+// handlerFunc is a handler that returns its error instead of writing it. It
+// must return an error only before it has written anything.
+type handlerFunc func(http.ResponseWriter, *http.Request) error
+
+func (s *Server) handle(h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			s.writeError(w, r, err)
+		}
+	})
+}
+
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	ae := toAPIError(err)
+	if ae.status >= http.StatusInternalServerError {
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	writeJSON(w, ae.status, agent.Error{Code: ae.code, Message: ae.msg})
+}
+
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := sha256.Sum256([]byte(r.Header.Get(agent.TokenHeader)))
+		if subtle.ConstantTimeCompare(got[:], s.tokenSum[:]) != 1 {
+			writeJSON(w, http.StatusUnauthorized, agent.Error{
+				Code:    codeUnauthenticated,
+				Message: "missing or wrong " + agent.TokenHeader,
+			})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// recoverer turns a panic into a 500 JSON answer, or, once the answer has
+// begun, into an aborted connection so the client sees a broken stream
+// rather than a clean end.
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tw := &trackingWriter{ResponseWriter: w}
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler || tw.wrote {
+				panic(http.ErrAbortHandler)
+			}
+			s.log.Error("panic in handler", "method", r.Method, "path", r.URL.Path,
+				"panic", v, "stack", string(debug.Stack()))
+			writeJSON(w, http.StatusInternalServerError, agent.Error{
+				Code:    codeInternal,
+				Message: fmt.Sprintf("internal error: %v", v),
+			})
+		}()
+		next.ServeHTTP(tw, r)
+	})
+}
+
+// trackingWriter records whether the answer has begun. Unwrap lets
+// http.ResponseController reach the real writer's Flush; ReadFrom keeps
+// sendfile for file downloads.
+type trackingWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (t *trackingWriter) WriteHeader(code int) {
+	t.wrote = true
+	t.ResponseWriter.WriteHeader(code)
+}
+
+func (t *trackingWriter) Write(b []byte) (int, error) {
+	t.wrote = true
+	return t.ResponseWriter.Write(b)
+}
+
+func (t *trackingWriter) ReadFrom(r io.Reader) (int64, error) {
+	t.wrote = true
+	return io.Copy(t.ResponseWriter, r)
+}
+
+func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
+
+func (s *Server) health(w http.ResponseWriter, _ *http.Request) error {
+	writeJSON(w, http.StatusOK, agent.Health{OK: true, Pid: os.Getpid()})
+	return nil
+}

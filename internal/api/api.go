@@ -1,0 +1,211 @@
+// Package api is the HTTP edge of lizard: it speaks the Lizard Sandboxes API
+// that the official SDKs use, authenticates API keys, decodes and validates
+// requests, calls the sandbox service and maps errors to statuses in one
+// place (errors.go). Only cmd/lizard wires it.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// Projects is what the API needs of the store for auth and projects.
+type Projects interface {
+	ProjectForKey(ctx context.Context, secret string) (store.Project, error)
+}
+
+// Config wires the API.
+type Config struct {
+	Projects  Projects
+	Sandboxes *sandbox.Service
+	Logger    *slog.Logger
+}
+
+// Body size limits. A file write carries its content in JSON (base64 for
+// bytes), so it may be larger than other requests.
+const (
+	maxBody      = 2 << 20
+	maxWriteBody = 64 << 20
+)
+
+type server struct {
+	projects  Projects
+	sandboxes *sandbox.Service
+	log       *slog.Logger
+}
+
+// Handler returns the API's http.Handler.
+func Handler(cfg Config) http.Handler {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &server{projects: cfg.Projects, sandboxes: cfg.Sandboxes, log: cfg.Logger}
+	mux := http.NewServeMux()
+	route := func(pattern string, h func(http.ResponseWriter, *http.Request, store.Project) error) {
+		mux.Handle(pattern, s.authed(h))
+	}
+	route("GET /api/projects", s.listProjects)
+	route("GET /api/projects/{pid}", s.getProject)
+
+	route("POST /api/sandboxes", s.createSandbox)
+	route("GET /api/sandboxes", s.listSandboxes)
+	route("GET /api/projects/{pid}/sandboxes", s.listProjectSandboxes)
+	route("GET /api/sandboxes/{id}", s.getSandbox)
+	route("DELETE /api/sandboxes/{id}", s.killSandbox)
+	route("POST /api/sandboxes/{id}/timeout", s.setTimeout)
+	route("POST /api/sandboxes/{id}/resume", s.resumeSandbox)
+
+	route("POST /api/sandboxes/{id}/exec", s.exec)
+	route("GET /api/sandboxes/{id}/processes", s.listProcesses)
+	route("POST /api/sandboxes/{id}/processes/signal", s.signalProcess)
+
+	route("POST /api/sandboxes/{id}/files", s.writeFile)
+	route("GET /api/sandboxes/{id}/files", s.readFile)
+	route("DELETE /api/sandboxes/{id}/files", s.removeFile)
+	route("GET /api/sandboxes/{id}/files/list", s.listFiles)
+	route("GET /api/sandboxes/{id}/files/stat", s.statFile)
+	route("POST /api/sandboxes/{id}/files/move", s.moveFile)
+
+	s.routeUnavailable(route)
+
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, r, s.log, errdefs.WithCode("route_not_found",
+			fmt.Errorf("no route %s %s: %w", r.Method, r.URL.Path, errdefs.ErrNotFound)))
+	})
+	return s.logged(mux)
+}
+
+// routeUnavailable answers the API's routes for features this server does
+// not offer yet with a 4xx naming the feature, so that clients get a clear
+// error instead of a 404 for a route that exists in the API.
+func (s *server) routeUnavailable(route func(string, func(http.ResponseWriter, *http.Request, store.Project) error)) {
+	features := map[string][]string{
+		"pause":             {"POST /api/sandboxes/{id}/pause"},
+		"snapshots":         {"POST /api/sandboxes/{id}/snapshot", "GET /api/projects/{pid}/snapshots", "GET /api/sandbox-snapshots", "GET /api/sandbox-snapshots/{sid}", "PATCH /api/sandbox-snapshots/{sid}", "DELETE /api/sandbox-snapshots/{sid}", "POST /api/sandbox-snapshots/{sid}/pause", "POST /api/sandbox-snapshots/{sid}/resume"},
+		"fork":              {"POST /api/sandboxes/{id}/fork"},
+		"preview URLs":      {"POST /api/sandboxes/{id}/expose/{port}", "DELETE /api/sandboxes/{id}/expose/{port}"},
+		"file watching":     {"POST /api/sandboxes/{id}/files/watch", "GET /api/sandboxes/{id}/files/watch/events", "DELETE /api/sandboxes/{id}/files/watch"},
+		"sandbox logs":      {"GET /api/sandboxes/{id}/logs"},
+		"desktop":           {"POST /api/sandboxes/{id}/desktop", "GET /api/sandboxes/{id}/desktop", "DELETE /api/sandboxes/{id}/desktop"},
+		"volumes":           {"POST /api/projects/{pid}/volumes", "GET /api/projects/{pid}/volumes", "GET /api/projects/{pid}/volumes/{vid}", "PATCH /api/projects/{pid}/volumes/{vid}", "DELETE /api/projects/{pid}/volumes/{vid}"},
+		"template building": {"POST /api/templates"},
+	}
+	for feature, patterns := range features {
+		for _, p := range patterns {
+			route(p, func(w http.ResponseWriter, r *http.Request, _ store.Project) error {
+				return errdefs.WithCode("feature_unavailable",
+					fmt.Errorf("%s: this lizard server does not offer %s yet: %w", r.URL.Path, feature, errdefs.ErrInvalid))
+			})
+		}
+	}
+}
+
+// authed resolves the API key to its project and turns a handler's error
+// into the error answer.
+func (s *server) authed(h func(http.ResponseWriter, *http.Request, store.Project) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("X-API-Key")
+		if key == "" {
+			if a := r.Header.Get("Authorization"); strings.HasPrefix(a, "Bearer ") {
+				key = strings.TrimPrefix(a, "Bearer ")
+			}
+		}
+		if key == "" {
+			writeError(w, r, s.log, errdefs.WithCode("missing_api_key", fmt.Errorf("missing API key: send it in the X-API-Key header: %w", errdefs.ErrUnauthenticated)))
+			return
+		}
+		p, err := s.projects.ProjectForKey(r.Context(), key)
+		if err != nil {
+			if errors.Is(err, errdefs.ErrUnauthenticated) {
+				err = errdefs.WithCode("invalid_api_key", fmt.Errorf("invalid API key: %w", errdefs.ErrUnauthenticated))
+			}
+			writeError(w, r, s.log, err)
+			return
+		}
+		if err := h(w, r, p); err != nil {
+			writeError(w, r, s.log, err)
+		}
+	})
+}
+
+// logged logs each request and turns a panic into a 500 JSON answer.
+func (s *server) logged(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.Error("panic in handler", "method", r.Method, "path", r.URL.Path, "panic", v)
+				writeError(w, r, s.log, fmt.Errorf("panic: %v", v))
+			}
+			s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "took", time.Since(start))
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// decode reads a JSON body of at most limit bytes into v. An empty body is
+// accepted as {} (the SDKs send Content-Type: application/json on body-less
+// POSTs). Wrong types and malformed JSON name the problem.
+func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	body := http.MaxBytesReader(w, r.Body, limit)
+	b, err := io.ReadAll(body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return fmt.Errorf("request body is larger than %d bytes: %w", limit, errdefs.ErrTooLarge)
+		}
+		return fmt.Errorf("read body: %v: %w", err, errdefs.ErrInvalid)
+	}
+	if len(strings.TrimSpace(string(b))) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		var te *json.UnmarshalTypeError
+		var se *json.SyntaxError
+		switch {
+		case errors.As(err, &te):
+			return fmt.Errorf("field %q: expected %s, got %s: %w", te.Field, te.Type, te.Value, errdefs.ErrInvalid)
+		case errors.As(err, &se):
+			return fmt.Errorf("malformed JSON at byte %d: %v: %w", se.Offset, se, errdefs.ErrInvalid)
+		default:
+			return fmt.Errorf("malformed JSON: %v: %w", err, errdefs.ErrInvalid)
+		}
+	}
+	return nil
+}
+
+func (s *server) listProjects(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	writeJSON(w, http.StatusOK, []store.Project{p})
+	return nil
+}
+
+func (s *server) getProject(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	if err := sameProject(p, r.PathValue("pid")); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, p)
+	return nil
+}
+
+// sameProject checks that a project reference in a request is the key's own
+// project (by id or slug, any case); another project is not found.
+func sameProject(p store.Project, ref string) error {
+	if ref == "" || strings.EqualFold(ref, p.ID) || strings.EqualFold(ref, p.Slug) {
+		return nil
+	}
+	return errdefs.WithCode("project_not_found", fmt.Errorf("project %q: %w", ref, errdefs.ErrNotFound))
+}

@@ -1,0 +1,177 @@
+package api
+
+import (
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/lizard-build/lizard/internal/agent"
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// agentFor returns the agent of the request's sandbox.
+func (s *server) agentFor(r *http.Request, p store.Project) (*agent.Client, error) {
+	ag, _, err := s.sandboxes.Agent(p.ID, r.PathValue("id"))
+	return ag, err
+}
+
+func requirePath(field, path string) error {
+	if path == "" {
+		return fmt.Errorf("%s: required, an absolute path in the sandbox: %w", field, errdefs.ErrInvalid)
+	}
+	if strings.IndexByte(path, 0) >= 0 {
+		return fmt.Errorf("%s: contains a NUL byte: %w", field, errdefs.ErrInvalid)
+	}
+	return nil
+}
+
+func (s *server) writeFile(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	var req struct {
+		Path     string  `json:"path"`
+		Content  *string `json:"content"`
+		Encoding string  `json:"encoding"`
+		User     string  `json:"user"`
+	}
+	if err := decode(w, r, maxWriteBody, &req); err != nil {
+		return err
+	}
+	if err := requirePath("path", req.Path); err != nil {
+		return err
+	}
+	if req.Content == nil {
+		return fmt.Errorf("content: required, a string: %w", errdefs.ErrInvalid)
+	}
+	var body io.Reader
+	switch req.Encoding {
+	case "", "utf8", "utf-8":
+		body = strings.NewReader(*req.Content)
+	case "base64":
+		b, err := base64.StdEncoding.DecodeString(*req.Content)
+		if err != nil {
+			return fmt.Errorf("content: not valid base64: %v: %w", err, errdefs.ErrInvalid)
+		}
+		body = strings.NewReader(string(b))
+	default:
+		return fmt.Errorf("encoding %q: must be \"base64\" or absent: %w", req.Encoding, errdefs.ErrInvalid)
+	}
+	ag, err := s.agentFor(r, p)
+	if err != nil {
+		return err
+	}
+	if err := ag.WriteFile(r.Context(), req.Path, req.User, body); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *server) readFile(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	q := r.URL.Query()
+	if err := requirePath("path", q.Get("path")); err != nil {
+		return err
+	}
+	ag, err := s.agentFor(r, p)
+	if err != nil {
+		return err
+	}
+	rc, err := ag.ReadFile(r.Context(), q.Get("path"), q.Get("user"))
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.WriteHeader(http.StatusOK)
+	// Once bytes flow the status is sent; a failure mid-way can only cut the
+	// body short, which the client sees as a broken response.
+	if _, err := io.Copy(w, rc); err != nil {
+		s.log.Warn("read file: copy cut short", "sandbox", r.PathValue("id"), "err", err)
+	}
+	return nil
+}
+
+func (s *server) removeFile(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	var req struct {
+		Path string `json:"path"`
+		User string `json:"user"`
+	}
+	if err := decode(w, r, maxBody, &req); err != nil {
+		return err
+	}
+	if req.Path == "" {
+		req.Path = r.URL.Query().Get("path")
+	}
+	if err := requirePath("path", req.Path); err != nil {
+		return err
+	}
+	ag, err := s.agentFor(r, p)
+	if err != nil {
+		return err
+	}
+	if err := ag.Remove(r.Context(), req.Path, req.User); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *server) listFiles(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	q := r.URL.Query()
+	if err := requirePath("path", q.Get("path")); err != nil {
+		return err
+	}
+	ag, err := s.agentFor(r, p)
+	if err != nil {
+		return err
+	}
+	entries, err := ag.List(r.Context(), q.Get("path"), q.Get("user"))
+	if err != nil {
+		return err
+	}
+	if entries == nil {
+		entries = []agent.FileEntry{}
+	}
+	writeJSON(w, http.StatusOK, entries)
+	return nil
+}
+
+func (s *server) statFile(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	q := r.URL.Query()
+	if err := requirePath("path", q.Get("path")); err != nil {
+		return err
+	}
+	ag, err := s.agentFor(r, p)
+	if err != nil {
+		return err
+	}
+	st, err := ag.Stat(r.Context(), q.Get("path"), q.Get("user"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, st)
+	return nil
+}
+
+func (s *server) moveFile(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	var req agent.MoveRequest
+	if err := decode(w, r, maxBody, &req); err != nil {
+		return err
+	}
+	if err := requirePath("from", req.From); err != nil {
+		return err
+	}
+	if err := requirePath("to", req.To); err != nil {
+		return err
+	}
+	ag, err := s.agentFor(r, p)
+	if err != nil {
+		return err
+	}
+	if err := ag.Move(r.Context(), req.From, req.To, req.User); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}

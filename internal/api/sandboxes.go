@@ -1,0 +1,169 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// sandboxInfo is SandboxInfo as the SDKs read it.
+type sandboxInfo struct {
+	SandboxID  string            `json:"sandboxId"`
+	ProjectID  string            `json:"projectId"`
+	Template   string            `json:"template"`
+	StartedAt  string            `json:"startedAt"`
+	EndAt      *string           `json:"endAt"`
+	Status     string            `json:"status"`
+	Metadata   map[string]string `json:"metadata"`
+	Runtime    string            `json:"runtime"`
+	Size       string            `json:"size"`
+	CPUs       float64           `json:"cpus"`
+	MemoryMB   int64             `json:"memoryMb"`
+	Region     *string           `json:"region"`
+	TimeoutMs  int64             `json:"timeoutMs"`
+	PauseError *string           `json:"pauseError"`
+}
+
+func infoOf(r sandbox.Record) sandboxInfo {
+	info := sandboxInfo{
+		SandboxID: r.ID, ProjectID: r.ProjectID, Template: r.Template,
+		StartedAt: r.StartedAt.UTC().Format(time.RFC3339Nano), Status: r.Status,
+		Metadata: r.Metadata, Runtime: "container", Size: r.Size, CPUs: r.CPUs, MemoryMB: r.MemoryMB,
+		TimeoutMs: r.TimeoutMs,
+	}
+	if info.Metadata == nil {
+		info.Metadata = map[string]string{}
+	}
+	if r.EndAt != nil {
+		s := r.EndAt.UTC().Format(time.RFC3339Nano)
+		info.EndAt = &s
+	}
+	if r.Region != "" {
+		info.Region = &r.Region
+	}
+	return info
+}
+
+// createRequest is the body of POST /api/sandboxes. Fields the SDKs send
+// that this server does not use (lizardToken, environment) are ignored.
+type createRequest struct {
+	Template   string            `json:"template"`
+	SnapshotID string            `json:"snapshotId"`
+	Size       string            `json:"size"`
+	TimeoutMs  *int64            `json:"timeoutMs"`
+	ProjectID  string            `json:"projectId"`
+	Metadata   map[string]string `json:"metadata"`
+	Envs       map[string]string `json:"envs"`
+	Region     string            `json:"region"`
+	VolumeID   string            `json:"volumeId"`
+	VolumeName string            `json:"volumeName"`
+	// Egress control arrives with the network issue; until then a create
+	// that asks for it is refused rather than run with internet access.
+	InternetAccess *bool    `json:"internetAccess"`
+	AllowedHosts   []string `json:"allowedHosts"`
+}
+
+// defaultTimeoutMs is the SDKs' default sandbox lifetime.
+const defaultTimeoutMs = 300_000
+
+func (s *server) createSandbox(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	var req createRequest
+	if err := decode(w, r, maxBody, &req); err != nil {
+		return err
+	}
+	if err := sameProject(p, req.ProjectID); err != nil {
+		return err
+	}
+	switch {
+	case req.SnapshotID != "":
+		return unavailable("snapshotId", "restoring snapshots")
+	case req.VolumeID != "" || req.VolumeName != "":
+		return unavailable("volumeId/volumeName", "volumes")
+	case req.InternetAccess != nil && !*req.InternetAccess, len(req.AllowedHosts) > 0:
+		return unavailable("internetAccess/allowedHosts", "egress control")
+	}
+	timeout := int64(defaultTimeoutMs)
+	if req.TimeoutMs != nil {
+		timeout = *req.TimeoutMs
+	}
+	rec, err := s.sandboxes.Create(r.Context(), sandbox.CreateRequest{
+		ProjectID: p.ID, Template: req.Template, Size: req.Size, TimeoutMs: timeout,
+		Region: req.Region, Metadata: req.Metadata, Envs: req.Envs,
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, infoOf(rec))
+	return nil
+}
+
+// unavailable refuses a create option whose feature this server lacks.
+func unavailable(field, feature string) error {
+	return errdefs.WithCode("feature_unavailable",
+		fmt.Errorf("%s: this lizard server does not offer %s yet: %w", field, feature, errdefs.ErrInvalid))
+}
+
+func (s *server) listSandboxes(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	out := []sandboxInfo{}
+	for _, rec := range s.sandboxes.List(p.ID) {
+		out = append(out, infoOf(rec))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *server) listProjectSandboxes(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	if err := sameProject(p, r.PathValue("pid")); err != nil {
+		return err
+	}
+	return s.listSandboxes(w, r, p)
+}
+
+func (s *server) getSandbox(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	rec, err := s.sandboxes.Get(p.ID, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, infoOf(rec))
+	return nil
+}
+
+func (s *server) killSandbox(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	if err := s.sandboxes.Kill(r.Context(), p.ID, r.PathValue("id")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *server) setTimeout(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	var req struct {
+		TimeoutMs *int64 `json:"timeoutMs"`
+	}
+	if err := decode(w, r, maxBody, &req); err != nil {
+		return err
+	}
+	if req.TimeoutMs == nil {
+		return fmt.Errorf("timeoutMs: required, 1000 to %d: %w", sandbox.MaxTimeoutMs, errdefs.ErrInvalid)
+	}
+	if err := s.sandboxes.SetTimeout(r.Context(), p.ID, r.PathValue("id"), *req.TimeoutMs); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// resumeSandbox: sandboxes are never paused on this server yet, so resume
+// of a live sandbox is the no-op the Python client's connect() relies on.
+func (s *server) resumeSandbox(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	rec, err := s.sandboxes.Get(p.ID, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, infoOf(rec))
+	return nil
+}

@@ -1,0 +1,285 @@
+// Package network gives each sandbox its own Linux network namespace joined to
+// a host bridge by a veth pair, with a private address from the bridge's
+// subnet. The gVisor runtime backend asks it for an Endpoint before it starts
+// a sandbox and hands it back on destroy. Bridge ports are isolated, so
+// sandboxes reach the host side of the bridge but never each other.
+package network
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"sync"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+)
+
+// Config names the bridge and the subnet sandboxes get addresses from. The
+// first address of the subnet is the bridge's (the sandboxes' gateway).
+type Config struct {
+	Bridge string       // e.g. "lizard0"
+	Subnet netip.Prefix // e.g. 10.250.0.0/16
+}
+
+// Endpoint is one sandbox's network identity.
+type Endpoint struct {
+	Netns    string     `json:"netns"`    // path of the named namespace, /run/netns/<name>
+	HostVeth string     `json:"hostVeth"` // host end of the veth pair, on the bridge
+	Addr     netip.Addr `json:"addr"`     // the sandbox's address
+	Gateway  netip.Addr `json:"gateway"`  // the bridge's address
+	Bits     int        `json:"bits"`     // prefix length
+}
+
+// Manager creates and removes endpoints and allocates addresses. It is safe
+// for concurrent use.
+type Manager struct {
+	cfg     Config
+	gateway netip.Addr
+	bridge  netlink.Link
+
+	mu   sync.Mutex
+	used map[netip.Addr]bool
+	next netip.Addr
+}
+
+const netnsDir = "/run/netns"
+
+// New makes sure the bridge exists, is up and carries the gateway address.
+func New(cfg Config) (*Manager, error) {
+	if !cfg.Subnet.Addr().Is4() || cfg.Subnet.Bits() > 30 {
+		return nil, fmt.Errorf("subnet %s: need an IPv4 prefix of /30 or larger: %w", cfg.Subnet, errdefs.ErrInvalid)
+	}
+	cfg.Subnet = cfg.Subnet.Masked()
+	gw := cfg.Subnet.Addr().Next()
+	m := &Manager{cfg: cfg, gateway: gw, used: map[netip.Addr]bool{}, next: gw.Next()}
+	br, err := netlink.LinkByName(cfg.Bridge)
+	if err != nil {
+		la := netlink.NewLinkAttrs()
+		la.Name = cfg.Bridge
+		if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: la}); err != nil && !errors.Is(err, unix.EEXIST) {
+			return nil, fmt.Errorf("create bridge %s: %w", cfg.Bridge, err)
+		}
+		if br, err = netlink.LinkByName(cfg.Bridge); err != nil {
+			return nil, fmt.Errorf("bridge %s: %w", cfg.Bridge, err)
+		}
+	}
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: gw.AsSlice(), Mask: net.CIDRMask(cfg.Subnet.Bits(), 32)}}
+	if err := netlink.AddrReplace(br, addr); err != nil {
+		return nil, fmt.Errorf("address %s on %s: %w", gw, cfg.Bridge, err)
+	}
+	if err := netlink.LinkSetUp(br); err != nil {
+		return nil, fmt.Errorf("bring up %s: %w", cfg.Bridge, err)
+	}
+	m.bridge = br
+	return m, nil
+}
+
+// Reserve marks addr as taken (used when reattaching to running sandboxes).
+func (m *Manager) Reserve(addr netip.Addr) {
+	m.mu.Lock()
+	m.used[addr] = true
+	m.mu.Unlock()
+}
+
+// allocate returns a free address, scanning the subnet round-robin so that a
+// just-released address is not handed out again at once.
+func (m *Manager) allocate() (netip.Addr, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.next
+	for range 1 << (32 - m.cfg.Subnet.Bits()) {
+		if !m.cfg.Subnet.Contains(a) || a == m.gateway || isBroadcast(a, m.cfg.Subnet) {
+			a = m.gateway.Next()
+			continue
+		}
+		if !m.used[a] {
+			m.used[a] = true
+			m.next = a.Next()
+			return a, nil
+		}
+		a = a.Next()
+	}
+	return netip.Addr{}, fmt.Errorf("subnet %s: no free address: %w", m.cfg.Subnet, errdefs.ErrLimit)
+}
+
+func (m *Manager) release(a netip.Addr) {
+	m.mu.Lock()
+	delete(m.used, a)
+	m.mu.Unlock()
+}
+
+func isBroadcast(a netip.Addr, p netip.Prefix) bool {
+	b := a.As4()
+	host := 32 - p.Bits()
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	mask := uint32(1)<<host - 1
+	return v&mask == mask
+}
+
+// names derives the namespace and host veth names from a sandbox id; veth
+// names are limited to 15 bytes, so they use a hash.
+func names(id string) (nsName, hostVeth string) {
+	h := sha256.Sum256([]byte(id))
+	return "lizard-" + id, "lzv" + hex.EncodeToString(h[:])[:11]
+}
+
+// Setup creates the namespace, the veth pair and the addressing for sandbox
+// id. On failure everything it made is removed again.
+func (m *Manager) Setup(id string) (ep Endpoint, err error) {
+	addr, err := m.allocate()
+	if err != nil {
+		return Endpoint{}, err
+	}
+	nsName, hostVeth := names(id)
+	ep = Endpoint{Netns: netnsDir + "/" + nsName, HostVeth: hostVeth, Addr: addr, Gateway: m.gateway, Bits: m.cfg.Subnet.Bits()}
+	defer func() {
+		if err != nil {
+			m.Teardown(ep)
+		}
+	}()
+	ns, err := newNamedNetns(nsName)
+	if err != nil {
+		return ep, fmt.Errorf("netns %s: %w", nsName, err)
+	}
+	defer ns.Close()
+
+	la := netlink.NewLinkAttrs()
+	la.Name = hostVeth
+	la.MasterIndex = m.bridge.Attrs().Index
+	veth := &netlink.Veth{LinkAttrs: la, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(ns))}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return ep, fmt.Errorf("veth %s: %w", hostVeth, err)
+	}
+	host, err := netlink.LinkByName(hostVeth)
+	if err != nil {
+		return ep, fmt.Errorf("veth %s: %w", hostVeth, err)
+	}
+	if err := netlink.LinkSetIsolated(host, true); err != nil {
+		return ep, fmt.Errorf("isolate %s: %w", hostVeth, err)
+	}
+	if err := netlink.LinkSetUp(host); err != nil {
+		return ep, fmt.Errorf("up %s: %w", hostVeth, err)
+	}
+	if err := ConfigureInside(ep); err != nil {
+		return ep, err
+	}
+	return ep, nil
+}
+
+// ConfigureInside (re)applies the sandbox side's address, links and default
+// route. runsc takes the addresses off the veth when it boots a sandbox, so a
+// restore into the same namespace needs them put back first.
+func ConfigureInside(ep Endpoint) error {
+	ns, err := netns.GetFromPath(ep.Netns)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", ep.Netns, err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return fmt.Errorf("netlink in %s: %w", ep.Netns, err)
+	}
+	defer h.Close()
+	eth, err := h.LinkByName("eth0")
+	if err != nil {
+		return fmt.Errorf("eth0 in %s: %w", ep.Netns, err)
+	}
+	a := &netlink.Addr{IPNet: &net.IPNet{IP: ep.Addr.AsSlice(), Mask: net.CIDRMask(ep.Bits, 32)}}
+	if err := h.AddrReplace(eth, a); err != nil {
+		return fmt.Errorf("address %s: %w", ep.Addr, err)
+	}
+	if err := h.LinkSetUp(eth); err != nil {
+		return fmt.Errorf("up eth0: %w", err)
+	}
+	if lo, err := h.LinkByName("lo"); err == nil {
+		if err := h.LinkSetUp(lo); err != nil {
+			return fmt.Errorf("up lo: %w", err)
+		}
+	}
+	route := &netlink.Route{LinkIndex: eth.Attrs().Index, Gw: ep.Gateway.AsSlice()}
+	if err := h.RouteReplace(route); err != nil {
+		return fmt.Errorf("default route: %w", err)
+	}
+	return nil
+}
+
+// Teardown removes the veth pair and the namespace and releases the address.
+// It is idempotent: missing pieces are skipped.
+func (m *Manager) Teardown(ep Endpoint) error {
+	var errs []error
+	if l, err := netlink.LinkByName(ep.HostVeth); err == nil {
+		if err := netlink.LinkDel(l); err != nil {
+			errs = append(errs, fmt.Errorf("delete %s: %w", ep.HostVeth, err))
+		}
+	}
+	if ep.Netns != "" {
+		if err := unix.Unmount(ep.Netns, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", ep.Netns, err))
+		}
+		if err := os.Remove(ep.Netns); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if ep.Addr.IsValid() {
+		m.release(ep.Addr)
+	}
+	return errors.Join(errs...)
+}
+
+// newNamedNetns creates a network namespace bound at /run/netns/name without
+// moving the calling goroutine's thread into it for longer than needed.
+func newNamedNetns(name string) (netns.NsHandle, error) {
+	runtime.LockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		runtime.UnlockOSThread()
+		return netns.None(), err
+	}
+	defer orig.Close()
+	ns, err := netns.NewNamed(name)
+	if serr := netns.Set(orig); serr != nil {
+		// The thread is stuck in the wrong namespace: keep it locked so
+		// that it dies with the goroutine instead of being reused.
+		if err == nil {
+			ns.Close()
+		}
+		return netns.None(), fmt.Errorf("return to host netns: %w", serr)
+	}
+	runtime.UnlockOSThread()
+	return ns, err
+}
+
+// Leftovers lists the namespace names under /run/netns that belong to lizard,
+// so that a restarted server can remove those of sandboxes it no longer knows.
+func Leftovers() ([]string, error) {
+	ents, err := os.ReadDir(netnsDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		if len(e.Name()) > len("lizard-") && e.Name()[:len("lizard-")] == "lizard-" {
+			out = append(out, e.Name()[len("lizard-"):])
+		}
+	}
+	return out, nil
+}
+
+// EndpointFor returns the names an endpoint for id would have, without an
+// address; enough for Teardown of a leftover.
+func EndpointFor(id string) Endpoint {
+	nsName, hostVeth := names(id)
+	return Endpoint{Netns: netnsDir + "/" + nsName, HostVeth: hostVeth}
+}

@@ -1,0 +1,398 @@
+// Package gvisor is the runtime backend that runs each sandbox as a gVisor
+// (runsc, systrap platform) container: the template's rootfs under a
+// disk-backed overlay held in the sandbox's own directory, lizard-agent
+// bind-mounted read-only as PID 1, a network namespace from package network,
+// and a cgroup of its own sized from the spec. Only the server's wiring
+// imports it; everything else sees runtime.Runtime.
+package gvisor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/network"
+	"github.com/lizard-build/lizard/internal/reaper"
+	"github.com/lizard-build/lizard/internal/runtime"
+)
+
+// Config wires the backend.
+type Config struct {
+	Runsc     string // path of the runsc binary
+	StateDir  string // per-sandbox directories live here
+	RunscRoot string // runsc's own state (--root), e.g. /run/lizard/runsc
+	AgentPath string // host path of the static lizard-agent binary
+	Platform  string // "systrap" unless told otherwise
+	Network   *network.Manager
+	Reaper    *reaper.Reaper
+	Logger    *slog.Logger
+}
+
+// Runtime implements runtime.Runtime with runsc.
+type Runtime struct {
+	cfg Config
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// New checks the configuration and prepares the state directories.
+func New(cfg Config) (*Runtime, error) {
+	if cfg.Platform == "" {
+		cfg.Platform = "systrap"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	for _, p := range []string{cfg.Runsc, cfg.AgentPath} {
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("gvisor: %w", err)
+		}
+	}
+	for _, d := range []string{cfg.StateDir, cfg.RunscRoot} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("gvisor: %w", err)
+		}
+	}
+	return &Runtime{cfg: cfg}, nil
+}
+
+// state is what the backend keeps on disk for each sandbox.
+type state struct {
+	ID       string           `json:"id"`
+	Endpoint network.Endpoint `json:"endpoint"`
+}
+
+func (r *Runtime) dir(id string) string { return filepath.Join(r.cfg.StateDir, id) }
+
+// cgroupPath is the sandbox's cgroup, relative to each hierarchy's root.
+func cgroupPath(id string) string { return "/lizard/" + id }
+
+// Create implements runtime.Runtime.
+func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (sb runtime.Sandbox, err error) {
+	if !validID(spec.ID) {
+		return sb, fmt.Errorf("sandbox id %q: %w", spec.ID, errdefs.ErrInvalid)
+	}
+	if !filepath.IsAbs(spec.Rootfs) {
+		return sb, fmt.Errorf("rootfs %q: must be absolute: %w", spec.Rootfs, errdefs.ErrInvalid)
+	}
+	dir := r.dir(spec.ID)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return sb, fmt.Errorf("sandbox %q: %w", spec.ID, errdefs.ErrConflict)
+		}
+		return sb, err
+	}
+	defer func() {
+		if err != nil {
+			if derr := r.Destroy(context.WithoutCancel(ctx), spec.ID); derr != nil {
+				r.cfg.Logger.Error("cleanup after failed create", "sandbox", spec.ID, "err", derr)
+			}
+		}
+	}()
+	for _, d := range []string{"bundle", "overlay"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
+			return sb, err
+		}
+	}
+	ep, err := r.cfg.Network.Setup(spec.ID)
+	if err != nil {
+		return sb, fmt.Errorf("network: %w", err)
+	}
+	// Written before anything else can fail, so that Destroy finds the
+	// endpoint to tear down.
+	if err := writeJSON(filepath.Join(dir, "state.json"), state{ID: spec.ID, Endpoint: ep}); err != nil {
+		r.cfg.Network.Teardown(ep)
+		return sb, err
+	}
+	if err := writeJSON(filepath.Join(dir, "bundle", "config.json"), ociSpec(spec, r.cfg.AgentPath, ep)); err != nil {
+		return sb, err
+	}
+	console, err := os.OpenFile(filepath.Join(dir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return sb, err
+	}
+	defer console.Close()
+	args := []string{
+		"--overlay2", fmt.Sprintf("root:dir=%s,size=%dm", filepath.Join(dir, "overlay"), diskMB(spec.Resources)),
+		"create", "--bundle", filepath.Join(dir, "bundle"), spec.ID,
+	}
+	if err := r.runsc(ctx, console, args...); err != nil {
+		return sb, fmt.Errorf("runsc create: %w", err)
+	}
+	return runtime.Sandbox{ID: spec.ID, State: runtime.StateCreated, Addr: ep.Addr}, nil
+}
+
+// Start implements runtime.Runtime.
+func (r *Runtime) Start(ctx context.Context, id string) error {
+	st, err := r.status(ctx, id)
+	if err != nil {
+		return err
+	}
+	if st == runtime.StateRunning {
+		return nil
+	}
+	if st != runtime.StateCreated {
+		return fmt.Errorf("sandbox %q is %s: %w", id, st, errdefs.ErrConflict)
+	}
+	if err := r.runsc(ctx, nil, "start", id); err != nil {
+		return fmt.Errorf("runsc start: %w", err)
+	}
+	return nil
+}
+
+// Stop implements runtime.Runtime.
+func (r *Runtime) Stop(ctx context.Context, id string) error {
+	st, err := r.status(ctx, id)
+	if err != nil {
+		return err
+	}
+	if st == runtime.StateStopped {
+		return nil
+	}
+	if err := r.runsc(ctx, nil, "kill", "--all", id, "KILL"); err != nil {
+		// It may have stopped between status and kill.
+		if st2, err2 := r.status(ctx, id); err2 == nil && st2 == runtime.StateStopped {
+			return nil
+		}
+		return fmt.Errorf("runsc kill: %w", err)
+	}
+	return nil
+}
+
+// Destroy implements runtime.Runtime.
+func (r *Runtime) Destroy(ctx context.Context, id string) error {
+	if !validID(id) {
+		return nil
+	}
+	var errs []error
+	dir := r.dir(id)
+	var st state
+	stateErr := readJSON(filepath.Join(dir, "state.json"), &st)
+	if err := r.runsc(ctx, nil, "delete", "--force", id); err != nil && r.known(ctx, id) {
+		errs = append(errs, fmt.Errorf("runsc delete: %w", err))
+	}
+	errs = append(errs, removeCgroups(id))
+	if stateErr == nil {
+		errs = append(errs, r.cfg.Network.Teardown(st.Endpoint))
+	} else {
+		// No record of the address: remove the namespace and veth by name.
+		errs = append(errs, r.cfg.Network.Teardown(network.EndpointFor(id)))
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// List implements runtime.Runtime. Sandboxes whose directory exists but that
+// runsc no longer knows (after a reboot, or a create cut short) are reported
+// as stopped so that the caller destroys them.
+func (r *Runtime) List(ctx context.Context) ([]runtime.Sandbox, error) {
+	ents, err := os.ReadDir(r.cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	states, err := r.runscList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []runtime.Sandbox
+	seen := map[string]bool{}
+	for _, e := range ents {
+		if !e.IsDir() || !validID(e.Name()) {
+			continue
+		}
+		var st state
+		sb := runtime.Sandbox{ID: e.Name(), State: runtime.StateStopped}
+		if err := readJSON(filepath.Join(r.dir(e.Name()), "state.json"), &st); err == nil {
+			sb.Addr = st.Endpoint.Addr
+			if st.Endpoint.Addr.IsValid() {
+				r.cfg.Network.Reserve(st.Endpoint.Addr)
+			}
+		}
+		if s, ok := states[e.Name()]; ok {
+			sb.State = s
+		}
+		seen[e.Name()] = true
+		out = append(out, sb)
+	}
+	// Namespaces of sandboxes whose directory is gone are leftovers of a
+	// destroy cut short; report them too so that they get removed.
+	ns, _ := network.Leftovers()
+	for _, id := range ns {
+		if !seen[id] && validID(id) {
+			out = append(out, runtime.Sandbox{ID: id, State: runtime.StateStopped})
+		}
+	}
+	return out, nil
+}
+
+// status reads one sandbox's state from runsc.
+func (r *Runtime) status(ctx context.Context, id string) (runtime.State, error) {
+	if _, err := os.Stat(r.dir(id)); err != nil {
+		return "", fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	var out bytes.Buffer
+	cmd := r.command(ctx, &out, "state", id)
+	if err := r.cfg.Reaper.Run(cmd); err != nil {
+		return runtime.StateStopped, nil
+	}
+	var s struct {
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &s); err != nil {
+		return "", fmt.Errorf("runsc state: %w", err)
+	}
+	return mapStatus(s.Status), nil
+}
+
+func (r *Runtime) known(ctx context.Context, id string) bool {
+	states, err := r.runscList(ctx)
+	if err != nil {
+		return true
+	}
+	_, ok := states[id]
+	return ok
+}
+
+func (r *Runtime) runscList(ctx context.Context) (map[string]runtime.State, error) {
+	var out bytes.Buffer
+	if err := r.cfg.Reaper.Run(r.command(ctx, &out, "list", "--format", "json")); err != nil {
+		return nil, fmt.Errorf("runsc list: %w", err)
+	}
+	var list []struct {
+		ID     string `json:"id"`
+		Status string `json:"status"`
+	}
+	if s := bytes.TrimSpace(out.Bytes()); len(s) > 0 && !bytes.Equal(s, []byte("null")) {
+		if err := json.Unmarshal(s, &list); err != nil {
+			return nil, fmt.Errorf("runsc list: %w", err)
+		}
+	}
+	m := make(map[string]runtime.State, len(list))
+	for _, c := range list {
+		m[c.ID] = mapStatus(c.Status)
+	}
+	return m, nil
+}
+
+func mapStatus(s string) runtime.State {
+	switch s {
+	case "created", "creating":
+		return runtime.StateCreated
+	case "running", "paused":
+		return runtime.StateRunning
+	default:
+		return runtime.StateStopped
+	}
+}
+
+func (r *Runtime) command(ctx context.Context, stdout *bytes.Buffer, args ...string) *exec.Cmd {
+	full := append([]string{"--root", r.cfg.RunscRoot, "--platform", r.cfg.Platform}, args...)
+	cmd := exec.CommandContext(ctx, r.cfg.Runsc, full...)
+	if stdout != nil {
+		cmd.Stdout = stdout
+	}
+	return cmd
+}
+
+// runsc runs one runsc command; stdio, when given, becomes the stdout and
+// stderr of the command (and so of a container it creates).
+func (r *Runtime) runsc(ctx context.Context, stdio *os.File, args ...string) error {
+	cmd := r.command(ctx, nil, args...)
+	var stderr bytes.Buffer
+	if stdio != nil {
+		cmd.Stdout, cmd.Stderr = stdio, stdio
+	} else {
+		cmd.Stderr = &stderr
+	}
+	start := time.Now()
+	err := r.cfg.Reaper.Run(cmd)
+	r.cfg.Logger.Debug("runsc", "args", strings.Join(args, " "), "took", time.Since(start), "err", err)
+	if err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if msg == "" && stdio != nil {
+			msg = tail(stdio.Name(), 2048)
+		}
+		return fmt.Errorf("%w: %s: %w", err, msg, errdefs.ErrUnavailable)
+	}
+	return nil
+}
+
+// removeCgroups removes the sandbox's cgroup directories in every hierarchy
+// (cgroup v1 has one per controller; v2 a single one). runsc removes them on
+// delete; this covers a create that failed half-way.
+func removeCgroups(id string) error {
+	var errs []error
+	for _, pattern := range []string{"/sys/fs/cgroup/*" + cgroupPath(id), "/sys/fs/cgroup" + cgroupPath(id)} {
+		matches, _ := filepath.Glob(pattern)
+		for _, m := range matches {
+			if err := os.Remove(m); err != nil && !os.IsNotExist(err) {
+				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", m, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func validID(id string) bool {
+	if id == "" || len(id) > 63 {
+		return false
+	}
+	for i, c := range id {
+		switch {
+		case c >= 'a' && c <= 'z':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func diskMB(r runtime.Resources) int64 {
+	if r.DiskMB > 0 {
+		return r.DiskMB
+	}
+	return 10 * 1024
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func readJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+func tail(path string, n int64) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	if int64(len(b)) > n {
+		b = b[int64(len(b))-n:]
+	}
+	return strings.TrimSpace(string(b))
+}

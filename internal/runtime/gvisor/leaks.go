@@ -1,0 +1,81 @@
+package gvisor
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/lizard-build/lizard/internal/network"
+)
+
+// Leaks lists what the host still holds for sandbox id, or for every lizard
+// sandbox when id is "": mounts, network namespaces, veths, cgroups, runsc
+// processes and state directories. Tests use it to prove that destroy and
+// failed creates clean up.
+func (r *Runtime) Leaks(id string) []string {
+	var out []string
+	match := func(s string) bool { return id == "" || strings.Contains(s, id) }
+
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) > 4 && (strings.HasPrefix(f[4], "/run/netns/lizard-") || strings.HasPrefix(f[4], r.cfg.StateDir+"/")) && match(f[4]) {
+				out = append(out, "mount "+f[4])
+			}
+		}
+	}
+	if ents, err := os.ReadDir("/run/netns"); err == nil {
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), "lizard-") && match(e.Name()) {
+				out = append(out, "netns "+e.Name())
+			}
+		}
+	}
+	veth := ""
+	if id != "" {
+		veth = network.EndpointFor(id).HostVeth
+	}
+	if ents, err := os.ReadDir("/sys/class/net"); err == nil {
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), "lzv") && (veth == "" || e.Name() == veth) {
+				out = append(out, "veth "+e.Name())
+			}
+		}
+	}
+	for _, pattern := range []string{"/sys/fs/cgroup/*/lizard/*", "/sys/fs/cgroup/lizard/*"} {
+		ms, _ := filepath.Glob(pattern)
+		for _, m := range ms {
+			if fi, err := os.Stat(m); err == nil && fi.IsDir() && match(filepath.Base(m)) {
+				out = append(out, "cgroup "+m)
+			}
+		}
+	}
+	if ents, err := os.ReadDir("/proc"); err == nil {
+		for _, e := range ents {
+			b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+			if err != nil || len(b) == 0 {
+				continue
+			}
+			cmd := strings.ReplaceAll(string(b), "\x00", " ")
+			if strings.Contains(cmd, "runsc") && strings.Contains(cmd, r.cfg.RunscRoot) && match(cmd) &&
+				(strings.Contains(cmd, "boot") || strings.Contains(cmd, "gofer")) {
+				out = append(out, "process "+e.Name()+" "+trunc(cmd, 120))
+			}
+		}
+	}
+	if ents, err := os.ReadDir(r.cfg.StateDir); err == nil {
+		for _, e := range ents {
+			if match(e.Name()) {
+				out = append(out, "dir "+filepath.Join(r.cfg.StateDir, e.Name()))
+			}
+		}
+	}
+	return out
+}
+
+func trunc(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}

@@ -1,0 +1,68 @@
+package gvisor
+
+import (
+	"github.com/lizard-build/lizard/internal/agent"
+	"github.com/lizard-build/lizard/internal/network"
+	"github.com/lizard-build/lizard/internal/runtime"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// agentPath is where lizard-agent appears inside every sandbox.
+const agentPath = "/.lizard/agent"
+
+// defaultCaps is Docker's default capability set plus SYS_PTRACE: root in a
+// sandbox can do what root in a container usually can; gVisor stands between
+// it and the host kernel.
+var defaultCaps = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
+	"CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP",
+	"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
+	"CAP_SYS_PTRACE",
+}
+
+// ociSpec is the bundle's config.json for a sandbox.
+func ociSpec(s runtime.Spec, agentHostPath string, ep network.Endpoint) *specs.Spec {
+	mem := s.Resources.MemoryMB << 20
+	period := uint64(100000)
+	quota := int64(s.Resources.CPUs * float64(period))
+	pids := s.Resources.Pids
+	return &specs.Spec{
+		Version: specs.Version,
+		Process: &specs.Process{
+			Args: []string{agentPath},
+			Env: []string{
+				"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+				"HOME=/root",
+				agent.EnvToken + "=" + s.AgentToken,
+			},
+			Cwd:  "/",
+			User: specs.User{UID: 0, GID: 0},
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding: defaultCaps, Effective: defaultCaps, Permitted: defaultCaps,
+			},
+			Rlimits: []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20}},
+		},
+		Root:     &specs.Root{Path: s.Rootfs},
+		Hostname: s.ID,
+		Mounts: []specs.Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc"},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+			{Destination: agentPath, Type: "bind", Source: agentHostPath, Options: []string{"bind", "ro"}},
+		},
+		Linux: &specs.Linux{
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
+				{Type: specs.MountNamespace}, {Type: specs.NetworkNamespace, Path: ep.Netns},
+			},
+			CgroupsPath: cgroupPath(s.ID),
+			Resources: &specs.LinuxResources{
+				Memory: &specs.LinuxMemory{Limit: &mem},
+				CPU:    &specs.LinuxCPU{Quota: &quota, Period: &period},
+				Pids:   &specs.LinuxPids{Limit: pids},
+			},
+		},
+	}
+}

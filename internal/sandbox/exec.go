@@ -1,0 +1,66 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/lizard-build/lizard/internal/agent"
+	"github.com/lizard-build/lizard/internal/errdefs"
+)
+
+// Exec limits.
+const (
+	DefaultExecTimeoutMs = 60_000
+	MaxExecTimeoutMs     = 600_000
+)
+
+// ExecRequest is one command as the API receives it.
+type ExecRequest struct {
+	Cmd       []string
+	Shell     bool
+	Envs      map[string]string
+	User      string
+	Workdir   string
+	TimeoutMs int64 // 0: DefaultExecTimeoutMs
+}
+
+// Exec runs a command in the sandbox, handing each agent event to onEvent as
+// it arrives. Create-time envs apply first; the request's win.
+func (s *Service) Exec(ctx context.Context, projectID, id string, req ExecRequest, onEvent func(agent.Event) error) error {
+	if len(req.Cmd) == 0 || (req.Shell && req.Cmd[0] == "") {
+		return fmt.Errorf("cmd: must be a non-empty string or argv array: %w", errdefs.ErrInvalid)
+	}
+	if req.TimeoutMs == 0 {
+		req.TimeoutMs = DefaultExecTimeoutMs
+	}
+	if req.TimeoutMs < 0 || req.TimeoutMs > MaxExecTimeoutMs {
+		return fmt.Errorf("timeoutMs %d: must be 1 to %d (600 s): %w", req.TimeoutMs, MaxExecTimeoutMs, errdefs.ErrInvalid)
+	}
+	if err := validateEnvs(req.Envs); err != nil {
+		return err
+	}
+	ag, rec, err := s.Agent(projectID, id)
+	if err != nil {
+		return err
+	}
+	env := req.Envs
+	if len(rec.Envs) > 0 {
+		env = mergeEnv(nil, rec.Envs)
+		for k, v := range req.Envs {
+			env[k] = v
+		}
+	}
+	return ag.Exec(ctx, agent.ExecRequest{
+		Cmd: req.Cmd, Shell: req.Shell, Env: env, User: req.User, Workdir: req.Workdir, TimeoutMs: req.TimeoutMs,
+	}, onEvent)
+}
+
+func sortRecords(rs []Record) {
+	sort.Slice(rs, func(i, j int) bool {
+		if !rs[i].StartedAt.Equal(rs[j].StartedAt) {
+			return rs[i].StartedAt.Before(rs[j].StartedAt)
+		}
+		return rs[i].ID < rs[j].ID
+	})
+}

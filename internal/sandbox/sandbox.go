@@ -1,0 +1,451 @@
+// Package sandbox is the service behind the sandbox API: it creates sandboxes
+// from templates on a runtime.Runtime, keeps their records in the store,
+// enforces their deadlines, runs commands and file operations through each
+// sandbox's agent, and after a restart reattaches to the sandboxes that
+// survived or cleans up those that did not. The API package is its only
+// caller; it knows nothing of HTTP.
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/agent"
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/runtime"
+	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/template"
+)
+
+// Templates is what the service needs of the template registry.
+type Templates interface {
+	Get(name string) (template.Template, error)
+}
+
+// Config wires the service.
+type Config struct {
+	Runtime   runtime.Runtime
+	Store     *store.Store
+	Templates Templates
+	Logger    *slog.Logger
+	// AgentReadyTimeout bounds the wait for a new sandbox's agent.
+	AgentReadyTimeout time.Duration
+}
+
+// Status values of a sandbox as the API shows them.
+const (
+	StatusRunning = "running"
+)
+
+// MaxTimeoutMs is the largest sandbox lifetime the API accepts.
+const MaxTimeoutMs = 2147483647
+
+// Service manages sandboxes. It is safe for concurrent use.
+type Service struct {
+	cfg    Config
+	log    *slog.Logger
+	client *http.Client
+
+	mu        sync.Mutex
+	sandboxes map[string]*entry
+	closed    bool
+}
+
+// entry is one live sandbox. mu serializes its lifecycle operations; the
+// fields below it are guarded by Service.mu.
+type entry struct {
+	mu    sync.Mutex
+	rec   Record
+	agent *agent.Client
+	timer *time.Timer
+	gone  bool
+}
+
+// Record is a sandbox as the service keeps it (and persists it as the
+// store's spec column).
+type Record struct {
+	ID         string            `json:"id"`
+	ProjectID  string            `json:"projectId"`
+	Template   string            `json:"template"`
+	Size       string            `json:"size"`
+	CPUs       float64           `json:"cpus"`
+	MemoryMB   int64             `json:"memoryMb"`
+	Region     string            `json:"region,omitempty"`
+	Metadata   map[string]string `json:"metadata,omitempty"`
+	Envs       map[string]string `json:"envs,omitempty"`
+	AgentToken string            `json:"agentToken"`
+	AgentAddr  string            `json:"agentAddr"`
+	StartedAt  time.Time         `json:"startedAt"`
+	EndAt      *time.Time        `json:"endAt,omitempty"`
+	TimeoutMs  int64             `json:"timeoutMs"`
+	Status     string            `json:"status"`
+}
+
+// New builds the service. Call Recover before serving.
+func New(cfg Config) *Service {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.AgentReadyTimeout == 0 {
+		cfg.AgentReadyTimeout = 15 * time.Second
+	}
+	tr := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+	return &Service{cfg: cfg, log: cfg.Logger, client: &http.Client{Transport: tr}, sandboxes: map[string]*entry{}}
+}
+
+// CreateRequest is a validated create.
+type CreateRequest struct {
+	ProjectID string
+	Template  string
+	Size      string
+	TimeoutMs int64 // 0: no deadline
+	Region    string
+	Metadata  map[string]string
+	Envs      map[string]string
+}
+
+// Create starts a sandbox and returns once its agent answers.
+func (s *Service) Create(ctx context.Context, req CreateRequest) (Record, error) {
+	if req.Template == "" {
+		req.Template = "base"
+	}
+	tpl, err := s.cfg.Templates.Get(req.Template)
+	if err != nil {
+		return Record{}, err
+	}
+	size, err := LookupSize(req.Size)
+	if err != nil {
+		return Record{}, err
+	}
+	if req.TimeoutMs < 0 || req.TimeoutMs > MaxTimeoutMs {
+		return Record{}, fmt.Errorf("timeoutMs %d: must be 0 (no deadline) to %d: %w", req.TimeoutMs, MaxTimeoutMs, errdefs.ErrInvalid)
+	}
+	if err := validateEnvs(req.Envs); err != nil {
+		return Record{}, err
+	}
+	now := time.Now().UTC()
+	rec := Record{
+		ID:         store.NewID("", 20),
+		ProjectID:  req.ProjectID,
+		Template:   req.Template,
+		Size:       size.Name,
+		CPUs:       size.CPUs,
+		MemoryMB:   size.MemoryMB,
+		Region:     req.Region,
+		Metadata:   req.Metadata,
+		Envs:       mergeEnv(tpl.Env, req.Envs),
+		AgentToken: randomToken(),
+		StartedAt:  now,
+		TimeoutMs:  req.TimeoutMs,
+		Status:     StatusRunning,
+	}
+	rec.EndAt = deadline(now, req.TimeoutMs)
+
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return Record{}, fmt.Errorf("server is shutting down: %w", errdefs.ErrUnavailable)
+	}
+	// The record goes to the store first, so a crash mid-create leaves a
+	// trace that Recover cleans up.
+	rec.Status = "creating"
+	if err := s.persist(ctx, rec); err != nil {
+		return Record{}, err
+	}
+	rec.Status = StatusRunning
+	ag, err := s.boot(ctx, &rec, tpl, size)
+	if err != nil {
+		s.destroy(context.WithoutCancel(ctx), rec.ID)
+		return Record{}, err
+	}
+	if err := s.persist(ctx, rec); err != nil {
+		s.destroy(context.WithoutCancel(ctx), rec.ID)
+		return Record{}, err
+	}
+	e := &entry{rec: rec, agent: ag}
+	s.mu.Lock()
+	s.sandboxes[rec.ID] = e
+	s.armLocked(e)
+	s.mu.Unlock()
+	s.log.Info("sandbox created", "sandbox", rec.ID, "project", rec.ProjectID, "template", rec.Template, "size", rec.Size)
+	return rec, nil
+}
+
+// boot creates and starts the runtime sandbox and waits for its agent.
+func (s *Service) boot(ctx context.Context, rec *Record, tpl template.Template, size Size) (*agent.Client, error) {
+	rsb, err := s.cfg.Runtime.Create(ctx, runtime.Spec{
+		ID: rec.ID, Rootfs: tpl.Rootfs, AgentToken: rec.AgentToken, Resources: size.resources(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	rec.AgentAddr = net.JoinHostPort(rsb.Addr.String(), strconv.Itoa(agent.Port))
+	if err := s.cfg.Runtime.Start(ctx, rec.ID); err != nil {
+		return nil, fmt.Errorf("start sandbox: %w", err)
+	}
+	ag := agent.NewClient("http://"+rec.AgentAddr, rec.AgentToken, s.client)
+	if err := waitReady(ctx, ag, s.cfg.AgentReadyTimeout); err != nil {
+		return nil, fmt.Errorf("sandbox agent did not come up: %w", err)
+	}
+	return ag, nil
+}
+
+// waitReady polls the agent's health until it answers or the time is up.
+func waitReady(ctx context.Context, ag *agent.Client, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	delay := 2 * time.Millisecond
+	for {
+		hctx, hcancel := context.WithTimeout(ctx, time.Second)
+		_, err := ag.Health(hctx)
+		hcancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if !errors.Is(err, errdefs.ErrUnavailable) {
+				err = fmt.Errorf("%v: %w", err, errdefs.ErrUnavailable)
+			}
+			return err
+		case <-time.After(delay):
+		}
+		if delay < 50*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+// Get returns the sandbox if it belongs to the project.
+func (s *Service) Get(projectID, id string) (Record, error) {
+	e, err := s.lookup(projectID, id)
+	if err != nil {
+		return Record{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return e.rec, nil
+}
+
+// List returns the project's sandboxes, oldest first.
+func (s *Service) List(projectID string) []Record {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := []Record{}
+	for _, e := range s.sandboxes {
+		if e.rec.ProjectID == projectID {
+			out = append(out, e.rec)
+		}
+	}
+	sortRecords(out)
+	return out
+}
+
+// Kill destroys the sandbox and frees everything it held.
+func (s *Service) Kill(ctx context.Context, projectID, id string) error {
+	e, err := s.lookup(projectID, id)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !s.take(e) {
+		return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	s.log.Info("sandbox killed", "sandbox", id)
+	return s.destroy(ctx, id)
+}
+
+// SetTimeout moves the sandbox's deadline to timeoutMs from now.
+func (s *Service) SetTimeout(ctx context.Context, projectID, id string, timeoutMs int64) error {
+	if timeoutMs < 1000 || timeoutMs > MaxTimeoutMs {
+		return fmt.Errorf("timeoutMs %d: must be 1000 to %d: %w", timeoutMs, MaxTimeoutMs, errdefs.ErrInvalid)
+	}
+	e, err := s.lookup(projectID, id)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s.mu.Lock()
+	if e.gone {
+		s.mu.Unlock()
+		return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	e.rec.TimeoutMs = timeoutMs
+	e.rec.EndAt = deadline(time.Now().UTC(), timeoutMs)
+	rec := e.rec
+	s.armLocked(e)
+	s.mu.Unlock()
+	return s.persist(ctx, rec)
+}
+
+// Agent returns the agent client of a running sandbox, for commands and
+// files.
+func (s *Service) Agent(projectID, id string) (*agent.Client, Record, error) {
+	e, err := s.lookup(projectID, id)
+	if err != nil {
+		return nil, Record{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return e.agent, e.rec, nil
+}
+
+func (s *Service) lookup(projectID, id string) (*entry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.sandboxes[id]
+	if !ok || e.gone || e.rec.ProjectID != projectID {
+		return nil, errdefs.WithCode("sandbox_not_found", fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound))
+	}
+	return e, nil
+}
+
+// take removes e from the live set; false if someone else did first.
+func (s *Service) take(e *entry) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e.gone {
+		return false
+	}
+	e.gone = true
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+	delete(s.sandboxes, e.rec.ID)
+	return true
+}
+
+// destroy frees the runtime sandbox and forgets the record. The record goes
+// only once the runtime let go, so a failure is retried by Recover.
+func (s *Service) destroy(ctx context.Context, id string) error {
+	if err := s.cfg.Runtime.Destroy(ctx, id); err != nil {
+		s.log.Error("destroy sandbox", "sandbox", id, "err", err)
+		return fmt.Errorf("destroy sandbox %q: %w", id, err)
+	}
+	return s.cfg.Store.DeleteSandbox(ctx, id)
+}
+
+// armLocked (re)starts e's deadline timer. Caller holds s.mu.
+func (s *Service) armLocked(e *entry) {
+	if e.timer != nil {
+		e.timer.Stop()
+		e.timer = nil
+	}
+	if e.rec.EndAt == nil {
+		return
+	}
+	id := e.rec.ID
+	e.timer = time.AfterFunc(time.Until(*e.rec.EndAt), func() { s.expire(id, e) })
+}
+
+// expire kills a sandbox whose deadline passed.
+func (s *Service) expire(id string, e *entry) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s.mu.Lock()
+	due := !e.gone && e.rec.EndAt != nil && !time.Now().Before(*e.rec.EndAt)
+	s.mu.Unlock()
+	if !due || !s.take(e) {
+		return
+	}
+	s.log.Info("sandbox timed out", "sandbox", id)
+	s.destroy(context.Background(), id)
+}
+
+func (s *Service) persist(ctx context.Context, rec Record) error {
+	spec, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return s.cfg.Store.PutSandbox(ctx, store.Sandbox{
+		ID: rec.ID, ProjectID: rec.ProjectID, Template: rec.Template, Size: rec.Size,
+		Status: rec.Status, Spec: spec, StartedAt: rec.StartedAt, EndAt: rec.EndAt,
+	})
+}
+
+// Close stops deadline timers; sandboxes keep running for the next server.
+func (s *Service) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for _, e := range s.sandboxes {
+		if e.timer != nil {
+			e.timer.Stop()
+		}
+	}
+}
+
+func deadline(from time.Time, timeoutMs int64) *time.Time {
+	if timeoutMs == 0 {
+		return nil
+	}
+	t := from.Add(time.Duration(timeoutMs) * time.Millisecond)
+	return &t
+}
+
+func randomToken() string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+func validateEnvs(envs map[string]string) error {
+	for k, v := range envs {
+		if k == "" || containsAny(k, "=\x00") || containsAny(v, "\x00") {
+			return fmt.Errorf("envs: %q is not a valid variable name (no '=', no NUL, not empty): %w", k, errdefs.ErrInvalid)
+		}
+	}
+	return nil
+}
+
+func containsAny(s, chars string) bool {
+	for i := range len(s) {
+		for j := range len(chars) {
+			if s[i] == chars[j] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// mergeEnv lays the create-time envs over the template's default env.
+func mergeEnv(tplEnv []string, envs map[string]string) map[string]string {
+	if len(tplEnv) == 0 && len(envs) == 0 {
+		return nil
+	}
+	out := map[string]string{}
+	for _, kv := range tplEnv {
+		for i := range len(kv) {
+			if kv[i] == '=' {
+				out[kv[:i]] = kv[i+1:]
+				break
+			}
+		}
+	}
+	for k, v := range envs {
+		out[k] = v
+	}
+	return out
+}
+

@@ -1,0 +1,284 @@
+// Package store keeps lizard's durable state — projects, API keys and
+// sandbox records — in one SQLite database under the data directory. It knows
+// nothing of runtimes or HTTP; the sandbox service and the CLI use it.
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+
+	"modernc.org/sqlite" // also registers the "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// Store is the SQLite-backed state. It is safe for concurrent use.
+type Store struct {
+	db *sql.DB
+}
+
+const schema = `
+CREATE TABLE IF NOT EXISTS projects (
+	id         TEXT PRIMARY KEY,
+	slug       TEXT NOT NULL UNIQUE,
+	name       TEXT NOT NULL,
+	created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS api_keys (
+	id         TEXT PRIMARY KEY,
+	project_id TEXT NOT NULL REFERENCES projects(id),
+	hash       TEXT NOT NULL UNIQUE,
+	prefix     TEXT NOT NULL,
+	created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS sandboxes (
+	id          TEXT PRIMARY KEY,
+	project_id  TEXT NOT NULL REFERENCES projects(id),
+	template    TEXT NOT NULL,
+	size        TEXT NOT NULL,
+	status      TEXT NOT NULL,
+	spec        TEXT NOT NULL,
+	started_at  TEXT NOT NULL,
+	end_at      TEXT,
+	pause_error TEXT
+);
+CREATE INDEX IF NOT EXISTS sandboxes_project ON sandboxes(project_id);
+`
+
+// Open opens (creating if needed) the database at path.
+func Open(path string) (*Store, error) {
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)")
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	// One writer at a time is SQLite's rule; a single connection also keeps
+	// the pragmas above in force for every statement.
+	db.SetMaxOpenConns(1)
+	if _, err := db.Exec(schema); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("migrate %s: %w", path, err)
+	}
+	return &Store{db: db}, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Project is a tenant: sandboxes and keys belong to one.
+type Project struct {
+	ID   string `json:"id"`
+	Slug string `json:"slug"`
+	Name string `json:"name"`
+}
+
+// NewID returns prefix followed by n random lowercase alphanumerics, the
+// first of which is a letter (sandbox ids double as hostnames).
+func NewID(prefix string, n int) string {
+	const letters = "abcdefghijklmnopqrstuvwxyz"
+	const alnum = letters + "0123456789"
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	out := make([]byte, n)
+	for i := range b {
+		set := alnum
+		if i == 0 {
+			set = letters
+		}
+		out[i] = set[int(b[i])%len(set)]
+	}
+	return prefix + string(out)
+}
+
+// Slugify turns a project name into a slug: lowercase letters, digits and dashes.
+func Slugify(name string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(name) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			b.WriteRune(r)
+			dash = false
+		case !dash && b.Len() > 0:
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	return strings.TrimRight(b.String(), "-")
+}
+
+// CreateProject adds a project. An existing slug is ErrConflict.
+func (s *Store) CreateProject(ctx context.Context, name, slug string) (Project, error) {
+	if slug == "" {
+		slug = Slugify(name)
+	}
+	if slug == "" || name == "" {
+		return Project{}, fmt.Errorf("project name %q: needs at least one letter or digit: %w", name, errdefs.ErrInvalid)
+	}
+	p := Project{ID: NewID("prj_", 16), Slug: slug, Name: name}
+	_, err := s.db.ExecContext(ctx, `INSERT INTO projects(id, slug, name, created_at) VALUES(?,?,?,?)`,
+		p.ID, p.Slug, p.Name, now())
+	if err != nil {
+		if isUnique(err) {
+			return Project{}, fmt.Errorf("project %q: %w", slug, errdefs.ErrConflict)
+		}
+		return Project{}, err
+	}
+	return p, nil
+}
+
+// Projects lists all projects.
+func (s *Store) Projects(ctx context.Context) ([]Project, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, slug, name FROM projects ORDER BY created_at`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []Project{}
+	for rows.Next() {
+		var p Project
+		if err := rows.Scan(&p.ID, &p.Slug, &p.Name); err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// ProjectByRef finds a project by id or slug.
+func (s *Store) ProjectByRef(ctx context.Context, ref string) (Project, error) {
+	var p Project
+	err := s.db.QueryRowContext(ctx, `SELECT id, slug, name FROM projects WHERE id = ? OR slug = ?`, ref, ref).
+		Scan(&p.ID, &p.Slug, &p.Name)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Project{}, fmt.Errorf("project %q: %w", ref, errdefs.ErrNotFound)
+	}
+	return p, err
+}
+
+// CreateKey makes an API key for a project and returns its secret, which is
+// stored only as a hash. A non-empty secret is used as given.
+func (s *Store) CreateKey(ctx context.Context, projectID, secret string) (string, error) {
+	if secret == "" {
+		secret = NewID("lz_", 40)
+	}
+	if len(secret) < 16 {
+		return "", fmt.Errorf("API key: must be at least 16 characters: %w", errdefs.ErrInvalid)
+	}
+	_, err := s.db.ExecContext(ctx, `INSERT INTO api_keys(id, project_id, hash, prefix, created_at) VALUES(?,?,?,?,?)`,
+		NewID("key_", 16), projectID, hashKey(secret), secret[:6], now())
+	if err != nil {
+		if isUnique(err) {
+			return "", fmt.Errorf("API key: %w", errdefs.ErrConflict)
+		}
+		return "", err
+	}
+	return secret, nil
+}
+
+// ProjectForKey returns the project an API key belongs to, or
+// ErrUnauthenticated.
+func (s *Store) ProjectForKey(ctx context.Context, secret string) (Project, error) {
+	var p Project
+	err := s.db.QueryRowContext(ctx, `SELECT p.id, p.slug, p.name FROM api_keys k JOIN projects p ON p.id = k.project_id WHERE k.hash = ?`,
+		hashKey(secret)).Scan(&p.ID, &p.Slug, &p.Name)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Project{}, fmt.Errorf("API key: %w", errdefs.ErrUnauthenticated)
+	}
+	return p, err
+}
+
+// isUnique reports whether err is SQLite refusing a duplicate key.
+func isUnique(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && (se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
+}
+
+func hashKey(secret string) string {
+	h := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(h[:])
+}
+
+// Sandbox is the durable record of one sandbox. Spec holds what the sandbox
+// service needs to reattach after a restart; the store does not look inside.
+type Sandbox struct {
+	ID         string
+	ProjectID  string
+	Template   string
+	Size       string
+	Status     string
+	Spec       json.RawMessage
+	StartedAt  time.Time
+	EndAt      *time.Time // nil: no deadline
+	PauseError string
+}
+
+// PutSandbox inserts or replaces a sandbox record.
+func (s *Store) PutSandbox(ctx context.Context, sb Sandbox) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO sandboxes(id, project_id, template, size, status, spec, started_at, end_at, pause_error)
+		VALUES(?,?,?,?,?,?,?,?,?)
+		ON CONFLICT(id) DO UPDATE SET status=excluded.status, spec=excluded.spec, end_at=excluded.end_at, pause_error=excluded.pause_error`,
+		sb.ID, sb.ProjectID, sb.Template, sb.Size, sb.Status, string(sb.Spec), fmtTime(sb.StartedAt), fmtTimePtr(sb.EndAt), nullString(sb.PauseError))
+	return err
+}
+
+// DeleteSandbox removes a record; a missing one is not an error.
+func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id)
+	return err
+}
+
+// Sandboxes lists every sandbox record.
+func (s *Store) Sandboxes(ctx context.Context) ([]Sandbox, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, project_id, template, size, status, spec, started_at, end_at, pause_error FROM sandboxes`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Sandbox
+	for rows.Next() {
+		var sb Sandbox
+		var spec, started string
+		var end, perr sql.NullString
+		if err := rows.Scan(&sb.ID, &sb.ProjectID, &sb.Template, &sb.Size, &sb.Status, &spec, &started, &end, &perr); err != nil {
+			return nil, err
+		}
+		sb.Spec = json.RawMessage(spec)
+		sb.StartedAt, _ = time.Parse(time.RFC3339Nano, started)
+		if end.Valid {
+			t, _ := time.Parse(time.RFC3339Nano, end.String)
+			sb.EndAt = &t
+		}
+		sb.PauseError = perr.String
+		out = append(out, sb)
+	}
+	return out, rows.Err()
+}
+
+func now() string { return fmtTime(time.Now()) }
+
+func fmtTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+func fmtTimePtr(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return fmtTime(*t)
+}
+
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}

@@ -1,0 +1,212 @@
+//go:build linux
+
+package template
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestBuildBaseReal runs the real debootstrap build of "base" (about 75 s,
+// needs root, debootstrap and the Debian mirror). It is opt-in:
+//
+//	LIZARD_TEST_TEMPLATE_BUILD=1 go test -run TestBuildBaseReal -v ./internal/template/
+//
+// LIZARD_TEST_TEMPLATE_DIR keeps the registry in that directory instead of a
+// temporary one (to look at the result afterwards).
+func TestBuildBaseReal(t *testing.T) {
+	if os.Getenv("LIZARD_TEST_TEMPLATE_BUILD") != "1" {
+		t.Skip("real debootstrap build of the base template (~75 s, root, network); set LIZARD_TEST_TEMPLATE_BUILD=1 to run it")
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("LIZARD_TEST_TEMPLATE_BUILD=1 but not root: debootstrap needs root")
+	}
+	dir := os.Getenv("LIZARD_TEST_TEMPLATE_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	r := NewRegistry(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+
+	start := time.Now()
+	tpl, err := r.Build(ctx, "base", testWriter{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("built %+v in %v", tpl, time.Since(start).Round(time.Second))
+
+	if tpl.Name != "base" || !strings.HasPrefix(tpl.Version, "bookworm-") || tpl.SizeBytes < 50<<20 || tpl.BuiltAt.IsZero() {
+		t.Errorf("template = %+v", tpl)
+	}
+	if tpl.Rootfs != filepath.Join(r.Dir(), "base", "rootfs") {
+		t.Errorf("Rootfs = %q", tpl.Rootfs)
+	}
+	checkBaseRootfs(t, tpl.Rootfs)
+	checkClean(t, r)
+
+	got, err := r.Get("base")
+	if err != nil || got.Version != tpl.Version {
+		t.Errorf("Get = %+v, %v", got, err)
+	}
+	list, err := r.List()
+	if err != nil || len(list) != 1 || list[0].Name != "base" {
+		t.Errorf("List = %+v, %v", list, err)
+	}
+
+	// EnsureBuilt does not rebuild.
+	start = time.Now()
+	got, err = r.EnsureBuilt(ctx, "base", testWriter{t})
+	if err != nil || got.Version != tpl.Version || time.Since(start) > 2*time.Second {
+		t.Errorf("EnsureBuilt = %+v, %v after %v", got, err, time.Since(start))
+	}
+
+	// A rebuild cancelled while debootstrap configures packages (proc and
+	// /dev are mounted in the target then) leaves the old build in place
+	// and nothing else behind.
+	cctx, ccancel := context.WithCancel(ctx)
+	defer ccancel()
+	w := &cancelAt{t: t, marker: "step 4/5", cancel: ccancel}
+	_, err = r.Build(cctx, "base", w)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled build = %v, want context.Canceled", err)
+	}
+	if !w.seen() {
+		t.Error("cancel marker never seen")
+	}
+	got, err = r.Get("base")
+	if err != nil || got.Version != tpl.Version {
+		t.Errorf("after cancelled rebuild: Get = %+v, %v; want version %s", got, err, tpl.Version)
+	}
+	checkClean(t, r)
+	checkBaseRootfs(t, got.Rootfs)
+}
+
+func checkBaseRootfs(t *testing.T, rootfs string) {
+	t.Helper()
+	st, err := os.Stat(filepath.Join(rootfs, "home", "user"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := st.Sys().(*syscall.Stat_t); s.Uid != 1000 || s.Gid != 1000 || !st.IsDir() {
+		t.Errorf("/home/user: uid %d gid %d dir %v", s.Uid, s.Gid, st.IsDir())
+	}
+	if st, err := os.Lstat(filepath.Join(rootfs, ".lizard")); err != nil || !st.IsDir() {
+		t.Errorf("/.lizard: %v", err)
+	} else if ents, _ := os.ReadDir(filepath.Join(rootfs, ".lizard")); len(ents) != 0 {
+		t.Errorf("/.lizard not empty: %v", ents)
+	}
+	for _, p := range []string{"usr/bin/python3", "usr/bin/curl", "usr/bin/ps", "usr/bin/ip", "bin/bash", "etc/ssl/certs/ca-certificates.crt"} {
+		if _, err := os.Stat(filepath.Join(rootfs, p)); err != nil {
+			t.Errorf("missing %s: %v", p, err)
+		}
+	}
+	passwd, _ := os.ReadFile(filepath.Join(rootfs, "etc", "passwd"))
+	if !strings.Contains(string(passwd), "\nuser:x:1000:1000:user:/home/user:/bin/bash\n") {
+		t.Errorf("no user in /etc/passwd:\n%s", passwd)
+	}
+	group, _ := os.ReadFile(filepath.Join(rootfs, "etc", "group"))
+	if !strings.Contains(string(group), "\nuser:x:1000:") {
+		t.Errorf("no group user in /etc/group:\n%s", group)
+	}
+	hosts, _ := os.ReadFile(filepath.Join(rootfs, "etc", "hosts"))
+	if string(hosts) != hostsFile {
+		t.Errorf("/etc/hosts = %q", hosts)
+	}
+	if _, err := os.Lstat(filepath.Join(rootfs, "etc", "hostname")); !os.IsNotExist(err) {
+		t.Errorf("/etc/hostname of the build host kept: %v", err)
+	}
+	for _, pattern := range []string{"var/cache/apt/archives/*.deb", "var/lib/apt/lists/*"} {
+		if m, _ := filepath.Glob(filepath.Join(rootfs, pattern)); len(m) != 0 {
+			t.Errorf("%s not cleaned: %d entries", pattern, len(m))
+		}
+	}
+}
+
+// checkClean: no build leftovers in the registry and nothing mounted under it.
+func checkClean(t *testing.T, r *Registry) {
+	t.Helper()
+	ents, err := os.ReadDir(r.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".build-") || strings.HasPrefix(e.Name(), ".old-") {
+			t.Errorf("leftover %s", e.Name())
+		}
+	}
+	real, _ := filepath.EvalSymlinks(r.Dir())
+	if mps, err := mountsUnder(real); err != nil || len(mps) != 0 {
+		t.Errorf("mounts under %s: %v %v", real, mps, err)
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// cancelAt logs progress and cancels once a line contains marker.
+type cancelAt struct {
+	t      *testing.T
+	marker string
+	cancel func()
+	mu     sync.Mutex
+	hit    bool
+}
+
+func (c *cancelAt) Write(p []byte) (int, error) {
+	c.t.Log(strings.TrimRight(string(p), "\n"))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.hit && strings.Contains(string(p), c.marker) {
+		c.hit = true
+		c.cancel()
+	}
+	return len(p), nil
+}
+
+func (c *cancelAt) seen() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hit
+}
+
+// TestBuildFailureCleansUp: a build that fails (here: no mirror listening)
+// reports why and leaves nothing behind. It runs debootstrap, so it needs
+// root and debootstrap, but no network.
+func TestBuildFailureCleansUp(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (debootstrap)")
+	}
+	r := NewRegistry(t.TempDir())
+	if _, err := r.debootstrapPath(); err != nil {
+		t.Skip(err)
+	}
+	r.Mirror = "http://127.0.0.1:9/debian" // discard port: connection refused
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out syncBuffer
+	_, err := r.Build(ctx, "base", &out)
+	t.Logf("progress:\n%s", out.String())
+	if err == nil {
+		t.Fatal("build from a dead mirror succeeded")
+	}
+	t.Logf("error: %v", err)
+	if !strings.Contains(err.Error(), "debootstrap") {
+		t.Errorf("error does not say what failed: %v", err)
+	}
+	if _, err := r.Get("base"); err == nil {
+		t.Error("a failed build is visible")
+	}
+	checkClean(t, r)
+}

@@ -1,0 +1,520 @@
+//go:build linux
+
+package template
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+)
+
+// hostPath is the PATH programs run by builds get.
+const hostPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+func (r *Registry) build(ctx context.Context, name string, progress io.Writer, ifMissing bool) (Template, error) {
+	rec := builtins[name]
+	rep := newReporter(progress, name)
+
+	if os.Geteuid() != 0 {
+		return Template{}, fmt.Errorf("build template %q: debootstrap needs root: %w", name, errdefs.ErrPermission)
+	}
+	deb, err := r.debootstrapPath()
+	if err != nil {
+		return Template{}, fmt.Errorf("build template %q: %w", name, err)
+	}
+	if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		return Template{}, fmt.Errorf("build template %q: %w", name, err)
+	}
+	lock, err := r.lock(ctx, name, rep)
+	if err != nil {
+		return Template{}, fmt.Errorf("build template %q: %w", name, err)
+	}
+	defer lock.unlock()
+
+	if ifMissing {
+		// Another process may have built it while we waited for the lock.
+		if t, err := r.Get(name); err == nil {
+			rep.printf("already built: %s", t.Version)
+			return t, nil
+		}
+	}
+	r.removeStale(name, rep)
+
+	tmp, err := os.MkdirTemp(r.dir, ".build-"+name+"-")
+	if err != nil {
+		return Template{}, fmt.Errorf("build template %q: %w", name, err)
+	}
+	installed := false
+	defer func() {
+		if installed {
+			return
+		}
+		if err := r.removeTree(tmp); err != nil {
+			rep.printf("warning: could not remove unfinished build %s: %v", tmp, err)
+		}
+	}()
+	rootfs := filepath.Join(tmp, rootfsDir)
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return Template{}, err
+	}
+	if err := os.Mkdir(rootfs, 0o755); err != nil {
+		return Template{}, err
+	}
+
+	mirror := r.Mirror
+	if mirror == "" {
+		mirror = DefaultMirror
+	}
+	rep.printf("building %s (%s, debootstrap --variant=%s) from %s", name, rec.Suite, rec.Variant, mirror)
+	if err := runDebootstrap(ctx, deb, rec, rootfs, mirror, lock.f, rep); err != nil {
+		return Template{}, fmt.Errorf("build template %q: %w", name, err)
+	}
+
+	rep.setStep(stepFinish)
+	for _, s := range rec.Post {
+		if err := ctx.Err(); err != nil {
+			return Template{}, fmt.Errorf("build template %q: %w", name, err)
+		}
+		if err := s.Run(ctx, rootfs); err != nil {
+			return Template{}, fmt.Errorf("build template %q: %s: %w", name, s.Desc, err)
+		}
+	}
+	if err := os.Chmod(rootfs, 0o755); err != nil {
+		return Template{}, err
+	}
+	size, err := treeSize(rootfs)
+	if err != nil {
+		return Template{}, fmt.Errorf("build template %q: measure rootfs: %w", name, err)
+	}
+	builtAt := time.Now().UTC().Truncate(time.Second)
+	m := metadata{
+		Name:      name,
+		Version:   rec.Suite + "-" + builtAt.Format("20060102T150405Z"),
+		SizeBytes: size,
+		BuiltAt:   builtAt,
+		Env:       rec.Env,
+		Suite:     rec.Suite,
+		Mirror:    mirror,
+		Packages:  rec.Packages,
+	}
+	if err := writeMetadata(tmp, m); err != nil {
+		return Template{}, fmt.Errorf("build template %q: write metadata: %w", name, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return Template{}, fmt.Errorf("build template %q: %w", name, err)
+	}
+	if err := r.install(name, tmp, rep); err != nil {
+		return Template{}, fmt.Errorf("build template %q: %w", name, err)
+	}
+	installed = true
+	t, err := r.Get(name)
+	if err != nil {
+		return Template{}, err
+	}
+	rep.printf("built %s: %s in %s → %s", t.Version, fmtBytes(t.SizeBytes), fmtSeconds(rep.elapsed()), t.Rootfs)
+	return t, nil
+}
+
+func (r *Registry) debootstrapPath() (string, error) {
+	if r.Debootstrap != "" {
+		return r.Debootstrap, nil
+	}
+	if p, err := exec.LookPath("debootstrap"); err == nil {
+		return p, nil
+	}
+	for _, p := range []string{"/usr/sbin/debootstrap", "/sbin/debootstrap"} {
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("debootstrap not found (apt-get install debootstrap, or make deps): %w", errdefs.ErrUnavailable)
+}
+
+// install moves the finished build tmp to <dir>/<name>: the old build, if
+// any, is renamed away, the new one renamed in, and then the old removed.
+func (r *Registry) install(name, tmp string, rep *reporter) error {
+	final := filepath.Join(r.dir, name)
+	old := ""
+	if _, err := os.Lstat(final); err == nil {
+		// A unique name for the old build: an empty directory, which
+		// rename(2) replaces (os.Rename refuses to).
+		o, err := os.MkdirTemp(r.dir, ".old-"+name+"-")
+		if err != nil {
+			return err
+		}
+		if err := syscall.Rename(final, o); err != nil {
+			os.Remove(o)
+			return fmt.Errorf("move old build away: rename %s %s: %w", final, o, err)
+		}
+		old = o
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		if old != "" {
+			if err2 := os.Rename(old, final); err2 != nil {
+				rep.printf("warning: could not restore old build %s: %v", old, err2)
+			}
+		}
+		return fmt.Errorf("move build into place: %w", err)
+	}
+	syncDir(r.dir)
+	if old != "" {
+		if err := r.removeTree(old); err != nil {
+			rep.printf("warning: could not remove old build %s: %v", old, err)
+		}
+	}
+	return nil
+}
+
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+}
+
+// removeStale removes what crashed builds of name left behind. The caller
+// holds the build lock of name.
+func (r *Registry) removeStale(name string, rep *reporter) {
+	re := regexp.MustCompile(`^\.(build|old)-` + regexp.QuoteMeta(name) + `-[0-9]+$`)
+	ents, err := os.ReadDir(r.dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !re.MatchString(e.Name()) {
+			continue
+		}
+		p := filepath.Join(r.dir, e.Name())
+		rep.printf("removing leftover %s", p)
+		if err := r.removeTree(p); err != nil {
+			rep.printf("warning: could not remove %s: %v", p, err)
+		}
+	}
+}
+
+// removeTree removes a build or old-build directory of the registry:
+// first it unmounts whatever is mounted under it (debootstrap can leave
+// proc, sysfs and /dev bind mounts behind when it dies), then removes the
+// tree without following symlinks. It refuses paths that are not hidden
+// entries of the registry, and trees that still have mounts.
+func (r *Registry) removeTree(path string) error {
+	base := filepath.Base(path)
+	if filepath.Dir(path) != r.dir || !(strings.HasPrefix(base, ".build-") || strings.HasPrefix(base, ".old-")) {
+		return fmt.Errorf("refusing to remove %s: not a build directory of %s", path, r.dir)
+	}
+	if err := unmountUnder(path); err != nil {
+		return err
+	}
+	return os.RemoveAll(path) // unlinkat/openat(O_NOFOLLOW): symlinks are removed, not followed
+}
+
+// ---- lock ----
+
+type buildLock struct{ f *os.File }
+
+// lock takes the build lock of name, waiting (and saying so) while another
+// process or goroutine holds it.
+func (r *Registry) lock(ctx context.Context, name string, rep *reporter) (*buildLock, error) {
+	f, err := os.OpenFile(filepath.Join(r.dir, ".lock-"+name), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	waiting := false
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return &buildLock{f: f}, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+			f.Close()
+			return nil, fmt.Errorf("lock: %w", err)
+		}
+		if !waiting {
+			rep.printf("waiting for another build of %s to finish", name)
+			waiting = true
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func (l *buildLock) unlock() {
+	syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN)
+	l.f.Close()
+}
+
+// ---- debootstrap ----
+
+// runDebootstrap runs debootstrap into rootfs, feeding its output to rep.
+// debootstrap gets the lock file as an extra descriptor so that, should this
+// process die, the lock stays held until debootstrap is gone too. On
+// cancellation the process group gets SIGTERM (debootstrap then unmounts
+// what it mounted) and SIGKILL 15 s later.
+func runDebootstrap(ctx context.Context, deb string, rec recipe, rootfs, mirror string, lockFile *os.File, rep *reporter) error {
+	args := []string{"--variant=" + rec.Variant}
+	if len(rec.Packages) > 0 {
+		args = append(args, "--include="+strings.Join(rec.Packages, ","))
+	}
+	args = append(args, rec.Suite, rootfs, mirror)
+
+	lw := &lineWriter{fn: rep.debootstrapLine}
+	cmd := exec.Command(deb, args...)
+	cmd.Dir = "/"
+	cmd.Env = toolEnv()
+	cmd.Stdout = lw
+	cmd.Stderr = lw
+	cmd.ExtraFiles = []*os.File{lockFile}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	cmd.WaitDelay = 10 * time.Second
+
+	rep.setStep(stepResolve)
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start debootstrap: %w", err)
+	}
+	pgid := cmd.Process.Pid
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	ctxDone := ctx.Done()
+	var kill <-chan time.Time
+	var werr error
+wait:
+	for {
+		select {
+		case werr = <-done:
+			break wait
+		case <-tick.C:
+			rep.heartbeat(15 * time.Second)
+		case <-ctxDone:
+			ctxDone = nil
+			rep.printf("cancelling (%v)", ctx.Err())
+			syscall.Kill(-pgid, syscall.SIGTERM)
+			kill = time.After(15 * time.Second)
+		case <-kill:
+			kill = nil
+			syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+	}
+	lw.Flush()
+	if ctx.Err() != nil {
+		syscall.Kill(-pgid, syscall.SIGKILL) // stragglers of the group, if any
+		return ctx.Err()
+	}
+	if werr == nil {
+		return nil
+	}
+
+	// Show why: the end of debootstrap's own log (it is removed with the
+	// build directory) or of its output.
+	tail := logTail(filepath.Join(rootfs, "debootstrap", "debootstrap.log"), 15)
+	if len(tail) == 0 {
+		tail = rep.outputTail()
+	}
+	reason := ""
+	for _, l := range rep.outputTail() {
+		if strings.HasPrefix(l, "E: ") {
+			reason = strings.TrimPrefix(l, "E: ")
+		}
+	}
+	rep.printf("debootstrap failed: %v; last output:", werr)
+	for _, l := range tail {
+		rep.printf("  | %s", l)
+	}
+	if reason != "" {
+		return fmt.Errorf("debootstrap: %s (%v): %w", reason, werr, errdefs.ErrUnavailable)
+	}
+	return fmt.Errorf("debootstrap: %v: %w", werr, errdefs.ErrUnavailable)
+}
+
+// toolEnv is the environment of debootstrap: the caller's (proxies and
+// such) with a full PATH, the C locale and no debconf questions.
+func toolEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch {
+		case k == "PATH", k == "LANG", k == "LANGUAGE", strings.HasPrefix(k, "LC_"),
+			k == "DEBIAN_FRONTEND", k == "DEBCONF_NONINTERACTIVE_SEEN":
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, "PATH="+hostPath, "LC_ALL=C", "DEBIAN_FRONTEND=noninteractive", "DEBCONF_NONINTERACTIVE_SEEN=true")
+}
+
+func logTail(path string, n int) []string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var lines []string
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if strings.TrimSpace(sc.Text()) == "" {
+			continue
+		}
+		lines = append(lines, sc.Text())
+		if len(lines) > n {
+			lines = lines[1:]
+		}
+	}
+	return lines
+}
+
+// chrootRun runs prog (a path inside rootfs) chrooted into rootfs. It is
+// only used on trees this package has just built.
+func chrootRun(ctx context.Context, rootfs, prog string, args ...string) error {
+	cmd := exec.CommandContext(ctx, prog, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: rootfs}
+	cmd.Dir = "/"
+	cmd.Env = []string{"PATH=" + hostPath, "LC_ALL=C", "HOME=/root", "DEBIAN_FRONTEND=noninteractive"}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %v: %s", prog, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// ---- measuring ----
+
+// treeSize sums the sizes of the regular files under root, like du
+// --apparent-size: hard links are counted once, symlinks are not followed.
+func treeSize(root string) (int64, error) {
+	type fileID struct{ dev, ino uint64 }
+	seen := map[fileID]bool{}
+	var total int64
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
+			id := fileID{uint64(st.Dev), uint64(st.Ino)}
+			if seen[id] {
+				return nil
+			}
+			seen[id] = true
+		}
+		total += info.Size()
+		return nil
+	})
+	return total, err
+}
+
+// ---- mounts ----
+
+const umountNoFollow = 0x8 // UMOUNT_NOFOLLOW
+
+// unmountUnder detaches every mount at or below path (deepest first) and
+// fails if any remain.
+func unmountUnder(path string) error {
+	real, err := filepath.EvalSymlinks(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for attempt := 0; attempt < 10; attempt++ {
+		mps, err := mountsUnder(real)
+		if err != nil {
+			return err
+		}
+		if len(mps) == 0 {
+			return nil
+		}
+		for _, mp := range mps {
+			syscall.Unmount(mp, syscall.MNT_DETACH|umountNoFollow)
+		}
+	}
+	mps, err := mountsUnder(real)
+	if err != nil {
+		return err
+	}
+	if len(mps) > 0 {
+		return fmt.Errorf("mounts remain under %s: %s", path, strings.Join(mps, ", "))
+	}
+	return nil
+}
+
+// mountsUnder lists the mount points at or below dir (a path without
+// symlinks), deepest first.
+func mountsUnder(dir string) ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return parseMountsUnder(f, dir)
+}
+
+func parseMountsUnder(r io.Reader, dir string) ([]string, error) {
+	dir = filepath.Clean(dir)
+	var out []string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMount(fields[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") || dir == "/" {
+			out = append(out, mp)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	sort.SliceStable(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out, nil
+}
+
+// unescapeMount undoes the octal escapes (\040 for space, ...) of
+// /proc/self/mountinfo.
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1]) && isOctal(s[i+2]) && isOctal(s[i+3]) {
+			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
+			i += 3
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isOctal(c byte) bool { return c >= '0' && c <= '7' }

@@ -1,0 +1,245 @@
+//go:build linux
+
+package template
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestParseMountsUnder(t *testing.T) {
+	const mountinfo = `22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+40 22 0:5 / /var/cache/lizard/templates/.build-base-1/rootfs/proc rw - proc proc rw
+41 22 0:6 / /var/cache/lizard/templates/.build-base-1/rootfs/dev rw - tmpfs nodev rw
+42 41 0:7 /null /var/cache/lizard/templates/.build-base-1/rootfs/dev/null rw - devtmpfs udev rw
+43 22 0:8 / /var/cache/lizard/templates/.build-base-10/rootfs/proc rw - proc proc rw
+44 22 0:9 / /var/cache/lizard/templates/.build-base-1/with\040space rw - tmpfs x rw
+`
+	got, err := parseMountsUnder(strings.NewReader(mountinfo), "/var/cache/lizard/templates/.build-base-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"/var/cache/lizard/templates/.build-base-1/rootfs/dev/null",
+		"/var/cache/lizard/templates/.build-base-1/rootfs/proc",
+		"/var/cache/lizard/templates/.build-base-1/rootfs/dev",
+		"/var/cache/lizard/templates/.build-base-1/with space",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %q\nwant %q", got, want)
+	}
+}
+
+func TestUnescapeMount(t *testing.T) {
+	for in, want := range map[string]string{`/a\040b`: "/a b", `/a\134b`: `/a\b`, `/a\04`: `/a\04`, `/plain`: "/plain"} {
+		if got := unescapeMount(in); got != want {
+			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestRemoveTreeStaysInside: removing a build directory must not follow
+// symlinks out of it nor descend into what is mounted in it.
+func TestRemoveTreeStaysInside(t *testing.T) {
+	base := t.TempDir()
+	outside := filepath.Join(base, "outside")
+	if err := os.MkdirAll(outside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	precious := filepath.Join(outside, "precious")
+	if err := os.WriteFile(precious, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := NewRegistry(filepath.Join(base, "templates"))
+	build := filepath.Join(r.Dir(), ".build-base-42")
+	if err := os.MkdirAll(filepath.Join(build, "rootfs", "dev", "shm"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(build, "rootfs", "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(precious, filepath.Join(build, "rootfs", "filelink")); err != nil {
+		t.Fatal(err)
+	}
+	mounted := false
+	if os.Geteuid() == 0 {
+		// What a killed debootstrap leaves in a container: a bind mount of
+		// a host directory inside the target.
+		target := filepath.Join(build, "rootfs", "dev", "shm")
+		if err := syscall.Mount(outside, target, "", syscall.MS_BIND, ""); err == nil {
+			mounted = true
+			t.Cleanup(func() { syscall.Unmount(target, syscall.MNT_DETACH) })
+			if err := syscall.Mount("tmpfs", filepath.Join(build, "rootfs", "dev", "shm"), "tmpfs", 0, "size=1m"); err != nil {
+				t.Logf("stacked tmpfs mount: %v", err)
+			}
+		} else {
+			t.Logf("bind mount not possible here (%v); testing symlinks only", err)
+		}
+	}
+
+	if err := r.removeTree(build); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(build); !os.IsNotExist(err) {
+		t.Errorf("build dir still there: %v", err)
+	}
+	if b, err := os.ReadFile(precious); err != nil || string(b) != "keep" {
+		t.Errorf("file outside the tree was touched: %q, %v", b, err)
+	}
+	if mounted {
+		if mps, _ := mountsUnder(build); len(mps) != 0 {
+			t.Errorf("mounts left: %v", mps)
+		}
+	} else {
+		t.Log("mount part skipped (not root or no mount permission)")
+	}
+
+	// Only hidden build directories of the registry may be removed.
+	for _, p := range []string{outside, filepath.Join(r.Dir(), "base"), filepath.Join(base, ".build-base-1")} {
+		if err := r.removeTree(p); err == nil {
+			t.Errorf("removeTree(%s) allowed", p)
+		}
+	}
+	if _, err := os.Stat(precious); err != nil {
+		t.Errorf("precious gone: %v", err)
+	}
+}
+
+func TestRemoveStale(t *testing.T) {
+	r := NewRegistry(t.TempDir())
+	for _, d := range []string{".build-base-1", ".old-base-22", ".build-base-x-3", ".build-other-4", "base"} {
+		if err := os.MkdirAll(filepath.Join(r.Dir(), d, "rootfs"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var buf bytes.Buffer
+	r.removeStale("base", newReporter(&buf, "base"))
+	ents, _ := os.ReadDir(r.Dir())
+	var left []string
+	for _, e := range ents {
+		left = append(left, e.Name())
+	}
+	if want := []string{".build-base-x-3", ".build-other-4", "base"}; !reflect.DeepEqual(left, want) {
+		t.Errorf("left %v, want %v", left, want)
+	}
+}
+
+func TestInstallReplaces(t *testing.T) {
+	r := NewRegistry(t.TempDir())
+	fakeTemplate(t, r.Dir(), "base", metadata{Version: "old"})
+	fakeTemplate(t, r.Dir(), ".build-base-7", metadata{Version: "new"})
+	if err := r.install("base", filepath.Join(r.Dir(), ".build-base-7"), newReporter(nil, "base")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.Get("base")
+	if err != nil || got.Version != "new" {
+		t.Fatalf("Get = %+v, %v", got, err)
+	}
+	ents, _ := os.ReadDir(r.Dir())
+	if len(ents) != 1 {
+		t.Errorf("entries left: %v", ents)
+	}
+	// First install, nothing to replace.
+	fakeTemplate(t, r.Dir(), ".build-other-8", metadata{Version: "1"})
+	if err := r.install("other", filepath.Join(r.Dir(), ".build-other-8"), newReporter(nil, "other")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Get("other"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLockSerializes(t *testing.T) {
+	r := NewRegistry(t.TempDir())
+	if err := os.MkdirAll(r.Dir(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var buf syncBuffer
+	rep := newReporter(&buf, "base")
+	l1, err := r.lock(context.Background(), "base", rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A different name is independent.
+	l3, err := r.lock(context.Background(), "other", rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l3.unlock()
+
+	// A waiter gives up when its context ends.
+	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+	defer cancel()
+	if _, err := r.lock(ctx, "base", rep); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("lock while held = %v, want deadline exceeded", err)
+	}
+	if !strings.Contains(buf.String(), "waiting for another build of base") {
+		t.Errorf("no waiting message: %q", buf.String())
+	}
+
+	// A waiter gets the lock once it is released.
+	got := make(chan error, 1)
+	go func() {
+		l2, err := r.lock(context.Background(), "base", rep)
+		if err == nil {
+			l2.unlock()
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("second lock returned while the first was held: %v", err)
+	case <-time.After(400 * time.Millisecond):
+	}
+	l1.unlock()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("second lock not granted after unlock")
+	}
+}
+
+func TestTreeSize(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a"), make([]byte, 1000), 0o644)
+	os.Mkdir(filepath.Join(dir, "d"), 0o755)
+	os.WriteFile(filepath.Join(dir, "d", "b"), make([]byte, 24), 0o644)
+	os.Link(filepath.Join(dir, "a"), filepath.Join(dir, "d", "hard")) // counted once
+	os.Symlink("/usr/bin/env", filepath.Join(dir, "sym"))             // not followed
+	n, err := treeSize(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1024 {
+		t.Errorf("treeSize = %d, want 1024", n)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -1,0 +1,19 @@
+//go:build !linux
+
+package template
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+)
+
+func (r *Registry) build(ctx context.Context, name string, progress io.Writer, ifMissing bool) (Template, error) {
+	return Template{}, fmt.Errorf("build template %q: template builds need Linux: %w", name, errdefs.ErrUnavailable)
+}
+
+func chrootRun(ctx context.Context, rootfs, prog string, args ...string) error {
+	return fmt.Errorf("chroot needs Linux: %w", errdefs.ErrUnavailable)
+}

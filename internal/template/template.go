@@ -1,0 +1,251 @@
+// Package template builds and serves the root filesystems sandboxes boot from.
+//
+// A template is a directory tree (its rootfs) that gVisor mounts read-only as
+// a sandbox's root; gVisor puts a per-sandbox writable overlay on top, so one
+// rootfs serves any number of sandboxes. Templates live in a Registry
+// directory with one subdirectory per template:
+//
+//	<dir>/<name>/rootfs         the root filesystem
+//	<dir>/<name>/template.json  metadata (version, size, build time, env)
+//	<dir>/.build-<name>-<n>/    a build in progress (ignored by Get and List)
+//	<dir>/.lock-<name>          flock(2) lock serializing builds of <name>
+//
+// A template directory counts only once its template.json exists: builds
+// write the metadata last and then rename the whole build directory into
+// place, so a crashed or cancelled build never looks like a template.
+//
+// The registry knows how to build a fixed set of built-in templates (see
+// Builtins): today "base", a minimal Debian bookworm made with debootstrap,
+// with python3, curl, ca-certificates, procps and iproute2, an unprivileged
+// user "user" (uid/gid 1000, home /home/user) and an empty /.lizard directory
+// that the runtime uses as a mount point.
+package template
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+)
+
+// DefaultMirror is the Debian mirror built-in templates are bootstrapped from
+// unless Registry.Mirror says otherwise.
+const DefaultMirror = "http://deb.debian.org/debian"
+
+// CodeNotFound is the API code of errors about templates that do not exist.
+const CodeNotFound = "template_not_found"
+
+const (
+	metadataFile = "template.json"
+	rootfsDir    = "rootfs"
+)
+
+// Template is one built template.
+type Template struct {
+	Name string `json:"name"`
+	// Version identifies the build, e.g. "bookworm-20260101T120000Z".
+	Version string `json:"version"`
+	// Rootfs is the absolute path of the root filesystem directory.
+	Rootfs string `json:"rootfs"`
+	// SizeBytes is the sum of the sizes of the regular files in Rootfs
+	// (hard links counted once), measured when the template was built.
+	SizeBytes int64     `json:"sizeBytes"`
+	BuiltAt   time.Time `json:"builtAt"`
+	// Env is the template's default environment ("KEY=value"); may be empty.
+	Env []string `json:"env,omitempty"`
+}
+
+// metadata is the on-disk form of template.json. The rootfs path is not
+// stored: it follows from where the directory is, so a registry directory
+// can be moved.
+type metadata struct {
+	Name      string    `json:"name"`
+	Version   string    `json:"version"`
+	SizeBytes int64     `json:"size_bytes"`
+	BuiltAt   time.Time `json:"built_at"`
+	Env       []string  `json:"env,omitempty"`
+	// Informational: how the template was built.
+	Suite    string   `json:"suite,omitempty"`
+	Mirror   string   `json:"mirror,omitempty"`
+	Packages []string `json:"packages,omitempty"`
+}
+
+// Registry is a directory of templates. Its methods are safe for concurrent
+// use, also across processes: builds of one name are serialized with a lock
+// file.
+type Registry struct {
+	dir string
+
+	// Mirror is the Debian mirror used by Build; "" means DefaultMirror.
+	Mirror string
+	// Debootstrap is the debootstrap program; "" means "debootstrap" from
+	// PATH, falling back to /usr/sbin/debootstrap.
+	Debootstrap string
+}
+
+// NewRegistry returns the registry kept in dir (e.g.
+// /var/cache/lizard/templates). The directory is created on the first build;
+// a missing directory is an empty registry.
+func NewRegistry(dir string) *Registry {
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	return &Registry{dir: filepath.Clean(dir)}
+}
+
+// Dir returns the registry's directory (absolute).
+func (r *Registry) Dir() string { return r.dir }
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// validName reports whether name can be a template directory: it must not
+// be able to escape the registry or clash with its hidden entries.
+func validName(name string) bool { return nameRE.MatchString(name) }
+
+func notFound(name string, why string) error {
+	if why != "" {
+		return errdefs.WithCode(CodeNotFound, fmt.Errorf("template %q (%s): %w", name, why, errdefs.ErrNotFound))
+	}
+	return errdefs.WithCode(CodeNotFound, fmt.Errorf("template %q: %w", name, errdefs.ErrNotFound))
+}
+
+// Get returns the built template name. A name that was never built, whose
+// build has not finished, or that is not a valid name is an error wrapping
+// errdefs.ErrNotFound with code "template_not_found".
+func (r *Registry) Get(name string) (Template, error) {
+	if !validName(name) {
+		return Template{}, notFound(name, "")
+	}
+	tdir := filepath.Join(r.dir, name)
+	if st, err := os.Stat(tdir); err != nil || !st.IsDir() {
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return Template{}, fmt.Errorf("template %q: %w", name, err)
+		}
+		return Template{}, notFound(name, "")
+	}
+	b, err := os.ReadFile(filepath.Join(tdir, metadataFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return Template{}, notFound(name, "")
+	}
+	if err != nil {
+		return Template{}, fmt.Errorf("template %q: %w", name, err)
+	}
+	var m metadata
+	if err := json.Unmarshal(b, &m); err != nil {
+		return Template{}, fmt.Errorf("template %q: corrupt %s: %v: %w", name, metadataFile, err, errdefs.ErrUnavailable)
+	}
+	rootfs := filepath.Join(tdir, rootfsDir)
+	st, err := os.Stat(rootfs)
+	if err != nil || !st.IsDir() {
+		return Template{}, notFound(name, "rootfs missing")
+	}
+	return Template{
+		Name:      name,
+		Version:   m.Version,
+		Rootfs:    rootfs,
+		SizeBytes: m.SizeBytes,
+		BuiltAt:   m.BuiltAt,
+		Env:       m.Env,
+	}, nil
+}
+
+// List returns the built templates sorted by name. Unfinished builds and
+// entries that are not templates are left out.
+func (r *Registry) List() ([]Template, error) {
+	ents, err := os.ReadDir(r.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return []Template{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list templates: %w", err)
+	}
+	out := []Template{}
+	for _, e := range ents {
+		if !e.IsDir() || !validName(e.Name()) {
+			continue
+		}
+		t, err := r.Get(e.Name())
+		if err != nil {
+			continue // unfinished, broken or not a template
+		}
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Builtins returns the names of the templates Build can build, sorted.
+func (r *Registry) Builtins() []string {
+	names := make([]string, 0, len(builtins))
+	for n := range builtins {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func (r *Registry) notBuiltin(name string) error {
+	return errdefs.WithCode(CodeNotFound, fmt.Errorf("template %q is not a built-in template (can build: %s): %w",
+		name, strings.Join(r.Builtins(), ", "), errdefs.ErrNotFound))
+}
+
+// EnsureBuilt returns template name, building it first when it is missing.
+// Progress of a build is written to progress (may be nil).
+func (r *Registry) EnsureBuilt(ctx context.Context, name string, progress io.Writer) (Template, error) {
+	if t, err := r.Get(name); err == nil {
+		return t, nil
+	} else if !errors.Is(err, errdefs.ErrNotFound) {
+		return Template{}, err
+	}
+	if _, ok := builtins[name]; !ok {
+		return Template{}, r.notBuiltin(name)
+	}
+	return r.build(ctx, name, progress, true)
+}
+
+// Build builds the built-in template name (see Builtins), replacing an
+// existing build of it only once the new one is complete. Builds need root
+// and debootstrap. Progress is written to progress (may be nil). A failed or
+// cancelled build leaves nothing behind.
+func (r *Registry) Build(ctx context.Context, name string, progress io.Writer) (Template, error) {
+	if _, ok := builtins[name]; !ok {
+		return Template{}, r.notBuiltin(name)
+	}
+	return r.build(ctx, name, progress, false)
+}
+
+// writeMetadata writes dir/template.json atomically.
+func writeMetadata(dir string, m metadata) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	tmp := filepath.Join(dir, metadataFile+".tmp")
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, metadataFile))
+}

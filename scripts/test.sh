@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs lizard's tests: installs the npm SDK the e2e tests use, runs every Go
+# test (log in $LIZARD_TEST_LOG, default /tmp/lizard-test.log), prints a
+# summary and exits with go test's status.
+# Packages run one at a time (-p 1): the runtime and end-to-end tests share
+# the host's cgroup tree and namespace directory and count its leftovers.
+#
+# `make test` runs this after deps, build and templates, with
+# LIZARD_TEMPLATE_DIR and LIZARD_RUNSC set. GO_TEST_FLAGS adds flags to
+# go test (e.g. GO_TEST_FLAGS=-v).
+set -uo pipefail
+cd "$(dirname -- "${BASH_SOURCE[0]}")/.."
+
+log=${LIZARD_TEST_LOG:-/tmp/lizard-test.log}
+
+if [ -f test/e2e/package.json ]; then
+	echo "[test] npm install in test/e2e"
+	(cd test/e2e && npm install --no-audit --no-fund) || { echo "[test] npm install failed" >&2; exit 1; }
+fi
+
+echo "[test] go test ./... (LIZARD_TEMPLATE_DIR=${LIZARD_TEMPLATE_DIR:-} LIZARD_RUNSC=${LIZARD_RUNSC:-}; log: $log)"
+# shellcheck disable=SC2086 # GO_TEST_FLAGS is a list of flags
+go test -count=1 -p 1 -timeout 40m ${GO_TEST_FLAGS:-} ./... 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+
+echo
+echo "==================== test summary ===================="
+grep -E '^(ok|FAIL|panic:)|--- FAIL' "$log" || true
+if [ "$status" -eq 0 ]; then
+	echo "[test] all packages passed"
+else
+	echo "[test] FAILED (go test exit status $status); full log: $log"
+fi
+exit "$status"

@@ -1,0 +1,297 @@
+// Package e2e drives a real `lizard serve` — real gVisor sandboxes, the real
+// base template — with the official @lizard-build/sdk from npm and with plain
+// HTTP clients. The tests need root, runsc, the base template and node; they
+// skip with the reason when one is missing (`make test` provides them all).
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// server is one running lizard serve.
+type server struct {
+	t       *testing.T
+	bin     string
+	dataDir string
+	url     string
+	key     string
+	cmd     *exec.Cmd
+	logMu   sync.Mutex
+	log     bytes.Buffer
+}
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// requirements skips the test when this machine cannot run sandboxes.
+func requirements(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: lizard serve creates namespaces, cgroups and gVisor sandboxes")
+	}
+	if _, err := exec.LookPath("runsc"); err != nil && os.Getenv("LIZARD_RUNSC") == "" {
+		t.Skip("runsc not installed (make deps)")
+	}
+	if _, err := os.Stat(filepath.Join(templateDir(), "base", "template.json")); err != nil {
+		t.Skipf("base template not built in %s (make templates)", templateDir())
+	}
+}
+
+func templateDir() string {
+	if d := os.Getenv("LIZARD_TEMPLATE_DIR"); d != "" {
+		return d
+	}
+	return "/var/cache/lizard/templates"
+}
+
+// build compiles lizard and lizard-agent once per test binary.
+func build(t *testing.T) string {
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "lizard-e2e-bin-")
+		if buildErr != nil {
+			return
+		}
+		for _, c := range []string{"lizard", "lizard-agent"} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, c), "github.com/lizard-build/lizard/cmd/"+c)
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("build %s: %v\n%s", c, err, out)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binDir
+}
+
+// startServer starts lizard serve on a fresh data dir (or dataDir when set,
+// to restart over existing state) and waits until it answers.
+func startServer(t *testing.T, dataDir string) *server {
+	t.Helper()
+	requirements(t)
+	bin := build(t)
+	if dataDir == "" {
+		dataDir = t.TempDir()
+	}
+	s := &server{t: t, bin: bin, dataDir: dataDir, key: "lz_e2e_test_key_0123456789abcdef"}
+	s.start()
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *server) start() {
+	t := s.t
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	s.url = "http://" + addr
+	args := []string{"serve", "--listen", addr, "--data-dir", s.dataDir, "--template-dir", templateDir(),
+		"--bridge", "lizarde0", "--subnet", "10.252.0.0/16", "--log-level", "debug"}
+	if r := os.Getenv("LIZARD_RUNSC"); r != "" {
+		args = append(args, "--runsc", r)
+	}
+	s.cmd = exec.Command(filepath.Join(s.bin, "lizard"), args...)
+	s.cmd.Env = append(os.Environ(), "LIZARD_API_KEY="+s.key)
+	s.cmd.Stdout = &logWriter{s: s}
+	s.cmd.Stderr = &logWriter{s: s}
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(s.url + "/api/projects")
+		if err == nil {
+			resp.Body.Close()
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("lizard serve did not answer:\n%s", s.logs())
+}
+
+// stop ends the server gracefully; sandboxes keep running.
+func (s *server) stop() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		s.cmd.Process.Kill()
+		<-done
+	}
+	if s.t.Failed() {
+		s.t.Logf("server log:\n%s", s.logs())
+	}
+	s.cmd = nil
+}
+
+// crash kills the server with SIGKILL, as a power cut would to the process.
+func (s *server) crash() {
+	s.cmd.Process.Kill()
+	s.cmd.Wait()
+	s.cmd = nil
+}
+
+func (s *server) logs() string {
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	return s.log.String()
+}
+
+type logWriter struct{ s *server }
+
+func (w *logWriter) Write(p []byte) (int, error) {
+	w.s.logMu.Lock()
+	defer w.s.logMu.Unlock()
+	return w.s.log.Write(p)
+}
+
+// do sends one API request with the server's key and decodes a JSON answer
+// into out (when non-nil). It returns the status and the raw body.
+func (s *server) do(method, path string, body any, out any) (int, []byte) {
+	return s.doKey(s.key, method, path, body, out)
+}
+
+func (s *server) doKey(key, method, path string, body any, out any) (int, []byte) {
+	s.t.Helper()
+	var r io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		r = bytes.NewReader(b)
+	case string:
+		r = strings.NewReader(b)
+	default:
+		j, _ := json.Marshal(b)
+		r = bytes.NewReader(j)
+	}
+	req, _ := http.NewRequest(method, s.url+path, r)
+	req.Header.Set("X-API-Key", key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if out != nil && resp.StatusCode < 300 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			s.t.Fatalf("%s %s: decode %q: %v", method, path, raw, err)
+		}
+	}
+	return resp.StatusCode, raw
+}
+
+// runNode runs node's test runner on the given SDK test files with the
+// server's URL and key, streaming its output into the test log.
+func (s *server) runNode(ctx context.Context, files ...string) error {
+	if _, err := exec.LookPath("node"); err != nil {
+		s.t.Skip("node not installed")
+	}
+	if _, err := os.Stat("node_modules/@lizard-build/sdk"); err != nil {
+		s.t.Skip("the SDK is not installed: run `npm install` in test/e2e (make test does)")
+	}
+	args := append([]string{"--test", "--test-concurrency=2", "--test-reporter=spec"}, files...)
+	cmd := exec.CommandContext(ctx, "node", args...)
+	cmd.Env = append(os.Environ(), "LIZARD_API_URL="+s.url, "LIZARD_API_KEY="+s.key)
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			s.t.Log(sc.Text())
+		}
+	}()
+	err := cmd.Run()
+	pw.Close()
+	return err
+}
+
+// leaks lists host resources held by lizard sandboxes of this server: what
+// is left after every sandbox is gone must be nothing.
+func (s *server) leaks() []string {
+	var out []string
+	if ents, err := os.ReadDir("/run/netns"); err == nil {
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), "lizard-") {
+				out = append(out, "netns "+e.Name())
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 4 && (strings.Contains(f[4], "/run/netns/lizard-") || strings.Contains(f[4], s.dataDir)) {
+				out = append(out, "mount "+f[4])
+			}
+		}
+	}
+	if ents, err := os.ReadDir("/sys/class/net"); err == nil {
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), "lzv") {
+				out = append(out, "veth "+e.Name())
+			}
+		}
+	}
+	cg, _ := filepath.Glob("/sys/fs/cgroup/*/lizard/*")
+	for _, c := range cg {
+		if fi, err := os.Stat(c); err == nil && fi.IsDir() {
+			out = append(out, "cgroup "+c)
+		}
+	}
+	if ents, err := os.ReadDir(filepath.Join(s.dataDir, "sandboxes")); err == nil {
+		for _, e := range ents {
+			out = append(out, "dir "+e.Name())
+		}
+	}
+	if ents, err := os.ReadDir("/proc"); err == nil {
+		for _, e := range ents {
+			b, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+			if c := string(b); strings.Contains(c, "runsc") && strings.Contains(c, "/run/lizard/runsc") {
+				out = append(out, "process "+e.Name())
+			}
+		}
+	}
+	return out
+}
+
+// waitNoLeaks polls until nothing is left, for cleanups that finish just
+// after an answer (a reaped process, an expiry).
+func (s *server) waitNoLeaks(t *testing.T) {
+	t.Helper()
+	var l []string
+	for range 50 {
+		if l = s.leaks(); len(l) == 0 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("left behind: %v", l)
+}
