@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+
+	"golang.org/x/sys/unix"
 )
 
 // rawRunsc drives runsc directly with a minimal bundle over the base
@@ -104,6 +106,9 @@ func (r *rawRunsc) destroy(id string) {
 }
 
 func (r *rawRunsc) cleanup() {
+	// runsc pins a shared empty network namespace in its root directory.
+	for unix.Unmount(filepath.Join(r.root, "null-netns"), unix.MNT_DETACH) == nil {
+	}
 	os.RemoveAll(r.dir)
 	matches, _ := filepath.Glob("/sys/fs/cgroup/*/lizard-bench")
 	for _, m := range matches {

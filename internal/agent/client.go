@@ -72,6 +72,9 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, fn func(Event) error
 			return err
 		}
 		if ev.ExitCode != nil {
+			// The stream ends right after the exit event; reading its end
+			// lets the connection be reused for the next request.
+			io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			return nil
 		}
 	}
@@ -177,11 +180,11 @@ func (c *Client) call(ctx context.Context, method, path string, query url.Values
 	if out == nil {
 		return drain(resp)
 	}
-	defer resp.Body.Close()
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		resp.Body.Close()
 		return fmt.Errorf("decoding agent answer to %s %s: %w: %w", method, path, err, errdefs.ErrUnavailable)
 	}
-	return nil
+	return drain(resp)
 }
 
 func (c *Client) callQuery(ctx context.Context, path string, query url.Values, out any) error {

@@ -5,11 +5,11 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -161,16 +161,32 @@ func (s *server) logged(next http.Handler) http.Handler {
 // accepted as {} (the SDKs send Content-Type: application/json on body-less
 // POSTs). Wrong types and malformed JSON name the problem.
 func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
-	body := http.MaxBytesReader(w, r.Body, limit)
-	b, err := io.ReadAll(body)
+	b, err := readBody(w, r, limit)
 	if err != nil {
+		return err
+	}
+	return unmarshal(b, v)
+}
+
+// readBody reads a request body of at most limit bytes.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, fmt.Errorf("request body is larger than %d bytes: %w", limit, errdefs.ErrTooLarge)
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, max(r.ContentLength, 0)+bytes.MinRead))
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return fmt.Errorf("request body is larger than %d bytes: %w", limit, errdefs.ErrTooLarge)
+			return nil, fmt.Errorf("request body is larger than %d bytes: %w", limit, errdefs.ErrTooLarge)
 		}
-		return fmt.Errorf("read body: %v: %w", err, errdefs.ErrInvalid)
+		return nil, fmt.Errorf("read body: %v: %w", err, errdefs.ErrInvalid)
 	}
-	if len(strings.TrimSpace(string(b))) == 0 {
+	return buf.Bytes(), nil
+}
+
+// unmarshal decodes a JSON body into v; an empty body leaves v as it is.
+func unmarshal(b []byte, v any) error {
+	if len(bytes.TrimSpace(b)) == 0 {
 		return nil
 	}
 	if err := json.Unmarshal(b, v); err != nil {

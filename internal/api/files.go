@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/base64"
 	"fmt"
 	"io"
@@ -29,13 +30,8 @@ func requirePath(field, path string) error {
 }
 
 func (s *server) writeFile(w http.ResponseWriter, r *http.Request, p store.Project) error {
-	var req struct {
-		Path     string  `json:"path"`
-		Content  *string `json:"content"`
-		Encoding string  `json:"encoding"`
-		User     string  `json:"user"`
-	}
-	if err := decode(w, r, maxWriteBody, &req); err != nil {
+	req, err := decodeWrite(w, r)
+	if err != nil {
 		return err
 	}
 	if err := requirePath("path", req.Path); err != nil {
@@ -47,13 +43,14 @@ func (s *server) writeFile(w http.ResponseWriter, r *http.Request, p store.Proje
 	var body io.Reader
 	switch req.Encoding {
 	case "", "utf8", "utf-8":
-		body = strings.NewReader(*req.Content)
+		body = bytes.NewReader(req.Content)
 	case "base64":
-		b, err := base64.StdEncoding.DecodeString(*req.Content)
+		b := make([]byte, base64.StdEncoding.DecodedLen(len(req.Content)))
+		n, err := base64.StdEncoding.Decode(b, req.Content)
 		if err != nil {
 			return fmt.Errorf("content: not valid base64: %v: %w", err, errdefs.ErrInvalid)
 		}
-		body = strings.NewReader(string(b))
+		body = bytes.NewReader(b[:n])
 	default:
 		return fmt.Errorf("encoding %q: must be \"base64\" or absent: %w", req.Encoding, errdefs.ErrInvalid)
 	}
@@ -66,6 +63,42 @@ func (s *server) writeFile(w http.ResponseWriter, r *http.Request, p store.Proje
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// writeRequest is the body of a file write.
+type writeRequest struct {
+	Path     string
+	Content  []byte // nil when absent
+	Encoding string
+	User     string
+}
+
+// decodeWrite reads a file write's JSON body. Bodies carry up to tens of MB
+// of content, so the common shape takes a one-pass fast path (flatStrings);
+// anything else goes through decode, which also names errors.
+func decodeWrite(w http.ResponseWriter, r *http.Request) (writeRequest, error) {
+	raw, err := readBody(w, r, maxWriteBody)
+	if err != nil {
+		return writeRequest{}, err
+	}
+	if m, ok := flatStrings(raw); ok {
+		req := writeRequest{Path: string(m["path"]), Content: m["content"], Encoding: string(m["encoding"]), User: string(m["user"])}
+		return req, nil
+	}
+	var req struct {
+		Path     string  `json:"path"`
+		Content  *string `json:"content"`
+		Encoding string  `json:"encoding"`
+		User     string  `json:"user"`
+	}
+	if err := unmarshal(raw, &req); err != nil {
+		return writeRequest{}, err
+	}
+	out := writeRequest{Path: req.Path, Encoding: req.Encoding, User: req.User}
+	if req.Content != nil {
+		out.Content = []byte(*req.Content)
+	}
+	return out, nil
 }
 
 func (s *server) readFile(w http.ResponseWriter, r *http.Request, p store.Project) error {

@@ -448,4 +448,3 @@ func mergeEnv(tplEnv []string, envs map[string]string) map[string]string {
 	}
 	return out
 }
-

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/reaper"
 	"github.com/lizard-build/lizard/internal/runtime/gvisor"
@@ -53,6 +55,13 @@ func newRuntime(t *testing.T) (*gvisor.Runtime, runtimetest.Env) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
+	// runsc pins one empty network namespace for its gofers in its root
+	// directory (shared by all sandboxes, not a per-sandbox leak); it must
+	// be unmounted before the directory can go.
+	t.Cleanup(func() {
+		for unix.Unmount(filepath.Join(dir, "runsc", "null-netns"), unix.MNT_DETACH) == nil {
+		}
+	})
 	rt, err := gvisor.New(gvisor.Config{
 		Runsc: runsc, StateDir: filepath.Join(dir, "sandboxes"), RunscRoot: filepath.Join(dir, "runsc"),
 		AgentPath: agentBin, Network: netm, Reaper: reap,

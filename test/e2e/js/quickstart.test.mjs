@@ -10,7 +10,7 @@ test('README quickstart', async () => {
     await sandbox.fs.write('/tmp/hello.txt', 'Hello from Lizard!')
     const result = await sandbox.process.exec('cat /tmp/hello.txt')
     assert.equal(result.exitCode, 0, result.stderr)
-    assert.equal(result.stdout, 'Hello from Lizard!\n')
+    assert.equal(result.stdout, 'Hello from Lizard!')
   } finally {
     assert.equal(await sandbox.kill(), true)
   }
