@@ -93,7 +93,7 @@ func serve(ctx context.Context, args []string) error {
 	rt, err := gvisor.New(gvisor.Config{
 		Runsc:     runsc,
 		StateDir:  filepath.Join(c.dataDir, "sandboxes"),
-		RunscRoot: "/run/lizard/runsc",
+		RunscRoot: gvisor.RunscRootFor(c.dataDir),
 		AgentPath: agentPath,
 		Network:   netm,
 		Reaper:    reap,

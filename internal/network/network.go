@@ -258,25 +258,6 @@ func newNamedNetns(name string) (netns.NsHandle, error) {
 	return ns, err
 }
 
-// Leftovers lists the namespace names under /run/netns that belong to lizard,
-// so that a restarted server can remove those of sandboxes it no longer knows.
-func Leftovers() ([]string, error) {
-	ents, err := os.ReadDir(netnsDir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, e := range ents {
-		if len(e.Name()) > len("lizard-") && e.Name()[:len("lizard-")] == "lizard-" {
-			out = append(out, e.Name()[len("lizard-"):])
-		}
-	}
-	return out, nil
-}
-
 // EndpointFor returns the names an endpoint for id would have, without an
 // address; enough for Teardown of a leftover.
 func EndpointFor(id string) Endpoint {

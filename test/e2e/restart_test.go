@@ -5,6 +5,8 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+
+	"github.com/lizard-build/lizard/internal/runtime/gvisor"
 )
 
 // TestRestart: a server restarted gracefully or with kill -9 reattaches to
@@ -43,7 +45,7 @@ func TestRestart(t *testing.T) {
 	if runsc == "" {
 		runsc = "runsc"
 	}
-	if out, err := exec.Command(runsc, "--root", "/run/lizard/runsc", "kill", b.SandboxID, "KILL").CombinedOutput(); err != nil {
+	if out, err := exec.Command(runsc, "--root", gvisor.RunscRootFor(s.dataDir), "kill", b.SandboxID, "KILL").CombinedOutput(); err != nil {
 		t.Fatalf("kill sandbox behind the server's back: %v %s", err, out)
 	}
 	s.start()

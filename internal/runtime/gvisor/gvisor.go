@@ -9,6 +9,8 @@ package gvisor
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -63,6 +65,19 @@ func New(cfg Config) (*Runtime, error) {
 		}
 	}
 	return &Runtime{cfg: cfg}, nil
+}
+
+// RunscRootFor is runsc's state directory (--root) for a server whose data
+// directory is dataDir. It is per data directory so that two servers on one
+// host (a test beside a dev server) never see, or clean up, each other's
+// sandboxes.
+func RunscRootFor(dataDir string) string {
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		abs = dataDir
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return "/run/lizard/runsc-" + hex.EncodeToString(sum[:])[:12]
 }
 
 // state is what the backend keeps on disk for each sandbox.
@@ -224,14 +239,6 @@ func (r *Runtime) List(ctx context.Context) ([]runtime.Sandbox, error) {
 		}
 		seen[e.Name()] = true
 		out = append(out, sb)
-	}
-	// Namespaces of sandboxes whose directory is gone are leftovers of a
-	// destroy cut short; report them too so that they get removed.
-	ns, _ := network.Leftovers()
-	for _, id := range ns {
-		if !seen[id] && validID(id) {
-			out = append(out, runtime.Sandbox{ID: id, State: runtime.StateStopped})
-		}
 	}
 	return out, nil
 }
