@@ -29,6 +29,7 @@ import (
 type serveConfig struct {
 	listen, dataDir, templateDir, runsc, agent string
 	bridge, subnet, logLevel                   string
+	maxSandboxes                               int
 }
 
 // serve is the one wiring function of the server: it builds every part,
@@ -45,6 +46,7 @@ func serve(ctx context.Context, args []string) error {
 	fs.StringVar(&c.bridge, "bridge", "lizard0", "host bridge for sandbox networks")
 	fs.StringVar(&c.subnet, "subnet", "10.250.0.0/16", "subnet sandboxes get addresses from")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.IntVar(&c.maxSandboxes, "max-sandboxes", sandbox.DefaultMaxSandboxes, "most sandboxes running at once (warm pool copies included)")
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
@@ -104,6 +106,7 @@ func serve(ctx context.Context, args []string) error {
 	}
 	svc := sandbox.New(sandbox.Config{
 		Runtime: rt, Store: st, Templates: template.NewRegistry(c.templateDir),
+		SnapshotDir: filepath.Join(c.dataDir, "snapshots"), MaxSandboxes: c.maxSandboxes,
 		Logger: log.With("component", "sandbox"),
 	})
 	defer svc.Close()

@@ -44,6 +44,17 @@ func (c *Client) Health(ctx context.Context) (Health, error) {
 	return h, err
 }
 
+// SetToken makes the agent accept only token from now on; the client uses
+// it too. Call it before the client is shared: it is not safe to run
+// concurrently with other calls.
+func (c *Client) SetToken(ctx context.Context, token string) error {
+	if err := c.call(ctx, http.MethodPost, "/token", nil, TokenRequest{Token: token}, nil); err != nil {
+		return err
+	}
+	c.token = token
+	return nil
+}
+
 // Exec runs a command and calls fn with each event as it arrives: {pid}
 // first, then output lines, then the exit code. It returns after the exit
 // event, or fn's error as soon as fn returns one (the command keeps running

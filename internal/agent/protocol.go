@@ -11,6 +11,8 @@
 // 404 (not found), 409 (conflict), 413 (too large) or 500.
 //
 //	GET    /health                        → 200 Health
+//	POST   /token         TokenRequest    → 204; from then on only the new
+//	                                        token is accepted
 //	POST   /exec          ExecRequest     → 200, NDJSON stream of Event:
 //	                                        {pid} first, then {stream,line}
 //	                                        per output line, {exitCode} last.
@@ -102,6 +104,11 @@ type SignalRequest struct {
 	Pid int `json:"pid"`
 	// Signal is one of SIGTERM SIGKILL SIGINT SIGHUP SIGQUIT SIGUSR1 SIGUSR2.
 	Signal string `json:"signal"`
+}
+
+// TokenRequest replaces the agent's token (at least 16 characters).
+type TokenRequest struct {
+	Token string `json:"token"`
 }
 
 // MoveRequest renames From to To.

@@ -64,7 +64,18 @@ func Handler(cfg Config) http.Handler {
 	route("GET /api/sandboxes/{id}", s.getSandbox)
 	route("DELETE /api/sandboxes/{id}", s.killSandbox)
 	route("POST /api/sandboxes/{id}/timeout", s.setTimeout)
+	route("POST /api/sandboxes/{id}/pause", s.pauseSandbox)
 	route("POST /api/sandboxes/{id}/resume", s.resumeSandbox)
+	route("POST /api/sandboxes/{id}/fork", s.forkSandbox)
+
+	route("POST /api/sandboxes/{id}/snapshot", s.takeSnapshot)
+	route("GET /api/projects/{pid}/snapshots", s.listProjectSnapshots)
+	route("GET /api/sandbox-snapshots", s.listSnapshots)
+	route("GET /api/sandbox-snapshots/{sid}", s.getSnapshot)
+	route("PATCH /api/sandbox-snapshots/{sid}", s.updateSnapshot)
+	route("DELETE /api/sandbox-snapshots/{sid}", s.deleteSnapshot)
+	route("POST /api/sandbox-snapshots/{sid}/pause", s.pauseSnapshotPool)
+	route("POST /api/sandbox-snapshots/{sid}/resume", s.resumeSnapshotPool)
 
 	route("POST /api/sandboxes/{id}/exec", s.exec)
 	route("GET /api/sandboxes/{id}/processes", s.listProcesses)
@@ -91,9 +102,6 @@ func Handler(cfg Config) http.Handler {
 // error instead of a 404 for a route that exists in the API.
 func (s *server) routeUnavailable(route func(string, func(http.ResponseWriter, *http.Request, store.Project) error)) {
 	features := map[string][]string{
-		"pause":             {"POST /api/sandboxes/{id}/pause"},
-		"snapshots":         {"POST /api/sandboxes/{id}/snapshot", "GET /api/projects/{pid}/snapshots", "GET /api/sandbox-snapshots", "GET /api/sandbox-snapshots/{sid}", "PATCH /api/sandbox-snapshots/{sid}", "DELETE /api/sandbox-snapshots/{sid}", "POST /api/sandbox-snapshots/{sid}/pause", "POST /api/sandbox-snapshots/{sid}/resume"},
-		"fork":              {"POST /api/sandboxes/{id}/fork"},
 		"preview URLs":      {"POST /api/sandboxes/{id}/expose/{port}", "DELETE /api/sandboxes/{id}/expose/{port}"},
 		"file watching":     {"POST /api/sandboxes/{id}/files/watch", "GET /api/sandboxes/{id}/files/watch/events", "DELETE /api/sandboxes/{id}/files/watch"},
 		"sandbox logs":      {"GET /api/sandboxes/{id}/logs"},

@@ -26,6 +26,7 @@ type sandboxInfo struct {
 	Region     *string           `json:"region"`
 	TimeoutMs  int64             `json:"timeoutMs"`
 	PauseError *string           `json:"pauseError"`
+	SnapshotID *string           `json:"snapshotId,omitempty"`
 }
 
 func infoOf(r sandbox.Record) sandboxInfo {
@@ -44,6 +45,12 @@ func infoOf(r sandbox.Record) sandboxInfo {
 	}
 	if r.Region != "" {
 		info.Region = &r.Region
+	}
+	if r.PauseError != "" {
+		info.PauseError = &r.PauseError
+	}
+	if r.SnapshotID != "" {
+		info.SnapshotID = &r.SnapshotID
 	}
 	return info
 }
@@ -79,8 +86,6 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request, p store.P
 		return err
 	}
 	switch {
-	case req.SnapshotID != "":
-		return unavailable("snapshotId", "restoring snapshots")
 	case req.VolumeID != "" || req.VolumeName != "":
 		return unavailable("volumeId/volumeName", "volumes")
 	case req.InternetAccess != nil && !*req.InternetAccess, len(req.AllowedHosts) > 0:
@@ -89,6 +94,14 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request, p store.P
 	timeout := int64(defaultTimeoutMs)
 	if req.TimeoutMs != nil {
 		timeout = *req.TimeoutMs
+	}
+	if req.SnapshotID != "" {
+		rec, err := s.sandboxes.Restore(r.Context(), p.ID, req.SnapshotID, timeout)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusCreated, infoOf(rec))
+		return nil
 	}
 	rec, err := s.sandboxes.Create(r.Context(), sandbox.CreateRequest{
 		ProjectID: p.ID, Template: req.Template, Size: req.Size, TimeoutMs: timeout,
@@ -157,13 +170,60 @@ func (s *server) setTimeout(w http.ResponseWriter, r *http.Request, p store.Proj
 	return nil
 }
 
-// resumeSandbox: sandboxes are never paused on this server yet, so resume
-// of a live sandbox is the no-op the Python client's connect() relies on.
+// pauseSandbox checkpoints the sandbox; it is paused when this answers.
+func (s *server) pauseSandbox(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	if err := s.sandboxes.Pause(r.Context(), p.ID, r.PathValue("id")); err != nil {
+		return err
+	}
+	return s.getSandbox(w, r, p)
+}
+
+// resumeSandbox restores a paused sandbox; of a running one it is the no-op
+// the Python client's connect() relies on.
 func (s *server) resumeSandbox(w http.ResponseWriter, r *http.Request, p store.Project) error {
-	rec, err := s.sandboxes.Get(p.ID, r.PathValue("id"))
+	rec, err := s.sandboxes.Resume(r.Context(), p.ID, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, infoOf(rec))
+	return nil
+}
+
+// forkSandbox answers the array the SDK expects: one entry per copy, in
+// order, {sandbox} or {error}.
+func (s *server) forkSandbox(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	var req struct {
+		Count     *int   `json:"count"`
+		TimeoutMs *int64 `json:"timeoutMs"`
+	}
+	if err := decode(w, r, maxBody, &req); err != nil {
+		return err
+	}
+	count, timeout := 1, int64(0)
+	if req.Count != nil {
+		count = *req.Count
+	}
+	if req.TimeoutMs != nil {
+		timeout = *req.TimeoutMs
+	}
+	results, err := s.sandboxes.Fork(r.Context(), p.ID, r.PathValue("id"), count, timeout)
+	if err != nil {
+		return err
+	}
+	type entry struct {
+		Sandbox *sandboxInfo `json:"sandbox,omitempty"`
+		Error   string       `json:"error,omitempty"`
+	}
+	out := make([]entry, len(results))
+	for i, res := range results {
+		if res.Err != nil {
+			_, _, msg := statusOf(res.Err)
+			out[i].Error = msg
+			continue
+		}
+		info := infoOf(*res.Sandbox)
+		out[i].Sandbox = &info
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }

@@ -39,6 +39,9 @@ const (
 	StateCreated State = "created" // created, agent not started
 	StateRunning State = "running"
 	StateStopped State = "stopped" // its processes are gone; resources held until Destroy
+	// StatePaused: checkpointed by Pause; no processes, no memory, its
+	// network and image kept until Resume or Destroy.
+	StatePaused State = "paused"
 )
 
 // Sandbox is a backend's view of one sandbox.
@@ -72,4 +75,30 @@ type Runtime interface {
 	// List returns every sandbox the backend holds, including ones created by
 	// an earlier process of the server, with their current state.
 	List(ctx context.Context) ([]Sandbox, error)
+}
+
+// Checkpointer is implemented by backends that can save a sandbox whole —
+// memory, running processes, open files and its writable layer — and bring
+// it back, in place or as new sandboxes. The sandbox service finds it by type
+// assertion.
+type Checkpointer interface {
+	// Pause checkpoints the running sandbox to the backend's own storage and
+	// frees its processes and memory; List then reports it paused. A failed
+	// Pause leaves it running. Pause of a paused sandbox is a no-op; of an
+	// unknown id, errdefs.ErrNotFound.
+	Pause(ctx context.Context, id string) error
+	// Resume restores a paused sandbox in place: same processes and pids,
+	// same files, same network identity. Resume of a running sandbox is a
+	// no-op. A failed Resume leaves it paused.
+	Resume(ctx context.Context, id string) error
+	// Snapshot writes the running sandbox's state into dir (which must not
+	// exist) after a brief freeze; the sandbox keeps running. A failed
+	// Snapshot removes dir and leaves the sandbox running.
+	Snapshot(ctx context.Context, id, dir string) error
+	// Restore creates sandbox spec.ID from the image in dir and starts it:
+	// the image's processes and files with spec's identity (hostname, network
+	// address, resources). One image can be restored any number of times,
+	// also concurrently; the copies share nothing. A failed Restore leaves
+	// nothing behind, as a failed Create.
+	Restore(ctx context.Context, spec Spec, dir string) (Sandbox, error)
 }

@@ -4,17 +4,27 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"time"
 
-	"github.com/lizard-build/lizard/internal/agent"
 	"github.com/lizard-build/lizard/internal/runtime"
 )
 
-// Recover reconciles the store with the runtime after a (re)start: sandboxes
-// that are still running and whose agent answers are taken back with their
-// deadlines; records without a live sandbox and runtime sandboxes without a
-// record are destroyed, so nothing is left behind.
+// Recover reconciles the store with the runtime after a (re)start. Every
+// sandbox ends up in its old state or its new one, never half-way:
+//   - running in the runtime and its agent answers: reattached, with its
+//     deadline (a pause or resume cut short counts as not having happened,
+//     or as done, by what the runtime holds);
+//   - paused in the runtime: paused, deadline stopped;
+//   - anything else, records still creating, and runtime sandboxes without a
+//     record: destroyed, so nothing is left behind.
+//
+// Snapshots come back with their pools, and images without a record (a
+// snapshot or fork cut short) are removed.
 func (s *Service) Recover(ctx context.Context) error {
+	var errs []error
+	errs = append(errs, s.recoverSnapshots(ctx))
 	recs, err := s.cfg.Store.Sandboxes(ctx)
 	if err != nil {
 		return err
@@ -28,7 +38,6 @@ func (s *Service) Recover(ctx context.Context) error {
 		state[sb.ID] = sb.State
 	}
 	known := map[string]bool{}
-	var errs []error
 	for _, r := range recs {
 		known[r.ID] = true
 		var rec Record
@@ -37,23 +46,10 @@ func (s *Service) Recover(ctx context.Context) error {
 			errs = append(errs, s.destroy(ctx, r.ID))
 			continue
 		}
-		if state[r.ID] != runtime.StateRunning || r.Status != StatusRunning {
-			s.log.Info("recover: sandbox did not survive, cleaning up", "sandbox", r.ID, "state", state[r.ID], "status", r.Status)
+		if err := s.reattach(ctx, rec, state[r.ID]); err != nil {
+			s.log.Info("recover: sandbox did not survive, cleaning up", "sandbox", r.ID, "state", state[r.ID], "status", rec.Status, "why", err)
 			errs = append(errs, s.destroy(ctx, r.ID))
-			continue
 		}
-		ag := agent.NewClient("http://"+rec.AgentAddr, rec.AgentToken, s.client)
-		if err := waitReady(ctx, ag, 3*time.Second); err != nil {
-			s.log.Warn("recover: agent does not answer, destroying", "sandbox", r.ID, "err", err)
-			errs = append(errs, s.destroy(ctx, r.ID))
-			continue
-		}
-		e := &entry{rec: rec, agent: ag}
-		s.mu.Lock()
-		s.sandboxes[rec.ID] = e
-		s.armLocked(e)
-		s.mu.Unlock()
-		s.log.Info("recover: reattached", "sandbox", rec.ID)
 	}
 	for _, sb := range live {
 		if !known[sb.ID] {
@@ -61,5 +57,98 @@ func (s *Service) Recover(ctx context.Context) error {
 			errs = append(errs, s.cfg.Runtime.Destroy(ctx, sb.ID))
 		}
 	}
+	s.mu.Lock()
+	var ses []*snapEntry
+	for _, se := range s.snapshots {
+		ses = append(ses, se)
+	}
+	s.mu.Unlock()
+	for _, se := range ses {
+		s.trimPool(ctx, se)
+		s.fillPool(se)
+	}
 	return errors.Join(errs...)
+}
+
+var errNotLive = errors.New("not running in the runtime")
+
+// reattach takes rec back given what the runtime holds of it.
+func (s *Service) reattach(ctx context.Context, rec Record, st runtime.State) error {
+	if rec.Status == StatusCreating {
+		return errors.New("its create was cut short")
+	}
+	ag, tr := newAgent(rec.AgentAddr, rec.AgentToken)
+	switch st {
+	case runtime.StatePaused:
+		if rec.Status == StatusPooled {
+			return errNotLive
+		}
+		rec.Status, rec.EndAt = StatusPaused, nil
+		if rec.RemainingMs == 0 && rec.TimeoutMs > 0 {
+			rec.RemainingMs = rec.TimeoutMs
+		}
+	case runtime.StateRunning:
+		if err := waitReady(ctx, ag, 3*time.Second); err != nil {
+			return err
+		}
+		switch rec.Status {
+		case StatusPaused, StatusResuming:
+			// The resume went through before the crash.
+			rec.EndAt = deadline(time.Now().UTC(), rec.RemainingMs)
+			rec.RemainingMs = 0
+			rec.Status = StatusRunning
+		case StatusPausing:
+			// The pause did not complete: it never happened.
+			rec.Status, rec.RemainingMs = StatusRunning, 0
+		}
+	default:
+		return errNotLive
+	}
+	if err := s.persist(ctx, rec); err != nil {
+		return err
+	}
+	e := &entry{rec: rec, agent: ag, tr: tr}
+	s.mu.Lock()
+	s.sandboxes[rec.ID] = e
+	s.armLocked(e)
+	s.mu.Unlock()
+	s.log.Info("recover: reattached", "sandbox", rec.ID, "status", rec.Status)
+	return nil
+}
+
+// recoverSnapshots loads the snapshot records and removes images that have
+// none.
+func (s *Service) recoverSnapshots(ctx context.Context) error {
+	if s.cfg.SnapshotDir == "" {
+		return nil
+	}
+	recs, err := s.cfg.Store.Snapshots(ctx)
+	if err != nil {
+		return err
+	}
+	known := map[string]bool{}
+	for _, r := range recs {
+		var snap Snapshot
+		if err := json.Unmarshal(r.Spec, &snap); err != nil || snap.ID != r.ID {
+			s.log.Warn("recover: unreadable snapshot record, removing", "snapshot", r.ID)
+			s.cfg.Store.DeleteSnapshot(ctx, r.ID)
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(s.snapshotDir(snap.ID), "checkpoint.img")); err != nil {
+			s.log.Warn("recover: snapshot image missing, removing the snapshot", "snapshot", snap.ID)
+			s.cfg.Store.DeleteSnapshot(ctx, r.ID)
+			continue
+		}
+		known[snap.ID] = true
+		s.mu.Lock()
+		s.snapshots[snap.ID] = &snapEntry{snap: snap}
+		s.mu.Unlock()
+	}
+	ents, _ := os.ReadDir(s.cfg.SnapshotDir)
+	for _, e := range ents {
+		if !known[e.Name()] {
+			os.RemoveAll(filepath.Join(s.cfg.SnapshotDir, e.Name()))
+		}
+	}
+	return nil
 }

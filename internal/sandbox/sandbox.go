@@ -1,9 +1,10 @@
 // Package sandbox is the service behind the sandbox API: it creates sandboxes
 // from templates on a runtime.Runtime, keeps their records in the store,
 // enforces their deadlines, runs commands and file operations through each
-// sandbox's agent, and after a restart reattaches to the sandboxes that
-// survived or cleans up those that did not. The API package is its only
-// caller; it knows nothing of HTTP.
+// sandbox's agent, pauses, snapshots, restores and forks them when the
+// runtime is a runtime.Checkpointer, and after a restart reattaches to the
+// sandboxes that survived or cleans up those that did not. The API package is
+// its only caller; it knows nothing of HTTP.
 package sandbox
 
 import (
@@ -38,13 +39,26 @@ type Config struct {
 	Store     *store.Store
 	Templates Templates
 	Logger    *slog.Logger
+	// SnapshotDir holds snapshot images (and forks' temporary ones).
+	SnapshotDir string
+	// MaxSandboxes caps live sandboxes (warm pool copies included); 0 means
+	// DefaultMaxSandboxes.
+	MaxSandboxes int
 	// AgentReadyTimeout bounds the wait for a new sandbox's agent.
 	AgentReadyTimeout time.Duration
 }
 
-// Status values of a sandbox as the API shows them.
+// DefaultMaxSandboxes is the cap on live sandboxes unless configured.
+const DefaultMaxSandboxes = 100
+
+// Status values of a sandbox. The API shows all but creating and pooled.
 const (
-	StatusRunning = "running"
+	StatusCreating = "creating" // being made; Recover destroys it
+	StatusRunning  = "running"
+	StatusPausing  = "pausing"
+	StatusPaused   = "paused"
+	StatusResuming = "resuming"
+	StatusPooled   = "pooled" // a warm copy of a snapshot, not yet claimed
 )
 
 // MaxTimeoutMs is the largest sandbox lifetime the API accepts.
@@ -52,13 +66,15 @@ const MaxTimeoutMs = 2147483647
 
 // Service manages sandboxes. It is safe for concurrent use.
 type Service struct {
-	cfg    Config
-	log    *slog.Logger
-	client *http.Client
+	cfg Config
+	log *slog.Logger
+	cp  runtime.Checkpointer // nil when the runtime cannot checkpoint
 
 	mu        sync.Mutex
 	sandboxes map[string]*entry
+	snapshots map[string]*snapEntry
 	closed    bool
+	bg        sync.WaitGroup
 }
 
 // entry is one live sandbox. mu serializes its lifecycle operations; the
@@ -67,6 +83,7 @@ type entry struct {
 	mu    sync.Mutex
 	rec   Record
 	agent *agent.Client
+	tr    *http.Transport
 	timer *time.Timer
 	gone  bool
 }
@@ -89,6 +106,14 @@ type Record struct {
 	EndAt      *time.Time        `json:"endAt,omitempty"`
 	TimeoutMs  int64             `json:"timeoutMs"`
 	Status     string            `json:"status"`
+	// RemainingMs is what was left of the deadline when a pause began; a
+	// paused sandbox's deadline does not run. 0 with no deadline.
+	RemainingMs int64  `json:"remainingMs,omitempty"`
+	PauseError  string `json:"pauseError,omitempty"`
+	// SnapshotID names the snapshot the sandbox was restored from; PoolOf
+	// the snapshot whose warm pool holds it (status pooled).
+	SnapshotID string `json:"snapshotId,omitempty"`
+	PoolOf     string `json:"poolOf,omitempty"`
 }
 
 // New builds the service. Call Recover before serving.
@@ -99,13 +124,24 @@ func New(cfg Config) *Service {
 	if cfg.AgentReadyTimeout == 0 {
 		cfg.AgentReadyTimeout = 15 * time.Second
 	}
+	if cfg.MaxSandboxes == 0 {
+		cfg.MaxSandboxes = DefaultMaxSandboxes
+	}
+	cp, _ := cfg.Runtime.(runtime.Checkpointer)
+	return &Service{cfg: cfg, log: cfg.Logger, cp: cp, sandboxes: map[string]*entry{}, snapshots: map[string]*snapEntry{}}
+}
+
+// newAgent returns a client for a sandbox's agent with a transport of its
+// own: a pause breaks the sandbox's connections, and closing one
+// transport's idle connections must not touch other sandboxes'.
+func newAgent(addr, token string) (*agent.Client, *http.Transport) {
 	tr := &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
 	}
-	return &Service{cfg: cfg, log: cfg.Logger, client: &http.Client{Transport: tr}, sandboxes: map[string]*entry{}}
+	return agent.NewClient("http://"+addr, token, &http.Client{Transport: tr}), tr
 }
 
 // CreateRequest is a validated create.
@@ -132,78 +168,102 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Record, error)
 	if err != nil {
 		return Record{}, err
 	}
-	if req.TimeoutMs < 0 || req.TimeoutMs > MaxTimeoutMs {
-		return Record{}, fmt.Errorf("timeoutMs %d: must be 0 (no deadline) to %d: %w", req.TimeoutMs, MaxTimeoutMs, errdefs.ErrInvalid)
+	if err := validTimeout(req.TimeoutMs); err != nil {
+		return Record{}, err
 	}
 	if err := validateEnvs(req.Envs); err != nil {
 		return Record{}, err
 	}
-	now := time.Now().UTC()
-	rec := Record{
-		ID:         store.NewID("", 20),
-		ProjectID:  req.ProjectID,
-		Template:   req.Template,
-		Size:       size.Name,
-		CPUs:       size.CPUs,
-		MemoryMB:   size.MemoryMB,
-		Region:     req.Region,
-		Metadata:   req.Metadata,
-		Envs:       mergeEnv(tpl.Env, req.Envs),
-		AgentToken: randomToken(),
-		StartedAt:  now,
-		TimeoutMs:  req.TimeoutMs,
-		Status:     StatusRunning,
-	}
-	rec.EndAt = deadline(now, req.TimeoutMs)
+	rec := s.newRecord(req.ProjectID, req.Template, size, req.TimeoutMs)
+	rec.Region, rec.Metadata, rec.Envs = req.Region, req.Metadata, mergeEnv(tpl.Env, req.Envs)
+	return s.launch(ctx, rec, func(ctx context.Context) (runtime.Sandbox, error) {
+		rsb, err := s.cfg.Runtime.Create(ctx, runtime.Spec{
+			ID: rec.ID, Rootfs: tpl.Rootfs, AgentToken: rec.AgentToken, Resources: size.resources(),
+		})
+		if err != nil {
+			return rsb, fmt.Errorf("create sandbox: %w", err)
+		}
+		if err := s.cfg.Runtime.Start(ctx, rec.ID); err != nil {
+			return rsb, fmt.Errorf("start sandbox: %w", err)
+		}
+		return rsb, nil
+	}, rec.AgentToken)
+}
 
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
-		return Record{}, fmt.Errorf("server is shutting down: %w", errdefs.ErrUnavailable)
+// newRecord fills what every new sandbox record has.
+func (s *Service) newRecord(projectID, tpl string, size Size, timeoutMs int64) Record {
+	now := time.Now().UTC()
+	return Record{
+		ID: store.NewID("", 20), ProjectID: projectID, Template: tpl,
+		Size: size.Name, CPUs: size.CPUs, MemoryMB: size.MemoryMB,
+		AgentToken: randomToken(), StartedAt: now, TimeoutMs: timeoutMs,
+		EndAt: deadline(now, timeoutMs), Status: StatusRunning,
 	}
-	// The record goes to the store first, so a crash mid-create leaves a
-	// trace that Recover cleans up.
-	rec.Status = "creating"
+}
+
+func validTimeout(ms int64) error {
+	if ms < 0 || ms > MaxTimeoutMs {
+		return fmt.Errorf("timeoutMs %d: must be 0 (no deadline) to %d: %w", ms, MaxTimeoutMs, errdefs.ErrInvalid)
+	}
+	return nil
+}
+
+// launch records rec as creating, runs boot to bring the runtime sandbox
+// up, waits for its agent (which answers to bootToken, then gets rec's
+// token if they differ) and publishes the sandbox. Any failure destroys
+// what was made.
+func (s *Service) launch(ctx context.Context, rec Record, boot func(context.Context) (runtime.Sandbox, error), bootToken string) (Record, error) {
+	if err := s.admit(); err != nil {
+		return Record{}, err
+	}
+	want := rec.Status
+	rec.Status = StatusCreating
 	if err := s.persist(ctx, rec); err != nil {
 		return Record{}, err
 	}
-	rec.Status = StatusRunning
-	ag, err := s.boot(ctx, &rec, tpl, size)
+	fail := func(err error) (Record, error) {
+		s.destroy(context.WithoutCancel(ctx), rec.ID)
+		return Record{}, err
+	}
+	rsb, err := boot(ctx)
 	if err != nil {
-		s.destroy(context.WithoutCancel(ctx), rec.ID)
-		return Record{}, err
+		return fail(err)
 	}
+	rec.AgentAddr = net.JoinHostPort(rsb.Addr.String(), strconv.Itoa(agent.Port))
+	ag, tr := newAgent(rec.AgentAddr, bootToken)
+	if err := waitReady(ctx, ag, s.cfg.AgentReadyTimeout); err != nil {
+		return fail(fmt.Errorf("sandbox agent did not come up: %w", err))
+	}
+	if bootToken != rec.AgentToken {
+		if err := ag.SetToken(ctx, rec.AgentToken); err != nil {
+			return fail(fmt.Errorf("give the copy its own agent token: %w", err))
+		}
+	}
+	rec.Status = want
 	if err := s.persist(ctx, rec); err != nil {
-		s.destroy(context.WithoutCancel(ctx), rec.ID)
-		return Record{}, err
+		return fail(err)
 	}
-	e := &entry{rec: rec, agent: ag}
+	e := &entry{rec: rec, agent: ag, tr: tr}
 	s.mu.Lock()
 	s.sandboxes[rec.ID] = e
 	s.armLocked(e)
 	s.mu.Unlock()
-	s.log.Info("sandbox created", "sandbox", rec.ID, "project", rec.ProjectID, "template", rec.Template, "size", rec.Size)
+	s.log.Info("sandbox started", "sandbox", rec.ID, "project", rec.ProjectID, "template", rec.Template,
+		"size", rec.Size, "snapshot", rec.SnapshotID, "status", rec.Status)
 	return rec, nil
 }
 
-// boot creates and starts the runtime sandbox and waits for its agent.
-func (s *Service) boot(ctx context.Context, rec *Record, tpl template.Template, size Size) (*agent.Client, error) {
-	rsb, err := s.cfg.Runtime.Create(ctx, runtime.Spec{
-		ID: rec.ID, Rootfs: tpl.Rootfs, AgentToken: rec.AgentToken, Resources: size.resources(),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create sandbox: %w", err)
+// admit refuses a new sandbox when the server is closing or full.
+func (s *Service) admit() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("server is shutting down: %w", errdefs.ErrUnavailable)
 	}
-	rec.AgentAddr = net.JoinHostPort(rsb.Addr.String(), strconv.Itoa(agent.Port))
-	if err := s.cfg.Runtime.Start(ctx, rec.ID); err != nil {
-		return nil, fmt.Errorf("start sandbox: %w", err)
+	if len(s.sandboxes) >= s.cfg.MaxSandboxes {
+		return errdefs.WithCode("SANDBOX_LIMIT", fmt.Errorf("this server runs at most %d sandboxes: %w", s.cfg.MaxSandboxes, errdefs.ErrLimit))
 	}
-	ag := agent.NewClient("http://"+rec.AgentAddr, rec.AgentToken, s.client)
-	if err := waitReady(ctx, ag, s.cfg.AgentReadyTimeout); err != nil {
-		return nil, fmt.Errorf("sandbox agent did not come up: %w", err)
-	}
-	return ag, nil
+	return nil
 }
 
 // waitReady polls the agent's health until it answers or the time is up.
@@ -249,7 +309,7 @@ func (s *Service) List(projectID string) []Record {
 	defer s.mu.Unlock()
 	out := []Record{}
 	for _, e := range s.sandboxes {
-		if e.rec.ProjectID == projectID {
+		if e.rec.ProjectID == projectID && e.rec.Status != StatusPooled {
 			out = append(out, e.rec)
 		}
 	}
@@ -266,13 +326,14 @@ func (s *Service) Kill(ctx context.Context, projectID, id string) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !s.take(e) {
-		return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+		return notFound(id)
 	}
 	s.log.Info("sandbox killed", "sandbox", id)
 	return s.destroy(ctx, id)
 }
 
-// SetTimeout moves the sandbox's deadline to timeoutMs from now.
+// SetTimeout moves the sandbox's deadline to timeoutMs from now (from the
+// resume, for a paused sandbox).
 func (s *Service) SetTimeout(ctx context.Context, projectID, id string, timeoutMs int64) error {
 	if timeoutMs < 1000 || timeoutMs > MaxTimeoutMs {
 		return fmt.Errorf("timeoutMs %d: must be 1000 to %d: %w", timeoutMs, MaxTimeoutMs, errdefs.ErrInvalid)
@@ -286,18 +347,22 @@ func (s *Service) SetTimeout(ctx context.Context, projectID, id string, timeoutM
 	s.mu.Lock()
 	if e.gone {
 		s.mu.Unlock()
-		return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+		return notFound(id)
 	}
 	e.rec.TimeoutMs = timeoutMs
-	e.rec.EndAt = deadline(time.Now().UTC(), timeoutMs)
+	if e.rec.Status == StatusPaused {
+		e.rec.RemainingMs = timeoutMs
+	} else {
+		e.rec.EndAt = deadline(time.Now().UTC(), timeoutMs)
+		s.armLocked(e)
+	}
 	rec := e.rec
-	s.armLocked(e)
 	s.mu.Unlock()
 	return s.persist(ctx, rec)
 }
 
 // Agent returns the agent client of a running sandbox, for commands and
-// files.
+// files. A paused sandbox is a conflict: it has no processes to talk to.
 func (s *Service) Agent(projectID, id string) (*agent.Client, Record, error) {
 	e, err := s.lookup(projectID, id)
 	if err != nil {
@@ -305,6 +370,10 @@ func (s *Service) Agent(projectID, id string) (*agent.Client, Record, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if e.rec.Status != StatusRunning {
+		return nil, Record{}, errdefs.WithCode("sandbox_not_running",
+			fmt.Errorf("sandbox %q is %s: resume it first: %w", id, e.rec.Status, errdefs.ErrConflict))
+	}
 	return e.agent, e.rec, nil
 }
 
@@ -312,10 +381,14 @@ func (s *Service) lookup(projectID, id string) (*entry, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.sandboxes[id]
-	if !ok || e.gone || e.rec.ProjectID != projectID {
-		return nil, errdefs.WithCode("sandbox_not_found", fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound))
+	if !ok || e.gone || e.rec.ProjectID != projectID || e.rec.Status == StatusPooled {
+		return nil, notFound(id)
 	}
 	return e, nil
+}
+
+func notFound(id string) error {
+	return errdefs.WithCode("sandbox_not_found", fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound))
 }
 
 // take removes e from the live set; false if someone else did first.
@@ -328,6 +401,9 @@ func (s *Service) take(e *entry) bool {
 	e.gone = true
 	if e.timer != nil {
 		e.timer.Stop()
+	}
+	if e.tr != nil {
+		e.tr.CloseIdleConnections()
 	}
 	delete(s.sandboxes, e.rec.ID)
 	return true
@@ -349,7 +425,7 @@ func (s *Service) armLocked(e *entry) {
 		e.timer.Stop()
 		e.timer = nil
 	}
-	if e.rec.EndAt == nil {
+	if e.rec.EndAt == nil || e.rec.Status == StatusPaused || e.rec.Status == StatusPooled {
 		return
 	}
 	id := e.rec.ID
@@ -361,7 +437,7 @@ func (s *Service) expire(id string, e *entry) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s.mu.Lock()
-	due := !e.gone && e.rec.EndAt != nil && !time.Now().Before(*e.rec.EndAt)
+	due := !e.gone && e.rec.EndAt != nil && e.rec.Status == StatusRunning && !time.Now().Before(*e.rec.EndAt)
 	s.mu.Unlock()
 	if !due || !s.take(e) {
 		return
@@ -378,19 +454,22 @@ func (s *Service) persist(ctx context.Context, rec Record) error {
 	return s.cfg.Store.PutSandbox(ctx, store.Sandbox{
 		ID: rec.ID, ProjectID: rec.ProjectID, Template: rec.Template, Size: rec.Size,
 		Status: rec.Status, Spec: spec, StartedAt: rec.StartedAt, EndAt: rec.EndAt,
+		PauseError: rec.PauseError,
 	})
 }
 
-// Close stops deadline timers; sandboxes keep running for the next server.
+// Close stops deadline timers and background work; sandboxes keep running
+// for the next server.
 func (s *Service) Close() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.closed = true
 	for _, e := range s.sandboxes {
 		if e.timer != nil {
 			e.timer.Stop()
 		}
 	}
+	s.mu.Unlock()
+	s.bg.Wait()
 }
 
 func deadline(from time.Time, timeoutMs int64) *time.Time {

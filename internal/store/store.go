@@ -52,6 +52,13 @@ CREATE TABLE IF NOT EXISTS sandboxes (
 	pause_error TEXT
 );
 CREATE INDEX IF NOT EXISTS sandboxes_project ON sandboxes(project_id);
+CREATE TABLE IF NOT EXISTS snapshots (
+	id         TEXT PRIMARY KEY,
+	project_id TEXT NOT NULL REFERENCES projects(id),
+	spec       TEXT NOT NULL,
+	created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS snapshots_project ON snapshots(project_id);
 `
 
 // Open opens (creating if needed) the database at path.
@@ -281,4 +288,48 @@ func nullString(s string) any {
 		return nil
 	}
 	return s
+}
+
+// Snapshot is the durable record of a sandbox snapshot; Spec is the
+// sandbox service's own description of it.
+type Snapshot struct {
+	ID        string
+	ProjectID string
+	Spec      json.RawMessage
+	CreatedAt time.Time
+}
+
+// PutSnapshot inserts or replaces a snapshot record.
+func (s *Store) PutSnapshot(ctx context.Context, sn Snapshot) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots(id, project_id, spec, created_at) VALUES(?,?,?,?)
+		ON CONFLICT(id) DO UPDATE SET spec=excluded.spec`,
+		sn.ID, sn.ProjectID, string(sn.Spec), fmtTime(sn.CreatedAt))
+	return err
+}
+
+// DeleteSnapshot removes a snapshot record; a missing one is not an error.
+func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM snapshots WHERE id = ?`, id)
+	return err
+}
+
+// Snapshots lists every snapshot record, oldest first.
+func (s *Store) Snapshots(ctx context.Context) ([]Snapshot, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, project_id, spec, created_at FROM snapshots ORDER BY created_at`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Snapshot
+	for rows.Next() {
+		var sn Snapshot
+		var spec, created string
+		if err := rows.Scan(&sn.ID, &sn.ProjectID, &spec, &created); err != nil {
+			return nil, err
+		}
+		sn.Spec = json.RawMessage(spec)
+		sn.CreatedAt, _ = time.Parse(time.RFC3339Nano, created)
+		out = append(out, sn)
+	}
+	return out, rows.Err()
 }

@@ -128,7 +128,13 @@ func TestBadInput(t *testing.T) {
 		{"stat missing", "GET", "/api/sandboxes/" + id + "/files/stat?path=/nope", nil, 404},
 		{"move missing", "POST", "/api/sandboxes/" + id + "/files/move", `{"from":"/nope","to":"/tmp/y"}`, 404},
 		{"unknown user", "POST", "/api/sandboxes/" + id + "/exec", `{"cmd":"true","user":"nobody-here"}`, 400},
-		{"pause not offered yet", "POST", "/api/sandboxes/" + id + "/pause", nil, 400},
+		{"fork count too big", "POST", "/api/sandboxes/" + id + "/fork", `{"count":11}`, 400},
+		{"fork count zero", "POST", "/api/sandboxes/" + id + "/fork", `{"count":0}`, 400},
+		{"fork negative timeout", "POST", "/api/sandboxes/" + id + "/fork", `{"count":1,"timeoutMs":-1}`, 400},
+		{"snapshot pool too big", "POST", "/api/sandboxes/" + id + "/snapshot", `{"name":"x","poolSize":99}`, 400},
+		{"unknown snapshot", "GET", "/api/sandbox-snapshots/nope", nil, 404},
+		{"restore unknown snapshot", "POST", "/api/sandboxes", `{"snapshotId":"nope"}`, 404},
+		{"pause unknown sandbox", "POST", "/api/sandboxes/nope/pause", nil, 404},
 		{"no such route", "GET", "/api/nothing", nil, 404},
 	}
 	for _, c := range cases {

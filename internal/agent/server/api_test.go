@@ -1,7 +1,9 @@
 package server_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -103,5 +105,23 @@ func TestBadRequests(t *testing.T) {
 				t.Errorf("code %q, want invalid", e.Code)
 			}
 		})
+	}
+}
+
+func TestSetToken(t *testing.T) {
+	srv := newTestServer(t)
+	old := agent.NewClient(srv.URL, testToken, nil)
+	if err := old.SetToken(context.Background(), "short"); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("short token: %v, want ErrInvalid", err)
+	}
+	c := agent.NewClient(srv.URL, testToken, nil)
+	if err := c.SetToken(context.Background(), "a-brand-new-token-0123"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Health(context.Background()); err != nil {
+		t.Fatalf("new token refused: %v", err)
+	}
+	if _, err := agent.NewClient(srv.URL, testToken, nil).Health(context.Background()); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Fatalf("old token still accepted: %v", err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/lizard-build/lizard/internal/agent"
@@ -34,6 +35,8 @@ type Config struct {
 
 // Server is the agent's HTTP API. It is an http.Handler.
 type Server struct {
+	// tokenMu guards tokenSum, which POST /token replaces.
+	tokenMu  sync.RWMutex
 	tokenSum [sha256.Size]byte
 	log      *slog.Logger
 	reaper   *reaper
@@ -114,6 +117,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /health", s.handle(s.health))
+	mux.Handle("POST /token", s.handle(s.setToken))
 	mux.Handle("POST /exec", s.handle(s.exec))
 	mux.Handle("GET /processes", s.handle(s.listProcesses))
 	mux.Handle("POST /processes/signal", s.handle(s.signalProcess))
@@ -153,7 +157,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := sha256.Sum256([]byte(r.Header.Get(agent.TokenHeader)))
-		if subtle.ConstantTimeCompare(got[:], s.tokenSum[:]) != 1 {
+		s.tokenMu.RLock()
+		ok := subtle.ConstantTimeCompare(got[:], s.tokenSum[:]) == 1
+		s.tokenMu.RUnlock()
+		if !ok {
 			writeJSON(w, http.StatusUnauthorized, agent.Error{
 				Code:    codeUnauthenticated,
 				Message: "missing or wrong " + agent.TokenHeader,
@@ -213,6 +220,24 @@ func (t *trackingWriter) ReadFrom(r io.Reader) (int64, error) {
 }
 
 func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
+
+// setToken replaces the token. A sandbox restored from a snapshot wakes up
+// with its source's token; the node gives each copy its own at once.
+func (s *Server) setToken(w http.ResponseWriter, r *http.Request) error {
+	var req agent.TokenRequest
+	if err := decodeJSON(w, r, 4096, &req); err != nil {
+		return err
+	}
+	if len(req.Token) < 16 {
+		return errInvalid("token must be at least 16 characters")
+	}
+	sum := sha256.Sum256([]byte(req.Token))
+	s.tokenMu.Lock()
+	s.tokenSum = sum
+	s.tokenMu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
 
 func (s *Server) health(w http.ResponseWriter, _ *http.Request) error {
 	writeJSON(w, http.StatusOK, agent.Health{OK: true, Pid: os.Getpid()})

@@ -64,7 +64,9 @@ func New(cfg Config) (*Runtime, error) {
 			return nil, fmt.Errorf("gvisor: %w", err)
 		}
 	}
-	return &Runtime{cfg: cfg}, nil
+	r := &Runtime{cfg: cfg}
+	r.reconcile(context.Background())
+	return r, nil
 }
 
 // RunscRootFor is runsc's state directory (--root) for a server whose data
@@ -84,6 +86,10 @@ func RunscRootFor(dataDir string) string {
 type state struct {
 	ID       string           `json:"id"`
 	Endpoint network.Endpoint `json:"endpoint"`
+	DiskMB   int64            `json:"diskMb"`
+	// Paused: the sandbox's whole state is in its checkpoint directory and
+	// it has no container; set only once the image is complete.
+	Paused bool `json:"paused,omitempty"`
 }
 
 func (r *Runtime) dir(id string) string { return filepath.Join(r.cfg.StateDir, id) }
@@ -92,7 +98,14 @@ func (r *Runtime) dir(id string) string { return filepath.Join(r.cfg.StateDir, i
 func cgroupPath(id string) string { return "/lizard/" + id }
 
 // Create implements runtime.Runtime.
-func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (sb runtime.Sandbox, err error) {
+func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
+	return r.make(ctx, spec, "")
+}
+
+// make prepares a sandbox's directory, network and bundle, then either
+// creates its container (image "") or restores it from a checkpoint image,
+// which also starts it.
+func (r *Runtime) make(ctx context.Context, spec runtime.Spec, image string) (sb runtime.Sandbox, err error) {
 	if !validID(spec.ID) {
 		return sb, fmt.Errorf("sandbox id %q: %w", spec.ID, errdefs.ErrInvalid)
 	}
@@ -124,7 +137,8 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (sb runtime.San
 	}
 	// Written before anything else can fail, so that Destroy finds the
 	// endpoint to tear down.
-	if err := writeJSON(filepath.Join(dir, "state.json"), state{ID: spec.ID, Endpoint: ep}); err != nil {
+	st := state{ID: spec.ID, Endpoint: ep, DiskMB: diskMB(spec.Resources)}
+	if err := writeJSON(filepath.Join(dir, "state.json"), st); err != nil {
 		r.cfg.Network.Teardown(ep)
 		return sb, err
 	}
@@ -136,14 +150,23 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (sb runtime.San
 		return sb, err
 	}
 	defer console.Close()
-	args := []string{
-		"--overlay2", fmt.Sprintf("root:dir=%s,size=%dm", filepath.Join(dir, "overlay"), diskMB(spec.Resources)),
-		"create", "--bundle", filepath.Join(dir, "bundle"), spec.ID,
+	if image != "" {
+		if err := r.restore(ctx, st, image, console); err != nil {
+			return sb, err
+		}
+		return runtime.Sandbox{ID: spec.ID, State: runtime.StateRunning, Addr: ep.Addr}, nil
 	}
+	args := append(r.overlayFlag(st), "create", "--bundle", filepath.Join(dir, "bundle"), spec.ID)
 	if err := r.runsc(ctx, console, args...); err != nil {
 		return sb, fmt.Errorf("runsc create: %w", err)
 	}
 	return runtime.Sandbox{ID: spec.ID, State: runtime.StateCreated, Addr: ep.Addr}, nil
+}
+
+// overlayFlag is the sandbox's writable layer: gVisor's overlay, backed by a
+// file in the sandbox's own directory, capped at its disk size.
+func (r *Runtime) overlayFlag(st state) []string {
+	return []string{"--overlay2", fmt.Sprintf("root:dir=%s,size=%dm", filepath.Join(r.dir(st.ID), "overlay"), st.DiskMB)}
 }
 
 // Start implements runtime.Runtime.
@@ -236,6 +259,9 @@ func (r *Runtime) List(ctx context.Context) ([]runtime.Sandbox, error) {
 		}
 		if s, ok := states[e.Name()]; ok {
 			sb.State = s
+		}
+		if st.Paused {
+			sb.State = runtime.StatePaused
 		}
 		seen[e.Name()] = true
 		out = append(out, sb)

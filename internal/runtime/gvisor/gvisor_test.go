@@ -88,3 +88,8 @@ func TestConformance(t *testing.T) {
 	rt, env := newRuntime(t)
 	runtimetest.Run(t, rt, env)
 }
+
+func TestCheckpointConformance(t *testing.T) {
+	rt, env := newRuntime(t)
+	runtimetest.RunCheckpointer(t, rt, env)
+}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -234,4 +235,179 @@ func testParallel(t *testing.T, rt runtime.Runtime, env Env) {
 	if len(errs) > 0 {
 		t.Fatalf("parallel creates: %s", strings.Join(errs, "; "))
 	}
+}
+
+// RunCheckpointer runs the checkpoint tests against a backend that
+// implements runtime.Checkpointer.
+func RunCheckpointer(t *testing.T, rt runtime.Runtime, env Env) {
+	cp, ok := rt.(runtime.Checkpointer)
+	if !ok {
+		t.Skip("backend does not implement runtime.Checkpointer")
+	}
+	t.Run("PauseResumeKeepsProcesses", func(t *testing.T) { testPauseResume(t, rt, cp, env) })
+	t.Run("SnapshotRestoreCopies", func(t *testing.T) { testSnapshotRestore(t, rt, cp, env) })
+}
+
+// started creates and starts a sandbox and returns a client for its agent.
+func started(t *testing.T, rt runtime.Runtime, env Env, id, token string) *agent.Client {
+	t.Helper()
+	ctx := context.Background()
+	t.Cleanup(func() { rt.Destroy(ctx, id) })
+	sb, err := rt.Create(ctx, spec(id, env.Rootfs, token))
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	if err := rt.Start(ctx, id); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	return agentAt(t, sb, token)
+}
+
+func sandboxAddr(t *testing.T, rt runtime.Runtime, id string) netip.Addr {
+	t.Helper()
+	list, err := rt.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range list {
+		if sb.ID == id {
+			return sb.Addr
+		}
+	}
+	t.Fatalf("%s not listed", id)
+	return netip.Addr{}
+}
+
+func agentAt(t *testing.T, sb runtime.Sandbox, token string) *agent.Client {
+	t.Helper()
+	wctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := WaitAgent(wctx, sb.Addr.String(), token); err != nil {
+		t.Fatalf("agent: %v", err)
+	}
+	hc := &http.Client{Transport: &http.Transport{}}
+	return agent.NewClient("http://"+net.JoinHostPort(sb.Addr.String(), strconv.Itoa(agent.Port)), token, hc)
+}
+
+// sh runs a shell command through the agent and returns its stdout.
+func sh(t *testing.T, ag *agent.Client, script string) string {
+	t.Helper()
+	var out strings.Builder
+	code := -1
+	err := ag.Exec(context.Background(), agent.ExecRequest{Cmd: []string{script}, Shell: true, TimeoutMs: 10000}, func(ev agent.Event) error {
+		if ev.Line != nil && ev.Stream == "stdout" {
+			out.WriteString(*ev.Line + "\n")
+		}
+		if ev.ExitCode != nil {
+			code = *ev.ExitCode
+		}
+		return nil
+	})
+	if err != nil || code != 0 {
+		t.Fatalf("%q: exit %d, err %v, out %q", script, code, err, out.String())
+	}
+	return out.String()
+}
+
+// counter starts a background counter and returns its pid.
+const counter = `(i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done) >/dev/null 2>&1 & echo $! > /tmp/counter.pid; echo hello > /root/file`
+
+func testPauseResume(t *testing.T, rt runtime.Runtime, cp runtime.Checkpointer, env Env) {
+	ctx := context.Background()
+	id := NewID()
+	ag := started(t, rt, env, id, "tok")
+	addr := sandboxAddr(t, rt, id)
+	sh(t, ag, counter)
+	time.Sleep(200 * time.Millisecond)
+	pid := sh(t, ag, "cat /tmp/counter.pid")
+	for i := range 3 {
+		before := sh(t, ag, "cat /tmp/count")
+		if err := cp.Pause(ctx, id); err != nil {
+			t.Fatalf("Pause %d: %v", i, err)
+		}
+		if err := cp.Pause(ctx, id); err != nil {
+			t.Fatalf("second Pause must be a no-op: %v", err)
+		}
+		if got := state(t, rt, id); got != runtime.StatePaused {
+			t.Fatalf("after Pause: state %q", got)
+		}
+		if err := cp.Resume(ctx, id); err != nil {
+			t.Fatalf("Resume %d: %v", i, err)
+		}
+		if err := cp.Resume(ctx, id); err != nil {
+			t.Fatalf("second Resume must be a no-op: %v", err)
+		}
+		if got := state(t, rt, id); got != runtime.StateRunning {
+			t.Fatalf("after Resume: state %q", got)
+		}
+		// Connections from before the pause are gone with it.
+		ag = agentAt(t, runtime.Sandbox{Addr: addr}, "tok")
+		time.Sleep(200 * time.Millisecond)
+		if got := sh(t, ag, "cat /tmp/counter.pid; kill -0 $(cat /tmp/counter.pid) && cat /root/file"); got != pid+"hello\n" {
+			t.Fatalf("after resume %d: %q, want the same counter pid %q alive and the file", i, got, pid)
+		}
+		if after := sh(t, ag, "cat /tmp/count"); atoi(after) <= atoi(before) {
+			t.Fatalf("counter did not go on after resume %d: %s then %s", i, before, after)
+		}
+	}
+	if err := rt.Destroy(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if leaks := env.Leaks(id); len(leaks) > 0 {
+		t.Fatalf("leaked: %v", leaks)
+	}
+}
+
+func testSnapshotRestore(t *testing.T, rt runtime.Runtime, cp runtime.Checkpointer, env Env) {
+	ctx := context.Background()
+	src := NewID()
+	ag := started(t, rt, env, src, "tok")
+	sh(t, ag, counter)
+	image := filepath.Join(t.TempDir(), "image")
+	if err := cp.Snapshot(ctx, src, image); err != nil {
+		t.Fatalf("Snapshot: %v", err)
+	}
+	if got := state(t, rt, src); got != runtime.StateRunning {
+		t.Fatalf("source after Snapshot: %q, want running", got)
+	}
+	if err := cp.Snapshot(ctx, src, image); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("Snapshot into an existing dir: %v, want ErrConflict", err)
+	}
+	pid := sh(t, ag, "cat /tmp/counter.pid")
+	var copies []*agent.Client
+	for range 2 {
+		id := NewID()
+		t.Cleanup(func() { rt.Destroy(ctx, id) })
+		sb, err := cp.Restore(ctx, spec(id, env.Rootfs, "new-token"), image)
+		if err != nil {
+			t.Fatalf("Restore: %v", err)
+		}
+		// The image's agent still holds the source's token.
+		c := agentAt(t, sb, "tok")
+		if got := sh(t, c, "hostname"); got != id+"\n" {
+			t.Fatalf("copy's hostname %q, want %s", got, id)
+		}
+		if got := sh(t, c, "cat /tmp/counter.pid; kill -0 $(cat /tmp/counter.pid) && cat /root/file"); got != pid+"hello\n" {
+			t.Fatalf("copy: %q, want counter %s alive and the file", got, pid)
+		}
+		copies = append(copies, c)
+	}
+	sh(t, copies[0], "echo one > /root/only-in-first")
+	for _, c := range []*agent.Client{ag, copies[1]} {
+		if got := sh(t, c, "ls /root"); strings.Contains(got, "only-in-first") {
+			t.Fatalf("a copy's write is seen elsewhere: %q", got)
+		}
+	}
+	bad := NewID()
+	if _, err := cp.Restore(ctx, spec(bad, env.Rootfs, "x"), filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Fatalf("Restore from a missing image succeeded")
+	}
+	if leaks := env.Leaks(bad); len(leaks) > 0 {
+		t.Fatalf("failed Restore leaked: %v", leaks)
+	}
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(strings.TrimSpace(s))
+	return n
 }

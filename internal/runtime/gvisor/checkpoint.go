@@ -1,0 +1,239 @@
+package gvisor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/network"
+	"github.com/lizard-build/lizard/internal/runtime"
+)
+
+var _ runtime.Checkpointer = (*Runtime)(nil)
+
+// A pause writes the image into checkpoint.tmp, renames it to checkpoint
+// (complete), records Paused in state.json, and only then deletes the
+// container. Each step is safe to be cut short by a crash: reconcile, at the
+// next start, finishes or undoes it so that the sandbox is either running as
+// before or paused.
+const (
+	checkpointDir = "checkpoint"
+	tmpSuffix     = ".tmp"
+)
+
+func (r *Runtime) readState(id string) (state, error) {
+	var st state
+	if err := readJSON(filepath.Join(r.dir(id), "state.json"), &st); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return st, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+		}
+		return st, err
+	}
+	return st, nil
+}
+
+// rawStatus is runsc's own word for the container ("running", "paused"
+// when frozen, "stopped", "created"), or "" when runsc has none.
+func (r *Runtime) rawStatus(ctx context.Context, id string) string {
+	var out bytes.Buffer
+	if err := r.cfg.Reaper.Run(r.command(ctx, &out, "state", id)); err != nil {
+		return ""
+	}
+	var s struct {
+		Status string `json:"status"`
+	}
+	if json.Unmarshal(out.Bytes(), &s) != nil {
+		return ""
+	}
+	return s.Status
+}
+
+// freezeAndSave freezes the container and writes its checkpoint into
+// image+".tmp", then renames it to image. On failure the container is
+// thawed and the partial image removed.
+func (r *Runtime) freezeAndSave(ctx context.Context, id, image string) error {
+	tmp := image + tmpSuffix
+	os.RemoveAll(tmp)
+	if err := r.runsc(ctx, nil, "pause", id); err != nil {
+		return fmt.Errorf("runsc pause: %w", err)
+	}
+	// The rename publishes a complete image. It is not fsynced: a crash of
+	// the server keeps the page cache, and a clean reboot flushes it.
+	err := r.runsc(ctx, nil, "checkpoint", "--image-path", tmp, id)
+	if err == nil {
+		err = os.Rename(tmp, image)
+	}
+	if err != nil {
+		os.RemoveAll(tmp)
+		if rerr := r.runsc(context.WithoutCancel(ctx), nil, "resume", id); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("thaw after failed checkpoint: %w", rerr))
+		}
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	return nil
+}
+
+// Pause implements runtime.Checkpointer.
+func (r *Runtime) Pause(ctx context.Context, id string) error {
+	st, err := r.readState(id)
+	if err != nil {
+		return err
+	}
+	if st.Paused {
+		return nil
+	}
+	if s := r.rawStatus(ctx, id); s != "running" {
+		return fmt.Errorf("sandbox %q is %s, not running: %w", id, orNone(s), errdefs.ErrConflict)
+	}
+	image := filepath.Join(r.dir(id), checkpointDir)
+	os.RemoveAll(image)
+	if err := r.freezeAndSave(ctx, id, image); err != nil {
+		return err
+	}
+	st.Paused = true
+	if err := writeJSON(filepath.Join(r.dir(id), "state.json"), st); err != nil {
+		os.RemoveAll(image)
+		r.runsc(context.WithoutCancel(ctx), nil, "resume", id)
+		return err
+	}
+	// The image is the sandbox now; the frozen container only holds memory.
+	if err := r.runsc(context.WithoutCancel(ctx), nil, "delete", "--force", id); err != nil {
+		r.cfg.Logger.Warn("delete container after pause; retried at next start", "sandbox", id, "err", err)
+	}
+	return nil
+}
+
+// Resume implements runtime.Checkpointer.
+func (r *Runtime) Resume(ctx context.Context, id string) error {
+	st, err := r.readState(id)
+	if err != nil {
+		return err
+	}
+	if !st.Paused {
+		if s := r.rawStatus(ctx, id); s != "running" {
+			return fmt.Errorf("sandbox %q is %s: %w", id, orNone(s), errdefs.ErrConflict)
+		}
+		return nil
+	}
+	// A container left by a pause cut short goes first: the image is newer.
+	if r.rawStatus(ctx, id) != "" {
+		r.runsc(ctx, nil, "delete", "--force", id)
+	}
+	console, err := os.OpenFile(filepath.Join(r.dir(id), "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer console.Close()
+	image := filepath.Join(r.dir(id), checkpointDir)
+	if err := r.restore(ctx, st, image, console); err != nil {
+		return err
+	}
+	st.Paused = false
+	if err := writeJSON(filepath.Join(r.dir(id), "state.json"), st); err != nil {
+		// Running but not recorded as such: undo, it stays paused.
+		r.runsc(context.WithoutCancel(ctx), nil, "delete", "--force", id)
+		return err
+	}
+	os.RemoveAll(image)
+	return nil
+}
+
+// restore brings container st.ID up from image. runsc takes the addresses
+// off the veth when a sandbox boots, so they are put back first. A failed
+// restore leaves no container behind.
+func (r *Runtime) restore(ctx context.Context, st state, image string, console *os.File) error {
+	if err := network.ConfigureInside(st.Endpoint); err != nil {
+		return fmt.Errorf("network: %w", err)
+	}
+	args := append(r.overlayFlag(st), "restore", "--detach", "--image-path", image,
+		"--bundle", filepath.Join(r.dir(st.ID), "bundle"), st.ID)
+	if err := r.runsc(ctx, console, args...); err != nil {
+		r.runsc(context.WithoutCancel(ctx), nil, "delete", "--force", st.ID)
+		removeCgroups(st.ID)
+		return fmt.Errorf("runsc restore: %w", err)
+	}
+	return nil
+}
+
+// Snapshot implements runtime.Checkpointer. runsc stops the sandbox's tasks
+// while it saves, so the image is consistent; --leave-running lets them go on
+// afterwards.
+func (r *Runtime) Snapshot(ctx context.Context, id, dir string) error {
+	if _, err := r.readState(id); err != nil {
+		return err
+	}
+	if s := r.rawStatus(ctx, id); s != "running" {
+		return fmt.Errorf("sandbox %q is %s, not running: %w", id, orNone(s), errdefs.ErrConflict)
+	}
+	if _, err := os.Stat(dir); err == nil {
+		return fmt.Errorf("snapshot directory %s exists: %w", dir, errdefs.ErrConflict)
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return err
+	}
+	tmp := dir + tmpSuffix
+	os.RemoveAll(tmp)
+	err := r.runsc(ctx, nil, "checkpoint", "--leave-running", "--image-path", tmp, id)
+	if err == nil {
+		err = os.Rename(tmp, dir)
+	}
+	if err != nil {
+		os.RemoveAll(tmp)
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	return nil
+}
+
+// Restore implements runtime.Checkpointer.
+func (r *Runtime) Restore(ctx context.Context, spec runtime.Spec, dir string) (runtime.Sandbox, error) {
+	if _, err := os.Stat(filepath.Join(dir, "checkpoint.img")); err != nil {
+		return runtime.Sandbox{}, fmt.Errorf("image %s: %w", dir, errdefs.ErrNotFound)
+	}
+	return r.make(ctx, spec, dir)
+}
+
+// reconcile finishes or undoes checkpoint steps that a crash cut short:
+// a frozen container with no completed pause is thawed (a snapshot or pause
+// was interrupted: the sandbox keeps running), a paused sandbox whose
+// container is still there loses the container (the image is its state),
+// and partial images go.
+func (r *Runtime) reconcile(ctx context.Context) {
+	ents, err := os.ReadDir(r.cfg.StateDir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		id := e.Name()
+		if !e.IsDir() || !validID(id) {
+			continue
+		}
+		st, err := r.readState(id)
+		if err != nil {
+			continue
+		}
+		os.RemoveAll(filepath.Join(r.dir(id), checkpointDir+tmpSuffix))
+		switch raw := r.rawStatus(ctx, id); {
+		case st.Paused && raw != "":
+			r.cfg.Logger.Info("reconcile: removing the container of a paused sandbox", "sandbox", id, "status", raw)
+			r.runsc(ctx, nil, "delete", "--force", id)
+		case !st.Paused && raw == "paused":
+			r.cfg.Logger.Info("reconcile: thawing a sandbox frozen by an interrupted checkpoint", "sandbox", id)
+			r.runsc(ctx, nil, "resume", id)
+		}
+		if !st.Paused {
+			os.RemoveAll(filepath.Join(r.dir(id), checkpointDir))
+		}
+	}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "gone"
+	}
+	return s
+}

@@ -1,0 +1,140 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+)
+
+// checkpointer returns the runtime's checkpoint capability or a clear error.
+func (s *Service) checkpointer(feature string) error {
+	if s.cp == nil {
+		return errdefs.WithCode("feature_unavailable", fmt.Errorf("%s: this server's runtime cannot checkpoint sandboxes: %w", feature, errdefs.ErrInvalid))
+	}
+	return nil
+}
+
+// Pause checkpoints the sandbox — memory, processes, files — and frees its
+// processes and memory. Its deadline stops until Resume. Pausing a paused
+// sandbox is a no-op. A failed pause leaves it running with pauseError set.
+func (s *Service) Pause(ctx context.Context, projectID, id string) error {
+	if err := s.checkpointer("pause"); err != nil {
+		return err
+	}
+	e, err := s.lookup(projectID, id)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s.mu.Lock()
+	switch {
+	case e.gone:
+		s.mu.Unlock()
+		return notFound(id)
+	case e.rec.Status == StatusPaused:
+		s.mu.Unlock()
+		return nil
+	}
+	e.rec.Status = StatusPausing
+	e.rec.PauseError = ""
+	e.rec.RemainingMs = 0
+	if e.rec.EndAt != nil {
+		e.rec.RemainingMs = max(time.Until(*e.rec.EndAt).Milliseconds(), 1)
+	}
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+	rec := e.rec
+	s.mu.Unlock()
+	if err := s.persist(ctx, rec); err != nil {
+		s.setStatus(e, StatusRunning, "")
+		return err
+	}
+
+	start := time.Now()
+	if err := s.cp.Pause(ctx, id); err != nil {
+		s.log.Error("pause failed; the sandbox keeps running", "sandbox", id, "err", err)
+		s.setStatus(e, StatusRunning, err.Error())
+		return fmt.Errorf("pause sandbox %q: %w", id, err)
+	}
+	s.mu.Lock()
+	e.rec.Status = StatusPaused
+	e.rec.EndAt = nil
+	rec = e.rec
+	// The connections to its agent died with its processes.
+	e.tr.CloseIdleConnections()
+	s.mu.Unlock()
+	s.log.Info("sandbox paused", "sandbox", id, "took", time.Since(start))
+	return s.persist(context.WithoutCancel(ctx), rec)
+}
+
+// setStatus puts e back to status (running after a failed pause, paused
+// after a failed resume) with its deadline, and records why.
+func (s *Service) setStatus(e *entry, status, pauseError string) {
+	s.mu.Lock()
+	e.rec.Status = status
+	e.rec.PauseError = pauseError
+	s.armLocked(e)
+	rec := e.rec
+	s.mu.Unlock()
+	if err := s.persist(context.Background(), rec); err != nil {
+		s.log.Error("persist sandbox", "sandbox", rec.ID, "err", err)
+	}
+}
+
+// Resume restores a paused sandbox where it stopped: same processes and
+// pids, files, network address and agent token. Resuming a running sandbox
+// is a no-op (the Python client's connect() relies on it).
+func (s *Service) Resume(ctx context.Context, projectID, id string) (Record, error) {
+	e, err := s.lookup(projectID, id)
+	if err != nil {
+		return Record{}, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s.mu.Lock()
+	if e.gone {
+		s.mu.Unlock()
+		return Record{}, notFound(id)
+	}
+	if e.rec.Status != StatusPaused {
+		rec := e.rec
+		s.mu.Unlock()
+		return rec, nil
+	}
+	s.mu.Unlock()
+	if err := s.checkpointer("resume"); err != nil {
+		return Record{}, err
+	}
+	s.setStatus(e, StatusResuming, "")
+	start := time.Now()
+	if err := s.cp.Resume(ctx, id); err != nil {
+		s.log.Error("resume failed; the sandbox stays paused", "sandbox", id, "err", err)
+		s.setStatus(e, StatusPaused, "")
+		return Record{}, fmt.Errorf("resume sandbox %q: %w", id, err)
+	}
+	s.mu.Lock()
+	ag := e.agent
+	s.mu.Unlock()
+	if err := waitReady(ctx, ag, s.cfg.AgentReadyTimeout); err != nil {
+		// It runs but does not answer: pause it again so nothing is lost.
+		s.cp.Pause(context.WithoutCancel(ctx), id)
+		s.setStatus(e, StatusPaused, "")
+		return Record{}, fmt.Errorf("resume sandbox %q: agent did not answer: %w", id, err)
+	}
+	s.mu.Lock()
+	e.rec.Status = StatusRunning
+	e.rec.EndAt = nil
+	if e.rec.RemainingMs > 0 {
+		e.rec.EndAt = deadline(time.Now().UTC(), e.rec.RemainingMs)
+	}
+	e.rec.RemainingMs = 0
+	s.armLocked(e)
+	rec := e.rec
+	s.mu.Unlock()
+	s.log.Info("sandbox resumed", "sandbox", id, "took", time.Since(start))
+	return rec, s.persist(context.WithoutCancel(ctx), rec)
+}

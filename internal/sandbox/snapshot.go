@@ -1,0 +1,450 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/runtime"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// Snapshot is a saved sandbox — memory, processes, files — that new
+// sandboxes start from.
+type Snapshot struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	ProjectID string    `json:"projectId"`
+	Region    string    `json:"region,omitempty"`
+	SourceID  string    `json:"sourceId"`
+	Template  string    `json:"template"`
+	Size      string    `json:"size"`
+	CPUs      float64   `json:"cpus"`
+	MemoryMB  int64     `json:"memoryMb"`
+	TimeoutMs int64     `json:"timeoutMs"`
+	CreatedAt time.Time `json:"createdAt"`
+	// PoolSize warm copies are kept restored, so that a restore is a claim.
+	PoolSize   int  `json:"poolSize"`
+	PoolPaused bool `json:"poolPaused,omitempty"`
+	// AgentToken is the source's: every copy wakes up answering to it, until
+	// it is given its own.
+	AgentToken string            `json:"agentToken"`
+	Envs       map[string]string `json:"envs,omitempty"`
+	Metadata   map[string]string `json:"metadata,omitempty"`
+}
+
+// SnapshotInfo is a snapshot with its pool's state.
+type SnapshotInfo struct {
+	Snapshot
+	ReadyCount int
+}
+
+// MaxPoolSize caps a snapshot's warm pool.
+const MaxPoolSize = 10
+
+// snapEntry is a live snapshot; the fields are guarded by Service.mu.
+type snapEntry struct {
+	snap    Snapshot
+	filling bool
+	gone    bool
+}
+
+func (s *Service) snapshotDir(id string) string { return filepath.Join(s.cfg.SnapshotDir, id) }
+
+func snapNotFound(id string) error {
+	return errdefs.WithCode("snapshot_not_found", fmt.Errorf("snapshot %q: %w", id, errdefs.ErrNotFound))
+}
+
+func validPoolSize(n int) error {
+	if n < 0 || n > MaxPoolSize {
+		return fmt.Errorf("poolSize %d: must be 0 to %d: %w", n, MaxPoolSize, errdefs.ErrInvalid)
+	}
+	return nil
+}
+
+// TakeSnapshot saves a running sandbox as a snapshot; the sandbox keeps
+// running (frozen for the moment of the save). The snapshot is ready when
+// this returns.
+func (s *Service) TakeSnapshot(ctx context.Context, projectID, id, name string, poolSize int) (SnapshotInfo, error) {
+	if err := s.checkpointer("snapshots"); err != nil {
+		return SnapshotInfo{}, err
+	}
+	if err := validPoolSize(poolSize); err != nil {
+		return SnapshotInfo{}, err
+	}
+	e, err := s.lookup(projectID, id)
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	snap, err := s.save(ctx, e, s.snapshotDir, "snap_")
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	if name == "" {
+		name = "Snapshot " + id
+	}
+	snap.Name, snap.PoolSize = name, poolSize
+	if err := s.putSnapshot(ctx, snap); err != nil {
+		os.RemoveAll(s.snapshotDir(snap.ID))
+		return SnapshotInfo{}, err
+	}
+	se := &snapEntry{snap: snap}
+	s.mu.Lock()
+	s.snapshots[snap.ID] = se
+	s.mu.Unlock()
+	s.log.Info("snapshot taken", "snapshot", snap.ID, "sandbox", id)
+	s.fillPool(se)
+	return s.snapshotInfo(se), nil
+}
+
+// save checkpoints e into dirOf(newID) and returns the snapshot's record
+// (not yet stored).
+func (s *Service) save(ctx context.Context, e *entry, dirOf func(string) string, prefix string) (Snapshot, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s.mu.Lock()
+	rec, gone := e.rec, e.gone
+	s.mu.Unlock()
+	if gone {
+		return Snapshot{}, notFound(rec.ID)
+	}
+	if rec.Status != StatusRunning {
+		return Snapshot{}, fmt.Errorf("sandbox %q is %s; only a running sandbox can be snapshotted: %w", rec.ID, rec.Status, errdefs.ErrConflict)
+	}
+	snap := Snapshot{
+		ID: store.NewID(prefix, 16), ProjectID: rec.ProjectID, Region: rec.Region, SourceID: rec.ID,
+		Template: rec.Template, Size: rec.Size, CPUs: rec.CPUs, MemoryMB: rec.MemoryMB,
+		TimeoutMs: rec.TimeoutMs, CreatedAt: time.Now().UTC(), AgentToken: rec.AgentToken,
+		Envs: rec.Envs, Metadata: rec.Metadata,
+	}
+	start := time.Now()
+	if err := s.cp.Snapshot(ctx, rec.ID, dirOf(snap.ID)); err != nil {
+		return Snapshot{}, fmt.Errorf("snapshot sandbox %q: %w", rec.ID, err)
+	}
+	s.log.Debug("checkpoint written", "sandbox", rec.ID, "dir", dirOf(snap.ID), "took", time.Since(start))
+	return snap, nil
+}
+
+func (s *Service) putSnapshot(ctx context.Context, snap Snapshot) error {
+	spec, err := json.Marshal(snap)
+	if err != nil {
+		return err
+	}
+	return s.cfg.Store.PutSnapshot(ctx, store.Snapshot{ID: snap.ID, ProjectID: snap.ProjectID, Spec: spec, CreatedAt: snap.CreatedAt})
+}
+
+func (s *Service) snapshotInfo(se *snapEntry) SnapshotInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	info := SnapshotInfo{Snapshot: se.snap}
+	for _, e := range s.sandboxes {
+		if e.rec.PoolOf == se.snap.ID && e.rec.Status == StatusPooled && !e.gone {
+			info.ReadyCount++
+		}
+	}
+	return info
+}
+
+func (s *Service) lookupSnapshot(projectID, id string) (*snapEntry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se, ok := s.snapshots[id]
+	if !ok || se.gone || se.snap.ProjectID != projectID {
+		return nil, snapNotFound(id)
+	}
+	return se, nil
+}
+
+// GetSnapshot returns a snapshot of the project.
+func (s *Service) GetSnapshot(projectID, id string) (SnapshotInfo, error) {
+	se, err := s.lookupSnapshot(projectID, id)
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	return s.snapshotInfo(se), nil
+}
+
+// Snapshots lists the project's snapshots, oldest first.
+func (s *Service) Snapshots(projectID string) []SnapshotInfo {
+	s.mu.Lock()
+	var ses []*snapEntry
+	for _, se := range s.snapshots {
+		if se.snap.ProjectID == projectID && !se.gone {
+			ses = append(ses, se)
+		}
+	}
+	s.mu.Unlock()
+	sort.Slice(ses, func(i, j int) bool { return ses[i].snap.CreatedAt.Before(ses[j].snap.CreatedAt) })
+	out := []SnapshotInfo{}
+	for _, se := range ses {
+		out = append(out, s.snapshotInfo(se))
+	}
+	return out
+}
+
+// UpdateSnapshot changes the warm pool: its size, or whether it is paused
+// (a paused pool releases its copies; the saved state stays).
+func (s *Service) UpdateSnapshot(ctx context.Context, projectID, id string, poolSize *int, poolPaused *bool) (SnapshotInfo, error) {
+	se, err := s.lookupSnapshot(projectID, id)
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	if poolSize != nil {
+		if err := validPoolSize(*poolSize); err != nil {
+			return SnapshotInfo{}, err
+		}
+	}
+	s.mu.Lock()
+	if poolSize != nil {
+		se.snap.PoolSize = *poolSize
+	}
+	if poolPaused != nil {
+		se.snap.PoolPaused = *poolPaused
+	}
+	snap := se.snap
+	s.mu.Unlock()
+	if err := s.putSnapshot(ctx, snap); err != nil {
+		return SnapshotInfo{}, err
+	}
+	s.trimPool(ctx, se)
+	s.fillPool(se)
+	return s.snapshotInfo(se), nil
+}
+
+// DeleteSnapshot releases the pool and removes the image. Sandboxes
+// restored from it are independent and keep running.
+func (s *Service) DeleteSnapshot(ctx context.Context, projectID, id string) error {
+	se, err := s.lookupSnapshot(projectID, id)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	se.gone = true
+	delete(s.snapshots, id)
+	s.mu.Unlock()
+	s.trimPool(ctx, se)
+	if err := s.cfg.Store.DeleteSnapshot(ctx, id); err != nil {
+		return err
+	}
+	s.log.Info("snapshot deleted", "snapshot", id)
+	return os.RemoveAll(s.snapshotDir(id))
+}
+
+// pooled returns the ready warm copies of a snapshot.
+func (s *Service) pooledLocked(snapID string) []*entry {
+	var out []*entry
+	for _, e := range s.sandboxes {
+		if e.rec.PoolOf == snapID && e.rec.Status == StatusPooled && !e.gone {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// trimPool destroys warm copies beyond the pool's size (all of them when
+// the pool is paused or the snapshot gone).
+func (s *Service) trimPool(ctx context.Context, se *snapEntry) {
+	s.mu.Lock()
+	keep := se.snap.PoolSize
+	if se.snap.PoolPaused || se.gone {
+		keep = 0
+	}
+	extra := s.pooledLocked(se.snap.ID)
+	if len(extra) > keep {
+		extra = extra[keep:]
+	} else {
+		extra = nil
+	}
+	s.mu.Unlock()
+	for _, e := range extra {
+		e.mu.Lock()
+		if s.take(e) {
+			s.destroy(ctx, e.rec.ID)
+		}
+		e.mu.Unlock()
+	}
+}
+
+// fillPool restores warm copies in the background until the pool is full.
+func (s *Service) fillPool(se *snapEntry) {
+	s.mu.Lock()
+	if se.filling || s.closed {
+		s.mu.Unlock()
+		return
+	}
+	se.filling = true
+	s.bg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.bg.Done()
+		defer func() {
+			s.mu.Lock()
+			se.filling = false
+			s.mu.Unlock()
+		}()
+		for {
+			s.mu.Lock()
+			snap, n := se.snap, len(s.pooledLocked(se.snap.ID))
+			stop := s.closed || se.gone || snap.PoolPaused || n >= snap.PoolSize
+			s.mu.Unlock()
+			if stop {
+				return
+			}
+			rec := s.copyRecord(snap, 0)
+			rec.Status, rec.PoolOf = StatusPooled, snap.ID
+			if _, err := s.restoreCopy(context.Background(), rec, snap, s.snapshotDir(snap.ID)); err != nil {
+				s.log.Warn("warm pool: restore failed; pool left short", "snapshot", snap.ID, "err", err)
+				return
+			}
+		}
+	}()
+}
+
+// copyRecord is the record of a new sandbox restored from snap.
+func (s *Service) copyRecord(snap Snapshot, timeoutMs int64) Record {
+	size, _ := LookupSize(snap.Size)
+	rec := s.newRecord(snap.ProjectID, snap.Template, size, timeoutMs)
+	rec.Region, rec.Envs, rec.Metadata, rec.SnapshotID = snap.Region, snap.Envs, snap.Metadata, snap.ID
+	return rec
+}
+
+// restoreCopy starts rec as a copy of the image in dir.
+func (s *Service) restoreCopy(ctx context.Context, rec Record, snap Snapshot, dir string) (Record, error) {
+	tpl, err := s.cfg.Templates.Get(snap.Template)
+	if err != nil {
+		return Record{}, fmt.Errorf("template of snapshot %s: %w", snap.ID, err)
+	}
+	size, err := LookupSize(snap.Size)
+	if err != nil {
+		return Record{}, err
+	}
+	return s.launch(ctx, rec, func(ctx context.Context) (runtime.Sandbox, error) {
+		return s.cp.Restore(ctx, runtime.Spec{ID: rec.ID, Rootfs: tpl.Rootfs, AgentToken: rec.AgentToken, Resources: size.resources()}, dir)
+	}, snap.AgentToken)
+}
+
+// Restore starts a new sandbox from a snapshot of the project: a warm copy
+// when the pool has one, else a fresh restore.
+func (s *Service) Restore(ctx context.Context, projectID, snapID string, timeoutMs int64) (Record, error) {
+	if err := s.checkpointer("restoring snapshots"); err != nil {
+		return Record{}, err
+	}
+	if err := validTimeout(timeoutMs); err != nil {
+		return Record{}, err
+	}
+	se, err := s.lookupSnapshot(projectID, snapID)
+	if err != nil {
+		return Record{}, err
+	}
+	if rec, ok := s.claim(ctx, se, timeoutMs); ok {
+		return rec, nil
+	}
+	s.mu.Lock()
+	snap := se.snap
+	s.mu.Unlock()
+	return s.restoreCopy(ctx, s.copyRecord(snap, timeoutMs), snap, s.snapshotDir(snapID))
+}
+
+// claim hands out a warm copy, if the pool has one, and refills the pool.
+func (s *Service) claim(ctx context.Context, se *snapEntry, timeoutMs int64) (Record, bool) {
+	s.mu.Lock()
+	pool := s.pooledLocked(se.snap.ID)
+	s.mu.Unlock()
+	for _, e := range pool {
+		if !e.mu.TryLock() {
+			continue
+		}
+		s.mu.Lock()
+		if e.gone || e.rec.Status != StatusPooled {
+			s.mu.Unlock()
+			e.mu.Unlock()
+			continue
+		}
+		now := time.Now().UTC()
+		e.rec.Status, e.rec.PoolOf = StatusRunning, ""
+		e.rec.StartedAt, e.rec.TimeoutMs, e.rec.EndAt = now, timeoutMs, deadline(now, timeoutMs)
+		s.armLocked(e)
+		rec := e.rec
+		s.mu.Unlock()
+		err := s.persist(ctx, rec)
+		e.mu.Unlock()
+		if err != nil {
+			s.log.Error("persist claimed copy", "sandbox", rec.ID, "err", err)
+		}
+		s.fillPool(se)
+		return rec, true
+	}
+	return Record{}, false
+}
+
+// ForkResult is one copy of a fork: the new sandbox or why it failed.
+type ForkResult struct {
+	Sandbox *Record
+	Err     error
+}
+
+// MaxFork is the most copies one fork makes.
+const MaxFork = 10
+
+// Fork snapshots a running sandbox and restores count copies of it; the
+// source keeps running. timeoutMs 0 gives each copy the source's lifetime.
+// Copies that fail are reported in place, never dropped.
+func (s *Service) Fork(ctx context.Context, projectID, id string, count int, timeoutMs int64) ([]ForkResult, error) {
+	if err := s.checkpointer("fork"); err != nil {
+		return nil, err
+	}
+	if count < 1 || count > MaxFork {
+		return nil, fmt.Errorf("count %d: must be 1 to %d: %w", count, MaxFork, errdefs.ErrInvalid)
+	}
+	if err := validTimeout(timeoutMs); err != nil {
+		return nil, err
+	}
+	e, err := s.lookup(projectID, id)
+	if err != nil {
+		return nil, err
+	}
+	forkDir := func(snapID string) string { return filepath.Join(s.cfg.SnapshotDir, "forks", snapID) }
+	snap, err := s.save(ctx, e, forkDir, "fork_")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(forkDir(snap.ID))
+	if timeoutMs == 0 {
+		timeoutMs = snap.TimeoutMs
+	}
+	out := make([]ForkResult, count)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	for i := range out {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			rec := s.copyRecord(snap, timeoutMs)
+			rec.SnapshotID = ""
+			r, err := s.restoreCopy(ctx, rec, snap, forkDir(snap.ID))
+			if err != nil {
+				out[i].Err = err
+				return
+			}
+			out[i].Sandbox = &r
+		}()
+	}
+	wg.Wait()
+	var failed []string
+	for _, r := range out {
+		if r.Err != nil {
+			failed = append(failed, r.Err.Error())
+		}
+	}
+	s.log.Info("sandbox forked", "sandbox", id, "copies", count, "failed", len(failed), "errors", strings.Join(failed, "; "))
+	return out, nil
+}
