@@ -21,6 +21,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lizard-build/lizard/internal/network"
+	"github.com/lizard-build/lizard/internal/runtime/gvisor"
 )
 
 // server is one running lizard serve.
@@ -95,7 +100,12 @@ func startServer(t *testing.T, dataDir string) *server {
 	}
 	s := &server{t: t, bin: bin, dataDir: dataDir, key: "lz_e2e_test_key_0123456789abcdef"}
 	s.start()
-	t.Cleanup(s.stop)
+	t.Cleanup(func() {
+		s.stop()
+		if t.Failed() {
+			s.scrub()
+		}
+	})
 	return s
 }
 
@@ -151,6 +161,27 @@ func (s *server) stop() {
 		s.t.Logf("server log:\n%s", s.logs())
 	}
 	s.cmd = nil
+}
+
+// scrub removes by force whatever sandboxes of this server are left when
+// a test failed half-way, so that one failure does not spill into the next
+// test (a leftover would keep its address on the bridge).
+func (s *server) scrub() {
+	root := gvisor.RunscRootFor(s.dataDir)
+	exec.Command("pkill", "-9", "-f", root).Run()
+	time.Sleep(200 * time.Millisecond)
+	ents, _ := os.ReadDir(filepath.Join(s.dataDir, "sandboxes"))
+	for _, e := range ents {
+		ep := network.EndpointFor(e.Name())
+		exec.Command("ip", "link", "del", ep.HostVeth).Run()
+		exec.Command("ip", "netns", "del", filepath.Base(ep.Netns)).Run()
+		cgs, _ := filepath.Glob("/sys/fs/cgroup/*/lizard/" + e.Name())
+		for _, c := range cgs {
+			os.Remove(c)
+		}
+	}
+	for unix.Unmount(filepath.Join(root, "null-netns"), unix.MNT_DETACH) == nil {
+	}
 }
 
 // crash kills the server with SIGKILL, as a power cut would to the process.

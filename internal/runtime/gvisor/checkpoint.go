@@ -53,26 +53,21 @@ func (r *Runtime) rawStatus(ctx context.Context, id string) string {
 	return s.Status
 }
 
-// freezeAndSave freezes the container and writes its checkpoint into
-// image+".tmp", then renames it to image. On failure the container is
-// thawed and the partial image removed.
-func (r *Runtime) freezeAndSave(ctx context.Context, id, image string) error {
+// save writes the container's checkpoint into image+".tmp" and renames it
+// to image. runsc stops the sandbox's tasks while it saves, so the image is
+// consistent, and --leave-running lets them go on afterwards: whatever
+// happens to this process, the sandbox is never left stopped without a
+// complete image. The rename publishes the image; it is not fsynced, as a
+// crash of the server keeps the page cache and a clean reboot flushes it.
+func (r *Runtime) save(ctx context.Context, id, image string) error {
 	tmp := image + tmpSuffix
 	os.RemoveAll(tmp)
-	if err := r.runsc(ctx, nil, "pause", id); err != nil {
-		return fmt.Errorf("runsc pause: %w", err)
-	}
-	// The rename publishes a complete image. It is not fsynced: a crash of
-	// the server keeps the page cache, and a clean reboot flushes it.
-	err := r.runsc(ctx, nil, "checkpoint", "--image-path", tmp, id)
+	err := r.runsc(ctx, nil, "checkpoint", "--leave-running", "--image-path", tmp, id)
 	if err == nil {
 		err = os.Rename(tmp, image)
 	}
 	if err != nil {
 		os.RemoveAll(tmp)
-		if rerr := r.runsc(context.WithoutCancel(ctx), nil, "resume", id); rerr != nil {
-			err = errors.Join(err, fmt.Errorf("thaw after failed checkpoint: %w", rerr))
-		}
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	return nil
@@ -92,16 +87,16 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 	}
 	image := filepath.Join(r.dir(id), checkpointDir)
 	os.RemoveAll(image)
-	if err := r.freezeAndSave(ctx, id, image); err != nil {
+	if err := r.save(ctx, id, image); err != nil {
 		return err
 	}
 	st.Paused = true
 	if err := writeJSON(filepath.Join(r.dir(id), "state.json"), st); err != nil {
 		os.RemoveAll(image)
-		r.runsc(context.WithoutCancel(ctx), nil, "resume", id)
 		return err
 	}
-	// The image is the sandbox now; the frozen container only holds memory.
+	// The image is the sandbox now: what the container does from here on
+	// is not kept.
 	if err := r.runsc(context.WithoutCancel(ctx), nil, "delete", "--force", id); err != nil {
 		r.cfg.Logger.Warn("delete container after pause; retried at next start", "sandbox", id, "err", err)
 	}
@@ -120,9 +115,14 @@ func (r *Runtime) Resume(ctx context.Context, id string) error {
 		}
 		return nil
 	}
-	// A container left by a pause cut short goes first: the image is newer.
+	// Whatever a pause or an earlier resume cut short left goes first — a
+	// container, stray processes, a half-made cgroup (whose empty cpuset
+	// would refuse the new sandbox): the image is the state.
 	if r.rawStatus(ctx, id) != "" {
 		r.runsc(ctx, nil, "delete", "--force", id)
+	}
+	if err := errors.Join(r.killStray(id), removeCgroups(id)); err != nil {
+		return fmt.Errorf("clear the way for resume: %w", err)
 	}
 	console, err := os.OpenFile(filepath.Join(r.dir(id), "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -160,9 +160,7 @@ func (r *Runtime) restore(ctx context.Context, st state, image string, console *
 	return nil
 }
 
-// Snapshot implements runtime.Checkpointer. runsc stops the sandbox's tasks
-// while it saves, so the image is consistent; --leave-running lets them go on
-// afterwards.
+// Snapshot implements runtime.Checkpointer.
 func (r *Runtime) Snapshot(ctx context.Context, id, dir string) error {
 	if _, err := r.readState(id); err != nil {
 		return err
@@ -176,17 +174,7 @@ func (r *Runtime) Snapshot(ctx context.Context, id, dir string) error {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return err
 	}
-	tmp := dir + tmpSuffix
-	os.RemoveAll(tmp)
-	err := r.runsc(ctx, nil, "checkpoint", "--leave-running", "--image-path", tmp, id)
-	if err == nil {
-		err = os.Rename(tmp, dir)
-	}
-	if err != nil {
-		os.RemoveAll(tmp)
-		return fmt.Errorf("snapshot: %w", err)
-	}
-	return nil
+	return r.save(ctx, id, dir)
 }
 
 // Restore implements runtime.Checkpointer.
@@ -197,11 +185,9 @@ func (r *Runtime) Restore(ctx context.Context, spec runtime.Spec, dir string) (r
 	return r.make(ctx, spec, dir)
 }
 
-// reconcile finishes or undoes checkpoint steps that a crash cut short:
-// a frozen container with no completed pause is thawed (a snapshot or pause
-// was interrupted: the sandbox keeps running), a paused sandbox whose
-// container is still there loses the container (the image is its state),
-// and partial images go.
+// reconcile finishes or undoes checkpoint steps that a crash cut short: a
+// paused sandbox whose container is still there loses the container (the
+// image is its state), a frozen one is thawed, and partial images go.
 func (r *Runtime) reconcile(ctx context.Context) {
 	ents, err := os.ReadDir(r.cfg.StateDir)
 	if err != nil {

@@ -18,7 +18,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -216,8 +218,12 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 	var st state
 	stateErr := readJSON(filepath.Join(dir, "state.json"), &st)
 	if err := r.runsc(ctx, nil, "delete", "--force", id); err != nil && r.known(ctx, id) {
-		errs = append(errs, fmt.Errorf("runsc delete: %w", err))
+		// Keep the directory: it is how the next attempt finds the sandbox.
+		return fmt.Errorf("runsc delete: %w", err)
 	}
+	// A runsc create or restore cut short leaves sandbox and gofer
+	// processes that runsc has no state for; they go by their command line.
+	errs = append(errs, r.killStray(id))
 	errs = append(errs, removeCgroups(id))
 	if stateErr == nil {
 		errs = append(errs, r.cfg.Network.Teardown(st.Endpoint))
@@ -332,6 +338,9 @@ func mapStatus(s string) runtime.State {
 func (r *Runtime) command(ctx context.Context, stdout *bytes.Buffer, args ...string) *exec.Cmd {
 	full := append([]string{"--root", r.cfg.RunscRoot, "--platform", r.cfg.Platform}, args...)
 	cmd := exec.CommandContext(ctx, r.cfg.Runsc, full...)
+	// A runsc command dies with the server rather than finish a step that
+	// the next server's recovery already judged.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if stdout != nil {
 		cmd.Stdout = stdout
 	}
@@ -339,12 +348,17 @@ func (r *Runtime) command(ctx context.Context, stdout *bytes.Buffer, args ...str
 }
 
 // runsc runs one runsc command; stdio, when given, becomes the stdout and
-// stderr of the command (and so of a container it creates).
+// stderr of the command (and so of a container it creates). An error carries
+// what runsc printed: its stderr, or what it added to stdio.
 func (r *Runtime) runsc(ctx context.Context, stdio *os.File, args ...string) error {
 	cmd := r.command(ctx, nil, args...)
 	var stderr bytes.Buffer
+	var from int64
 	if stdio != nil {
 		cmd.Stdout, cmd.Stderr = stdio, stdio
+		if fi, err := stdio.Stat(); err == nil {
+			from = fi.Size()
+		}
 	} else {
 		cmd.Stderr = &stderr
 	}
@@ -353,12 +367,51 @@ func (r *Runtime) runsc(ctx context.Context, stdio *os.File, args ...string) err
 	r.cfg.Logger.Debug("runsc", "args", strings.Join(args, " "), "took", time.Since(start), "err", err)
 	if err != nil {
 		msg := strings.TrimSpace(stderr.String())
-		if msg == "" && stdio != nil {
-			msg = tail(stdio.Name(), 2048)
+		if stdio != nil {
+			msg = appended(stdio.Name(), from, 2048)
 		}
 		return fmt.Errorf("%w: %s: %w", err, msg, errdefs.ErrUnavailable)
 	}
 	return nil
+}
+
+// killStray kills the runsc processes of sandbox id that runsc itself no
+// longer knows, and waits for them to go.
+func (r *Runtime) killStray(id string) error {
+	mark := r.dir(id) + "/"
+	var pids []int
+	for attempt := 0; attempt < 50; attempt++ {
+		pids = pids[:0]
+		ents, err := os.ReadDir("/proc")
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+			if err != nil {
+				continue
+			}
+			cmd := string(b)
+			if strings.Contains(cmd, "runsc") && strings.Contains(cmd, r.cfg.RunscRoot) && strings.Contains(cmd, mark) {
+				pids = append(pids, pid)
+			}
+		}
+		if len(pids) == 0 {
+			return nil
+		}
+		if attempt == 0 {
+			r.cfg.Logger.Warn("killing runsc processes left by an interrupted command", "sandbox", id, "pids", pids)
+		}
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("runsc processes %v of sandbox %s do not exit", pids, id)
 }
 
 // removeCgroups removes the sandbox's cgroup directories in every hierarchy
@@ -369,12 +422,29 @@ func removeCgroups(id string) error {
 	for _, pattern := range []string{"/sys/fs/cgroup/*" + cgroupPath(id), "/sys/fs/cgroup" + cgroupPath(id)} {
 		matches, _ := filepath.Glob(pattern)
 		for _, m := range matches {
-			if err := os.Remove(m); err != nil && !os.IsNotExist(err) {
+			if err := removeCgroupDir(m); err != nil {
 				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", m, err))
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// removeCgroupDir removes one cgroup directory, waiting a little while its
+// last processes (just killed) are still being reaped.
+func removeCgroupDir(path string) error {
+	var err error
+	for range 50 {
+		err = os.Remove(path)
+		if err == nil || os.IsNotExist(err) {
+			return nil
+		}
+		if !errors.Is(err, syscall.EBUSY) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return err
 }
 
 func validID(id string) bool {
@@ -419,11 +489,14 @@ func readJSON(path string, v any) error {
 	return json.Unmarshal(b, v)
 }
 
-func tail(path string, n int64) string {
+// appended returns what path gained past offset from, at most its last n
+// bytes.
+func appended(path string, from, n int64) string {
 	b, err := os.ReadFile(path)
-	if err != nil {
+	if err != nil || int64(len(b)) < from {
 		return ""
 	}
+	b = b[from:]
 	if int64(len(b)) > n {
 		b = b[int64(len(b))-n:]
 	}

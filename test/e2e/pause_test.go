@@ -1,0 +1,206 @@
+package e2e
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// counterScript starts a process whose count lives only in its memory and
+// shows in /tmp/counter as "pid n".
+const counterScript = `cat > /tmp/counter.py <<'PY'
+import os, time
+n = 0
+while True:
+    n += 1
+    with open('/tmp/counter.tmp', 'w') as f:
+        f.write(f"{os.getpid()} {n}")
+    os.replace('/tmp/counter.tmp', '/tmp/counter')
+    time.sleep(0.02)
+PY
+nohup python3 /tmp/counter.py > /dev/null 2>&1 &
+sleep 0.3; echo data > /root/file; cat /tmp/counter`
+
+func (s *server) create(t *testing.T) string {
+	t.Helper()
+	var sb sandboxInfo
+	if code, body := s.do("POST", "/api/sandboxes", map[string]any{"template": "base", "timeoutMs": 600000}, &sb); code >= 300 {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	return sb.SandboxID
+}
+
+func (s *server) sh(t *testing.T, id, script string) string {
+	t.Helper()
+	var out execReply
+	code, body := s.do("POST", "/api/sandboxes/"+id+"/exec", map[string]any{"cmd": script}, &out)
+	if code != 200 || out.ExitCode != 0 {
+		t.Fatalf("exec %q in %s: %d %s", script, id, code, body)
+	}
+	return out.Stdout
+}
+
+func (s *server) counter(t *testing.T, id string) (pid, n int) {
+	t.Helper()
+	fmt.Sscan(s.sh(t, id, "cat /tmp/counter"), &pid, &n)
+	return pid, n
+}
+
+func (s *server) status(t *testing.T, id string) string {
+	t.Helper()
+	var info sandboxInfo
+	if code, body := s.do("GET", "/api/sandboxes/"+id, nil, &info); code != 200 {
+		t.Fatalf("get %s: %d %s", id, code, body)
+	}
+	return info.Status
+}
+
+// TestPauseResumeCycles: 20 pauses and resumes in a row of a sandbox with a
+// running process and files: same pid, counting on, files kept, every time.
+func TestPauseResumeCycles(t *testing.T) {
+	s := startServer(t, "")
+	id := s.create(t)
+	s.sh(t, id, counterScript)
+	pid, last := s.counter(t, id)
+	for i := range 20 {
+		if code, body := s.do("POST", "/api/sandboxes/"+id+"/pause", nil, nil); code != 200 {
+			t.Fatalf("pause %d: %d %s", i, code, body)
+		}
+		if st := s.status(t, id); st != "paused" {
+			t.Fatalf("after pause %d: status %s", i, st)
+		}
+		if code, body := s.do("POST", "/api/sandboxes/"+id+"/resume", nil, nil); code != 200 {
+			t.Fatalf("resume %d: %d %s", i, code, body)
+		}
+		s.sh(t, id, fmt.Sprintf("echo %d > /root/cycle-%d", i, i))
+		time.Sleep(60 * time.Millisecond)
+		p, n := s.counter(t, id)
+		if p != pid || n <= last {
+			t.Fatalf("cycle %d: counter %d %d, was %d %d", i, p, n, pid, last)
+		}
+		last = n
+	}
+	if got := s.sh(t, id, "cat /root/file; ls /root | grep -c cycle-"); got != "data\n20\n" {
+		t.Fatalf("files after 20 cycles: %q", got)
+	}
+	// A paused sandbox survives a restart of the server.
+	s.do("POST", "/api/sandboxes/"+id+"/pause", nil, nil)
+	s.crash()
+	s.start()
+	if st := s.status(t, id); st != "paused" {
+		t.Fatalf("paused sandbox after kill -9 and restart: %s", st)
+	}
+	if code, body := s.do("POST", "/api/sandboxes/"+id+"/resume", nil, nil); code != 200 {
+		t.Fatalf("resume after restart: %d %s", code, body)
+	}
+	if p, _ := s.counter(t, id); p != pid {
+		t.Fatalf("counter pid after restart %d, want %d", p, pid)
+	}
+	s.do("DELETE", "/api/sandboxes/"+id, nil, nil)
+	s.waitNoLeaks(t)
+}
+
+// TestCrashDuringCheckpoints kills the server with SIGKILL at random points
+// of pause, resume, snapshot and fork. After each restart every sandbox is in
+// its old state or its new one — running or paused, never lost — and its
+// counter process and files are intact; nothing leaks at the end.
+func TestCrashDuringCheckpoints(t *testing.T) {
+	s := startServer(t, "")
+	id := s.create(t)
+	s.sh(t, id, counterScript)
+	pid, _ := s.counter(t, id)
+	ops := []string{"pause", "resume", "snapshot", "fork"}
+	for i := range 12 {
+		op := ops[i%len(ops)]
+		st := s.status(t, id)
+		switch {
+		case op == "resume" && st != "paused":
+			s.do("POST", "/api/sandboxes/"+id+"/pause", nil, nil)
+		case op != "resume" && st != "running":
+			s.do("POST", "/api/sandboxes/"+id+"/resume", nil, nil)
+		}
+		path := map[string]string{"pause": "/pause", "resume": "/resume", "snapshot": "/snapshot", "fork": "/fork"}[op]
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			req, _ := http.NewRequest("POST", s.url+"/api/sandboxes/"+id+path, strings.NewReader(`{"poolSize":0,"count":2}`))
+			req.Header.Set("X-API-Key", s.key)
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		time.Sleep(time.Duration(rand.IntN(150)) * time.Millisecond)
+		s.crash()
+		<-done
+		s.start()
+		st = s.status(t, id)
+		if st != "running" && st != "paused" {
+			t.Fatalf("crash %d during %s: status %q", i, op, st)
+		}
+		if st == "paused" {
+			if code, body := s.do("POST", "/api/sandboxes/"+id+"/resume", nil, nil); code != 200 {
+				t.Fatalf("crash %d during %s: resume: %d %s", i, op, code, body)
+			}
+		}
+		if p, _ := s.counter(t, id); p != pid {
+			t.Fatalf("crash %d during %s: counter pid %d, want %d", i, op, p, pid)
+		}
+		if got := s.sh(t, id, "cat /root/file"); got != "data\n" {
+			t.Fatalf("crash %d during %s: file %q", i, op, got)
+		}
+	}
+	// Clean up everything the forks and snapshots left: sandboxes, snapshots.
+	var list []sandboxInfo
+	s.do("GET", "/api/sandboxes", nil, &list)
+	for _, sb := range list {
+		s.do("DELETE", "/api/sandboxes/"+sb.SandboxID, nil, nil)
+	}
+	var snaps []map[string]any
+	s.do("GET", "/api/sandbox-snapshots", nil, &snaps)
+	for _, sn := range snaps {
+		s.do("DELETE", fmt.Sprintf("/api/sandbox-snapshots/%v", sn["id"]), nil, nil)
+	}
+	s.waitNoLeaks(t)
+}
+
+// TestSnapshotDiskFull: a snapshot that does not fit on disk fails with a
+// clear error, the sandbox keeps running, and no partial image is left.
+func TestSnapshotDiskFull(t *testing.T) {
+	dataDir := t.TempDir()
+	snaps := dataDir + "/snapshots"
+	if err := os.MkdirAll(snaps, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", snaps, "tmpfs", 0, "size=256k"); err != nil {
+		t.Skipf("cannot mount a small tmpfs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(snaps, unix.MNT_DETACH) })
+	s := startServer(t, dataDir)
+	id := s.create(t)
+	s.sh(t, id, counterScript)
+	pid, _ := s.counter(t, id)
+	code, body := s.do("POST", "/api/sandboxes/"+id+"/snapshot", map[string]any{"name": "big", "poolSize": 0}, nil)
+	if code < 400 || !strings.Contains(string(body), "no space left on device") {
+		t.Fatalf("snapshot on a full disk: %d %s, want an error naming the full disk", code, body)
+	}
+	if p, _ := s.counter(t, id); p != pid {
+		t.Fatalf("sandbox after a failed snapshot: counter pid %d, want %d", p, pid)
+	}
+	if ents, _ := os.ReadDir(snaps); len(ents) != 0 {
+		t.Fatalf("partial image left: %v", ents)
+	}
+	// A fork needs an image too: every copy fails the same clear way.
+	code, body = s.do("POST", "/api/sandboxes/"+id+"/fork", map[string]any{"count": 2}, nil)
+	if code < 400 || !strings.Contains(string(body), "no space left on device") {
+		t.Fatalf("fork on a full disk: %d %s", code, body)
+	}
+	s.do("DELETE", "/api/sandboxes/"+id, nil, nil)
+	unix.Unmount(snaps, unix.MNT_DETACH)
+	s.waitNoLeaks(t)
+}
