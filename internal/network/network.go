@@ -72,6 +72,14 @@ func New(cfg Config) (*Manager, error) {
 			return nil, fmt.Errorf("bridge %s: %w", cfg.Bridge, err)
 		}
 	}
+	// A bridge without a MAC of its own takes the lowest of its ports', so
+	// it changes as sandboxes come and go, and sandboxes that cached the
+	// gateway's old MAC lose their packets to it until their ARP entry
+	// expires (TCP then stalls for its retransmission backoff). A fixed
+	// address never changes.
+	if err := netlink.LinkSetHardwareAddr(br, bridgeMAC(cfg.Bridge)); err != nil {
+		return nil, fmt.Errorf("fix the MAC address of %s: %w", cfg.Bridge, err)
+	}
 	addr := &netlink.Addr{IPNet: &net.IPNet{IP: gw.AsSlice(), Mask: net.CIDRMask(cfg.Subnet.Bits(), 32)}}
 	if err := netlink.AddrReplace(br, addr); err != nil {
 		return nil, fmt.Errorf("address %s on %s: %w", gw, cfg.Bridge, err)
@@ -81,6 +89,13 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m.bridge = br
 	return m, nil
+}
+
+// bridgeMAC is a locally administered unicast address derived from the
+// bridge's name, the same at every start.
+func bridgeMAC(name string) net.HardwareAddr {
+	h := sha256.Sum256([]byte("lizard bridge " + name))
+	return net.HardwareAddr{0x02, h[0], h[1], h[2], h[3], h[4]}
 }
 
 // Reserve marks addr as taken (used when reattaching to running sandboxes).
