@@ -231,9 +231,6 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 		// No record of the address: remove the namespace and veth by name.
 		errs = append(errs, r.cfg.Network.Teardown(network.EndpointFor(id)))
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, "console.log")); err == nil && os.Getenv("LIZARD_DEBUG_KEEP_CONSOLE") != "" {
-		os.WriteFile("/tmp/console-"+id+".log", b, 0o600)
-	}
 	if err := os.RemoveAll(dir); err != nil {
 		errs = append(errs, err)
 	}
