@@ -19,6 +19,10 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lizard-build/lizard/internal/runtime/gvisor"
 )
 
 type config struct {
@@ -74,6 +78,20 @@ func run(ctx context.Context, cfg config) error {
 	if err := add(benchConcurrent(ctx, srv, raw, 20)); err != nil {
 		return err
 	}
+	for _, big := range []bool{false, true} {
+		n := cfg.n / 2
+		if big {
+			n = max(3, cfg.n/5)
+		}
+		rs, err := benchCheckpoints(ctx, srv, raw, n, big)
+		if err != nil {
+			return fmt.Errorf("checkpoints: %w", err)
+		}
+		for _, r := range rs {
+			fmt.Fprintf(os.Stderr, "measured %s\n", r.name)
+		}
+		results = append(results, rs...)
+	}
 	printTable(os.Stdout, results)
 	return nil
 }
@@ -111,6 +129,7 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microse
 // --- lizard side ---
 
 type server struct {
+	dir     string
 	cmd     *exec.Cmd
 	url     string
 	key     string
@@ -136,7 +155,7 @@ func startServer(ctx context.Context, cfg config) (*server, error) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	s := &server{url: "http://" + addr, key: "lz_bench_key_0123456789abcdef", dataDir: filepath.Join(dir, "data"),
+	s := &server{dir: dir, url: "http://" + addr, key: "lz_bench_key_0123456789abcdef", dataDir: filepath.Join(dir, "data"),
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	s.cmd = exec.Command(filepath.Join(dir, "lizard"), "serve", "--listen", addr, "--data-dir", s.dataDir,
 		"--template-dir", cfg.templateDir, "--runsc", cfg.runsc, "--bridge", "lizardb0", "--subnet", "10.253.0.0/16", "--log-level", "warn")
@@ -156,11 +175,17 @@ func startServer(ctx context.Context, cfg config) (*server, error) {
 	return nil, fmt.Errorf("lizard serve did not start")
 }
 
+// stop ends the server (its sandboxes are killed by then) and removes its
+// scratch directory.
 func (s *server) stop() {
 	if s.cmd.Process != nil {
 		s.cmd.Process.Signal(syscall.SIGTERM)
 		s.cmd.Wait()
 	}
+	for unix.Unmount(gvisor.RunscRootFor(s.dataDir)+"/null-netns", unix.MNT_DETACH) == nil {
+	}
+	os.RemoveAll(gvisor.RunscRootFor(s.dataDir))
+	os.RemoveAll(s.dir)
 }
 
 func (s *server) call(method, path string, body any, out any) error {

@@ -40,6 +40,29 @@ func (r *rawRunsc) cmd(ctx context.Context, args ...string) *exec.Cmd {
 // start creates and starts a container running sleep, as lizard's create
 // does with its agent.
 func (r *rawRunsc) start(ctx context.Context) (string, error) {
+	id, err := r.prepare()
+	if err != nil {
+		return "", err
+	}
+	cdir := filepath.Join(r.dir, id)
+	log, err := os.Create(filepath.Join(cdir, "console.log"))
+	if err != nil {
+		return "", err
+	}
+	defer log.Close()
+	c := r.cmd(ctx, "--overlay2", "root:dir="+filepath.Join(cdir, "overlay"), "create", "--bundle", filepath.Join(cdir, "bundle"), id)
+	c.Stdout, c.Stderr = log, log
+	if err := c.Run(); err != nil {
+		return id, fmt.Errorf("runsc create: %v", err)
+	}
+	if out, err := r.cmd(ctx, "start", id).CombinedOutput(); err != nil {
+		return id, fmt.Errorf("runsc start: %v %s", err, out)
+	}
+	return id, nil
+}
+
+// prepare writes a new container's bundle and returns its id.
+func (r *rawRunsc) prepare() (string, error) {
 	b := make([]byte, 6)
 	rand.Read(b)
 	id := "raw" + hex.EncodeToString(b)
@@ -63,19 +86,6 @@ func (r *rawRunsc) start(ctx context.Context) (string, error) {
 	b, _ = json.Marshal(spec)
 	if err := os.WriteFile(filepath.Join(cdir, "bundle", "config.json"), b, 0o600); err != nil {
 		return "", err
-	}
-	log, err := os.Create(filepath.Join(cdir, "console.log"))
-	if err != nil {
-		return "", err
-	}
-	defer log.Close()
-	c := r.cmd(ctx, "--overlay2", "root:dir="+filepath.Join(cdir, "overlay"), "create", "--bundle", filepath.Join(cdir, "bundle"), id)
-	c.Stdout, c.Stderr = log, log
-	if err := c.Run(); err != nil {
-		return id, fmt.Errorf("runsc create: %v", err)
-	}
-	if out, err := r.cmd(ctx, "start", id).CombinedOutput(); err != nil {
-		return id, fmt.Errorf("runsc start: %v %s", err, out)
 	}
 	return id, nil
 }

@@ -149,11 +149,27 @@ func names(id string) (nsName, hostVeth string) {
 
 // Setup creates the namespace, the veth pair and the addressing for sandbox
 // id. On failure everything it made is removed again.
-func (m *Manager) Setup(id string) (ep Endpoint, err error) {
+func (m *Manager) Setup(id string) (Endpoint, error) {
 	addr, err := m.allocate()
 	if err != nil {
 		return Endpoint{}, err
 	}
+	return m.setup(id, addr)
+}
+
+// Rebuild makes ep's namespace and veth again when they are gone (after a
+// reboot of the machine, for a paused sandbox): same names, same address.
+// It does nothing when the namespace exists.
+func (m *Manager) Rebuild(id string, ep Endpoint) error {
+	if _, err := os.Stat(ep.Netns); err == nil {
+		return nil
+	}
+	m.Reserve(ep.Addr)
+	_, err := m.setup(id, ep.Addr)
+	return err
+}
+
+func (m *Manager) setup(id string, addr netip.Addr) (ep Endpoint, err error) {
 	nsName, hostVeth := names(id)
 	ep = Endpoint{Netns: netnsDir + "/" + nsName, HostVeth: hostVeth, Addr: addr, Gateway: m.gateway, Bits: m.cfg.Subnet.Bits()}
 	defer func() {

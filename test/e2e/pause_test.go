@@ -5,11 +5,16 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lizard-build/lizard/internal/network"
+	"github.com/lizard-build/lizard/internal/runtime/gvisor"
 )
 
 // counterScript starts a process whose count lives only in its memory and
@@ -202,5 +207,45 @@ func TestSnapshotDiskFull(t *testing.T) {
 	}
 	s.do("DELETE", "/api/sandboxes/"+id, nil, nil)
 	unix.Unmount(snaps, unix.MNT_DETACH)
+	s.waitNoLeaks(t)
+}
+
+// TestPausedSurvivesReboot: what lives on /run (network namespaces, runsc's
+// state) is gone after a reboot of the machine; a paused sandbox still
+// resumes, with its processes and its address.
+func TestPausedSurvivesReboot(t *testing.T) {
+	s := startServer(t, "")
+	id := s.create(t)
+	s.sh(t, id, counterScript)
+	pid, _ := s.counter(t, id)
+	addr := s.sh(t, id, "hostname -I")
+	if code, body := s.do("POST", "/api/sandboxes/"+id+"/pause", nil, nil); code != 200 {
+		t.Fatalf("pause: %d %s", code, body)
+	}
+	s.stop()
+	// The reboot: /run is a tmpfs.
+	ep := network.EndpointFor(id)
+	exec.Command("ip", "link", "del", ep.HostVeth).Run()
+	if out, err := exec.Command("ip", "netns", "del", filepath.Base(ep.Netns)).CombinedOutput(); err != nil {
+		t.Fatalf("remove netns: %v %s", err, out)
+	}
+	root := gvisor.RunscRootFor(s.dataDir)
+	for unix.Unmount(filepath.Join(root, "null-netns"), unix.MNT_DETACH) == nil {
+	}
+	os.RemoveAll(root)
+	s.start()
+	if st := s.status(t, id); st != "paused" {
+		t.Fatalf("after reboot: %s, want paused", st)
+	}
+	if code, body := s.do("POST", "/api/sandboxes/"+id+"/resume", nil, nil); code != 200 {
+		t.Fatalf("resume after reboot: %d %s", code, body)
+	}
+	if p, _ := s.counter(t, id); p != pid {
+		t.Fatalf("counter pid %d, want %d", p, pid)
+	}
+	if got := s.sh(t, id, "hostname -I"); got != addr {
+		t.Fatalf("address %q, want %q", got, addr)
+	}
+	s.do("DELETE", "/api/sandboxes/"+id, nil, nil)
 	s.waitNoLeaks(t)
 }

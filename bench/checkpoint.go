@@ -1,0 +1,315 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// The checkpoint measurements: pause, resume, snapshot, restore, warm-pool
+// restore and fork, on an idle sandbox and on one holding 256 MiB, beside
+// runsc checkpoint and restore doing the same.
+
+// hold256 makes a process keep 256 MiB of incompressible memory.
+const hold256 = `nohup python3 -c 'import os, time; b = os.urandom(256 << 20); time.sleep(1e9)' >/dev/null 2>&1 & sleep 2`
+
+func (s *server) post(path string, body any, out any) error { return s.call("POST", path, body, out) }
+
+func benchCheckpoints(ctx context.Context, s *server, raw *rawRunsc, n int, big bool) ([]result, error) {
+	suffix := " (idle)"
+	if big {
+		suffix = " (256 MiB)"
+	}
+	var rs []result
+	id, err := s.create()
+	if err != nil {
+		return nil, err
+	}
+	defer s.kill(id)
+	rid, err := raw.start(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer raw.destroy(rid)
+	if big {
+		if err := s.call("POST", "/api/sandboxes/"+id+"/exec", map[string]any{"cmd": hold256}, nil); err != nil {
+			return nil, err
+		}
+		if err := raw.holdMemory(ctx, rid); err != nil {
+			return nil, err
+		}
+	}
+
+	// pause, then resume → first exec
+	pause := result{name: "pause" + suffix}
+	resume := result{name: "resume → first exec" + suffix}
+	for range n {
+		t := time.Now()
+		if err := s.post("/api/sandboxes/"+id+"/pause", nil, nil); err != nil {
+			return nil, err
+		}
+		pause.lizard = append(pause.lizard, time.Since(t))
+		t = time.Now()
+		if err := s.post("/api/sandboxes/"+id+"/resume", nil, nil); err != nil {
+			return nil, err
+		}
+		if err := s.execTrue(id); err != nil {
+			return nil, err
+		}
+		resume.lizard = append(resume.lizard, time.Since(t))
+
+		img := filepath.Join(raw.dir, "pause-img")
+		t = time.Now()
+		if err := raw.checkpoint(ctx, rid, img, false); err != nil {
+			return nil, err
+		}
+		pause.floor = append(pause.floor, time.Since(t))
+		t = time.Now()
+		if err := raw.restoreAs(ctx, rid, img); err != nil {
+			return nil, err
+		}
+		if err := raw.exec(ctx, rid, nil, "true"); err != nil {
+			return nil, err
+		}
+		resume.floor = append(resume.floor, time.Since(t))
+		os.RemoveAll(img)
+	}
+	pause.note = "runsc: checkpoint (the container stops) + delete"
+	resume.note = "runsc: restore --detach from the image + runsc exec true"
+	rs = append(rs, pause, resume)
+
+	// snapshot, restore → first exec, warm-pool restore
+	snap := result{name: "snapshot" + suffix}
+	restore := result{name: "restore → first exec" + suffix}
+	var snapID string
+	for i := range n {
+		var sn struct {
+			ID string `json:"id"`
+		}
+		t := time.Now()
+		if err := s.post("/api/sandboxes/"+id+"/snapshot", map[string]any{"name": "bench", "poolSize": 0}, &sn); err != nil {
+			return nil, err
+		}
+		snap.lizard = append(snap.lizard, time.Since(t))
+		img := filepath.Join(raw.dir, fmt.Sprintf("snap-%d", i))
+		t = time.Now()
+		if err := raw.checkpoint(ctx, rid, img, true); err != nil {
+			return nil, err
+		}
+		snap.floor = append(snap.floor, time.Since(t))
+
+		t = time.Now()
+		cid, err := s.restoreSnapshot(sn.ID)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.execTrue(cid); err != nil {
+			return nil, err
+		}
+		restore.lizard = append(restore.lizard, time.Since(t))
+		s.kill(cid)
+		if i < n-1 {
+			s.call("DELETE", "/api/sandbox-snapshots/"+sn.ID, nil, nil)
+		} else {
+			snapID = sn.ID
+		}
+		t = time.Now()
+		nid, err := raw.restoreNew(ctx, img)
+		if err != nil {
+			return nil, err
+		}
+		if err := raw.exec(ctx, nid, nil, "true"); err != nil {
+			return nil, err
+		}
+		restore.floor = append(restore.floor, time.Since(t))
+		raw.destroy(nid)
+		if i < n-1 {
+			os.RemoveAll(img)
+		}
+	}
+	defer s.call("DELETE", "/api/sandbox-snapshots/"+snapID, nil, nil)
+	snap.note = "runsc: checkpoint --leave-running"
+	restore.note = "runsc: restore --detach of the image into a new container + runsc exec true"
+	rs = append(rs, snap, restore)
+
+	pool := result{name: "warm-pool restore → first exec" + suffix, floor: restore.floor,
+		note: "floor: the raw restore above (a pool copy is restored ahead of the claim)"}
+	if err := s.call("PATCH", "/api/sandbox-snapshots/"+snapID, map[string]any{"poolSize": 1}, nil); err != nil {
+		return nil, err
+	}
+	for range n {
+		if err := s.waitPool(snapID, 1); err != nil {
+			return nil, err
+		}
+		t := time.Now()
+		cid, err := s.restoreSnapshot(snapID)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.execTrue(cid); err != nil {
+			return nil, err
+		}
+		pool.lizard = append(pool.lizard, time.Since(t))
+		s.kill(cid)
+	}
+	s.call("PATCH", "/api/sandbox-snapshots/"+snapID, map[string]any{"poolSize": 0}, nil)
+	rs = append(rs, pool)
+
+	// fork of 1 and of 10
+	for _, count := range []int{1, 10} {
+		if big && count == 10 {
+			continue // 10 copies of 256 MiB do not fit beside the rest on this machine's budget
+		}
+		fork := result{name: fmt.Sprintf("fork of %d%s", count, suffix)}
+		runs := max(1, n/2)
+		for range runs {
+			var out []struct {
+				Sandbox *struct {
+					SandboxID string `json:"sandboxId"`
+				} `json:"sandbox"`
+				Error string `json:"error"`
+			}
+			t := time.Now()
+			if err := s.post("/api/sandboxes/"+id+"/fork", map[string]any{"count": count}, &out); err != nil {
+				return nil, err
+			}
+			fork.lizard = append(fork.lizard, time.Since(t))
+			for _, f := range out {
+				if f.Sandbox == nil {
+					return nil, fmt.Errorf("fork: %s", f.Error)
+				}
+				s.kill(f.Sandbox.SandboxID)
+			}
+			img := filepath.Join(raw.dir, "fork-img")
+			t = time.Now()
+			if err := raw.checkpoint(ctx, rid, img, true); err != nil {
+				return nil, err
+			}
+			ids, err := raw.restoreMany(ctx, img, count)
+			if err != nil {
+				return nil, err
+			}
+			fork.floor = append(fork.floor, time.Since(t))
+			for _, x := range ids {
+				raw.destroy(x)
+			}
+			os.RemoveAll(img)
+		}
+		fork.note = "runsc: checkpoint --leave-running + that many restores, 4 at a time"
+		rs = append(rs, fork)
+	}
+	return rs, nil
+}
+
+func (s *server) restoreSnapshot(snapID string) (string, error) {
+	var sb struct {
+		SandboxID string `json:"sandboxId"`
+	}
+	err := s.post("/api/sandboxes", map[string]any{"snapshotId": snapID, "timeoutMs": 600000}, &sb)
+	return sb.SandboxID, err
+}
+
+func (s *server) waitPool(snapID string, want int) error {
+	for range 600 {
+		var sn struct {
+			ReadyCount int `json:"readyCount"`
+		}
+		if err := s.call("GET", "/api/sandbox-snapshots/"+snapID, nil, &sn); err != nil {
+			return err
+		}
+		if sn.ReadyCount >= want {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("warm pool of %s did not fill", snapID)
+}
+
+// --- raw runsc ---
+
+// holdMemory starts the same 256 MiB holder as lizard's, detached (a runsc
+// exec's background children do not outlive it), and waits until it holds
+// the memory.
+func (r *rawRunsc) holdMemory(ctx context.Context, id string) error {
+	c := r.cmd(ctx, "exec", "--detach", id, "python3", "-c", "import os, time; b = os.urandom(256 << 20); open('/tmp/held', 'w').close(); time.sleep(1e9)")
+	// The detached process keeps the command's stdio: no pipes.
+	c.Stdout, c.Stderr = nil, nil
+	if err := c.Run(); err != nil {
+		return fmt.Errorf("runsc exec --detach: %v", err)
+	}
+	for range 100 {
+		if r.exec(ctx, id, nil, "test", "-e", "/tmp/held") == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("the raw memory holder did not start")
+}
+
+func (r *rawRunsc) checkpoint(ctx context.Context, id, img string, leaveRunning bool) error {
+	args := []string{"checkpoint", "--image-path", img}
+	if leaveRunning {
+		args = append(args, "--leave-running")
+	}
+	if out, err := r.cmd(ctx, append(args, id)...).CombinedOutput(); err != nil {
+		return fmt.Errorf("runsc checkpoint: %v %s", err, out)
+	}
+	if !leaveRunning {
+		r.cmd(ctx, "delete", "--force", id).Run()
+	}
+	return nil
+}
+
+// restoreAs restores id (its bundle is still in place) from img.
+func (r *rawRunsc) restoreAs(ctx context.Context, id, img string) error {
+	cdir := filepath.Join(r.dir, id)
+	// The restored container keeps the command's stdout and stderr: a file,
+	// not a pipe that would never reach EOF.
+	log, err := os.OpenFile(filepath.Join(cdir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	c := r.cmd(ctx, "--overlay2", "root:dir="+filepath.Join(cdir, "overlay"), "restore", "--detach",
+		"--image-path", img, "--bundle", filepath.Join(cdir, "bundle"), id)
+	c.Stdout, c.Stderr = log, log
+	if err := c.Run(); err != nil {
+		return fmt.Errorf("runsc restore: %v", err)
+	}
+	return nil
+}
+
+// restoreNew restores img into a new container.
+func (r *rawRunsc) restoreNew(ctx context.Context, img string) (string, error) {
+	id, err := r.prepare()
+	if err != nil {
+		return "", err
+	}
+	return id, r.restoreAs(ctx, id, img)
+}
+
+func (r *rawRunsc) restoreMany(ctx context.Context, img string, n int) ([]string, error) {
+	ids := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	for i := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			ids[i], errs[i] = r.restoreNew(ctx, img)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return ids, err
+		}
+	}
+	return ids, nil
+}
