@@ -19,6 +19,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/network"
+	"github.com/lizard-build/lizard/internal/proxy"
 	"github.com/lizard-build/lizard/internal/reaper"
 	"github.com/lizard-build/lizard/internal/runtime/gvisor"
 	"github.com/lizard-build/lizard/internal/sandbox"
@@ -30,6 +31,7 @@ type serveConfig struct {
 	listen, dataDir, templateDir, runsc, agent string
 	bridge, subnet, logLevel                   string
 	maxSandboxes                               int
+	domain, proxyListen, tlsCert, tlsKey       string
 }
 
 // serve is the one wiring function of the server: it builds every part,
@@ -46,6 +48,10 @@ func serve(ctx context.Context, args []string) error {
 	fs.StringVar(&c.bridge, "bridge", "lizard0", "host bridge for sandbox networks")
 	fs.StringVar(&c.subnet, "subnet", "10.250.0.0/16", "subnet sandboxes get addresses from")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.domain, "domain", "sandbox.localhost", "preview URLs are <sandbox>-<port>.DOMAIN (a wildcard DNS name in a real deployment)")
+	fs.StringVar(&c.proxyListen, "proxy-listen", "127.0.0.1:8081", "preview proxy listen address")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "TLS certificate for the preview proxy (with --tls-key: preview URLs are https)")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "TLS key for the preview proxy")
 	fs.IntVar(&c.maxSandboxes, "max-sandboxes", sandbox.DefaultMaxSandboxes, "most sandboxes running at once (warm pool copies included)")
 	if _, err := parse(fs, args); err != nil {
 		return err
@@ -118,13 +124,32 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	pln, err := net.Listen("tcp", c.proxyListen)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("--proxy-listen: %w", err)
+	}
+	useTLS := c.tlsCert != "" && c.tlsKey != ""
+	previews := previewURLs(c.domain, pln.Addr().String(), useTLS)
 	srv := &http.Server{
-		Handler:           api.Handler(api.Config{Projects: st, Sandboxes: svc, Logger: log.With("component", "api")}),
+		Handler:           api.Handler(api.Config{Projects: st, Sandboxes: svc, Previews: previews, Logger: log.With("component", "api")}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
-	errc := make(chan error, 1)
+	psrv := &http.Server{
+		Handler:           proxy.Handler(proxy.Config{Domain: c.domain, TLS: useTLS, Previews: svc, Logger: log.With("component", "proxy")}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
-	log.Info("lizard serving", "listen", ln.Addr().String(), "data_dir", c.dataDir, "templates", c.templateDir, "runsc", runsc)
+	go func() {
+		if useTLS {
+			errc <- psrv.ServeTLS(pln, c.tlsCert, c.tlsKey)
+			return
+		}
+		errc <- psrv.Serve(pln)
+	}()
+	log.Info("lizard serving", "listen", ln.Addr().String(), "proxy", pln.Addr().String(), "previews", previews.Scheme+"://<sandbox>-<port>."+c.domain,
+		"data_dir", c.dataDir, "templates", c.templateDir, "runsc", runsc)
 	select {
 	case err := <-errc:
 		return err
@@ -133,7 +158,20 @@ func serve(ctx context.Context, args []string) error {
 	log.Info("shutting down; sandboxes keep running")
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return srv.Shutdown(sctx)
+	return errors.Join(srv.Shutdown(sctx), psrv.Shutdown(sctx))
+}
+
+// previewURLs derives how preview URLs look from the proxy's address: the
+// port shows in them unless it is the scheme's default.
+func previewURLs(domain, proxyAddr string, useTLS bool) api.PreviewURLs {
+	p := api.PreviewURLs{Domain: domain, Scheme: "http"}
+	if useTLS {
+		p.Scheme = "https"
+	}
+	if _, port, err := net.SplitHostPort(proxyAddr); err == nil && !(port == "80" && !useTLS) && !(port == "443" && useTLS) {
+		p.Port = port
+	}
+	return p
 }
 
 // firstStart creates the default project and its API key when the database

@@ -29,6 +29,7 @@ type Projects interface {
 type Config struct {
 	Projects  Projects
 	Sandboxes *sandbox.Service
+	Previews  PreviewURLs
 	Logger    *slog.Logger
 }
 
@@ -42,6 +43,7 @@ const (
 type server struct {
 	projects  Projects
 	sandboxes *sandbox.Service
+	previews  PreviewURLs
 	log       *slog.Logger
 }
 
@@ -50,7 +52,7 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &server{projects: cfg.Projects, sandboxes: cfg.Sandboxes, log: cfg.Logger}
+	s := &server{projects: cfg.Projects, sandboxes: cfg.Sandboxes, previews: cfg.Previews, log: cfg.Logger}
 	mux := http.NewServeMux()
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request, store.Project) error) {
 		mux.Handle(pattern, s.authed(h))
@@ -67,6 +69,8 @@ func Handler(cfg Config) http.Handler {
 	route("POST /api/sandboxes/{id}/pause", s.pauseSandbox)
 	route("POST /api/sandboxes/{id}/resume", s.resumeSandbox)
 	route("POST /api/sandboxes/{id}/fork", s.forkSandbox)
+	route("POST /api/sandboxes/{id}/expose/{port}", s.exposePort)
+	route("DELETE /api/sandboxes/{id}/expose/{port}", s.unexposePort)
 
 	route("POST /api/sandboxes/{id}/snapshot", s.takeSnapshot)
 	route("GET /api/projects/{pid}/snapshots", s.listProjectSnapshots)
@@ -102,7 +106,6 @@ func Handler(cfg Config) http.Handler {
 // error instead of a 404 for a route that exists in the API.
 func (s *server) routeUnavailable(route func(string, func(http.ResponseWriter, *http.Request, store.Project) error)) {
 	features := map[string][]string{
-		"preview URLs":      {"POST /api/sandboxes/{id}/expose/{port}", "DELETE /api/sandboxes/{id}/expose/{port}"},
 		"file watching":     {"POST /api/sandboxes/{id}/files/watch", "GET /api/sandboxes/{id}/files/watch/events", "DELETE /api/sandboxes/{id}/files/watch"},
 		"sandbox logs":      {"GET /api/sandboxes/{id}/logs"},
 		"desktop":           {"POST /api/sandboxes/{id}/desktop", "GET /api/sandboxes/{id}/desktop", "DELETE /api/sandboxes/{id}/desktop"},

@@ -114,6 +114,10 @@ type Record struct {
 	// the snapshot whose warm pool holds it (status pooled).
 	SnapshotID string `json:"snapshotId,omitempty"`
 	PoolOf     string `json:"poolOf,omitempty"`
+	// Ports are exposed on the preview proxy; PreviewToken admits requests
+	// to them.
+	Ports        []int  `json:"ports,omitempty"`
+	PreviewToken string `json:"previewToken,omitempty"`
 }
 
 // New builds the service. Call Recover before serving.

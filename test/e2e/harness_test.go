@@ -34,6 +34,7 @@ type server struct {
 	bin     string
 	dataDir string
 	url     string
+	proxy   string // host:port of the preview proxy
 	key     string
 	cmd     *exec.Cmd
 	logMu   sync.Mutex
@@ -111,14 +112,9 @@ func startServer(t *testing.T, dataDir string) *server {
 
 func (s *server) start() {
 	t := s.t
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	s.url = "http://" + addr
-	args := []string{"serve", "--listen", addr, "--data-dir", s.dataDir, "--template-dir", templateDir(),
+	addr, proxyAddr := freeAddr(t), freeAddr(t)
+	s.url, s.proxy = "http://"+addr, proxyAddr
+	args := []string{"serve", "--listen", addr, "--proxy-listen", proxyAddr, "--data-dir", s.dataDir, "--template-dir", templateDir(),
 		"--bridge", "lizarde0", "--subnet", "10.252.0.0/16", "--log-level", "debug"}
 	if r := os.Getenv("LIZARD_RUNSC"); r != "" {
 		args = append(args, "--runsc", r)
@@ -141,6 +137,16 @@ func (s *server) start() {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("lizard serve did not answer:\n%s", s.logs())
+}
+
+// freeAddr returns a loopback address with a port that was free just now.
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
 
 // stop ends the server gracefully; sandboxes keep running.
@@ -252,7 +258,7 @@ func (s *server) runNode(ctx context.Context, files ...string) error {
 	}
 	args := append([]string{"--test", "--test-concurrency=2", "--test-reporter=spec"}, files...)
 	cmd := exec.CommandContext(ctx, "node", args...)
-	cmd.Env = append(os.Environ(), "LIZARD_API_URL="+s.url, "LIZARD_API_KEY="+s.key)
+	cmd.Env = append(os.Environ(), "LIZARD_API_URL="+s.url, "LIZARD_API_KEY="+s.key, "LIZARD_TEST_PROXY="+s.proxy)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	go func() {

@@ -144,7 +144,16 @@ func (r *Runtime) make(ctx context.Context, spec runtime.Spec, image string) (sb
 		r.cfg.Network.Teardown(ep)
 		return sb, err
 	}
-	if err := writeJSON(filepath.Join(dir, "bundle", "config.json"), ociSpec(spec, r.cfg.AgentPath, ep)); err != nil {
+	etc := filepath.Join(dir, "etc")
+	if err := os.Mkdir(etc, 0o755); err != nil {
+		return sb, err
+	}
+	for name, content := range etcFiles(spec.ID, ep) {
+		if err := os.WriteFile(filepath.Join(etc, name), []byte(content), 0o644); err != nil {
+			return sb, err
+		}
+	}
+	if err := writeJSON(filepath.Join(dir, "bundle", "config.json"), ociSpec(spec, r.cfg.AgentPath, etc, ep)); err != nil {
 		return sb, err
 	}
 	console, err := os.OpenFile(filepath.Join(dir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)

@@ -21,7 +21,7 @@ var defaultCaps = []string{
 }
 
 // ociSpec is the bundle's config.json for a sandbox.
-func ociSpec(s runtime.Spec, agentHostPath string, ep network.Endpoint) *specs.Spec {
+func ociSpec(s runtime.Spec, agentHostPath, etcDir string, ep network.Endpoint) *specs.Spec {
 	mem := s.Resources.MemoryMB << 20
 	period := uint64(100000)
 	quota := int64(s.Resources.CPUs * float64(period))
@@ -51,6 +51,11 @@ func ociSpec(s runtime.Spec, agentHostPath string, ep network.Endpoint) *specs.S
 			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
 			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 			{Destination: agentPath, Type: "bind", Source: agentHostPath, Options: []string{"bind", "ro"}},
+			// The sandbox's own name resolution: its hostname, and the
+			// gateway as nameserver rather than whatever resolver the
+			// template's build host had.
+			{Destination: "/etc/hosts", Type: "bind", Source: etcDir + "/hosts", Options: []string{"bind", "rw"}},
+			{Destination: "/etc/resolv.conf", Type: "bind", Source: etcDir + "/resolv.conf", Options: []string{"bind", "rw"}},
 		},
 		Linux: &specs.Linux{
 			Namespaces: []specs.LinuxNamespace{
@@ -64,5 +69,17 @@ func ociSpec(s runtime.Spec, agentHostPath string, ep network.Endpoint) *specs.S
 				Pids:   &specs.LinuxPids{Limit: pids},
 			},
 		},
+	}
+}
+
+// etcFiles are the sandbox's /etc/hosts and /etc/resolv.conf.
+func etcFiles(id string, ep network.Endpoint) map[string]string {
+	return map[string]string{
+		"hosts": "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" +
+			ep.Addr.String() + "\t" + id + "\n",
+		// A nameserver that answers, or refuses at once: a lookup must never
+		// hang on an address the sandbox cannot reach (Python's http.server
+		// looks up its own name before it listens).
+		"resolv.conf": "nameserver " + ep.Gateway.String() + "\noptions timeout:2 attempts:2\n",
 	}
 }

@@ -1,0 +1,180 @@
+// Package proxy is the preview proxy: it serves https?://<sandbox>-<port>.<domain>
+// by forwarding to that port of the sandbox, for requests that carry the
+// sandbox's access token (header, one-time query parameter that becomes a
+// host-only cookie). WebSocket upgrades, Server-Sent Events and large bodies
+// stream through. Only cmd/lizard wires it; it asks the sandbox service, by
+// a narrow interface, where a preview goes.
+package proxy
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+)
+
+// Header, query parameter and cookie that carry the access token.
+const (
+	TokenHeader = "X-Lizard-Access-Token"
+	TokenQuery  = "lizard_token"
+	TokenCookie = "lizard_token"
+)
+
+// Target is where a preview goes.
+type Target struct {
+	Addr  string // host:port of the sandbox's service
+	Token string // the sandbox's access token
+}
+
+// Previews resolves a preview host to its target. It resumes a paused
+// sandbox. An unknown sandbox or a port that is not exposed is
+// errdefs.ErrNotFound.
+type Previews interface {
+	Preview(ctx context.Context, sandboxID string, port int) (Target, error)
+}
+
+// Config wires the proxy.
+type Config struct {
+	Domain   string // e.g. "sandbox.localhost"
+	TLS      bool   // the proxy is served over TLS: cookies get Secure
+	Previews Previews
+	Logger   *slog.Logger
+}
+
+type proxy struct {
+	cfg Config
+	rp  *httputil.ReverseProxy
+}
+
+type targetKey struct{}
+
+// Handler returns the preview proxy's handler.
+func Handler(cfg Config) http.Handler {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	p := &proxy{cfg: cfg}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			t := pr.In.Context().Value(targetKey{}).(Target)
+			pr.SetURL(&url.URL{Scheme: "http", Host: t.Addr})
+			pr.SetXForwarded()
+			// The app sees the host it was asked for, and no lizard token.
+			pr.Out.Host = pr.In.Host
+			pr.Out.Header.Del(TokenHeader)
+			stripTokenCookie(pr.Out)
+		},
+		Transport: &http.Transport{
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConnsPerHost: 32,
+			IdleConnTimeout:     90 * time.Second,
+		},
+		// Flush at once: Server-Sent Events and streamed bodies must not wait
+		// in a buffer.
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			cfg.Logger.Debug("preview upstream failed", "host", r.Host, "err", err)
+			http.Error(w, "the sandbox's service did not answer: "+err.Error(), http.StatusBadGateway)
+		},
+	}
+	return p
+}
+
+func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id, port, err := ParseHost(r.Host, p.cfg.Domain)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	}
+	t, err := p.cfg.Previews.Preview(r.Context(), id, port)
+	if err != nil {
+		status := http.StatusBadGateway
+		if errors.Is(err, errdefs.ErrNotFound) {
+			status = http.StatusNotFound
+		}
+		http.Error(w, err.Error(), status)
+		return
+	}
+	q := r.URL.Query()
+	if tok := q.Get(TokenQuery); tok != "" {
+		if !equal(tok, t.Token) {
+			http.Error(w, "wrong access token", http.StatusUnauthorized)
+			return
+		}
+		// Once: the token becomes a cookie for this host only, and the
+		// browser goes on to the same URL without it.
+		http.SetCookie(w, &http.Cookie{
+			Name: TokenCookie, Value: tok, Path: "/", HttpOnly: true,
+			SameSite: http.SameSiteLaxMode, Secure: p.cfg.TLS,
+		})
+		q.Del(TokenQuery)
+		u := *r.URL
+		u.RawQuery = q.Encode()
+		http.Redirect(w, r, u.RequestURI(), http.StatusFound)
+		return
+	}
+	if !authorized(r, t.Token) {
+		http.Error(w, "this preview is private: send "+TokenHeader+" or open the URL with ?"+TokenQuery+"=", http.StatusUnauthorized)
+		return
+	}
+	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)))
+}
+
+func authorized(r *http.Request, token string) bool {
+	if h := r.Header.Get(TokenHeader); h != "" {
+		return equal(h, token)
+	}
+	for _, c := range r.Cookies() {
+		if c.Name == TokenCookie && equal(c.Value, token) {
+			return true
+		}
+	}
+	return false
+}
+
+func equal(a, b string) bool {
+	return b != "" && subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
+}
+
+// stripTokenCookie removes lizard's cookie from what the app receives.
+func stripTokenCookie(r *http.Request) {
+	cs := r.Cookies()
+	r.Header.Del("Cookie")
+	for _, c := range cs {
+		if c.Name != TokenCookie {
+			r.AddCookie(c)
+		}
+	}
+}
+
+// ParseHost splits "<sandbox>-<port>.<domain>[:listen port]" into the
+// sandbox id and port.
+func ParseHost(host, domain string) (id string, port int, err error) {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	label, ok := strings.CutSuffix(host, "."+strings.ToLower(domain))
+	if !ok || strings.Contains(label, ".") {
+		return "", 0, fmt.Errorf("%q is not a preview host of %s: %w", host, domain, errdefs.ErrNotFound)
+	}
+	i := strings.LastIndexByte(label, '-')
+	if i <= 0 {
+		return "", 0, fmt.Errorf("%q: want <sandbox>-<port>.%s: %w", host, domain, errdefs.ErrNotFound)
+	}
+	port, err = strconv.Atoi(label[i+1:])
+	if err != nil || port < 1 || port > 65535 {
+		return "", 0, fmt.Errorf("%q: bad port: %w", host, errdefs.ErrNotFound)
+	}
+	return label[:i], port, nil
+}

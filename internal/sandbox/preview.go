@@ -1,0 +1,115 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+
+	"github.com/lizard-build/lizard/internal/agent"
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/proxy"
+)
+
+var _ proxy.Previews = (*Service)(nil)
+
+func validPort(port int) error {
+	if port < 1 || port > 65535 {
+		return fmt.Errorf("port %d: must be 1 to 65535: %w", port, errdefs.ErrInvalid)
+	}
+	if port == agent.Port {
+		return fmt.Errorf("port %d is the sandbox agent's and cannot be exposed: %w", port, errdefs.ErrInvalid)
+	}
+	return nil
+}
+
+// Expose publishes a port of the sandbox on the preview proxy and returns
+// the sandbox's access token (one per sandbox, for all its ports; it stays
+// the same across pause and resume).
+func (s *Service) Expose(ctx context.Context, projectID, id string, port int) (string, error) {
+	if err := validPort(port); err != nil {
+		return "", err
+	}
+	e, err := s.lookup(projectID, id)
+	if err != nil {
+		return "", err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s.mu.Lock()
+	if e.gone {
+		s.mu.Unlock()
+		return "", notFound(id)
+	}
+	if e.rec.PreviewToken == "" {
+		e.rec.PreviewToken = previewToken()
+	}
+	if !slices.Contains(e.rec.Ports, port) {
+		e.rec.Ports = append(slices.Clone(e.rec.Ports), port)
+		slices.Sort(e.rec.Ports)
+	}
+	rec := e.rec
+	s.mu.Unlock()
+	return rec.PreviewToken, s.persist(ctx, rec)
+}
+
+// Unexpose takes a port off the preview proxy, at once. Unexposing a port
+// that is not exposed is a no-op.
+func (s *Service) Unexpose(ctx context.Context, projectID, id string, port int) error {
+	if err := validPort(port); err != nil {
+		return err
+	}
+	e, err := s.lookup(projectID, id)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s.mu.Lock()
+	e.rec.Ports = slices.DeleteFunc(slices.Clone(e.rec.Ports), func(p int) bool { return p == port })
+	rec := e.rec
+	s.mu.Unlock()
+	return s.persist(ctx, rec)
+}
+
+// Preview implements proxy.Previews: the address of an exposed port and the
+// token that admits requests to it. A paused sandbox is resumed: whoever
+// opens a preview should not have to know.
+func (s *Service) Preview(ctx context.Context, id string, port int) (proxy.Target, error) {
+	s.mu.Lock()
+	e, ok := s.sandboxes[id]
+	var rec Record
+	if ok {
+		rec = e.rec
+	}
+	s.mu.Unlock()
+	if !ok || e.gone || rec.Status == StatusPooled {
+		return proxy.Target{}, notFound(id)
+	}
+	if !slices.Contains(rec.Ports, port) {
+		return proxy.Target{}, errdefs.WithCode("port_not_exposed", fmt.Errorf("port %d of sandbox %q is not exposed: %w", port, id, errdefs.ErrNotFound))
+	}
+	if rec.Status == StatusPaused {
+		var err error
+		if rec, err = s.Resume(ctx, rec.ProjectID, id); err != nil {
+			return proxy.Target{}, err
+		}
+	}
+	host, _, err := net.SplitHostPort(rec.AgentAddr)
+	if err != nil {
+		return proxy.Target{}, fmt.Errorf("sandbox %q has no address: %w", id, errdefs.ErrUnavailable)
+	}
+	return proxy.Target{Addr: net.JoinHostPort(host, strconv.Itoa(port)), Token: rec.PreviewToken}, nil
+}
+
+// previewToken is 256 random bits, URL-safe.
+func previewToken() string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}
