@@ -32,6 +32,7 @@ type serveConfig struct {
 	bridge, subnet, logLevel                   string
 	maxSandboxes                               int
 	domain, proxyListen, tlsCert, tlsKey       string
+	dnsUpstream                                string
 }
 
 // serve is the one wiring function of the server: it builds every part,
@@ -52,6 +53,7 @@ func serve(ctx context.Context, args []string) error {
 	fs.StringVar(&c.proxyListen, "proxy-listen", "127.0.0.1:8081", "preview proxy listen address")
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "TLS certificate for the preview proxy (with --tls-key: preview URLs are https)")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "TLS key for the preview proxy")
+	fs.StringVar(&c.dnsUpstream, "dns-upstream", "", "where the sandboxes' DNS resolver forwards (host:port; default: the host's first nameserver)")
 	fs.IntVar(&c.maxSandboxes, "max-sandboxes", sandbox.DefaultMaxSandboxes, "most sandboxes running at once (warm pool copies included)")
 	if _, err := parse(fs, args); err != nil {
 		return err
@@ -94,10 +96,11 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("become child subreaper: %w", err)
 	}
-	netm, err := network.New(network.Config{Bridge: c.bridge, Subnet: subnet})
+	netm, err := network.New(network.Config{Bridge: c.bridge, Subnet: subnet, DNSUpstream: c.dnsUpstream, Logger: log.With("component", "network")})
 	if err != nil {
 		return err
 	}
+	defer netm.Close()
 	rt, err := gvisor.New(gvisor.Config{
 		Runsc:     runsc,
 		StateDir:  filepath.Join(c.dataDir, "sandboxes"),

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -27,6 +28,10 @@ type sandboxInfo struct {
 	TimeoutMs  int64             `json:"timeoutMs"`
 	PauseError *string           `json:"pauseError"`
 	SnapshotID *string           `json:"snapshotId,omitempty"`
+	// InternetAccess is false when egress is restricted; AllowedHosts is
+	// what a restricted sandbox may still reach.
+	InternetAccess bool     `json:"internetAccess"`
+	AllowedHosts   []string `json:"allowedHosts"`
 }
 
 func infoOf(r sandbox.Record) sandboxInfo {
@@ -34,7 +39,10 @@ func infoOf(r sandbox.Record) sandboxInfo {
 		SandboxID: r.ID, ProjectID: r.ProjectID, Template: r.Template,
 		StartedAt: r.StartedAt.UTC().Format(time.RFC3339Nano), Status: r.Status,
 		Metadata: r.Metadata, Runtime: "container", Size: r.Size, CPUs: r.CPUs, MemoryMB: r.MemoryMB,
-		TimeoutMs: r.TimeoutMs,
+		TimeoutMs: r.TimeoutMs, InternetAccess: !r.Egress.Restricted, AllowedHosts: r.Egress.Allowed,
+	}
+	if info.AllowedHosts == nil {
+		info.AllowedHosts = []string{}
 	}
 	if info.Metadata == nil {
 		info.Metadata = map[string]string{}
@@ -58,20 +66,18 @@ func infoOf(r sandbox.Record) sandboxInfo {
 // createRequest is the body of POST /api/sandboxes. Fields the SDKs send
 // that this server does not use (lizardToken, environment) are ignored.
 type createRequest struct {
-	Template   string            `json:"template"`
-	SnapshotID string            `json:"snapshotId"`
-	Size       string            `json:"size"`
-	TimeoutMs  *int64            `json:"timeoutMs"`
-	ProjectID  string            `json:"projectId"`
-	Metadata   map[string]string `json:"metadata"`
-	Envs       map[string]string `json:"envs"`
-	Region     string            `json:"region"`
-	VolumeID   string            `json:"volumeId"`
-	VolumeName string            `json:"volumeName"`
-	// Egress control arrives with the network issue; until then a create
-	// that asks for it is refused rather than run with internet access.
-	InternetAccess *bool    `json:"internetAccess"`
-	AllowedHosts   []string `json:"allowedHosts"`
+	Template       string            `json:"template"`
+	SnapshotID     string            `json:"snapshotId"`
+	Size           string            `json:"size"`
+	TimeoutMs      *int64            `json:"timeoutMs"`
+	ProjectID      string            `json:"projectId"`
+	Metadata       map[string]string `json:"metadata"`
+	Envs           map[string]string `json:"envs"`
+	Region         string            `json:"region"`
+	VolumeID       string            `json:"volumeId"`
+	VolumeName     string            `json:"volumeName"`
+	InternetAccess *bool             `json:"internetAccess"`
+	AllowedHosts   []string          `json:"allowedHosts"`
 }
 
 // defaultTimeoutMs is the SDKs' default sandbox lifetime.
@@ -88,8 +94,10 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request, p store.P
 	switch {
 	case req.VolumeID != "" || req.VolumeName != "":
 		return unavailable("volumeId/volumeName", "volumes")
-	case req.InternetAccess != nil && !*req.InternetAccess, len(req.AllowedHosts) > 0:
-		return unavailable("internetAccess/allowedHosts", "egress control")
+	}
+	egress, err := network.ParseEgress(req.InternetAccess, req.AllowedHosts)
+	if err != nil {
+		return err
 	}
 	timeout := int64(defaultTimeoutMs)
 	if req.TimeoutMs != nil {
@@ -105,7 +113,7 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request, p store.P
 	}
 	rec, err := s.sandboxes.Create(r.Context(), sandbox.CreateRequest{
 		ProjectID: p.ID, Template: req.Template, Size: req.Size, TimeoutMs: timeout,
-		Region: req.Region, Metadata: req.Metadata, Envs: req.Envs,
+		Region: req.Region, Metadata: req.Metadata, Envs: req.Envs, Egress: egress,
 	})
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -28,6 +29,10 @@ import (
 type Config struct {
 	Bridge string       // e.g. "lizard0"
 	Subnet netip.Prefix // e.g. 10.250.0.0/16
+	// DNSUpstream is where the sandboxes' resolver forwards queries
+	// ("host:port"); "" means the host's first nameserver.
+	DNSUpstream string
+	Logger      *slog.Logger
 }
 
 // Endpoint is one sandbox's network identity.
@@ -46,9 +51,13 @@ type Manager struct {
 	gateway netip.Addr
 	bridge  netlink.Link
 
-	mu   sync.Mutex
-	used map[netip.Addr]bool
-	next netip.Addr
+	fw  *firewall
+	dns *resolver
+
+	mu       sync.Mutex
+	used     map[netip.Addr]bool
+	next     netip.Addr
+	policies map[netip.Addr]Egress
 }
 
 const netnsDir = "/run/netns"
@@ -60,7 +69,10 @@ func New(cfg Config) (*Manager, error) {
 	}
 	cfg.Subnet = cfg.Subnet.Masked()
 	gw := cfg.Subnet.Addr().Next()
-	m := &Manager{cfg: cfg, gateway: gw, used: map[netip.Addr]bool{}, next: gw.Next()}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	m := &Manager{cfg: cfg, gateway: gw, used: map[netip.Addr]bool{}, next: gw.Next(), policies: map[netip.Addr]Egress{}}
 	br, err := netlink.LinkByName(cfg.Bridge)
 	if err != nil {
 		la := netlink.NewLinkAttrs()
@@ -88,7 +100,61 @@ func New(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("bring up %s: %w", cfg.Bridge, err)
 	}
 	m.bridge = br
+	// Sandboxes reach the internet through the host.
+	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
+		return nil, fmt.Errorf("enable IPv4 forwarding: %w", err)
+	}
+	if m.fw, err = newFirewall(cfg.Bridge, cfg.Subnet, gw); err != nil {
+		return nil, fmt.Errorf("firewall: %w", err)
+	}
+	upstream := cfg.DNSUpstream
+	if upstream == "" {
+		upstream = hostUpstream()
+	}
+	if m.dns, err = startResolver(gw, upstream, m.policy, m.fw.allowRanges, cfg.Logger); err != nil {
+		return nil, fmt.Errorf("DNS resolver on %s: %w", gw, err)
+	}
 	return m, nil
+}
+
+// Close stops the sandboxes' resolver. The firewall stays: sandboxes keep
+// running, and the next Manager re-applies every policy.
+func (m *Manager) Close() error { return m.dns.close() }
+
+func (m *Manager) policy(a netip.Addr) Egress {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.policies[a]
+	if !ok {
+		// Not a sandbox we know: nothing.
+		return Egress{Restricted: true}
+	}
+	return e
+}
+
+// setPolicy records and enforces what addr may reach.
+func (m *Manager) setPolicy(a netip.Addr, e Egress) error {
+	m.mu.Lock()
+	m.policies[a] = e
+	m.mu.Unlock()
+	return m.fw.apply(a, e)
+}
+
+// Attach takes back a running sandbox's endpoint after a restart: its
+// address is reserved and its egress policy enforced again.
+func (m *Manager) Attach(ep Endpoint, e Egress) error {
+	if !ep.Addr.IsValid() {
+		return nil
+	}
+	m.Reserve(ep.Addr)
+	m.mu.Lock()
+	_, known := m.policies[ep.Addr]
+	m.mu.Unlock()
+	if known {
+		// Already enforced, with what its DNS answers added.
+		return nil
+	}
+	return m.setPolicy(ep.Addr, e)
 }
 
 // bridgeMAC is a locally administered unicast address derived from the
@@ -149,24 +215,33 @@ func names(id string) (nsName, hostVeth string) {
 
 // Setup creates the namespace, the veth pair and the addressing for sandbox
 // id. On failure everything it made is removed again.
-func (m *Manager) Setup(id string) (Endpoint, error) {
+func (m *Manager) Setup(id string, e Egress) (Endpoint, error) {
 	addr, err := m.allocate()
 	if err != nil {
 		return Endpoint{}, err
 	}
-	return m.setup(id, addr)
+	ep, err := m.setup(id, addr)
+	if err != nil {
+		return ep, err
+	}
+	if err := m.setPolicy(addr, e); err != nil {
+		m.Teardown(ep)
+		return Endpoint{}, fmt.Errorf("egress policy: %w", err)
+	}
+	return ep, nil
 }
 
 // Rebuild makes ep's namespace and veth again when they are gone (after a
 // reboot of the machine, for a paused sandbox): same names, same address.
 // It does nothing when the namespace exists.
-func (m *Manager) Rebuild(id string, ep Endpoint) error {
+func (m *Manager) Rebuild(id string, ep Endpoint, e Egress) error {
 	if _, err := os.Stat(ep.Netns); err == nil {
 		return nil
 	}
-	m.Reserve(ep.Addr)
-	_, err := m.setup(id, ep.Addr)
-	return err
+	if _, err := m.setup(id, ep.Addr); err != nil {
+		return err
+	}
+	return m.Attach(ep, e)
 }
 
 func (m *Manager) setup(id string, addr netip.Addr) (ep Endpoint, err error) {
@@ -261,6 +336,12 @@ func (m *Manager) Teardown(ep Endpoint) error {
 		}
 	}
 	if ep.Addr.IsValid() {
+		m.mu.Lock()
+		delete(m.policies, ep.Addr)
+		m.mu.Unlock()
+		if err := m.fw.remove(ep.Addr); err != nil {
+			errs = append(errs, fmt.Errorf("firewall: %w", err))
+		}
 		m.release(ep.Addr)
 	}
 	return errors.Join(errs...)

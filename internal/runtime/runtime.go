@@ -9,6 +9,8 @@ package runtime
 import (
 	"context"
 	"net/netip"
+
+	"github.com/lizard-build/lizard/internal/network"
 )
 
 // Resources caps what a sandbox may use.
@@ -30,6 +32,9 @@ type Spec struct {
 	// AgentToken is the secret the sandbox's agent requires on every request.
 	AgentToken string
 	Resources  Resources
+	// Egress is what the sandbox may reach outside the host; the zero value
+	// is anything.
+	Egress network.Egress
 }
 
 // State is what a backend knows of a sandbox.

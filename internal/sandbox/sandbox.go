@@ -23,6 +23,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/agent"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/runtime"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
@@ -118,6 +119,8 @@ type Record struct {
 	// to them.
 	Ports        []int  `json:"ports,omitempty"`
 	PreviewToken string `json:"previewToken,omitempty"`
+	// Egress is what the sandbox may reach outside the host.
+	Egress network.Egress `json:"egress,omitempty"`
 }
 
 // New builds the service. Call Recover before serving.
@@ -157,6 +160,7 @@ type CreateRequest struct {
 	Region    string
 	Metadata  map[string]string
 	Envs      map[string]string
+	Egress    network.Egress
 }
 
 // Create starts a sandbox and returns once its agent answers.
@@ -179,10 +183,10 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Record, error)
 		return Record{}, err
 	}
 	rec := s.newRecord(req.ProjectID, req.Template, size, req.TimeoutMs)
-	rec.Region, rec.Metadata, rec.Envs = req.Region, req.Metadata, mergeEnv(tpl.Env, req.Envs)
+	rec.Region, rec.Metadata, rec.Envs, rec.Egress = req.Region, req.Metadata, mergeEnv(tpl.Env, req.Envs), req.Egress
 	return s.launch(ctx, rec, func(ctx context.Context) (runtime.Sandbox, error) {
 		rsb, err := s.cfg.Runtime.Create(ctx, runtime.Spec{
-			ID: rec.ID, Rootfs: tpl.Rootfs, AgentToken: rec.AgentToken, Resources: size.resources(),
+			ID: rec.ID, Rootfs: tpl.Rootfs, AgentToken: rec.AgentToken, Resources: size.resources(), Egress: rec.Egress,
 		})
 		if err != nil {
 			return rsb, fmt.Errorf("create sandbox: %w", err)

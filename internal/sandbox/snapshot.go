@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/runtime"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -38,6 +39,8 @@ type Snapshot struct {
 	AgentToken string            `json:"agentToken"`
 	Envs       map[string]string `json:"envs,omitempty"`
 	Metadata   map[string]string `json:"metadata,omitempty"`
+	// Egress is the source's: copies may reach what it could.
+	Egress network.Egress `json:"egress,omitempty"`
 }
 
 // SnapshotInfo is a snapshot with its pool's state.
@@ -122,7 +125,7 @@ func (s *Service) save(ctx context.Context, e *entry, dirOf func(string) string,
 		ID: store.NewID(prefix, 16), ProjectID: rec.ProjectID, Region: rec.Region, SourceID: rec.ID,
 		Template: rec.Template, Size: rec.Size, CPUs: rec.CPUs, MemoryMB: rec.MemoryMB,
 		TimeoutMs: rec.TimeoutMs, CreatedAt: time.Now().UTC(), AgentToken: rec.AgentToken,
-		Envs: rec.Envs, Metadata: rec.Metadata,
+		Envs: rec.Envs, Metadata: rec.Metadata, Egress: rec.Egress,
 	}
 	start := time.Now()
 	if err := s.cp.Snapshot(ctx, rec.ID, dirOf(snap.ID)); err != nil {
@@ -311,7 +314,7 @@ func (s *Service) fillPool(se *snapEntry) {
 func (s *Service) copyRecord(snap Snapshot, timeoutMs int64) Record {
 	size, _ := LookupSize(snap.Size)
 	rec := s.newRecord(snap.ProjectID, snap.Template, size, timeoutMs)
-	rec.Region, rec.Envs, rec.Metadata, rec.SnapshotID = snap.Region, snap.Envs, snap.Metadata, snap.ID
+	rec.Region, rec.Envs, rec.Metadata, rec.SnapshotID, rec.Egress = snap.Region, snap.Envs, snap.Metadata, snap.ID, snap.Egress
 	return rec
 }
 
@@ -326,7 +329,7 @@ func (s *Service) restoreCopy(ctx context.Context, rec Record, snap Snapshot, di
 		return Record{}, err
 	}
 	return s.launch(ctx, rec, func(ctx context.Context) (runtime.Sandbox, error) {
-		return s.cp.Restore(ctx, runtime.Spec{ID: rec.ID, Rootfs: tpl.Rootfs, AgentToken: rec.AgentToken, Resources: size.resources()}, dir)
+		return s.cp.Restore(ctx, runtime.Spec{ID: rec.ID, Rootfs: tpl.Rootfs, AgentToken: rec.AgentToken, Resources: size.resources(), Egress: rec.Egress}, dir)
 	}, snap.AgentToken)
 }
 

@@ -35,6 +35,7 @@ type server struct {
 	dataDir string
 	url     string
 	proxy   string // host:port of the preview proxy
+	extra   []string
 	key     string
 	cmd     *exec.Cmd
 	logMu   sync.Mutex
@@ -92,14 +93,14 @@ func build(t *testing.T) string {
 
 // startServer starts lizard serve on a fresh data dir (or dataDir when set,
 // to restart over existing state) and waits until it answers.
-func startServer(t *testing.T, dataDir string) *server {
+func startServer(t *testing.T, dataDir string, extraArgs ...string) *server {
 	t.Helper()
 	requirements(t)
 	bin := build(t)
 	if dataDir == "" {
 		dataDir = t.TempDir()
 	}
-	s := &server{t: t, bin: bin, dataDir: dataDir, key: "lz_e2e_test_key_0123456789abcdef"}
+	s := &server{t: t, bin: bin, dataDir: dataDir, key: "lz_e2e_test_key_0123456789abcdef", extra: extraArgs}
 	s.start()
 	t.Cleanup(func() {
 		s.stop()
@@ -119,6 +120,7 @@ func (s *server) start() {
 	if r := os.Getenv("LIZARD_RUNSC"); r != "" {
 		args = append(args, "--runsc", r)
 	}
+	args = append(args, s.extra...)
 	s.cmd = exec.Command(filepath.Join(s.bin, "lizard"), args...)
 	s.cmd.Env = append(os.Environ(), "LIZARD_API_KEY="+s.key)
 	s.cmd.Stdout = &logWriter{s: s}

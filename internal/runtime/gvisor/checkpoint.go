@@ -125,7 +125,7 @@ func (r *Runtime) Resume(ctx context.Context, id string) error {
 		return fmt.Errorf("clear the way for resume: %w", err)
 	}
 	// After a reboot the namespace (on /run) is gone; the address is kept.
-	if err := r.cfg.Network.Rebuild(id, st.Endpoint); err != nil {
+	if err := r.cfg.Network.Rebuild(id, st.Endpoint, st.Egress); err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
 	console, err := os.OpenFile(filepath.Join(r.dir(id), "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)

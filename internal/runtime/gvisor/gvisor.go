@@ -89,6 +89,7 @@ type state struct {
 	ID       string           `json:"id"`
 	Endpoint network.Endpoint `json:"endpoint"`
 	DiskMB   int64            `json:"diskMb"`
+	Egress   network.Egress   `json:"egress"`
 	// Paused: the sandbox's whole state is in its checkpoint directory and
 	// it has no container; set only once the image is complete.
 	Paused bool `json:"paused,omitempty"`
@@ -133,13 +134,13 @@ func (r *Runtime) make(ctx context.Context, spec runtime.Spec, image string) (sb
 			return sb, err
 		}
 	}
-	ep, err := r.cfg.Network.Setup(spec.ID)
+	ep, err := r.cfg.Network.Setup(spec.ID, spec.Egress)
 	if err != nil {
 		return sb, fmt.Errorf("network: %w", err)
 	}
 	// Written before anything else can fail, so that Destroy finds the
 	// endpoint to tear down.
-	st := state{ID: spec.ID, Endpoint: ep, DiskMB: diskMB(spec.Resources)}
+	st := state{ID: spec.ID, Endpoint: ep, DiskMB: diskMB(spec.Resources), Egress: spec.Egress}
 	if err := writeJSON(filepath.Join(dir, "state.json"), st); err != nil {
 		r.cfg.Network.Teardown(ep)
 		return sb, err
@@ -268,8 +269,8 @@ func (r *Runtime) List(ctx context.Context) ([]runtime.Sandbox, error) {
 		sb := runtime.Sandbox{ID: e.Name(), State: runtime.StateStopped}
 		if err := readJSON(filepath.Join(r.dir(e.Name()), "state.json"), &st); err == nil {
 			sb.Addr = st.Endpoint.Addr
-			if st.Endpoint.Addr.IsValid() {
-				r.cfg.Network.Reserve(st.Endpoint.Addr)
+			if err := r.cfg.Network.Attach(st.Endpoint, st.Egress); err != nil {
+				r.cfg.Logger.Error("re-apply network policy", "sandbox", e.Name(), "err", err)
 			}
 		}
 		if s, ok := states[e.Name()]; ok {

@@ -1,0 +1,273 @@
+package network
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"sync"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// firewall is the nftables table that decides what sandboxes may reach. It
+// fails closed: a sandbox address in no set reaches nothing but the
+// gateway's DNS, so a server that restarts does not open anything before it
+// has re-applied each sandbox's policy.
+//
+//	input:   established → accept; DNS to the gateway → accept;
+//	         from the bridge → reject (no host service is reachable)
+//	forward: established → accept; to 169.254.0.0/16 or back to the
+//	         bridge → reject; saddr in @open → accept;
+//	         saddr . daddr in @allow → accept; from the bridge → reject
+//	postrouting (nat): from the subnet out of another interface → masquerade
+type firewall struct {
+	mu     sync.Mutex
+	table  *nftables.Table
+	open   *nftables.Set // sandboxes with internet access
+	allow  *nftables.Set // sandbox . destination range pairs
+	bridge string
+}
+
+// newFirewall (re)creates the table for bridge and subnet, empty of
+// sandboxes.
+func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr) (*firewall, error) {
+	c, err := nftables.New()
+	if err != nil {
+		return nil, err
+	}
+	fw := &firewall{bridge: bridge, table: &nftables.Table{Family: nftables.TableFamilyINet, Name: "lizard_" + bridge}}
+	if _, err := c.ListTableOfFamily(fw.table.Name, fw.table.Family); err == nil {
+		c.DelTable(fw.table)
+		if err := c.Flush(); err != nil {
+			return nil, fmt.Errorf("remove old nftables table: %w", err)
+		}
+	}
+	c.AddTable(fw.table)
+	fw.open = &nftables.Set{Table: fw.table, Name: "open", KeyType: nftables.TypeIPAddr}
+	fw.allow = &nftables.Set{Table: fw.table, Name: "allow", KeyType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeIPAddr),
+		Concatenation: true, Interval: true}
+	for _, s := range []*nftables.Set{fw.open, fw.allow} {
+		if err := c.AddSet(s, nil); err != nil {
+			return nil, fmt.Errorf("nftables set %s: %w", s.Name, err)
+		}
+	}
+	accept := verdict(expr.VerdictAccept)
+	input := c.AddChain(&nftables.Chain{Name: "input", Table: fw.table, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter})
+	forward := c.AddChain(&nftables.Chain{Name: "forward", Table: fw.table, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter})
+	post := c.AddChain(&nftables.Chain{Name: "postrouting", Table: fw.table, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
+	rule := func(ch *nftables.Chain, exprs ...[]expr.Any) {
+		var all []expr.Any
+		for _, e := range exprs {
+			all = append(all, e...)
+		}
+		c.AddRule(&nftables.Rule{Table: fw.table, Chain: ch, Exprs: all})
+	}
+	fromBridge := ifname(expr.MetaKeyIIFNAME, bridge, false)
+	rule(input, established(), accept)
+	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+		rule(input, fromBridge, ipv4(), ipDst(gateway), l4proto(proto), dport(53), accept)
+	}
+	rule(input, fromBridge, reject())
+
+	rule(forward, established(), accept)
+	rule(forward, fromBridge, ipv4(), dstIn(netip.MustParsePrefix("169.254.0.0/16")), reject())
+	rule(forward, fromBridge, ifname(expr.MetaKeyOIFNAME, bridge, false), reject())
+	rule(forward, fromBridge, ipv4(), []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		&expr.Lookup{SourceRegister: 1, SetName: fw.open.Name, SetID: fw.open.ID},
+	}, accept)
+	rule(forward, fromBridge, ipv4(), []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		&expr.Payload{DestRegister: 9, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Lookup{SourceRegister: 1, SetName: fw.allow.Name, SetID: fw.allow.ID},
+	}, accept)
+	rule(forward, fromBridge, reject())
+
+	rule(post, ipv4(), srcIn(subnet), ifname(expr.MetaKeyOIFNAME, bridge, true), []expr.Any{&expr.Masq{}})
+	if err := c.Flush(); err != nil {
+		return nil, fmt.Errorf("nftables table %s: %w", fw.table.Name, err)
+	}
+	return fw, nil
+}
+
+// apply sets addr's policy: open, or only the given destination ranges
+// (none: no outbound traffic at all).
+func (fw *firewall) apply(addr netip.Addr, e Egress) error {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	fw.clearLocked(c, addr)
+	if e.open() {
+		if err := c.SetAddElements(fw.open, []nftables.SetElement{{Key: addr.AsSlice()}}); err != nil {
+			return err
+		}
+	} else if err := fw.allowLocked(c, addr, e.prefixes()); err != nil {
+		return err
+	}
+	return c.Flush()
+}
+
+// allowRanges lets addr reach more destinations (names an allowed domain
+// resolved to).
+func (fw *firewall) allowRanges(addr netip.Addr, ps []netip.Prefix) error {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	if err := fw.allowLocked(c, addr, ps); err != nil {
+		return err
+	}
+	return c.Flush()
+}
+
+func (fw *firewall) allowLocked(c *nftables.Conn, addr netip.Addr, ps []netip.Prefix) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	var els []nftables.SetElement
+	for _, p := range ps {
+		first, last := rangeOf(p)
+		els = append(els, nftables.SetElement{Key: concat(addr, first), KeyEnd: concat(addr, last)})
+	}
+	return c.SetAddElements(fw.allow, els)
+}
+
+// remove forgets addr: it reaches nothing again.
+func (fw *firewall) remove(addr netip.Addr) error {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	fw.clearLocked(c, addr)
+	return c.Flush()
+}
+
+// clearLocked queues the removal of every element of addr.
+func (fw *firewall) clearLocked(c *nftables.Conn, addr netip.Addr) {
+	if els, err := c.GetSetElements(fw.open); err == nil {
+		for _, el := range els {
+			if a, ok := netip.AddrFromSlice(el.Key); ok && a == addr {
+				c.SetDeleteElements(fw.open, []nftables.SetElement{el})
+			}
+		}
+	}
+	if els, err := c.GetSetElements(fw.allow); err == nil {
+		var mine []nftables.SetElement
+		for _, el := range els {
+			if len(el.Key) >= 4 {
+				if a, ok := netip.AddrFromSlice(el.Key[:4]); ok && a == addr {
+					mine = append(mine, el)
+				}
+			}
+		}
+		if len(mine) > 0 {
+			c.SetDeleteElements(fw.allow, mine)
+		}
+	}
+}
+
+// close removes the table (tests; the server keeps it across restarts).
+func (fw *firewall) close() error {
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	c.DelTable(fw.table)
+	return c.Flush()
+}
+
+func concat(a, b netip.Addr) []byte {
+	return append(a.AsSlice(), b.AsSlice()...)
+}
+
+func rangeOf(p netip.Prefix) (first, last netip.Addr) {
+	p = p.Masked()
+	first = p.Addr()
+	v := binary.BigEndian.Uint32(first.AsSlice())
+	v |= uint32(1)<<(32-p.Bits()) - 1
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], v)
+	return first, netip.AddrFrom4(b)
+}
+
+func verdict(k expr.VerdictKind) []expr.Any { return []expr.Any{&expr.Verdict{Kind: k}} }
+
+func reject() []expr.Any {
+	return []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_PORT_UNREACH}}
+}
+
+func established() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
+			Xor:  binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+	}
+}
+
+func ifname(key expr.MetaKey, name string, not bool) []expr.Any {
+	op := expr.CmpOpEq
+	if not {
+		op = expr.CmpOpNeq
+	}
+	b := make([]byte, 16)
+	copy(b, name)
+	return []expr.Any{&expr.Meta{Key: key, Register: 1}, &expr.Cmp{Op: op, Register: 1, Data: b}}
+}
+
+func ipv4() []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+	}
+}
+
+func l4proto(p byte) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{p}},
+	}
+}
+
+func dport(port uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},
+	}
+}
+
+func ipDst(a netip.Addr) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a.AsSlice()},
+	}
+}
+
+// dstIn and srcIn match an address field against a prefix.
+func dstIn(p netip.Prefix) []expr.Any { return inPrefix(16, p) }
+func srcIn(p netip.Prefix) []expr.Any { return inPrefix(12, p) }
+
+func inPrefix(offset uint32, p netip.Prefix) []expr.Any {
+	p = p.Masked()
+	mask := make([]byte, 4)
+	binary.BigEndian.PutUint32(mask, ^uint32(0)<<(32-p.Bits()))
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: []byte{0, 0, 0, 0}},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: p.Addr().AsSlice()},
+	}
+}
