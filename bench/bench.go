@@ -92,7 +92,14 @@ func run(ctx context.Context, cfg config) error {
 		}
 		results = append(results, rs...)
 	}
+	prs, err := benchProxy(srv)
+	if err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	fmt.Fprintln(os.Stderr, "measured the preview proxy")
 	printTable(os.Stdout, results)
+	fmt.Println()
+	printProxyTable(os.Stdout, prs)
 	return nil
 }
 
@@ -130,6 +137,7 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microse
 
 type server struct {
 	dir     string
+	proxy   string // host:port of the preview proxy
 	cmd     *exec.Cmd
 	url     string
 	key     string
@@ -149,15 +157,17 @@ func startServer(ctx context.Context, cfg config) (*server, error) {
 			return nil, fmt.Errorf("build %s: %v %s", c, err, out)
 		}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	s := &server{dir: dir, url: "http://" + addr, key: "lz_bench_key_0123456789abcdef", dataDir: filepath.Join(dir, "data"),
+	proxyAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	s := &server{dir: dir, proxy: proxyAddr, url: "http://" + addr, key: "lz_bench_key_0123456789abcdef", dataDir: filepath.Join(dir, "data"),
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
-	s.cmd = exec.Command(filepath.Join(dir, "lizard"), "serve", "--listen", addr, "--data-dir", s.dataDir,
+	s.cmd = exec.Command(filepath.Join(dir, "lizard"), "serve", "--listen", addr, "--proxy-listen", proxyAddr, "--data-dir", s.dataDir,
 		"--template-dir", cfg.templateDir, "--runsc", cfg.runsc, "--bridge", "lizardb0", "--subnet", "10.253.0.0/16", "--log-level", "warn")
 	s.cmd.Env = append(os.Environ(), "LIZARD_API_KEY="+s.key)
 	s.cmd.Stderr = os.Stderr
@@ -177,6 +187,15 @@ func startServer(ctx context.Context, cfg config) (*server, error) {
 
 // stop ends the server (its sandboxes are killed by then) and removes its
 // scratch directory.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
 func (s *server) stop() {
 	if s.cmd.Process != nil {
 		s.cmd.Process.Signal(syscall.SIGTERM)

@@ -34,8 +34,8 @@ class App(BaseHTTPRequestHandler):
                 time.sleep(0.5)
             self.close_connection = True
             return
-        if self.path.startswith("/big"):
-            n = 8 << 20
+        if self.path.startswith("/big") or self.path.startswith("/mib"):
+            n = 8 << 20 if self.path.startswith("/big") else 1 << 20
             self.send_response(200)
             self.send_header("Content-Type", "application/octet-stream")
             self.send_header("Content-Length", str(n))
@@ -44,6 +44,16 @@ class App(BaseHTTPRequestHandler):
             for _ in range(n // len(chunk)):
                 self.wfile.write(chunk)
             return
+        if self.path.startswith("/browser"):
+            html = b"""<!doctype html><title>lizard browser test</title>
+<h1 id=msg>hello from the sandbox</h1><p id=ws>waiting</p>
+<script>
+const ws = new WebSocket((location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + '/ws')
+ws.onopen = () => ws.send('from the browser')
+ws.onmessage = (e) => { document.getElementById('ws').textContent = e.data }
+ws.onerror = () => { document.getElementById('ws').textContent = 'websocket error' }
+</script>"""
+            return self.send_body(html, "text/html")
         if self.path.startswith("/page"):
             html = b"<!doctype html><title>lizard preview</title><h1 id=msg>hello from the sandbox</h1>"
             return self.send_body(html, "text/html")
