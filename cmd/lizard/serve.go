@@ -25,6 +25,7 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
+	"github.com/lizard-build/lizard/internal/volume"
 )
 
 type serveConfig struct {
@@ -33,6 +34,7 @@ type serveConfig struct {
 	maxSandboxes                               int
 	domain, proxyListen, tlsCert, tlsKey       string
 	dnsUpstream                                string
+	maxVolumeGB                                int
 }
 
 // serve is the one wiring function of the server: it builds every part,
@@ -54,6 +56,7 @@ func serve(ctx context.Context, args []string) error {
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "TLS certificate for the preview proxy (with --tls-key: preview URLs are https)")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "TLS key for the preview proxy")
 	fs.StringVar(&c.dnsUpstream, "dns-upstream", "", "where the sandboxes' DNS resolver forwards (host:port; default: the host's first nameserver)")
+	fs.IntVar(&c.maxVolumeGB, "max-volume-gb", 50, "largest volume size in GB")
 	fs.IntVar(&c.maxSandboxes, "max-sandboxes", sandbox.DefaultMaxSandboxes, "most sandboxes running at once (warm pool copies included)")
 	if _, err := parse(fs, args); err != nil {
 		return err
@@ -113,8 +116,15 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	vols, err := volume.New(volume.Config{
+		Dir: filepath.Join(c.dataDir, "volumes"), Store: st, MaxSizeGB: c.maxVolumeGB, Run: reap.Run,
+		Logger: log.With("component", "volume"),
+	})
+	if err != nil {
+		return err
+	}
 	svc := sandbox.New(sandbox.Config{
-		Runtime: rt, Store: st, Templates: template.NewRegistry(c.templateDir),
+		Runtime: rt, Store: st, Templates: template.NewRegistry(c.templateDir), Volumes: vols,
 		SnapshotDir: filepath.Join(c.dataDir, "snapshots"), MaxSandboxes: c.maxSandboxes,
 		Logger: log.With("component", "sandbox"),
 	})
@@ -135,7 +145,7 @@ func serve(ctx context.Context, args []string) error {
 	useTLS := c.tlsCert != "" && c.tlsKey != ""
 	previews := previewURLs(c.domain, pln.Addr().String(), useTLS)
 	srv := &http.Server{
-		Handler:           api.Handler(api.Config{Projects: st, Sandboxes: svc, Previews: previews, Logger: log.With("component", "api")}),
+		Handler:           api.Handler(api.Config{Projects: st, Sandboxes: svc, Previews: previews, Volumes: vols, Logger: log.With("component", "api")}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	psrv := &http.Server{

@@ -30,6 +30,7 @@ type Config struct {
 	Projects  Projects
 	Sandboxes *sandbox.Service
 	Previews  PreviewURLs
+	Volumes   Volumes
 	Logger    *slog.Logger
 }
 
@@ -44,6 +45,7 @@ type server struct {
 	projects  Projects
 	sandboxes *sandbox.Service
 	previews  PreviewURLs
+	volumes   Volumes
 	log       *slog.Logger
 }
 
@@ -52,7 +54,7 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &server{projects: cfg.Projects, sandboxes: cfg.Sandboxes, previews: cfg.Previews, log: cfg.Logger}
+	s := &server{projects: cfg.Projects, sandboxes: cfg.Sandboxes, previews: cfg.Previews, volumes: cfg.Volumes, log: cfg.Logger}
 	mux := http.NewServeMux()
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request, store.Project) error) {
 		mux.Handle(pattern, s.authed(h))
@@ -80,6 +82,12 @@ func Handler(cfg Config) http.Handler {
 	route("DELETE /api/sandbox-snapshots/{sid}", s.deleteSnapshot)
 	route("POST /api/sandbox-snapshots/{sid}/pause", s.pauseSnapshotPool)
 	route("POST /api/sandbox-snapshots/{sid}/resume", s.resumeSnapshotPool)
+
+	route("POST /api/projects/{pid}/volumes", s.createVolume)
+	route("GET /api/projects/{pid}/volumes", s.listVolumes)
+	route("GET /api/projects/{pid}/volumes/{vid}", s.getVolume)
+	route("PATCH /api/projects/{pid}/volumes/{vid}", s.resizeVolume)
+	route("DELETE /api/projects/{pid}/volumes/{vid}", s.deleteVolume)
 
 	route("POST /api/sandboxes/{id}/exec", s.exec)
 	route("GET /api/sandboxes/{id}/processes", s.listProcesses)
@@ -109,7 +117,6 @@ func (s *server) routeUnavailable(route func(string, func(http.ResponseWriter, *
 		"file watching":     {"POST /api/sandboxes/{id}/files/watch", "GET /api/sandboxes/{id}/files/watch/events", "DELETE /api/sandboxes/{id}/files/watch"},
 		"sandbox logs":      {"GET /api/sandboxes/{id}/logs"},
 		"desktop":           {"POST /api/sandboxes/{id}/desktop", "GET /api/sandboxes/{id}/desktop", "DELETE /api/sandboxes/{id}/desktop"},
-		"volumes":           {"POST /api/projects/{pid}/volumes", "GET /api/projects/{pid}/volumes", "GET /api/projects/{pid}/volumes/{vid}", "PATCH /api/projects/{pid}/volumes/{vid}", "DELETE /api/projects/{pid}/volumes/{vid}"},
 		"template building": {"POST /api/templates"},
 	}
 	for feature, patterns := range features {

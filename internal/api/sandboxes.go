@@ -32,6 +32,7 @@ type sandboxInfo struct {
 	// what a restricted sandbox may still reach.
 	InternetAccess bool     `json:"internetAccess"`
 	AllowedHosts   []string `json:"allowedHosts"`
+	VolumeID       *string  `json:"volumeId"`
 }
 
 func infoOf(r sandbox.Record) sandboxInfo {
@@ -59,6 +60,9 @@ func infoOf(r sandbox.Record) sandboxInfo {
 	}
 	if r.SnapshotID != "" {
 		info.SnapshotID = &r.SnapshotID
+	}
+	if r.VolumeID != "" {
+		info.VolumeID = &r.VolumeID
 	}
 	return info
 }
@@ -91,9 +95,9 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request, p store.P
 	if err := sameProject(p, req.ProjectID); err != nil {
 		return err
 	}
-	switch {
-	case req.VolumeID != "" || req.VolumeName != "":
-		return unavailable("volumeId/volumeName", "volumes")
+	vol := req.VolumeName
+	if req.VolumeID != "" {
+		vol = req.VolumeID
 	}
 	egress, err := network.ParseEgress(req.InternetAccess, req.AllowedHosts)
 	if err != nil {
@@ -113,19 +117,13 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request, p store.P
 	}
 	rec, err := s.sandboxes.Create(r.Context(), sandbox.CreateRequest{
 		ProjectID: p.ID, Template: req.Template, Size: req.Size, TimeoutMs: timeout,
-		Region: req.Region, Metadata: req.Metadata, Envs: req.Envs, Egress: egress,
+		Region: req.Region, Metadata: req.Metadata, Envs: req.Envs, Egress: egress, Volume: vol,
 	})
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusCreated, infoOf(rec))
 	return nil
-}
-
-// unavailable refuses a create option whose feature this server lacks.
-func unavailable(field, feature string) error {
-	return errdefs.WithCode("feature_unavailable",
-		fmt.Errorf("%s: this lizard server does not offer %s yet: %w", field, feature, errdefs.ErrInvalid))
 }
 
 func (s *server) listSandboxes(w http.ResponseWriter, r *http.Request, p store.Project) error {

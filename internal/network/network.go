@@ -278,7 +278,15 @@ func (m *Manager) setup(id string, addr netip.Addr) (ep Endpoint, err error) {
 	if err := ConfigureInside(ep); err != nil {
 		return ep, err
 	}
+	// The host may still have the address's previous owner's MAC cached;
+	// frames to it would be lost until the entry expires.
+	m.forgetNeighbor(addr)
 	return ep, nil
+}
+
+// forgetNeighbor drops the host's ARP entry for addr on the bridge.
+func (m *Manager) forgetNeighbor(addr netip.Addr) {
+	netlink.NeighDel(&netlink.Neigh{LinkIndex: m.bridge.Attrs().Index, Family: netlink.FAMILY_V4, IP: addr.AsSlice()})
 }
 
 // ConfigureInside (re)applies the sandbox side's address, links and default
@@ -342,6 +350,7 @@ func (m *Manager) Teardown(ep Endpoint) error {
 		if err := m.fw.remove(ep.Addr); err != nil {
 			errs = append(errs, fmt.Errorf("firewall: %w", err))
 		}
+		m.forgetNeighbor(ep.Addr)
 		m.release(ep.Addr)
 	}
 	return errors.Join(errs...)

@@ -35,6 +35,14 @@ type Spec struct {
 	// Egress is what the sandbox may reach outside the host; the zero value
 	// is anything.
 	Egress network.Egress
+	// Mounts are host directories bind-mounted into the sandbox (volumes).
+	Mounts []Mount
+}
+
+// Mount is a host directory seen read-write inside a sandbox.
+type Mount struct {
+	Source      string // absolute host path
+	Destination string // absolute path in the sandbox
 }
 
 // State is what a backend knows of a sandbox.

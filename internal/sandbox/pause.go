@@ -109,6 +109,15 @@ func (s *Service) Resume(ctx context.Context, projectID, id string) (Record, err
 	if err := s.checkpointer("resume"); err != nil {
 		return Record{}, err
 	}
+	s.mu.Lock()
+	vol := e.rec.VolumeID
+	s.mu.Unlock()
+	if vol != "" && s.cfg.Volumes != nil {
+		// After a reboot the volume is no longer mounted on the host.
+		if err := s.cfg.Volumes.Mount(ctx, vol); err != nil {
+			return Record{}, fmt.Errorf("resume sandbox %q: mount its volume: %w", id, err)
+		}
+	}
 	s.setStatus(e, StatusResuming, "")
 	start := time.Now()
 	if err := s.cp.Resume(ctx, id); err != nil {

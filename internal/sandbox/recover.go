@@ -57,6 +57,14 @@ func (s *Service) Recover(ctx context.Context) error {
 			errs = append(errs, s.cfg.Runtime.Destroy(ctx, sb.ID))
 		}
 	}
+	if s.cfg.Volumes != nil {
+		errs = append(errs, s.cfg.Volumes.Reconcile(ctx, func(id string) bool {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			_, ok := s.sandboxes[id]
+			return ok
+		}))
+	}
 	s.mu.Lock()
 	var ses []*snapEntry
 	for _, se := range s.snapshots {

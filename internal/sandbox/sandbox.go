@@ -27,6 +27,7 @@ import (
 	"github.com/lizard-build/lizard/internal/runtime"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
+	"github.com/lizard-build/lizard/internal/volume"
 )
 
 // Templates is what the service needs of the template registry.
@@ -34,11 +35,20 @@ type Templates interface {
 	Get(name string) (template.Template, error)
 }
 
+// Volumes is what the service needs of the volume manager.
+type Volumes interface {
+	Attach(ctx context.Context, projectID, ref, sandboxID string) (volume.Volume, string, error)
+	Detach(ctx context.Context, sandboxID string) error
+	Mount(ctx context.Context, id string) error
+	Reconcile(ctx context.Context, live func(sandboxID string) bool) error
+}
+
 // Config wires the service.
 type Config struct {
 	Runtime   runtime.Runtime
 	Store     *store.Store
 	Templates Templates
+	Volumes   Volumes
 	Logger    *slog.Logger
 	// SnapshotDir holds snapshot images (and forks' temporary ones).
 	SnapshotDir string
@@ -121,6 +131,8 @@ type Record struct {
 	PreviewToken string `json:"previewToken,omitempty"`
 	// Egress is what the sandbox may reach outside the host.
 	Egress network.Egress `json:"egress,omitempty"`
+	// VolumeID is the volume attached at /workspace.
+	VolumeID string `json:"volumeId,omitempty"`
 }
 
 // New builds the service. Call Recover before serving.
@@ -161,6 +173,8 @@ type CreateRequest struct {
 	Metadata  map[string]string
 	Envs      map[string]string
 	Egress    network.Egress
+	// Volume names (or ids) a volume of the project to attach at /workspace.
+	Volume string
 }
 
 // Create starts a sandbox and returns once its agent answers.
@@ -184,9 +198,14 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Record, error)
 	}
 	rec := s.newRecord(req.ProjectID, req.Template, size, req.TimeoutMs)
 	rec.Region, rec.Metadata, rec.Envs, rec.Egress = req.Region, req.Metadata, mergeEnv(tpl.Env, req.Envs), req.Egress
-	return s.launch(ctx, rec, func(ctx context.Context) (runtime.Sandbox, error) {
+	return s.launch(ctx, rec, func(ctx context.Context, rec *Record) (runtime.Sandbox, error) {
+		mounts, err := s.attachVolume(ctx, rec, req.Volume)
+		if err != nil {
+			return runtime.Sandbox{}, err
+		}
 		rsb, err := s.cfg.Runtime.Create(ctx, runtime.Spec{
 			ID: rec.ID, Rootfs: tpl.Rootfs, AgentToken: rec.AgentToken, Resources: size.resources(), Egress: rec.Egress,
+			Mounts: mounts,
 		})
 		if err != nil {
 			return rsb, fmt.Errorf("create sandbox: %w", err)
@@ -220,7 +239,7 @@ func validTimeout(ms int64) error {
 // up, waits for its agent (which answers to bootToken, then gets rec's
 // token if they differ) and publishes the sandbox. Any failure destroys
 // what was made.
-func (s *Service) launch(ctx context.Context, rec Record, boot func(context.Context) (runtime.Sandbox, error), bootToken string) (Record, error) {
+func (s *Service) launch(ctx context.Context, rec Record, boot func(context.Context, *Record) (runtime.Sandbox, error), bootToken string) (Record, error) {
 	if err := s.admit(); err != nil {
 		return Record{}, err
 	}
@@ -233,7 +252,7 @@ func (s *Service) launch(ctx context.Context, rec Record, boot func(context.Cont
 		s.destroy(context.WithoutCancel(ctx), rec.ID)
 		return Record{}, err
 	}
-	rsb, err := boot(ctx)
+	rsb, err := boot(ctx, &rec)
 	if err != nil {
 		return fail(err)
 	}
@@ -259,6 +278,23 @@ func (s *Service) launch(ctx context.Context, rec Record, boot func(context.Cont
 	s.log.Info("sandbox started", "sandbox", rec.ID, "project", rec.ProjectID, "template", rec.Template,
 		"size", rec.Size, "snapshot", rec.SnapshotID, "status", rec.Status)
 	return rec, nil
+}
+
+// attachVolume attaches the volume ref (if any) to rec and returns its
+// mount. The volume is detached again by destroy, on any failure after.
+func (s *Service) attachVolume(ctx context.Context, rec *Record, ref string) ([]runtime.Mount, error) {
+	if ref == "" {
+		return nil, nil
+	}
+	if s.cfg.Volumes == nil {
+		return nil, errdefs.WithCode("feature_unavailable", fmt.Errorf("volumes: this server has none: %w", errdefs.ErrInvalid))
+	}
+	v, dir, err := s.cfg.Volumes.Attach(ctx, rec.ProjectID, ref, rec.ID)
+	if err != nil {
+		return nil, err
+	}
+	rec.VolumeID = v.ID
+	return []runtime.Mount{{Source: dir, Destination: volume.MountPath}}, nil
 }
 
 // admit refuses a new sandbox when the server is closing or full.
@@ -423,6 +459,12 @@ func (s *Service) destroy(ctx context.Context, id string) error {
 	if err := s.cfg.Runtime.Destroy(ctx, id); err != nil {
 		s.log.Error("destroy sandbox", "sandbox", id, "err", err)
 		return fmt.Errorf("destroy sandbox %q: %w", id, err)
+	}
+	if s.cfg.Volumes != nil {
+		if err := s.cfg.Volumes.Detach(ctx, id); err != nil {
+			s.log.Error("detach volume", "sandbox", id, "err", err)
+			return fmt.Errorf("detach the volume of sandbox %q: %w", id, err)
+		}
 	}
 	return s.cfg.Store.DeleteSandbox(ctx, id)
 }

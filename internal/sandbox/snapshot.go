@@ -41,6 +41,9 @@ type Snapshot struct {
 	Metadata   map[string]string `json:"metadata,omitempty"`
 	// Egress is the source's: copies may reach what it could.
 	Egress network.Egress `json:"egress,omitempty"`
+	// VolumeID is the volume the source had at /workspace; a restore
+	// attaches it, and so needs it free.
+	VolumeID string `json:"volumeId,omitempty"`
 }
 
 // SnapshotInfo is a snapshot with its pool's state.
@@ -125,7 +128,7 @@ func (s *Service) save(ctx context.Context, e *entry, dirOf func(string) string,
 		ID: store.NewID(prefix, 16), ProjectID: rec.ProjectID, Region: rec.Region, SourceID: rec.ID,
 		Template: rec.Template, Size: rec.Size, CPUs: rec.CPUs, MemoryMB: rec.MemoryMB,
 		TimeoutMs: rec.TimeoutMs, CreatedAt: time.Now().UTC(), AgentToken: rec.AgentToken,
-		Envs: rec.Envs, Metadata: rec.Metadata, Egress: rec.Egress,
+		Envs: rec.Envs, Metadata: rec.Metadata, Egress: rec.Egress, VolumeID: rec.VolumeID,
 	}
 	start := time.Now()
 	if err := s.cp.Snapshot(ctx, rec.ID, dirOf(snap.ID)); err != nil {
@@ -295,7 +298,9 @@ func (s *Service) fillPool(se *snapEntry) {
 		for {
 			s.mu.Lock()
 			snap, n := se.snap, len(s.pooledLocked(se.snap.ID))
-			stop := s.closed || se.gone || snap.PoolPaused || n >= snap.PoolSize
+			// A copy of a snapshot with a volume needs the volume: it cannot
+			// wait in a pool.
+			stop := s.closed || se.gone || snap.PoolPaused || n >= snap.PoolSize || snap.VolumeID != ""
 			s.mu.Unlock()
 			if stop {
 				return
@@ -328,8 +333,13 @@ func (s *Service) restoreCopy(ctx context.Context, rec Record, snap Snapshot, di
 	if err != nil {
 		return Record{}, err
 	}
-	return s.launch(ctx, rec, func(ctx context.Context) (runtime.Sandbox, error) {
-		return s.cp.Restore(ctx, runtime.Spec{ID: rec.ID, Rootfs: tpl.Rootfs, AgentToken: rec.AgentToken, Resources: size.resources(), Egress: rec.Egress}, dir)
+	return s.launch(ctx, rec, func(ctx context.Context, rec *Record) (runtime.Sandbox, error) {
+		mounts, err := s.attachVolume(ctx, rec, snap.VolumeID)
+		if err != nil {
+			return runtime.Sandbox{}, err
+		}
+		return s.cp.Restore(ctx, runtime.Spec{ID: rec.ID, Rootfs: tpl.Rootfs, AgentToken: rec.AgentToken, Resources: size.resources(),
+			Egress: rec.Egress, Mounts: mounts}, dir)
 	}, snap.AgentToken)
 }
 
@@ -412,6 +422,12 @@ func (s *Service) Fork(ctx context.Context, projectID, id string, count int, tim
 	e, err := s.lookup(projectID, id)
 	if err != nil {
 		return nil, err
+	}
+	s.mu.Lock()
+	vol := e.rec.VolumeID
+	s.mu.Unlock()
+	if vol != "" {
+		return nil, errdefs.WithCode("sandbox_has_volume", fmt.Errorf("sandbox %q has volume %s attached; a volume is attached to one sandbox at a time, so it cannot be forked: %w", id, vol, errdefs.ErrConflict))
 	}
 	forkDir := func(snapID string) string { return filepath.Join(s.cfg.SnapshotDir, "forks", snapID) }
 	snap, err := s.save(ctx, e, forkDir, "fork_")

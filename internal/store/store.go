@@ -59,6 +59,14 @@ CREATE TABLE IF NOT EXISTS snapshots (
 	created_at TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS snapshots_project ON snapshots(project_id);
+CREATE TABLE IF NOT EXISTS volumes (
+	id         TEXT PRIMARY KEY,
+	project_id TEXT NOT NULL REFERENCES projects(id),
+	name       TEXT NOT NULL,
+	spec       TEXT NOT NULL,
+	created_at TEXT NOT NULL,
+	UNIQUE(project_id, name)
+);
 `
 
 // Open opens (creating if needed) the database at path.
@@ -330,6 +338,60 @@ func (s *Store) Snapshots(ctx context.Context) ([]Snapshot, error) {
 		sn.Spec = json.RawMessage(spec)
 		sn.CreatedAt, _ = time.Parse(time.RFC3339Nano, created)
 		out = append(out, sn)
+	}
+	return out, rows.Err()
+}
+
+// Volume is the durable record of a volume; Spec is the volume manager's own
+// description of it.
+type Volume struct {
+	ID        string
+	ProjectID string
+	Name      string
+	Spec      json.RawMessage
+	CreatedAt time.Time
+}
+
+// InsertVolume adds a volume; a name the project already has is
+// ErrConflict.
+func (s *Store) InsertVolume(ctx context.Context, v Volume) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO volumes(id, project_id, name, spec, created_at) VALUES(?,?,?,?,?)`,
+		v.ID, v.ProjectID, v.Name, string(v.Spec), fmtTime(v.CreatedAt))
+	if isUnique(err) {
+		return fmt.Errorf("volume %q: %w", v.Name, errdefs.ErrConflict)
+	}
+	return err
+}
+
+// UpdateVolume replaces a volume's spec.
+func (s *Store) UpdateVolume(ctx context.Context, v Volume) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE volumes SET spec = ? WHERE id = ?`, string(v.Spec), v.ID)
+	return err
+}
+
+// DeleteVolume removes a volume record; a missing one is not an error.
+func (s *Store) DeleteVolume(ctx context.Context, id string) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM volumes WHERE id = ?`, id)
+	return err
+}
+
+// Volumes lists every volume record, oldest first.
+func (s *Store) Volumes(ctx context.Context) ([]Volume, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, project_id, name, spec, created_at FROM volumes ORDER BY created_at`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Volume
+	for rows.Next() {
+		var v Volume
+		var spec, created string
+		if err := rows.Scan(&v.ID, &v.ProjectID, &v.Name, &spec, &created); err != nil {
+			return nil, err
+		}
+		v.Spec = json.RawMessage(spec)
+		v.CreatedAt, _ = time.Parse(time.RFC3339Nano, created)
+		out = append(out, v)
 	}
 	return out, rows.Err()
 }

@@ -203,7 +203,7 @@ func TestEgress(t *testing.T) {
 		peer := strings.TrimSpace(peerIP.Stdout)
 		gw := netip.MustParseAddr("10.252.0.1")
 		for _, u := range []string{
-			fmt.Sprintf("http://%s:%s/", gw, port), // a listener on the host, on every address
+			fmt.Sprintf("http://%s:%s/", gw, port),           // a listener on the host, on every address
 			"http://" + strings.TrimPrefix(s.url, "http://"), // the API (loopback only)
 			fmt.Sprintf("http://%s:49983/health", peer),      // another sandbox's agent
 			"http://169.254.169.254/latest/meta-data/",       // cloud metadata

@@ -26,7 +26,7 @@ func ociSpec(s runtime.Spec, agentHostPath, etcDir string, ep network.Endpoint) 
 	period := uint64(100000)
 	quota := int64(s.Resources.CPUs * float64(period))
 	pids := s.Resources.Pids
-	return &specs.Spec{
+	spec := &specs.Spec{
 		Version: specs.Version,
 		Process: &specs.Process{
 			Args: []string{agentPath},
@@ -70,6 +70,10 @@ func ociSpec(s runtime.Spec, agentHostPath, etcDir string, ep network.Endpoint) 
 			},
 		},
 	}
+	for _, m := range s.Mounts {
+		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.Destination, Type: "bind", Source: m.Source, Options: []string{"bind", "rw"}})
+	}
+	return spec
 }
 
 // etcFiles are the sandbox's /etc/hosts and /etc/resolv.conf.

@@ -1,0 +1,120 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/volume"
+)
+
+// Volumes is what the API needs of the volume manager.
+type Volumes interface {
+	Create(ctx context.Context, projectID, name string, sizeGB int, region string, getOrCreate bool) (volume.Volume, error)
+	Get(ctx context.Context, projectID, ref string) (volume.Volume, error)
+	List(ctx context.Context, projectID string) ([]volume.Volume, error)
+	Resize(ctx context.Context, projectID, ref string, sizeGB int) (volume.Volume, error)
+	Delete(ctx context.Context, projectID, ref string) error
+}
+
+// volumeInfo is a volume as the SDKs read it.
+type volumeInfo struct {
+	ID         string  `json:"id"`
+	Name       string  `json:"name"`
+	SizeGB     int     `json:"sizeGb"`
+	Region     *string `json:"region"`
+	Status     string  `json:"status"`
+	AttachedTo *string `json:"attachedTo"`
+	CreatedAt  string  `json:"createdAt"`
+}
+
+func volumeOf(v volume.Volume) volumeInfo {
+	info := volumeInfo{ID: v.ID, Name: v.Name, SizeGB: v.SizeGB, Status: "available", CreatedAt: v.CreatedAt.UTC().Format(time.RFC3339Nano)}
+	if v.Region != "" {
+		info.Region = &v.Region
+	}
+	if v.AttachedTo != "" {
+		info.AttachedTo = &v.AttachedTo
+		info.Status = "attached"
+	}
+	return info
+}
+
+func (s *server) createVolume(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	if err := sameProject(p, r.PathValue("pid")); err != nil {
+		return err
+	}
+	var req struct {
+		Name        string `json:"name"`
+		SizeGB      int    `json:"sizeGb"`
+		Region      string `json:"region"`
+		GetOrCreate bool   `json:"getOrCreate"`
+	}
+	if err := decode(w, r, maxBody, &req); err != nil {
+		return err
+	}
+	v, err := s.volumes.Create(r.Context(), p.ID, req.Name, req.SizeGB, req.Region, req.GetOrCreate)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, volumeOf(v))
+	return nil
+}
+
+func (s *server) listVolumes(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	if err := sameProject(p, r.PathValue("pid")); err != nil {
+		return err
+	}
+	vs, err := s.volumes.List(r.Context(), p.ID)
+	if err != nil {
+		return err
+	}
+	out := []volumeInfo{}
+	for _, v := range vs {
+		out = append(out, volumeOf(v))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *server) getVolume(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	if err := sameProject(p, r.PathValue("pid")); err != nil {
+		return err
+	}
+	v, err := s.volumes.Get(r.Context(), p.ID, r.PathValue("vid"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, volumeOf(v))
+	return nil
+}
+
+func (s *server) resizeVolume(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	if err := sameProject(p, r.PathValue("pid")); err != nil {
+		return err
+	}
+	var req struct {
+		SizeGB int `json:"sizeGb"`
+	}
+	if err := decode(w, r, maxBody, &req); err != nil {
+		return err
+	}
+	v, err := s.volumes.Resize(r.Context(), p.ID, r.PathValue("vid"), req.SizeGB)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, volumeOf(v))
+	return nil
+}
+
+func (s *server) deleteVolume(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	if err := sameProject(p, r.PathValue("pid")); err != nil {
+		return err
+	}
+	if err := s.volumes.Delete(r.Context(), p.ID, r.PathValue("vid")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}

@@ -1,0 +1,484 @@
+// Package volume manages persistent volumes. Each is an ext4 filesystem in a
+// sparse image file of its own under the data directory, so a volume full
+// fails with ENOSPC inside the sandbox and nothing else on the host fills up.
+//
+// The filesystem is made at the largest size a volume may have, and a
+// balloon file at its root, allocated but never written (so the image stays
+// sparse), holds everything beyond the volume's size. Resizing is changing
+// the balloon, online, in both directions: growing the filesystem itself
+// would need CAP_SYS_RESOURCE (which a root in a container may lack) and
+// quota support (which this kernel lacks). The sandbox sees only the data
+// directory beside the balloon, bind-mounted at /workspace. A volume attached
+// to a sandbox is loop-mounted on the host; it is attached to one sandbox at
+// a time. The sandbox service and the API use it.
+package volume
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// Volume is one persistent volume.
+type Volume struct {
+	ID         string    `json:"id"`
+	ProjectID  string    `json:"projectId"`
+	Name       string    `json:"name"`
+	SizeGB     int       `json:"sizeGb"`
+	Region     string    `json:"region,omitempty"`
+	AttachedTo string    `json:"attachedTo,omitempty"`
+	CreatedAt  time.Time `json:"createdAt"`
+}
+
+// Limits of the API.
+const (
+	DefaultSizeGB = 5
+	MinSizeGB     = 1
+)
+
+// MountPath is where a sandbox sees its volume.
+const MountPath = "/workspace"
+
+// Config wires the manager.
+type Config struct {
+	Dir       string // images and mount points live here
+	Store     *store.Store
+	MaxSizeGB int // largest volume; 0 means 50
+	// Run runs a helper command (mkfs, mount, resize2fs …) and waits for
+	// it; the server passes its reaper's, so statuses are not stolen.
+	Run    func(*exec.Cmd) error
+	Logger *slog.Logger
+}
+
+// Manager creates, attaches and resizes volumes. It is safe for concurrent
+// use.
+type Manager struct {
+	cfg Config
+	mu  sync.Mutex // serializes every change: they are rare and slow
+}
+
+// New prepares the volume directory.
+func New(cfg Config) (*Manager, error) {
+	if cfg.MaxSizeGB == 0 {
+		cfg.MaxSizeGB = 50
+	}
+	if cfg.Run == nil {
+		cfg.Run = func(c *exec.Cmd) error { return c.Run() }
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	return &Manager{cfg: cfg}, nil
+}
+
+var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?$`)
+
+func (m *Manager) image(id string) string { return filepath.Join(m.cfg.Dir, id+".img") }
+
+// mountDir is where volume id's filesystem is mounted on the host.
+func (m *Manager) mountDir(id string) string { return filepath.Join(m.cfg.Dir, id) }
+
+// DataDir is the directory a sandbox sees at MountPath.
+func (m *Manager) DataDir(id string) string { return filepath.Join(m.mountDir(id), "data") }
+
+func (m *Manager) balloon(id string) string { return filepath.Join(m.mountDir(id), ".balloon") }
+
+func (m *Manager) checkSize(gb int) error {
+	if gb < MinSizeGB || gb > m.cfg.MaxSizeGB {
+		return errdefs.WithCode("invalid_volume_size", fmt.Errorf("sizeGb %d: must be %d to %d: %w", gb, MinSizeGB, m.cfg.MaxSizeGB, errdefs.ErrInvalid))
+	}
+	return nil
+}
+
+func notFound(ref string) error {
+	return errdefs.WithCode("volume_not_found", fmt.Errorf("volume %q: %w", ref, errdefs.ErrNotFound))
+}
+
+// Create makes a volume. With getOrCreate an existing volume of that name
+// is returned as it is (its size unchanged); without, it is a conflict.
+func (m *Manager) Create(ctx context.Context, projectID, name string, sizeGB int, region string, getOrCreate bool) (Volume, error) {
+	if !nameRE.MatchString(name) {
+		return Volume{}, errdefs.WithCode("invalid_volume_name", fmt.Errorf("name %q: lowercase letters, digits and dashes, starting and ending with a letter or digit, at most 64: %w", name, errdefs.ErrInvalid))
+	}
+	if sizeGB == 0 {
+		sizeGB = DefaultSizeGB
+	}
+	if err := m.checkSize(sizeGB); err != nil {
+		return Volume{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if v, err := m.findLocked(ctx, projectID, name); err == nil {
+		if getOrCreate {
+			return v, nil
+		}
+		return Volume{}, errdefs.WithCode("volume_exists", fmt.Errorf("volume %q exists: %w", name, errdefs.ErrConflict))
+	}
+	v := Volume{ID: store.NewID("vol_", 16), ProjectID: projectID, Name: name, SizeGB: sizeGB, Region: region, CreatedAt: time.Now().UTC()}
+	img := m.image(v.ID)
+	fail := func(err error) (Volume, error) {
+		m.unmount(ctx, v.ID)
+		os.Remove(m.mountDir(v.ID))
+		os.Remove(img)
+		return Volume{}, err
+	}
+	if err := m.makeImage(ctx, img); err != nil {
+		return fail(err)
+	}
+	if err := m.mountLocked(ctx, v.ID); err != nil {
+		return fail(err)
+	}
+	if err := os.Mkdir(m.DataDir(v.ID), 0o755); err != nil {
+		return fail(err)
+	}
+	// The sandbox's default user (uid 1000) owns it; root may write anyway.
+	if err := os.Chown(m.DataDir(v.ID), 1000, 1000); err != nil {
+		return fail(err)
+	}
+	if err := m.setSize(v.ID, sizeGB); err != nil {
+		return fail(err)
+	}
+	if err := m.unmount(ctx, v.ID); err != nil {
+		return fail(err)
+	}
+	if err := m.insertLocked(ctx, v); err != nil {
+		return fail(err)
+	}
+	m.cfg.Logger.Info("volume created", "volume", v.ID, "name", name, "sizeGb", sizeGB)
+	return v, nil
+}
+
+// makeImage writes a sparse file of the largest volume size and an ext4
+// filesystem in it.
+func (m *Manager) makeImage(ctx context.Context, img string) error {
+	f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(int64(m.cfg.MaxSizeGB) << 30)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	return m.run(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1", img)
+}
+
+// setSize makes the mounted volume id offer sizeGB: the balloon takes the
+// rest of the filesystem. Shrinking the balloon frees blocks at once;
+// growing it fails with ENOSPC when the data does not leave room, and then
+// nothing changes.
+func (m *Manager) setSize(id string, sizeGB int) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(m.mountDir(id), &st); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(m.balloon(id), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	// What is free now plus what the balloon holds, minus the size wanted.
+	avail := int64(st.Bavail)*int64(st.Bsize) + fi.Size()
+	want := max(avail-int64(sizeGB)<<30, 0)
+	if want <= fi.Size() {
+		return f.Truncate(want)
+	}
+	if err := unix.Fallocate(int(f.Fd()), 0, 0, want); err != nil {
+		if errors.Is(err, unix.ENOSPC) {
+			return errdefs.WithCode("volume_too_full_to_shrink", fmt.Errorf("the data leaves no room to shrink to %d GB: %w", sizeGB, errdefs.ErrConflict))
+		}
+		return err
+	}
+	return nil
+}
+
+func (m *Manager) run(ctx context.Context, name string, args ...string) error {
+	cmd := exec.CommandContext(ctx, name, args...)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := m.cfg.Run(cmd); err != nil {
+		return fmt.Errorf("%s: %v: %s: %w", name, err, strings.TrimSpace(out.String()), errdefs.ErrUnavailable)
+	}
+	return nil
+}
+
+// Get finds a volume of the project by name or id.
+func (m *Manager) Get(ctx context.Context, projectID, ref string) (Volume, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.findLocked(ctx, projectID, ref)
+}
+
+// List returns the project's volumes, oldest first.
+func (m *Manager) List(ctx context.Context, projectID string) ([]Volume, error) {
+	all, err := m.all(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []Volume{}
+	for _, v := range all {
+		if v.ProjectID == projectID {
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+func (m *Manager) all(ctx context.Context) ([]Volume, error) {
+	recs, err := m.cfg.Store.Volumes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Volume, 0, len(recs))
+	for _, r := range recs {
+		var v Volume
+		if err := json.Unmarshal(r.Spec, &v); err != nil {
+			return nil, fmt.Errorf("volume %s: %w", r.ID, err)
+		}
+		out = append(out, v)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out, nil
+}
+
+func (m *Manager) findLocked(ctx context.Context, projectID, ref string) (Volume, error) {
+	all, err := m.all(ctx)
+	if err != nil {
+		return Volume{}, err
+	}
+	for _, v := range all {
+		if v.ProjectID == projectID && (v.ID == ref || v.Name == ref) {
+			return v, nil
+		}
+	}
+	return Volume{}, notFound(ref)
+}
+
+func (m *Manager) insertLocked(ctx context.Context, v Volume) error {
+	spec, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return m.cfg.Store.InsertVolume(ctx, store.Volume{ID: v.ID, ProjectID: v.ProjectID, Name: v.Name, Spec: spec, CreatedAt: v.CreatedAt})
+}
+
+func (m *Manager) saveLocked(ctx context.Context, v Volume) error {
+	spec, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return m.cfg.Store.UpdateVolume(ctx, store.Volume{ID: v.ID, Spec: spec})
+}
+
+// Delete removes a detached volume and its data. An attached one is a
+// conflict naming its sandbox.
+func (m *Manager) Delete(ctx context.Context, projectID, ref string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, err := m.findLocked(ctx, projectID, ref)
+	if err != nil {
+		return err
+	}
+	if v.AttachedTo != "" {
+		return errdefs.WithCode("volume_attached", fmt.Errorf("volume %q is attached to sandbox %s: %w", v.Name, v.AttachedTo, errdefs.ErrConflict))
+	}
+	m.unmount(ctx, v.ID)
+	if err := m.cfg.Store.DeleteVolume(ctx, v.ID); err != nil {
+		return err
+	}
+	os.Remove(m.mountDir(v.ID))
+	m.cfg.Logger.Info("volume deleted", "volume", v.ID)
+	return os.Remove(m.image(v.ID))
+}
+
+// Attach gives the volume to sandboxID and mounts it on the host; it
+// returns the directory to bind-mount at MountPath. A volume attached to
+// another sandbox is a conflict naming it.
+func (m *Manager) Attach(ctx context.Context, projectID, ref, sandboxID string) (Volume, string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, err := m.findLocked(ctx, projectID, ref)
+	if err != nil {
+		return Volume{}, "", err
+	}
+	if v.AttachedTo != "" && v.AttachedTo != sandboxID {
+		return Volume{}, "", errdefs.WithCode("volume_in_use", fmt.Errorf("volume %q is attached to sandbox %s: %w", v.Name, v.AttachedTo, errdefs.ErrConflict))
+	}
+	if err := m.mountLocked(ctx, v.ID); err != nil {
+		return Volume{}, "", err
+	}
+	v.AttachedTo = sandboxID
+	if err := m.saveLocked(ctx, v); err != nil {
+		m.unmount(ctx, v.ID)
+		return Volume{}, "", err
+	}
+	return v, m.DataDir(v.ID), nil
+}
+
+// Mount makes sure volume id is mounted on the host (after a reboot, for a
+// paused sandbox that still holds it).
+func (m *Manager) Mount(ctx context.Context, id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.mountLocked(ctx, id)
+}
+
+func (m *Manager) mountLocked(ctx context.Context, id string) error {
+	dir := m.mountDir(id)
+	if mounted(dir) {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	// A crash may have left the filesystem unclean: check it first.
+	m.run(ctx, "e2fsck", "-p", m.image(id))
+	return m.run(ctx, "mount", "-t", "ext4", "-o", "loop,nodev,nosuid", m.image(id), dir)
+}
+
+func (m *Manager) unmount(ctx context.Context, id string) error {
+	dir := m.mountDir(id)
+	if !mounted(dir) {
+		return nil
+	}
+	// The loop device goes with it: mount set it up to clear itself.
+	return m.run(ctx, "umount", dir)
+}
+
+// Detach takes every volume attached to sandboxID back, unmounted. Data
+// stays. Detaching a sandbox with no volume is a no-op.
+func (m *Manager) Detach(ctx context.Context, sandboxID string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	all, err := m.all(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, v := range all {
+		if v.AttachedTo != sandboxID {
+			continue
+		}
+		if err := m.unmount(ctx, v.ID); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		v.AttachedTo = ""
+		errs = append(errs, m.saveLocked(ctx, v))
+		m.cfg.Logger.Info("volume detached", "volume", v.ID, "sandbox", sandboxID)
+	}
+	return errors.Join(errs...)
+}
+
+// Reconcile detaches volumes whose sandbox is gone (live says which exist)
+// and unmounts volumes nobody holds; run at start.
+func (m *Manager) Reconcile(ctx context.Context, live func(sandboxID string) bool) error {
+	all, err := m.all(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, v := range all {
+		switch {
+		case v.AttachedTo != "" && !live(v.AttachedTo):
+			errs = append(errs, m.Detach(ctx, v.AttachedTo))
+		case v.AttachedTo == "":
+			m.mu.Lock()
+			errs = append(errs, m.unmount(ctx, v.ID))
+			m.mu.Unlock()
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Resize changes a volume's size, online: a sandbox holding it sees the new
+// free space at once. Shrinking needs at least 10% of the new size free.
+func (m *Manager) Resize(ctx context.Context, projectID, ref string, sizeGB int) (Volume, error) {
+	if err := m.checkSize(sizeGB); err != nil {
+		return Volume{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, err := m.findLocked(ctx, projectID, ref)
+	if err != nil {
+		return Volume{}, err
+	}
+	if sizeGB == v.SizeGB {
+		return v, nil
+	}
+	if err := m.mountLocked(ctx, v.ID); err != nil {
+		return Volume{}, err
+	}
+	if v.AttachedTo == "" {
+		defer m.unmount(ctx, v.ID)
+	}
+	if sizeGB < v.SizeGB {
+		used, err := m.dataBytes(v.ID)
+		if err != nil {
+			return Volume{}, err
+		}
+		if used > (int64(sizeGB)<<30)*9/10 {
+			return Volume{}, errdefs.WithCode("volume_too_full_to_shrink", fmt.Errorf("volume %q holds %d MiB; %d GB would leave less than 10%% free: %w", v.Name, used>>20, sizeGB, errdefs.ErrConflict))
+		}
+	}
+	if err := m.setSize(v.ID, sizeGB); err != nil {
+		return Volume{}, err
+	}
+	v.SizeGB = sizeGB
+	if err := m.saveLocked(ctx, v); err != nil {
+		return Volume{}, err
+	}
+	m.cfg.Logger.Info("volume resized", "volume", v.ID, "sizeGb", sizeGB)
+	return v, nil
+}
+
+// dataBytes is what the volume's data occupies: the filesystem's used
+// blocks minus the balloon's.
+func (m *Manager) dataBytes(id string) (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(m.mountDir(id), &st); err != nil {
+		return 0, err
+	}
+	var bst unix.Stat_t
+	if err := unix.Stat(m.balloon(id), &bst); err != nil {
+		return 0, err
+	}
+	used := (int64(st.Blocks) - int64(st.Bfree)) * int64(st.Bsize)
+	return max(used-bst.Blocks*512, 0), nil
+}
+
+// mounted says whether dir is a mount point.
+func mounted(dir string) bool {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
+			return true
+		}
+	}
+	return false
+}
