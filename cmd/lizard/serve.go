@@ -125,7 +125,7 @@ func serve(ctx context.Context, args []string) error {
 	}
 	svc := sandbox.New(sandbox.Config{
 		Runtime: rt, Store: st, Templates: template.NewRegistry(c.templateDir), Volumes: vols,
-		SnapshotDir: filepath.Join(c.dataDir, "snapshots"), MaxSandboxes: c.maxSandboxes,
+		SnapshotDir: filepath.Join(c.dataDir, "snapshots"), LogDir: filepath.Join(c.dataDir, "logs"), MaxSandboxes: c.maxSandboxes,
 		Logger: log.With("component", "sandbox"),
 	})
 	defer svc.Close()

@@ -89,6 +89,7 @@ func Handler(cfg Config) http.Handler {
 	route("PATCH /api/projects/{pid}/volumes/{vid}", s.resizeVolume)
 	route("DELETE /api/projects/{pid}/volumes/{vid}", s.deleteVolume)
 
+	route("GET /api/sandboxes/{id}/logs", s.sandboxLogs)
 	route("POST /api/sandboxes/{id}/exec", s.exec)
 	route("GET /api/sandboxes/{id}/processes", s.listProcesses)
 	route("POST /api/sandboxes/{id}/processes/signal", s.signalProcess)
@@ -115,7 +116,6 @@ func Handler(cfg Config) http.Handler {
 func (s *server) routeUnavailable(route func(string, func(http.ResponseWriter, *http.Request, store.Project) error)) {
 	features := map[string][]string{
 		"file watching":     {"POST /api/sandboxes/{id}/files/watch", "GET /api/sandboxes/{id}/files/watch/events", "DELETE /api/sandboxes/{id}/files/watch"},
-		"sandbox logs":      {"GET /api/sandboxes/{id}/logs"},
 		"desktop":           {"POST /api/sandboxes/{id}/desktop", "GET /api/sandboxes/{id}/desktop", "DELETE /api/sandboxes/{id}/desktop"},
 		"template building": {"POST /api/templates"},
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/lizard-build/lizard/internal/agent"
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -51,9 +52,22 @@ func (s *Service) Exec(ctx context.Context, projectID, id string, req ExecReques
 			env[k] = v
 		}
 	}
+	// Every command's output goes to the sandbox's log too, with its pid.
+	pid := 0
 	return ag.Exec(ctx, agent.ExecRequest{
 		Cmd: req.Cmd, Shell: req.Shell, Env: env, User: req.User, Workdir: req.Workdir, TimeoutMs: req.TimeoutMs,
-	}, onEvent)
+	}, func(ev agent.Event) error {
+		switch {
+		case ev.Pid != nil:
+			pid = *ev.Pid
+			s.logs.add(id, LogLine{Type: "lifecycle", Message: "exec " + strings.Join(req.Cmd, " "), Pid: pid})
+		case ev.Line != nil:
+			s.logs.add(id, LogLine{Type: ev.Stream, Message: *ev.Line, Pid: pid})
+		case ev.ExitCode != nil:
+			s.logs.add(id, LogLine{Type: "lifecycle", Message: strings.TrimSpace(fmt.Sprintf("exit %d %s", *ev.ExitCode, ev.Error)), Pid: pid})
+		}
+		return onEvent(ev)
+	})
 }
 
 func sortRecords(rs []Record) {

@@ -57,6 +57,7 @@ func (s *Service) Pause(ctx context.Context, projectID, id string) error {
 	start := time.Now()
 	if err := s.cp.Pause(ctx, id); err != nil {
 		s.log.Error("pause failed; the sandbox keeps running", "sandbox", id, "err", err)
+		s.logs.event(id, "pause failed: %v", err)
 		s.setStatus(e, StatusRunning, err.Error())
 		return fmt.Errorf("pause sandbox %q: %w", id, err)
 	}
@@ -68,6 +69,7 @@ func (s *Service) Pause(ctx context.Context, projectID, id string) error {
 	e.tr.CloseIdleConnections()
 	s.mu.Unlock()
 	s.log.Info("sandbox paused", "sandbox", id, "took", time.Since(start))
+	s.logs.event(id, "paused")
 	return s.persist(context.WithoutCancel(ctx), rec)
 }
 
@@ -145,5 +147,6 @@ func (s *Service) Resume(ctx context.Context, projectID, id string) (Record, err
 	rec := e.rec
 	s.mu.Unlock()
 	s.log.Info("sandbox resumed", "sandbox", id, "took", time.Since(start))
+	s.logs.event(id, "resumed")
 	return rec, s.persist(context.WithoutCancel(ctx), rec)
 }

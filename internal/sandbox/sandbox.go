@@ -52,6 +52,8 @@ type Config struct {
 	Logger    *slog.Logger
 	// SnapshotDir holds snapshot images (and forks' temporary ones).
 	SnapshotDir string
+	// LogDir holds each sandbox's log; "" keeps no logs.
+	LogDir string
 	// MaxSandboxes caps live sandboxes (warm pool copies included); 0 means
 	// DefaultMaxSandboxes.
 	MaxSandboxes int
@@ -77,9 +79,10 @@ const MaxTimeoutMs = 2147483647
 
 // Service manages sandboxes. It is safe for concurrent use.
 type Service struct {
-	cfg Config
-	log *slog.Logger
-	cp  runtime.Checkpointer // nil when the runtime cannot checkpoint
+	cfg  Config
+	log  *slog.Logger
+	cp   runtime.Checkpointer // nil when the runtime cannot checkpoint
+	logs *logs
 
 	mu        sync.Mutex
 	sandboxes map[string]*entry
@@ -147,7 +150,7 @@ func New(cfg Config) *Service {
 		cfg.MaxSandboxes = DefaultMaxSandboxes
 	}
 	cp, _ := cfg.Runtime.(runtime.Checkpointer)
-	return &Service{cfg: cfg, log: cfg.Logger, cp: cp, sandboxes: map[string]*entry{}, snapshots: map[string]*snapEntry{}}
+	return &Service{cfg: cfg, log: cfg.Logger, cp: cp, logs: newLogs(cfg.LogDir), sandboxes: map[string]*entry{}, snapshots: map[string]*snapEntry{}}
 }
 
 // newAgent returns a client for a sandbox's agent with a transport of its
@@ -277,6 +280,11 @@ func (s *Service) launch(ctx context.Context, rec Record, boot func(context.Cont
 	s.mu.Unlock()
 	s.log.Info("sandbox started", "sandbox", rec.ID, "project", rec.ProjectID, "template", rec.Template,
 		"size", rec.Size, "snapshot", rec.SnapshotID, "status", rec.Status)
+	if rec.SnapshotID != "" {
+		s.logs.event(rec.ID, "created from snapshot %s (template %s, size %s)", rec.SnapshotID, rec.Template, rec.Size)
+	} else {
+		s.logs.event(rec.ID, "created (template %s, size %s)", rec.Template, rec.Size)
+	}
 	return rec, nil
 }
 
@@ -373,6 +381,7 @@ func (s *Service) Kill(ctx context.Context, projectID, id string) error {
 		return notFound(id)
 	}
 	s.log.Info("sandbox killed", "sandbox", id)
+	s.logs.event(id, "killed")
 	return s.destroy(ctx, id)
 }
 
@@ -460,6 +469,7 @@ func (s *Service) destroy(ctx context.Context, id string) error {
 		s.log.Error("destroy sandbox", "sandbox", id, "err", err)
 		return fmt.Errorf("destroy sandbox %q: %w", id, err)
 	}
+	s.logs.remove(id)
 	if s.cfg.Volumes != nil {
 		if err := s.cfg.Volumes.Detach(ctx, id); err != nil {
 			s.log.Error("detach volume", "sandbox", id, "err", err)
@@ -493,6 +503,7 @@ func (s *Service) expire(id string, e *entry) {
 		return
 	}
 	s.log.Info("sandbox timed out", "sandbox", id)
+	s.logs.event(id, "timed out")
 	s.destroy(context.Background(), id)
 }
 

@@ -106,6 +106,7 @@ func (s *Service) TakeSnapshot(ctx context.Context, projectID, id, name string, 
 	s.snapshots[snap.ID] = se
 	s.mu.Unlock()
 	s.log.Info("snapshot taken", "snapshot", snap.ID, "sandbox", id)
+	s.logs.event(id, "snapshot %s taken", snap.ID)
 	s.fillPool(se)
 	return s.snapshotInfo(se), nil
 }
@@ -465,5 +466,6 @@ func (s *Service) Fork(ctx context.Context, projectID, id string, count int, tim
 		}
 	}
 	s.log.Info("sandbox forked", "sandbox", id, "copies", count, "failed", len(failed), "errors", strings.Join(failed, "; "))
+	s.logs.event(id, "forked: %d copies, %d failed", count, len(failed))
 	return out, nil
 }

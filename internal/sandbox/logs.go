@@ -1,0 +1,157 @@
+package sandbox
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+)
+
+// LogLine is one line of a sandbox's log: a lifecycle event, or a line of
+// output of a command started through exec.
+type LogLine struct {
+	Timestamp time.Time `json:"timestamp"`
+	Type      string    `json:"type"` // "lifecycle", "stdout" or "stderr"
+	Message   string    `json:"message"`
+	Pid       int       `json:"pid,omitempty"`
+}
+
+// MaxLogTail caps how many lines a log stream replays.
+const MaxLogTail = 10000
+
+// logs appends sandbox logs to one file per sandbox under dir (so they
+// survive a restart of the server) and fans new lines out to followers.
+type logs struct {
+	dir string
+
+	mu        sync.Mutex
+	followers map[string]map[chan LogLine]struct{}
+}
+
+func newLogs(dir string) *logs {
+	if dir != "" {
+		os.MkdirAll(dir, 0o700)
+	}
+	return &logs{dir: dir, followers: map[string]map[chan LogLine]struct{}{}}
+}
+
+func (l *logs) path(id string) string { return filepath.Join(l.dir, id+".log") }
+
+// add appends a line to sandbox id's log and hands it to its followers; a
+// follower that does not keep up loses lines rather than slowing commands.
+func (l *logs) add(id string, line LogLine) {
+	if l.dir == "" {
+		return
+	}
+	if line.Timestamp.IsZero() {
+		line.Timestamp = time.Now().UTC()
+	}
+	b, _ := json.Marshal(line)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if f, err := os.OpenFile(l.path(id), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
+		f.Write(append(b, '\n'))
+		f.Close()
+	}
+	for c := range l.followers[id] {
+		select {
+		case c <- line:
+		default:
+		}
+	}
+}
+
+func (l *logs) event(id, format string, args ...any) {
+	l.add(id, LogLine{Type: "lifecycle", Message: fmt.Sprintf(format, args...)})
+}
+
+// tail returns the last n lines of sandbox id's log.
+func (l *logs) tail(id string, n int) []LogLine {
+	f, err := os.Open(l.path(id))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var ring []LogLine
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		var line LogLine
+		if json.Unmarshal(sc.Bytes(), &line) != nil {
+			continue
+		}
+		ring = append(ring, line)
+		if len(ring) > n {
+			ring = ring[1:]
+		}
+	}
+	return ring
+}
+
+func (l *logs) follow(id string) (chan LogLine, func()) {
+	c := make(chan LogLine, 1024)
+	l.mu.Lock()
+	if l.followers[id] == nil {
+		l.followers[id] = map[chan LogLine]struct{}{}
+	}
+	l.followers[id][c] = struct{}{}
+	l.mu.Unlock()
+	return c, func() {
+		l.mu.Lock()
+		delete(l.followers[id], c)
+		l.mu.Unlock()
+	}
+}
+
+// remove deletes sandbox id's log and ends its followers' streams.
+func (l *logs) remove(id string) {
+	if l.dir == "" {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for c := range l.followers[id] {
+		close(c)
+	}
+	delete(l.followers, id)
+	os.Remove(l.path(id))
+}
+
+// Logs replays the last tail lines of the sandbox's log, then each new
+// line as it comes, to fn, until ctx is done, fn fails or the sandbox goes.
+func (s *Service) Logs(ctx context.Context, projectID, id string, tail int, fn func(LogLine) error) error {
+	if tail < 0 || tail > MaxLogTail {
+		return fmt.Errorf("tail %d: must be 0 to %d: %w", tail, MaxLogTail, errdefs.ErrInvalid)
+	}
+	if _, err := s.lookup(projectID, id); err != nil {
+		return err
+	}
+	c, stop := s.logs.follow(id)
+	defer stop()
+	if tail > 0 {
+		for _, line := range s.logs.tail(id, tail) {
+			if err := fn(line); err != nil {
+				return err
+			}
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case line, ok := <-c:
+			if !ok {
+				return nil
+			}
+			if err := fn(line); err != nil {
+				return err
+			}
+		}
+	}
+}
