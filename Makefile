@@ -1,6 +1,6 @@
 # lizard — build, run and test on a Debian 12 (bookworm) host, as root.
 #
-#   make run     install what is needed, build, build the base template, serve
+#   make run     install what is needed, build, build the templates, serve
 #   make test    the same setup, then every test (scripts/test.sh)
 #   make deps | build | templates | bench | clean
 SHELL := /bin/bash
@@ -17,6 +17,9 @@ RUNSC         ?= $(CACHE)/runsc-$(RUNSC_SHORT)
 # Extra flags for `lizard serve`.
 SERVE_FLAGS   ?=
 
+# The built-in templates `make templates` builds (each only when missing).
+TEMPLATES     ?= base python node interpreter
+
 TEST_ENV := LIZARD_TEMPLATE_DIR=$(TEMPLATE_DIR) LIZARD_RUNSC=$(RUNSC)
 
 .PHONY: deps build templates run test bench clean
@@ -29,7 +32,9 @@ build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/lizard-agent ./cmd/lizard-agent
 
 templates: deps build
-	$(BIN)/lizard template build base --if-missing --template-dir $(TEMPLATE_DIR)
+	set -e; for t in $(TEMPLATES); do \
+		$(BIN)/lizard template build $$t --if-missing --template-dir $(TEMPLATE_DIR); \
+	done
 
 run: deps build templates
 	exec $(BIN)/lizard serve --template-dir $(TEMPLATE_DIR) $(SERVE_FLAGS)

@@ -157,14 +157,28 @@ func templates(ctx context.Context, args []string) error {
 			return err
 		}
 		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tVERSION\tSIZE\tBUILT")
+		fmt.Fprintln(tw, "NAME\tALIASES\tVERSION\tSIZE\tBUILT\tSOFTWARE")
 		for _, t := range ts {
-			fmt.Fprintf(tw, "%s\t%s\t%d MiB\t%s\n", t.Name, t.Version, t.SizeBytes>>20, t.BuiltAt.Format("2006-01-02 15:04"))
+			aliases := strings.Join(t.Aliases, ",")
+			if aliases == "" {
+				aliases = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d MiB\t%s\t%s\n", t.Name, aliases, t.Version, t.SizeBytes>>20,
+				t.BuiltAt.Format("2006-01-02 15:04"), template.FormatVersions(t.Versions))
 		}
-		if len(ts) == 0 {
-			fmt.Fprintf(tw, "(none built; built-ins: %s)\n", strings.Join(reg.Builtins(), ", "))
+		if err := tw.Flush(); err != nil {
+			return err
 		}
-		return tw.Flush()
+		var missing []string
+		for _, name := range reg.Builtins() {
+			if _, err := reg.Get(name); err != nil {
+				missing = append(missing, name)
+			}
+		}
+		if len(missing) > 0 {
+			fmt.Printf("not built: %s (lizard template build NAME)\n", strings.Join(missing, ", "))
+		}
+		return nil
 	}
 	return errors.New(usage)
 }

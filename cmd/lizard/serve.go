@@ -145,7 +145,7 @@ func serve(ctx context.Context, args []string) error {
 	useTLS := c.tlsCert != "" && c.tlsKey != ""
 	previews := previewURLs(c.domain, pln.Addr().String(), useTLS)
 	srv := &http.Server{
-		Handler:           api.Handler(api.Config{Projects: st, Sandboxes: svc, Previews: previews, Volumes: vols, Logger: log.With("component", "api")}),
+		Handler:           api.Handler(api.Config{Projects: st, Sandboxes: svc, Templates: template.NewRegistry(c.templateDir), Previews: previews, Volumes: vols, Logger: log.With("component", "api")}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	psrv := &http.Server{

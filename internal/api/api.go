@@ -29,6 +29,7 @@ type Projects interface {
 type Config struct {
 	Projects  Projects
 	Sandboxes *sandbox.Service
+	Templates Templates
 	Previews  PreviewURLs
 	Volumes   Volumes
 	Logger    *slog.Logger
@@ -44,6 +45,7 @@ const (
 type server struct {
 	projects  Projects
 	sandboxes *sandbox.Service
+	templates Templates
 	previews  PreviewURLs
 	volumes   Volumes
 	log       *slog.Logger
@@ -54,7 +56,7 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &server{projects: cfg.Projects, sandboxes: cfg.Sandboxes, previews: cfg.Previews, volumes: cfg.Volumes, log: cfg.Logger}
+	s := &server{projects: cfg.Projects, sandboxes: cfg.Sandboxes, templates: cfg.Templates, previews: cfg.Previews, volumes: cfg.Volumes, log: cfg.Logger}
 	mux := http.NewServeMux()
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request, store.Project) error) {
 		mux.Handle(pattern, s.authed(h))
@@ -100,6 +102,8 @@ func Handler(cfg Config) http.Handler {
 	route("GET /api/sandboxes/{id}/files/list", s.listFiles)
 	route("GET /api/sandboxes/{id}/files/stat", s.statFile)
 	route("POST /api/sandboxes/{id}/files/move", s.moveFile)
+
+	route("GET /api/templates", s.listTemplates)
 
 	s.routeUnavailable(route)
 

@@ -210,3 +210,73 @@ func TestBuildFailureCleansUp(t *testing.T) {
 	}
 	checkClean(t, r)
 }
+
+// TestBuildCancelDuringApt: a build cancelled while apt-get installs the
+// template's packages in the chroot leaves nothing behind, nothing mounted,
+// and no process running in the build tree. Opt-in like TestBuildBaseReal
+// (about 50 s):
+//
+//	LIZARD_TEST_TEMPLATE_BUILD=1 go test -run TestBuildCancelDuringApt -v ./internal/template/
+func TestBuildCancelDuringApt(t *testing.T) {
+	if os.Getenv("LIZARD_TEST_TEMPLATE_BUILD") != "1" {
+		t.Skip("real debootstrap and apt-get build (~50 s, root, network); set LIZARD_TEST_TEMPLATE_BUILD=1 to run it")
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("LIZARD_TEST_TEMPLATE_BUILD=1 but not root: debootstrap needs root")
+	}
+	r := NewRegistry(t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	cctx, ccancel := context.WithCancel(ctx)
+	defer ccancel()
+	w := &cancelAt{t: t, marker: "installing with apt-get", cancel: func() {
+		// Let apt-get get going first.
+		time.AfterFunc(3*time.Second, ccancel)
+	}}
+	_, err := r.Build(cctx, "python312", w)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled build = %v, want context.Canceled", err)
+	}
+	if !w.seen() {
+		t.Error("cancel marker never seen")
+	}
+	if _, err := r.Get("python"); err == nil {
+		t.Error("a cancelled build is visible")
+	}
+	checkClean(t, r)
+	// No process is left with its root in the registry.
+	procs, _ := filepath.Glob("/proc/[0-9]*/root")
+	for _, p := range procs {
+		if root, err := os.Readlink(p); err == nil && strings.HasPrefix(root, r.Dir()) {
+			t.Errorf("%s is %s", p, root)
+		}
+	}
+}
+
+// TestBuildAptFailure: a package apt cannot find fails the build with apt's
+// reason and leaves nothing behind. Opt-in like TestBuildBaseReal (~45 s).
+func TestBuildAptFailure(t *testing.T) {
+	if os.Getenv("LIZARD_TEST_TEMPLATE_BUILD") != "1" {
+		t.Skip("real debootstrap and apt-get build (~45 s, root, network); set LIZARD_TEST_TEMPLATE_BUILD=1 to run it")
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("LIZARD_TEST_TEMPLATE_BUILD=1 but not root: debootstrap needs root")
+	}
+	builtins["broken"] = debian([]string{"no-such-package-lizard"}, nil)
+	defer delete(builtins, "broken")
+	r := NewRegistry(t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	_, err := r.Build(ctx, "broken", testWriter{t})
+	if err == nil {
+		t.Fatal("build with a missing package succeeded")
+	}
+	t.Logf("error: %v", err)
+	if !strings.Contains(err.Error(), "apt-get install: Unable to locate package no-such-package-lizard") {
+		t.Errorf("error does not say why: %v", err)
+	}
+	if _, err := r.Get("broken"); err == nil {
+		t.Error("a failed build is visible")
+	}
+	checkClean(t, r)
+}

@@ -85,6 +85,11 @@ func (r *Registry) build(ctx context.Context, name string, progress io.Writer, i
 	}
 
 	rep.setStep(stepFinish)
+	if len(rec.Install) > 0 {
+		if err := aptInstall(ctx, rootfs, rec.Install, lock.f, rep); err != nil {
+			return Template{}, fmt.Errorf("build template %q: %w", name, err)
+		}
+	}
 	for _, s := range rec.Post {
 		if err := ctx.Err(); err != nil {
 			return Template{}, fmt.Errorf("build template %q: %w", name, err)
@@ -92,6 +97,16 @@ func (r *Registry) build(ctx context.Context, name string, progress io.Writer, i
 		if err := s.Run(ctx, rootfs); err != nil {
 			return Template{}, fmt.Errorf("build template %q: %s: %w", name, s.Desc, err)
 		}
+	}
+	for _, argv := range rec.Check {
+		rep.printf("checking: %s", strings.Join(argv, " "))
+		if err := runInRootfs(ctx, rootfs, lock.f, rep, rep.toolLine, argv...); err != nil {
+			return Template{}, fmt.Errorf("build template %q: %w", name, toolFailed(ctx, "check "+strings.Join(argv, " "), err, rep))
+		}
+	}
+	versions, err := readVersions(rootfs)
+	if err != nil {
+		return Template{}, fmt.Errorf("build template %q: read package versions: %w", name, err)
 	}
 	if err := os.Chmod(rootfs, 0o755); err != nil {
 		return Template{}, err
@@ -107,9 +122,10 @@ func (r *Registry) build(ctx context.Context, name string, progress io.Writer, i
 		SizeBytes: size,
 		BuiltAt:   builtAt,
 		Env:       rec.Env,
+		Versions:  versions,
 		Suite:     rec.Suite,
 		Mirror:    mirror,
-		Packages:  rec.Packages,
+		Packages:  rec.allPackages(),
 	}
 	if err := writeMetadata(tmp, m); err != nil {
 		return Template{}, fmt.Errorf("build template %q: write metadata: %w", name, err)
@@ -125,7 +141,7 @@ func (r *Registry) build(ctx context.Context, name string, progress io.Writer, i
 	if err != nil {
 		return Template{}, err
 	}
-	rep.printf("built %s: %s in %s → %s", t.Version, fmtBytes(t.SizeBytes), fmtSeconds(rep.elapsed()), t.Rootfs)
+	rep.printf("built %s: %s in %s → %s (%s)", t.Version, fmtBytes(t.SizeBytes), fmtSeconds(rep.elapsed()), t.Rootfs, FormatVersions(t.Versions))
 	return t, nil
 }
 
@@ -266,10 +282,6 @@ func (l *buildLock) unlock() {
 // ---- debootstrap ----
 
 // runDebootstrap runs debootstrap into rootfs, feeding its output to rep.
-// debootstrap gets the lock file as an extra descriptor so that, should this
-// process die, the lock stays held until debootstrap is gone too. On
-// cancellation the process group gets SIGTERM (debootstrap then unmounts
-// what it mounted) and SIGKILL 15 s later.
 func runDebootstrap(ctx context.Context, deb string, rec recipe, rootfs, mirror string, lockFile *os.File, rep *reporter) error {
 	args := []string{"--variant=" + rec.Variant}
 	if len(rec.Packages) > 0 {
@@ -277,19 +289,58 @@ func runDebootstrap(ctx context.Context, deb string, rec recipe, rootfs, mirror 
 	}
 	args = append(args, rec.Suite, rootfs, mirror)
 
-	lw := &lineWriter{fn: rep.debootstrapLine}
 	cmd := exec.Command(deb, args...)
 	cmd.Dir = "/"
 	cmd.Env = toolEnv()
+	rep.setStep(stepResolve)
+	werr := runTool(ctx, cmd, lockFile, rep, rep.debootstrapLine)
+	if werr == nil || ctx.Err() != nil {
+		return werr
+	}
+
+	// Show why: the end of debootstrap's own log (it is removed with the
+	// build directory) or of its output.
+	tail := logTail(filepath.Join(rootfs, "debootstrap", "debootstrap.log"), 15)
+	if len(tail) == 0 {
+		tail = rep.outputTail()
+	}
+	reason := ""
+	for _, l := range rep.outputTail() {
+		if strings.HasPrefix(l, "E: ") {
+			reason = strings.TrimPrefix(l, "E: ")
+		}
+	}
+	rep.printf("debootstrap failed: %v; last output:", werr)
+	for _, l := range tail {
+		rep.printf("  | %s", l)
+	}
+	if reason != "" {
+		return fmt.Errorf("debootstrap: %s (%v): %w", reason, werr, errdefs.ErrUnavailable)
+	}
+	return fmt.Errorf("debootstrap: %v: %w", werr, errdefs.ErrUnavailable)
+}
+
+// runTool runs cmd (a build tool: debootstrap, apt-get) to its end, feeding
+// each line of its output to onLine. The tool gets the lock file as an extra
+// descriptor so that, should this process die, the lock stays held until
+// the tool is gone too. On cancellation the process group gets SIGTERM
+// (debootstrap then unmounts what it mounted) and SIGKILL 15 s later; the
+// result is then ctx.Err().
+func runTool(ctx context.Context, cmd *exec.Cmd, lockFile *os.File, rep *reporter, onLine func(string)) error {
+	rep.clearTail()
+	lw := &lineWriter{fn: onLine}
 	cmd.Stdout = lw
 	cmd.Stderr = lw
 	cmd.ExtraFiles = []*os.File{lockFile}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGTERM
 	cmd.WaitDelay = 10 * time.Second
 
-	rep.setStep(stepResolve)
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start debootstrap: %w", err)
+		return fmt.Errorf("start %s: %w", filepath.Base(cmd.Path), err)
 	}
 	pgid := cmd.Process.Pid
 	done := make(chan error, 1)
@@ -322,30 +373,7 @@ wait:
 		syscall.Kill(-pgid, syscall.SIGKILL) // stragglers of the group, if any
 		return ctx.Err()
 	}
-	if werr == nil {
-		return nil
-	}
-
-	// Show why: the end of debootstrap's own log (it is removed with the
-	// build directory) or of its output.
-	tail := logTail(filepath.Join(rootfs, "debootstrap", "debootstrap.log"), 15)
-	if len(tail) == 0 {
-		tail = rep.outputTail()
-	}
-	reason := ""
-	for _, l := range rep.outputTail() {
-		if strings.HasPrefix(l, "E: ") {
-			reason = strings.TrimPrefix(l, "E: ")
-		}
-	}
-	rep.printf("debootstrap failed: %v; last output:", werr)
-	for _, l := range tail {
-		rep.printf("  | %s", l)
-	}
-	if reason != "" {
-		return fmt.Errorf("debootstrap: %s (%v): %w", reason, werr, errdefs.ErrUnavailable)
-	}
-	return fmt.Errorf("debootstrap: %v: %w", werr, errdefs.ErrUnavailable)
+	return werr
 }
 
 // toolEnv is the environment of debootstrap: the caller's (proxies and

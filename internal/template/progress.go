@@ -38,6 +38,7 @@ type reporter struct {
 
 	step     int
 	counts   [numSteps + 1]int // per-package lines seen in each step
+	detail   string            // shown after the step's name when set
 	lastLine time.Time         // when the last step line was written
 
 	tail []string // last lines of tool output, for error messages
@@ -74,6 +75,8 @@ func (r *reporter) stepLineLocked() {
 		msg += fmt.Sprintf(": %d", total)
 	case (r.step == stepUnpack || r.step == stepConfigure) && total > 0:
 		msg += fmt.Sprintf(": %d/%d", min(r.counts[r.step], total), total)
+	case r.detail != "":
+		msg += ": " + r.detail
 	}
 	r.printfLocked("%s (%s)", msg, fmtSeconds(r.elapsed()))
 	r.lastLine = r.now()
@@ -104,17 +107,45 @@ func (r *reporter) heartbeat(every time.Duration) {
 	}
 }
 
-// debootstrapLine takes one line of debootstrap output.
-func (r *reporter) debootstrapLine(line string) {
-	line = strings.TrimRight(line, "\r\n")
-	if strings.TrimSpace(line) == "" {
-		return
-	}
+// setDetail sets what the step line says after the step's name (when it
+// has no package counts of its own); "" says nothing.
+func (r *reporter) setDetail(d string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.tail = append(r.tail, line)
+	r.detail = d
+}
+
+// keepLocked adds line to the tail of tool output, trimmed; false if it is
+// blank.
+func (r *reporter) keepLocked(line *string) bool {
+	*line = strings.TrimRight(*line, "\r\n")
+	if strings.TrimSpace(*line) == "" {
+		return false
+	}
+	r.tail = append(r.tail, *line)
 	if len(r.tail) > tailLines {
 		r.tail = r.tail[len(r.tail)-tailLines:]
+	}
+	return true
+}
+
+// toolLine takes one line of output of a tool run after debootstrap
+// (apt-get, checks): it is kept for error messages, and apt's warnings are
+// shown (its errors are shown with the rest of the output when it fails).
+func (r *reporter) toolLine(line string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.keepLocked(&line) && strings.HasPrefix(line, "W: ") {
+		r.printfLocked("%s", line)
+	}
+}
+
+// debootstrapLine takes one line of debootstrap output.
+func (r *reporter) debootstrapLine(line string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.keepLocked(&line) {
+		return
 	}
 	switch {
 	case strings.HasPrefix(line, "I: "):
@@ -162,6 +193,14 @@ func classifyDebootstrap(msg string) (step int, perPackage bool) {
 		return stepConfigure, false
 	}
 	return 0, false
+}
+
+// clearTail forgets the tool output seen so far: a failure then shows only
+// the output of the tool that failed.
+func (r *reporter) clearTail() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.tail = nil
 }
 
 // outputTail returns the last lines of tool output seen.

@@ -5,50 +5,178 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 )
 
 // recipe says how to build one built-in template: a debootstrap of Suite
-// with Packages, then Post steps run against the new tree.
+// with Packages, then Install installed with apt-get in a chroot, then Post
+// steps run against the new tree, then Check run in it.
 type recipe struct {
 	Suite    string
 	Variant  string // debootstrap --variant
 	Packages []string
+	// Install are installed with apt-get after debootstrap: apt resolves
+	// dependencies (alternatives, virtual packages) that debootstrap's
+	// --include does not.
+	Install []string
 	// Env is the template's default environment.
 	Env []string
-	// Post runs in order after debootstrap, on the fresh rootfs.
+	// Post runs in order after the packages are installed, on the fresh
+	// rootfs.
 	Post []postStep
+	// Check are commands run in the finished rootfs; a build whose check
+	// fails is not installed, so a broken package set never becomes a
+	// template.
+	Check [][]string
+}
+
+// allPackages returns the packages the recipe asks for, each once.
+func (r recipe) allPackages() []string {
+	var out []string
+	for _, p := range append(append([]string(nil), r.Packages...), r.Install...) {
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // postStep is one configuration step of a new rootfs. Steps may run programs
-// inside the rootfs only through chrootCmd.
+// inside the rootfs only through chrootRun.
 type postStep struct {
 	Desc string
 	Run  func(ctx context.Context, rootfs string) error
 }
 
-// builtins is the table of templates Build can make. Add an entry to add a
-// template.
-var builtins = map[string]recipe{
-	"base": {
-		Suite:   "bookworm",
-		Variant: "minbase",
-		Packages: []string{
-			"coreutils", "procps", "python3", "curl", "ca-certificates", "iproute2",
-		},
+// basePackages are in every built-in template (debootstrap --include).
+var basePackages = []string{"coreutils", "procps", "python3", "curl", "ca-certificates", "iproute2"}
+
+// debian returns the recipe of a template made from Debian bookworm: the
+// base packages, then install, then extra, then the steps every template
+// ends with (the user, /.lizard, hosts, cleaning).
+func debian(install []string, extra []postStep, check ...[]string) recipe {
+	post := append([]postStep(nil), extra...)
+	post = append(post,
+		postStep{"creating user \"user\" (uid 1000)", addUser("user", 1000)},
+		postStep{"creating /.lizard", makeLizardDir},
+		postStep{"writing /etc/hosts", writeHosts},
+		postStep{"removing build-host files", removeHostFiles},
+		postStep{"cleaning apt caches", cleanApt},
+	)
+	return recipe{
+		Suite:    "bookworm",
+		Variant:  "minbase",
+		Packages: basePackages,
+		Install:  install,
 		Env: []string{
 			"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 			"LANG=C.UTF-8",
 		},
-		Post: []postStep{
-			{"creating user \"user\" (uid 1000)", addUser("user", 1000)},
-			{"creating /.lizard", makeLizardDir},
-			{"writing /etc/hosts", writeHosts},
-			{"removing build-host files", removeHostFiles},
-			{"cleaning apt caches", cleanApt},
-		},
-	},
+		Post:  post,
+		Check: check,
+	}
 }
+
+// builtins is the table of templates Build can make. Add an entry to add a
+// template.
+var builtins = map[string]recipe{
+	"base": debian(nil, nil),
+	"python": debian(
+		[]string{"python3", "python3-pip", "python3-venv"},
+		[]postStep{allowPip},
+		[]string{"python3", "-m", "pip", "--version"},
+		[]string{"python3", "-m", "venv", "--help"},
+	),
+	"node": debian(
+		[]string{"nodejs", "npm"},
+		nil,
+		[]string{"node", "--version"},
+		[]string{"npm", "--version"},
+	),
+	// interpreter is what the SDKs' CodeSandbox boots: their runner starts
+	// ipykernel for python (matplotlib figures come back inline through
+	// matplotlib-inline) and runs javascript with node and bash with bash.
+	"interpreter": debian(
+		[]string{
+			"python3", "python3-pip", "python3-ipykernel", "python3-jupyter-client",
+			"python3-matplotlib-inline", "python3-numpy", "python3-pandas",
+			"python3-matplotlib", "nodejs", "bash",
+		},
+		[]postStep{allowPip, aggBackend},
+		[]string{"python3", "-c", "import ipykernel, jupyter_client, matplotlib_inline, numpy, pandas, matplotlib.pyplot"},
+		[]string{"node", "--version"},
+	),
+}
+
+// aliases are other names of built-in templates: the SDKs ask for these.
+var aliases = map[string]string{
+	"python312": "python",
+	"node22":    "node",
+}
+
+// Resolve returns the template an alias stands for, or name itself.
+func Resolve(name string) string {
+	if real, ok := aliases[name]; ok {
+		return real
+	}
+	return name
+}
+
+// AliasesOf returns the aliases of template name, sorted; nil if none.
+func AliasesOf(name string) []string {
+	var out []string
+	for a, real := range aliases {
+		if real == name {
+			out = append(out, a)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// allowPip removes Debian's EXTERNALLY-MANAGED marker so that `pip install`
+// works as it does on other sandbox platforms: a sandbox is disposable, so
+// there is no system to protect from pip, and agents expect plain
+// `pip install` to succeed.
+var allowPip = postStep{"letting pip install packages", func(_ context.Context, rootfs string) error {
+	matches, err := filepath.Glob(filepath.Join(rootfs, "usr", "lib", "python3*", "EXTERNALLY-MANAGED"))
+	if err != nil {
+		return err
+	}
+	for _, m := range matches {
+		if err := os.Remove(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}}
+
+// aggBackend makes Agg matplotlib's default backend. Headless there is no
+// display for an interactive backend. It is set in matplotlibrc and not as
+// MPLBACKEND in the environment: ipykernel selects the inline backend (plots
+// as image/png results) only when MPLBACKEND is unset, and the environment
+// variable would override it.
+var aggBackend = postStep{"making Agg matplotlib's default backend", func(_ context.Context, rootfs string) error {
+	p := filepath.Join(rootfs, "etc", "matplotlibrc")
+	old, err := os.ReadFile(p)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(string(old), "\n") {
+		if k, _, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "backend" {
+			continue
+		}
+		b.WriteString(l)
+	}
+	if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
+		b.WriteString("\n")
+	}
+	b.WriteString("backend: Agg\n")
+	return replaceFile(p, []byte(b.String()), 0o644)
+}}
 
 // addUser creates group and user name with uid = gid = id, home
 // /home/<name> owned by it and shell /bin/bash, using the rootfs's own

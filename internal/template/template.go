@@ -15,10 +15,14 @@
 // place, so a crashed or cancelled build never looks like a template.
 //
 // The registry knows how to build a fixed set of built-in templates (see
-// Builtins): today "base", a minimal Debian bookworm made with debootstrap,
-// with python3, curl, ca-certificates, procps and iproute2, an unprivileged
-// user "user" (uid/gid 1000, home /home/user) and an empty /.lizard directory
-// that the runtime uses as a mount point.
+// Builtins), all Debian bookworm made with debootstrap and apt-get: "base"
+// (python3, curl, ca-certificates, procps and iproute2, an unprivileged user
+// "user" (uid/gid 1000, home /home/user) and an empty /.lizard directory that
+// the runtime uses as a mount point), "python" (base with pip and venv),
+// "node" (base with nodejs and npm) and "interpreter" (what the SDKs'
+// CodeSandbox needs: Jupyter's ipykernel with numpy, pandas and matplotlib,
+// and nodejs). Some have aliases ("python312", "node22") that Get, Build and
+// EnsureBuilt accept in place of the name.
 package template
 
 import (
@@ -63,6 +67,12 @@ type Template struct {
 	BuiltAt   time.Time `json:"builtAt"`
 	// Env is the template's default environment ("KEY=value"); may be empty.
 	Env []string `json:"env,omitempty"`
+	// Aliases are the other names of the template (see Resolve).
+	Aliases []string `json:"aliases,omitempty"`
+	// Versions are the versions of the main software in the rootfs, read
+	// from its package database at build time: "debian" (12.x), "python",
+	// "node", ... (upstream versions, e.g. "3.11.2").
+	Versions map[string]string `json:"versions,omitempty"`
 }
 
 // metadata is the on-disk form of template.json. The rootfs path is not
@@ -74,6 +84,8 @@ type metadata struct {
 	SizeBytes int64     `json:"size_bytes"`
 	BuiltAt   time.Time `json:"built_at"`
 	Env       []string  `json:"env,omitempty"`
+	// Versions: see Template.Versions.
+	Versions map[string]string `json:"versions,omitempty"`
 	// Informational: how the template was built.
 	Suite    string   `json:"suite,omitempty"`
 	Mirror   string   `json:"mirror,omitempty"`
@@ -119,10 +131,12 @@ func notFound(name string, why string) error {
 	return errdefs.WithCode(CodeNotFound, fmt.Errorf("template %q: %w", name, errdefs.ErrNotFound))
 }
 
-// Get returns the built template name. A name that was never built, whose
-// build has not finished, or that is not a valid name is an error wrapping
+// Get returns the built template name, which may be an alias (the template
+// returned has its real name). A name that was never built, whose build has
+// not finished, or that is not a valid name is an error wrapping
 // errdefs.ErrNotFound with code "template_not_found".
 func (r *Registry) Get(name string) (Template, error) {
+	name = Resolve(name)
 	if !validName(name) {
 		return Template{}, notFound(name, "")
 	}
@@ -156,6 +170,8 @@ func (r *Registry) Get(name string) (Template, error) {
 		SizeBytes: m.SizeBytes,
 		BuiltAt:   m.BuiltAt,
 		Env:       m.Env,
+		Aliases:   AliasesOf(name),
+		Versions:  m.Versions,
 	}, nil
 }
 
@@ -171,7 +187,7 @@ func (r *Registry) List() ([]Template, error) {
 	}
 	out := []Template{}
 	for _, e := range ents {
-		if !e.IsDir() || !validName(e.Name()) {
+		if !e.IsDir() || !validName(e.Name()) || Resolve(e.Name()) != e.Name() {
 			continue
 		}
 		t, err := r.Get(e.Name())
@@ -199,9 +215,11 @@ func (r *Registry) notBuiltin(name string) error {
 		name, strings.Join(r.Builtins(), ", "), errdefs.ErrNotFound))
 }
 
-// EnsureBuilt returns template name, building it first when it is missing.
+// EnsureBuilt returns template name (or alias), building it first when it is
+// missing.
 // Progress of a build is written to progress (may be nil).
 func (r *Registry) EnsureBuilt(ctx context.Context, name string, progress io.Writer) (Template, error) {
+	name = Resolve(name)
 	if t, err := r.Get(name); err == nil {
 		return t, nil
 	} else if !errors.Is(err, errdefs.ErrNotFound) {
@@ -213,11 +231,12 @@ func (r *Registry) EnsureBuilt(ctx context.Context, name string, progress io.Wri
 	return r.build(ctx, name, progress, true)
 }
 
-// Build builds the built-in template name (see Builtins), replacing an
+// Build builds the built-in template name or alias (see Builtins), replacing an
 // existing build of it only once the new one is complete. Builds need root
 // and debootstrap. Progress is written to progress (may be nil). A failed or
 // cancelled build leaves nothing behind.
 func (r *Registry) Build(ctx context.Context, name string, progress io.Writer) (Template, error) {
+	name = Resolve(name)
 	if _, ok := builtins[name]; !ok {
 		return Template{}, r.notBuiltin(name)
 	}

@@ -147,7 +147,7 @@ func TestCorruptMetadata(t *testing.T) {
 
 func TestBuiltinsAndUnknownBuild(t *testing.T) {
 	r := NewRegistry(t.TempDir())
-	if got := r.Builtins(); !reflect.DeepEqual(got, []string{"base"}) {
+	if got := r.Builtins(); !reflect.DeepEqual(got, []string{"base", "interpreter", "node", "python"}) {
 		t.Errorf("Builtins = %v", got)
 	}
 	_, err := r.Build(context.Background(), "nope", nil)
@@ -178,7 +178,8 @@ func TestWriteMetadataRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := time.Now().UTC().Truncate(time.Second)
-	if err := writeMetadata(dir, metadata{Name: "x", Version: "v", SizeBytes: 7, BuiltAt: at, Env: []string{"A=b"}}); err != nil {
+	versions := map[string]string{"python": "3.11.2", "debian": "12.12"}
+	if err := writeMetadata(dir, metadata{Name: "x", Version: "v", SizeBytes: 7, BuiltAt: at, Env: []string{"A=b"}, Versions: versions}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, metadataFile+".tmp")); !os.IsNotExist(err) {
@@ -190,7 +191,8 @@ func TestWriteMetadataRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Version != "v" || got.SizeBytes != 7 || !got.BuiltAt.Equal(at) || !reflect.DeepEqual(got.Env, []string{"A=b"}) {
+	if got.Version != "v" || got.SizeBytes != 7 || !got.BuiltAt.Equal(at) || !reflect.DeepEqual(got.Env, []string{"A=b"}) ||
+		!reflect.DeepEqual(got.Versions, versions) {
 		t.Errorf("round trip: %+v", got)
 	}
 }
