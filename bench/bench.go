@@ -97,9 +97,16 @@ func run(ctx context.Context, cfg config) error {
 		return fmt.Errorf("proxy: %w", err)
 	}
 	fmt.Fprintln(os.Stderr, "measured the preview proxy")
+	vr, err := benchVolume(srv, 3, 256)
+	if err != nil {
+		return fmt.Errorf("volume: %w", err)
+	}
+	fmt.Fprintln(os.Stderr, "measured volumes")
 	printTable(os.Stdout, results)
 	fmt.Println()
 	printProxyTable(os.Stdout, prs)
+	fmt.Println()
+	printVolumeTable(os.Stdout, vr)
 	return nil
 }
 

@@ -164,6 +164,34 @@ func (c *Client) Move(ctx context.Context, from, to, user string) error {
 	return c.call(ctx, http.MethodPost, "/files/move", nil, MoveRequest{From: from, To: to, User: user}, nil)
 }
 
+// Watch starts a watcher of path (with recursive, of every directory under
+// it too) that user must be able to read, and returns its id.
+func (c *Client) Watch(ctx context.Context, path string, recursive bool, user string) (string, error) {
+	var rep WatchReply
+	req := WatchRequest{Path: path, Recursive: recursive, User: user}
+	if err := c.call(ctx, http.MethodPost, "/watch", nil, req, &rep); err != nil {
+		return "", err
+	}
+	return rep.WatcherID, nil
+}
+
+// WatchEvents drains the events watcher id has queued; never nil.
+func (c *Client) WatchEvents(ctx context.Context, id string) ([]WatchEvent, error) {
+	var evs []WatchEvent
+	if err := c.callQuery(ctx, "/watch/events", url.Values{"watcherId": {id}}, &evs); err != nil {
+		return nil, err
+	}
+	if evs == nil {
+		evs = []WatchEvent{}
+	}
+	return evs, nil
+}
+
+// Unwatch closes watcher id.
+func (c *Client) Unwatch(ctx context.Context, id string) error {
+	return c.call(ctx, http.MethodDelete, "/watch", url.Values{"watcherId": {id}}, nil, nil)
+}
+
 func fileQuery(path, user string) url.Values {
 	q := url.Values{"path": {path}}
 	if user != "" {

@@ -68,10 +68,13 @@ func TestClientErrorClasses(t *testing.T) {
 				io.WriteString(w, tt.body)
 			})
 			calls := map[string]error{
-				"Health": func() error { _, err := c.Health(testCtx(t)); return err }(),
-				"Stat":   func() error { _, err := c.Stat(testCtx(t), "/x", ""); return err }(),
-				"Remove": c.Remove(testCtx(t), "/x", ""),
-				"Exec":   c.Exec(testCtx(t), agent.ExecRequest{Cmd: []string{"true"}}, func(agent.Event) error { return nil }),
+				"Health":  func() error { _, err := c.Health(testCtx(t)); return err }(),
+				"Stat":    func() error { _, err := c.Stat(testCtx(t), "/x", ""); return err }(),
+				"Remove":  c.Remove(testCtx(t), "/x", ""),
+				"Watch":   func() error { _, err := c.Watch(testCtx(t), "/x", true, ""); return err }(),
+				"Events":  func() error { _, err := c.WatchEvents(testCtx(t), "w1"); return err }(),
+				"Unwatch": c.Unwatch(testCtx(t), "w1"),
+				"Exec":    c.Exec(testCtx(t), agent.ExecRequest{Cmd: []string{"true"}}, func(agent.Event) error { return nil }),
 			}
 			for name, err := range calls {
 				if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.msg) {
@@ -112,6 +115,41 @@ func TestClientSendsTokenAndQuery(t *testing.T) {
 	if got.Header.Get(agent.TokenHeader) != "tok" || got.URL.Path != "/files/list" ||
 		got.URL.Query().Get("path") != "/a b/c&d" || got.URL.Query().Get("user") != "alice" {
 		t.Errorf("request %s %v header %v", got.Method, got.URL, got.Header)
+	}
+}
+
+func TestClientWatchRequests(t *testing.T) {
+	var reqs []string
+	c := fake(t, func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		reqs = append(reqs, r.Method+" "+r.URL.String()+" "+strings.TrimSpace(string(body)))
+		switch r.Method {
+		case http.MethodPost:
+			io.WriteString(w, `{"watcherId":"w 1"}`)
+		case http.MethodGet:
+			io.WriteString(w, `null`)
+		default:
+			w.WriteHeader(http.StatusNoContent)
+		}
+	})
+	id, err := c.Watch(testCtx(t), "/app", true, "alice")
+	if err != nil || id != "w 1" {
+		t.Fatalf("Watch = %q, %v", id, err)
+	}
+	evs, err := c.WatchEvents(testCtx(t), id)
+	if err != nil || evs == nil || len(evs) != 0 {
+		t.Fatalf("WatchEvents = %#v, %v; want an empty non-nil list", evs, err)
+	}
+	if err := c.Unwatch(testCtx(t), id); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`POST /watch {"path":"/app","recursive":true,"user":"alice"}`,
+		`GET /watch/events?watcherId=w+1 `,
+		`DELETE /watch?watcherId=w+1 `,
+	}
+	if strings.Join(reqs, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("requests:\n%s\nwant:\n%s", strings.Join(reqs, "\n"), strings.Join(want, "\n"))
 	}
 }
 

@@ -24,10 +24,52 @@
 //	GET    /files/list?path=&user=        → []FileEntry
 //	GET    /files/stat?path=&user=        → FileStat (lstat: symlinks not followed)
 //	POST   /files/move    MoveRequest     → 204; destination parents created
+//	POST   /watch         WatchRequest    → 200 WatchReply; 404 when the path
+//	                                        is missing, 409 past MaxWatchers
+//	                                        (or the kernel's inotify limits)
+//	GET    /watch/events?watcherId=       → []WatchEvent queued since the
+//	                                        last call ([] when none)
+//	DELETE /watch?watcherId=              → 204; an unknown id is 404 (on
+//	                                        events too)
 //
 // user is a name from the sandbox's /etc/passwd; empty means root. File
 // operations run with that user's uid, gid and groups, so the sandbox's own
 // permission checks apply.
+//
+// # File watching
+//
+// A watcher reports changes under one path with inotify, and queues them
+// until GET /watch/events drains the queue. Watching a directory reports its
+// direct children, and with Recursive every directory under it, including
+// directories created (or moved in) later; what such a directory already
+// holds when its watch is added is reported as created. A watched
+// directory's own removal or move is reported too (remove or rename of its
+// path), after which the watcher reports nothing more; it stays open until
+// it is deleted. A file is watched by name, through its directory: a file
+// replaced by a rename, or removed and created again, is still reported.
+//
+// The inotify masks map to WatchEvent types: IN_CREATE and IN_MOVED_TO are
+// create, IN_MODIFY and IN_CLOSE_WRITE write, IN_DELETE and IN_DELETE_SELF
+// remove, IN_MOVED_FROM (and IN_MOVE_SELF of the watched path) rename,
+// IN_ATTRIB chmod. Writes are coalesced: a write is not queued again for a
+// path whose last queued event is already a write, so a burst of writes is
+// one event per drain. The temp files of PUT /files are hidden: a file PUT
+// writes is reported as create, then write, of its own path (create also
+// when it replaced a file: the rename put a new file there).
+//
+// The queue holds at most MaxWatchEvents events. Past that, further events
+// are dropped until the next drain, which ends with one event of type
+// "overflow" (empty name, path the watched path); so does a drain after
+// the kernel's own inotify queue overflowed. A watcher lives in the agent's
+// memory only (no files, no helper process), so it survives a pause and
+// resume, or a snapshot, of the sandbox like any other process state.
+//
+// The user must be able to read the watched path (for a directory: list
+// it), or the answer is 403. The watches themselves are the agent's (root),
+// so the user's permissions are not re-checked for each event; a recursive
+// watch skips the directories below the path that the user could not list
+// by their mode bits (ACLs are not considered), and it does not descend
+// into /proc-, /sys- or cgroup-like pseudo file systems.
 package agent
 
 // Port is the agent's TCP port inside every sandbox.
@@ -139,6 +181,53 @@ type FileStat struct {
 	ModTime       int64  `json:"modTime"`    // unix ms
 	ModifiedAt    string `json:"modifiedAt"` // RFC 3339
 	SymlinkTarget string `json:"symlinkTarget,omitempty"`
+}
+
+// Limits of file watching.
+const (
+	// MaxWatchers is how many watchers the agent keeps open at once; one
+	// more is a 409 conflict.
+	MaxWatchers = 64
+	// MaxWatchEvents bounds a watcher's queue of undrained events.
+	MaxWatchEvents = 10000
+)
+
+// The types of WatchEvent.
+const (
+	WatchCreate = "create"
+	WatchWrite  = "write"
+	WatchRemove = "remove"
+	WatchRename = "rename"
+	WatchChmod  = "chmod"
+	// WatchOverflow ends a drain after events were dropped.
+	WatchOverflow = "overflow"
+)
+
+// WatchRequest starts a watcher of Path, an absolute path to a directory
+// or a file.
+type WatchRequest struct {
+	Path string `json:"path"`
+	// Recursive also watches every directory under Path (ignored for a
+	// file).
+	Recursive bool `json:"recursive,omitempty"`
+	// User must be able to read Path; "" means root.
+	User string `json:"user,omitempty"`
+}
+
+// WatchReply names a new watcher.
+type WatchReply struct {
+	WatcherID string `json:"watcherId"`
+}
+
+// WatchEvent is one change seen by a watcher.
+type WatchEvent struct {
+	// Type is one of create, write, remove, rename, chmod or overflow.
+	Type string `json:"type"`
+	// Name is the base name of Path ("" for overflow).
+	Name string `json:"name"`
+	// Path is the full path of what changed; for overflow, the watched
+	// path.
+	Path string `json:"path"`
 }
 
 // Error is the body of every non-2xx answer.

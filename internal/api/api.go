@@ -102,6 +102,9 @@ func Handler(cfg Config) http.Handler {
 	route("GET /api/sandboxes/{id}/files/list", s.listFiles)
 	route("GET /api/sandboxes/{id}/files/stat", s.statFile)
 	route("POST /api/sandboxes/{id}/files/move", s.moveFile)
+	route("POST /api/sandboxes/{id}/files/watch", s.watchFiles)
+	route("GET /api/sandboxes/{id}/files/watch/events", s.watchEvents)
+	route("DELETE /api/sandboxes/{id}/files/watch", s.unwatchFiles)
 
 	route("GET /api/templates", s.listTemplates)
 
@@ -119,7 +122,6 @@ func Handler(cfg Config) http.Handler {
 // error instead of a 404 for a route that exists in the API.
 func (s *server) routeUnavailable(route func(string, func(http.ResponseWriter, *http.Request, store.Project) error)) {
 	features := map[string][]string{
-		"file watching":     {"POST /api/sandboxes/{id}/files/watch", "GET /api/sandboxes/{id}/files/watch/events", "DELETE /api/sandboxes/{id}/files/watch"},
 		"desktop":           {"POST /api/sandboxes/{id}/desktop", "GET /api/sandboxes/{id}/desktop", "DELETE /api/sandboxes/{id}/desktop"},
 		"template building": {"POST /api/templates"},
 	}

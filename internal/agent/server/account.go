@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"os/user"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -111,3 +112,22 @@ func (a *account) credential() *syscall.Credential {
 
 // isRoot says whether file operations for a can run in the agent itself.
 func (a *account) isRoot() bool { return a.uid == 0 }
+
+// mayList says whether a could list and enter the directory st describes,
+// judged by its owner, group and mode bits alone (no ACLs): the agent, as
+// root, uses it to keep a user's recursive watch out of directories the
+// user could not read.
+func (a *account) mayList(st *syscall.Stat_t) bool {
+	if a.uid == 0 {
+		return true
+	}
+	bits := st.Mode
+	switch {
+	case st.Uid == a.uid:
+		bits >>= 6
+	case st.Gid == a.gid || slices.Contains(a.groups, st.Gid):
+		bits >>= 3
+	}
+	const readSearch = 0o5
+	return bits&readSearch == readSearch
+}

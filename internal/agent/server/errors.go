@@ -38,6 +38,10 @@ func errNotFound(format string, a ...any) error {
 	return &apiError{http.StatusNotFound, codeNotFound, fmt.Sprintf(format, a...)}
 }
 
+func errConflict(format string, a ...any) error {
+	return &apiError{http.StatusConflict, codeConflict, fmt.Sprintf(format, a...)}
+}
+
 // uploadError marks a failure to read the request body, so that it is not
 // mistaken for a failure of the file system.
 type uploadError struct{ err error }

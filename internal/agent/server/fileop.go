@@ -49,6 +49,7 @@ const (
 	opList   = "list"
 	opStat   = "stat"
 	opMove   = "move"
+	opAccess = "access"
 )
 
 // fileOp is one file operation for the child.
@@ -144,6 +145,8 @@ func simpleOp(op fileOp) (fileResult, error) {
 	case opList:
 		l, err := listDir(op.Path)
 		return fileResult{List: l}, err
+	case opAccess:
+		return fileResult{}, checkReadable(op.Path)
 	}
 	return fileResult{}, fmt.Errorf("unknown file operation %q", op.Op)
 }

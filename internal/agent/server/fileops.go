@@ -9,8 +9,11 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/lizard-build/lizard/internal/agent"
 )
@@ -123,6 +126,24 @@ func tempPattern(target string) string {
 	return "." + base + ".lizard-*.tmp"
 }
 
+// isTempName says whether name is one of writeFile's temp files, made from
+// tempPattern; watchers hide them.
+func isTempName(name string) bool {
+	inner, ok := strings.CutPrefix(name, ".")
+	if !ok {
+		return false
+	}
+	if inner, ok = strings.CutSuffix(inner, ".tmp"); !ok {
+		return false
+	}
+	i := strings.LastIndex(inner, ".lizard-")
+	if i <= 0 {
+		return false
+	}
+	random := inner[i+len(".lizard-"):]
+	return random != "" && strings.Trim(random, "0123456789") == ""
+}
+
 // keepAttrs gives the temp file the mode (and for root the owner) of the
 // file it replaces. chown comes first because it clears setuid bits.
 func keepAttrs(tmp *os.File, existing os.FileInfo) error {
@@ -138,6 +159,24 @@ func keepAttrs(tmp *os.File, existing os.FileInfo) error {
 	}
 	if err := syscall.Fchmod(int(tmp.Fd()), mode); err != nil {
 		return &fs.PathError{Op: "chmod", Path: tmp.Name(), Err: err}
+	}
+	return nil
+}
+
+// checkReadable fails unless this process may read p, a directory (list
+// it: read and search) or anything else (read it). access(2) checks the
+// real ids, which in the __fileop child are the user's.
+func checkReadable(p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	mode := uint32(unix.R_OK)
+	if fi.IsDir() {
+		mode |= unix.X_OK
+	}
+	if err := unix.Access(p, mode); err != nil {
+		return &fs.PathError{Op: "access", Path: p, Err: err}
 	}
 	return nil
 }

@@ -1,7 +1,8 @@
 // Package server is the in-sandbox side of the agent protocol (see package
 // agent): the HTTP API that lizard-agent, PID 1 of every sandbox, serves to
 // the node. It runs commands, keeps the table of running ones, reaps every
-// process of the sandbox, and does file operations as sandbox users.
+// process of the sandbox, does file operations as sandbox users, and
+// watches files with inotify.
 package server
 
 import (
@@ -41,6 +42,7 @@ type Server struct {
 	log      *slog.Logger
 	reaper   *reaper
 	procs    *procTable
+	watches  *watchHub
 	handler  http.Handler
 }
 
@@ -69,6 +71,7 @@ func New(cfg Config) (*Server, error) {
 		log:      log,
 		reaper:   r,
 		procs:    newProcTable(),
+		watches:  newWatchHub(log),
 	}
 	s.handler = s.recoverer(s.authenticate(s.routes()))
 	return s, nil
@@ -127,6 +130,9 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET /files/list", s.handle(s.listFiles))
 	mux.Handle("GET /files/stat", s.handle(s.statFile))
 	mux.Handle("POST /files/move", s.handle(s.moveFile))
+	mux.Handle("POST /watch", s.handle(s.watch))
+	mux.Handle("GET /watch/events", s.handle(s.watchEvents))
+	mux.Handle("DELETE /watch", s.handle(s.unwatch))
 	// A catch-all keeps unknown routes (and wrong methods) answering JSON.
 	mux.Handle("/", s.handle(func(w http.ResponseWriter, r *http.Request) error {
 		return errNotFound("no route %s %s", r.Method, r.URL.Path)
