@@ -19,6 +19,18 @@ func (s *server) agentFor(r *http.Request, p store.Project) (*agent.Client, erro
 	return ag, err
 }
 
+// pathQuery reads a required path and an optional user from the query and
+// finds the agent of the request's sandbox.
+func (s *server) pathQuery(r *http.Request, p store.Project) (ag *agent.Client, path, user string, err error) {
+	q := r.URL.Query()
+	path, user = q.Get("path"), q.Get("user")
+	if err := requirePath("path", path); err != nil {
+		return nil, "", "", err
+	}
+	ag, err = s.agentFor(r, p)
+	return ag, path, user, err
+}
+
 func requirePath(field, path string) error {
 	if path == "" {
 		return fmt.Errorf("%s: required, an absolute path in the sandbox: %w", field, errdefs.ErrInvalid)
@@ -102,15 +114,11 @@ func decodeWrite(w http.ResponseWriter, r *http.Request) (writeRequest, error) {
 }
 
 func (s *server) readFile(w http.ResponseWriter, r *http.Request, p store.Project) error {
-	q := r.URL.Query()
-	if err := requirePath("path", q.Get("path")); err != nil {
-		return err
-	}
-	ag, err := s.agentFor(r, p)
+	ag, path, user, err := s.pathQuery(r, p)
 	if err != nil {
 		return err
 	}
-	rc, err := ag.ReadFile(r.Context(), q.Get("path"), q.Get("user"))
+	rc, err := ag.ReadFile(r.Context(), path, user)
 	if err != nil {
 		return err
 	}
@@ -151,15 +159,11 @@ func (s *server) removeFile(w http.ResponseWriter, r *http.Request, p store.Proj
 }
 
 func (s *server) listFiles(w http.ResponseWriter, r *http.Request, p store.Project) error {
-	q := r.URL.Query()
-	if err := requirePath("path", q.Get("path")); err != nil {
-		return err
-	}
-	ag, err := s.agentFor(r, p)
+	ag, path, user, err := s.pathQuery(r, p)
 	if err != nil {
 		return err
 	}
-	entries, err := ag.List(r.Context(), q.Get("path"), q.Get("user"))
+	entries, err := ag.List(r.Context(), path, user)
 	if err != nil {
 		return err
 	}
@@ -171,15 +175,11 @@ func (s *server) listFiles(w http.ResponseWriter, r *http.Request, p store.Proje
 }
 
 func (s *server) statFile(w http.ResponseWriter, r *http.Request, p store.Project) error {
-	q := r.URL.Query()
-	if err := requirePath("path", q.Get("path")); err != nil {
-		return err
-	}
-	ag, err := s.agentFor(r, p)
+	ag, path, user, err := s.pathQuery(r, p)
 	if err != nil {
 		return err
 	}
-	st, err := ag.Stat(r.Context(), q.Get("path"), q.Get("user"))
+	st, err := ag.Stat(r.Context(), path, user)
 	if err != nil {
 		return err
 	}

@@ -35,21 +35,19 @@ func (s *server) watchFiles(w http.ResponseWriter, r *http.Request, p store.Proj
 	return nil
 }
 
-func watcherID(r *http.Request) (string, error) {
+// watcher reads the required watcherId and finds the sandbox's agent.
+func (s *server) watcher(r *http.Request, p store.Project) (*agent.Client, string, error) {
 	id := r.URL.Query().Get("watcherId")
 	if id == "" {
-		return "", fmt.Errorf("watcherId: required: %w", errdefs.ErrInvalid)
+		return nil, "", fmt.Errorf("watcherId: required: %w", errdefs.ErrInvalid)
 	}
-	return id, nil
+	ag, err := s.agentFor(r, p)
+	return ag, id, err
 }
 
 // watchEvents drains the watcher's queue.
 func (s *server) watchEvents(w http.ResponseWriter, r *http.Request, p store.Project) error {
-	id, err := watcherID(r)
-	if err != nil {
-		return err
-	}
-	ag, err := s.agentFor(r, p)
+	ag, id, err := s.watcher(r, p)
 	if err != nil {
 		return err
 	}
@@ -65,11 +63,7 @@ func (s *server) watchEvents(w http.ResponseWriter, r *http.Request, p store.Pro
 }
 
 func (s *server) unwatchFiles(w http.ResponseWriter, r *http.Request, p store.Project) error {
-	id, err := watcherID(r)
-	if err != nil {
-		return err
-	}
-	ag, err := s.agentFor(r, p)
+	ag, id, err := s.watcher(r, p)
 	if err != nil {
 		return err
 	}
