@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -19,6 +20,7 @@ const usage = `usage:
   lizard projects ls [--data-dir DIR]
   lizard keys create --project P [--data-dir DIR]
   lizard template build NAME [--if-missing] [--template-dir DIR]
+  lizard template build NAME -f DOCKERFILE [CONTEXT] [--build-arg K=V]... [--runsc PATH] [--template-dir DIR]
   lizard template ls [--template-dir DIR]`
 
 // Defaults shared by the subcommands.
@@ -138,12 +140,43 @@ func templates(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("template", flag.ContinueOnError)
 	dir := fs.String("template-dir", defaultTemplateDir, "template cache directory")
 	ifMissing := fs.Bool("if-missing", false, "build only when not built yet")
+	dockerfile := fs.String("f", "", "build from this Dockerfile (context: CONTEXT, default the Dockerfile's directory)")
+	runsc := fs.String("runsc", "", "runsc binary for RUN steps (default: $LIZARD_RUNSC, else runsc in PATH)")
+	var buildArgs buildArgFlag
+	fs.Var(&buildArgs, "build-arg", "NAME=VALUE for an ARG of the Dockerfile (repeatable)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
 	reg := template.NewRegistry(*dir)
 	switch {
+	case *dockerfile != "" && (len(pos) == 2 || len(pos) == 3) && pos[0] == "build":
+		if *ifMissing {
+			return errors.New("--if-missing is for built-in templates, not Dockerfile builds")
+		}
+		data, err := os.ReadFile(*dockerfile)
+		if err != nil {
+			return err
+		}
+		context := filepath.Dir(*dockerfile)
+		if len(pos) == 3 {
+			context = pos[2]
+		}
+		if *runsc == "" {
+			*runsc = os.Getenv("LIZARD_RUNSC")
+		}
+		rs, err := findRunsc(*runsc)
+		if err != nil {
+			return err
+		}
+		_, err = reg.BuildDockerfile(ctx, pos[1], template.DockerfileOptions{
+			Dockerfile:     data,
+			DockerfileName: *dockerfile,
+			Context:        context,
+			BuildArgs:      buildArgs.m,
+			Runsc:          rs,
+		}, os.Stdout)
+		return err
 	case len(pos) == 2 && pos[0] == "build":
 		build := reg.Build
 		if *ifMissing {
@@ -181,4 +214,28 @@ func templates(ctx context.Context, args []string) error {
 		return nil
 	}
 	return errors.New(usage)
+}
+
+// buildArgFlag collects --build-arg NAME=VALUE; a bare NAME takes the value
+// of the environment variable NAME, as in docker build.
+type buildArgFlag struct{ m map[string]string }
+
+func (f *buildArgFlag) String() string { return "" }
+
+func (f *buildArgFlag) Set(s string) error {
+	if f.m == nil {
+		f.m = map[string]string{}
+	}
+	k, v, ok := strings.Cut(s, "=")
+	if k == "" {
+		return fmt.Errorf("--build-arg %q: need NAME=VALUE", s)
+	}
+	if !ok {
+		v, ok = os.LookupEnv(k)
+		if !ok {
+			return nil
+		}
+	}
+	f.m[k] = v
+	return nil
 }

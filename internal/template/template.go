@@ -73,6 +73,13 @@ type Template struct {
 	// from its package database at build time: "debian" (12.x), "python",
 	// "node", ... (upstream versions, e.g. "3.11.2").
 	Versions map[string]string `json:"versions,omitempty"`
+	// Of templates built from a Dockerfile: the template FROM named, and
+	// the WORKDIR, USER and ENTRYPOINT+CMD in effect at its end ("" and nil
+	// when the Dockerfile set none).
+	From         string   `json:"from,omitempty"`
+	Workdir      string   `json:"workdir,omitempty"`
+	User         string   `json:"user,omitempty"`
+	StartCommand []string `json:"startCommand,omitempty"`
 }
 
 // metadata is the on-disk form of template.json. The rootfs path is not
@@ -90,6 +97,13 @@ type metadata struct {
 	Suite    string   `json:"suite,omitempty"`
 	Mirror   string   `json:"mirror,omitempty"`
 	Packages []string `json:"packages,omitempty"`
+	// Dockerfile builds: see Template; Layer is the key of the build's
+	// last step.
+	From         string   `json:"from,omitempty"`
+	Layer        string   `json:"layer,omitempty"`
+	Workdir      string   `json:"workdir,omitempty"`
+	User         string   `json:"user,omitempty"`
+	StartCommand []string `json:"startCommand,omitempty"`
 }
 
 // Registry is a directory of templates. Its methods are safe for concurrent
@@ -172,6 +186,11 @@ func (r *Registry) Get(name string) (Template, error) {
 		Env:       m.Env,
 		Aliases:   AliasesOf(name),
 		Versions:  m.Versions,
+
+		From:         m.From,
+		Workdir:      m.Workdir,
+		User:         m.User,
+		StartCommand: m.StartCommand,
 	}, nil
 }
 

@@ -66,7 +66,7 @@ func ociSpec(s runtime.Spec, agentHostPath, etcDir string, ep network.Endpoint) 
 			Resources: &specs.LinuxResources{
 				Memory: &specs.LinuxMemory{Limit: &mem},
 				CPU:    &specs.LinuxCPU{Quota: &quota, Period: &period},
-				Pids:   &specs.LinuxPids{Limit: pids},
+				Pids:   &specs.LinuxPids{Limit: &pids},
 			},
 		},
 	}

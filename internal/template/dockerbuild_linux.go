@@ -1,0 +1,995 @@
+//go:build linux
+
+package template
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/network"
+)
+
+// The build network: RUN steps reach the Debian mirror (apt-get) through a
+// bridge and NAT of their own, never the host's network namespace. It exists
+// only while a build runs RUN steps; builds on one host take turns on it
+// (buildNetLockPath), so one build's teardown never pulls it from under another.
+const (
+	buildBridge      = "lizardbuild0"
+	buildNetLockPath = "/run/lizard/build-network.lock"
+	buildRunscRt     = "/run/lizard/runsc-build"
+	buildCgroup      = "/lizard-build"
+)
+
+var buildSubnet = netip.MustParsePrefix("10.247.0.0/16")
+
+// buildCaps are the capabilities of RUN steps: Docker's default set, as in
+// sandboxes; gVisor stands between them and the host kernel.
+var buildCaps = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
+	"CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP",
+	"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
+}
+
+// layerInfo is <layer>/layer.json: what made the layer (informational).
+type layerInfo struct {
+	Key         string    `json:"key"`
+	Parent      string    `json:"parent"`
+	Instruction string    `json:"instruction"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+// dbuild is one Dockerfile build in progress.
+type dbuild struct {
+	r      *Registry
+	name   string
+	opts   DockerfileOptions
+	out    *dprogress
+	layers string // <registry>/.layers
+
+	netm    *network.Manager
+	netLock *os.File
+}
+
+// BuildDockerfile builds template name from a Dockerfile (see
+// DockerfileOptions), replacing an existing template of that name only once
+// the new one is complete; a failed build leaves the old one and nothing
+// else. Progress and the output of RUN steps are written to progress (may be
+// nil).
+func (r *Registry) BuildDockerfile(ctx context.Context, name string, opts DockerfileOptions, progress io.Writer) (Template, error) {
+	t, err := r.buildDockerfile(ctx, name, opts, progress)
+	if err != nil {
+		return Template{}, fmt.Errorf("build template %q: %w", name, err)
+	}
+	return t, nil
+}
+
+func (r *Registry) buildDockerfile(ctx context.Context, name string, opts DockerfileOptions, progress io.Writer) (Template, error) {
+	if !validName(name) {
+		return Template{}, fmt.Errorf("not a valid template name (letters, digits, '.', '_', '-'): %w", errdefs.ErrInvalid)
+	}
+	if _, ok := builtins[Resolve(name)]; ok || Resolve(name) != name {
+		return Template{}, fmt.Errorf("%s is a built-in template; give the Dockerfile's template another name: %w", name, errdefs.ErrConflict)
+	}
+	if os.Geteuid() != 0 {
+		return Template{}, fmt.Errorf("Dockerfile builds need root (gVisor sandboxes, network namespaces): %w", errdefs.ErrPermission)
+	}
+	if opts.Runsc == "" {
+		return Template{}, fmt.Errorf("no runsc binary: %w", errdefs.ErrUnavailable)
+	}
+	if opts.DockerfileName == "" {
+		opts.DockerfileName = "Dockerfile"
+	}
+	ctxDir, err := filepath.Abs(opts.Context)
+	if err != nil {
+		return Template{}, err
+	}
+	if fi, err := os.Stat(ctxDir); err != nil || !fi.IsDir() {
+		return Template{}, fmt.Errorf("build context %s is not a directory: %w", opts.Context, errdefs.ErrInvalid)
+	}
+	opts.Context = ctxDir
+	b := &dbuild{r: r, name: name, opts: opts, out: newDProgress(progress, name), layers: filepath.Join(r.dir, ".layers")}
+	defer b.closeNetwork()
+
+	plan, err := parseDockerfile(opts.DockerfileName, opts.Dockerfile, opts.BuildArgs, b.resolveBase(ctx))
+	if err != nil {
+		return Template{}, err
+	}
+	for _, w := range plan.Warnings {
+		b.out.printf("warning: %s", w)
+	}
+	if err := os.MkdirAll(b.layers, 0o700); err != nil {
+		return Template{}, err
+	}
+	lock, err := r.lock(ctx, name, newReporter(progress, name))
+	if err != nil {
+		return Template{}, err
+	}
+	defer lock.unlock()
+	r.removeStale(name, newReporter(progress, name))
+	b.removeStaleLayers()
+
+	base, err := r.Get(plan.From)
+	if err != nil {
+		return Template{}, err
+	}
+	total := len(plan.Steps) + 1
+	b.out.printf("step 1/%d FROM %s (template %s %s)", total, plan.From, base.Name, base.Version)
+	cur, key := base.Rootfs, plan.FromKey
+	for i, st := range plan.Steps {
+		if err := ctx.Err(); err != nil {
+			return Template{}, err
+		}
+		n := i + 2
+		switch st.Kind {
+		case stepMeta:
+			key = stepKey(key, st.KeyText, "")
+			b.out.printf("step %d/%d %s", n, total, st.Text)
+		case stepCopy:
+			srcs, err := expandSources(opts.Context, st.Srcs)
+			if err != nil {
+				return Template{}, fmt.Errorf("%s:%d: %s: %w", opts.DockerfileName, st.Line, st.Op, err)
+			}
+			sum, size, err := hashSources(srcs)
+			if err != nil {
+				return Template{}, fmt.Errorf("%s:%d: %s: %w", opts.DockerfileName, st.Line, st.Op, err)
+			}
+			parent := key
+			key = stepKey(key, st.KeyText, sum)
+			if l, ok := b.cached(key); ok {
+				b.out.printf("step %d/%d %s CACHED", n, total, st.Text)
+				cur = l
+				continue
+			}
+			b.out.printf("step %d/%d %s (%s)", n, total, st.Text, fmtBytes(size))
+			start := time.Now()
+			var copied int64
+			l, err := b.makeLayer(ctx, cur, parent, key, st, func(rootfs string) error {
+				var err error
+				copied, err = copyStep(rootfs, srcs, st)
+				return err
+			})
+			if err != nil {
+				return Template{}, fmt.Errorf("%s:%d: %s: %w", opts.DockerfileName, st.Line, st.Op, err)
+			}
+			b.out.printf("step %d/%d done: %s copied in %s", n, total, fmtBytes(copied), fmtDuration(time.Since(start)))
+			cur = l
+		case stepRun:
+			parent := key
+			key = stepKey(key, st.KeyText, "")
+			if l, ok := b.cached(key); ok {
+				b.out.printf("step %d/%d %s CACHED", n, total, st.Text)
+				cur = l
+				continue
+			}
+			b.out.printf("step %d/%d %s", n, total, st.Text)
+			start := time.Now()
+			l, err := b.makeLayer(ctx, cur, parent, key, st, func(rootfs string) error {
+				return b.run(ctx, rootfs, st)
+			})
+			if err != nil {
+				return Template{}, fmt.Errorf("%s:%d: %w", opts.DockerfileName, st.Line, err)
+			}
+			b.out.printf("step %d/%d done in %s", n, total, fmtDuration(time.Since(start)))
+			cur = l
+		}
+	}
+	b.closeNetwork()
+	return b.install(ctx, plan, base, cur, key)
+}
+
+// resolveBase finds the template FROM names; a built-in template that is
+// not built yet is built first.
+func (b *dbuild) resolveBase(ctx context.Context) baseResolver {
+	return func(from string, line int) ([]string, string, error) {
+		t, err := b.r.Get(from)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			if _, ok := builtins[Resolve(from)]; ok {
+				b.out.printf("FROM %s: building the built-in template first", from)
+				t, err = b.r.EnsureBuilt(ctx, from, b.out.w)
+			} else {
+				why := "no such lizard template"
+				if strings.ContainsAny(from, "/:@") {
+					why = "it looks like a container image, and pulling images needs a container registry, which this host cannot reach"
+				}
+				names := []string{}
+				if ts, err := b.r.List(); err == nil {
+					for _, t := range ts {
+						names = append(names, t.Name)
+					}
+				}
+				return nil, "", errdefs.WithCode(CodeNotFound, fmt.Errorf("%s:%d: FROM %s: %s (FROM takes a lizard template: %s): %w",
+					b.opts.DockerfileName, line, from, why, strings.Join(names, ", "), errdefs.ErrNotFound))
+			}
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("%s:%d: FROM %s: %w", b.opts.DockerfileName, line, from, err)
+		}
+		return t.Env, fromKey(t.Name, t.Version, t.BuiltAt.UTC().Format(time.RFC3339Nano)), nil
+	}
+}
+
+// cached returns the rootfs of layer key when it is complete.
+func (b *dbuild) cached(key string) (string, bool) {
+	dir := filepath.Join(b.layers, key)
+	if _, err := os.Stat(filepath.Join(dir, "layer.json")); err != nil {
+		return "", false
+	}
+	return filepath.Join(dir, rootfsDir), true
+}
+
+// makeLayer makes layer key: a copy of parent's rootfs changed by fn, in a
+// temporary directory renamed into place once complete, so a layer that
+// exists is whole.
+func (b *dbuild) makeLayer(ctx context.Context, from, parentKey, key string, st dfStep, fn func(rootfs string) error) (string, error) {
+	tmp, err := os.MkdirTemp(b.layers, fmt.Sprintf(".tmp-%d-%s-", os.Getpid(), key[:12]))
+	if err != nil {
+		return "", err
+	}
+	done := false
+	defer func() {
+		if !done {
+			os.RemoveAll(tmp)
+		}
+	}()
+	rootfs := filepath.Join(tmp, rootfsDir)
+	// A real copy (not hard links): RUN writes into it in place.
+	cp := exec.CommandContext(ctx, "cp", "-a", "--reflink=auto", from, rootfs)
+	if out, err := cp.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("copy the previous layer: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	if err := fn(rootfs); err != nil {
+		return "", err
+	}
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	info := layerInfo{Key: key, Parent: parentKey, Instruction: st.Text, CreatedAt: time.Now().UTC()}
+	bs, _ := json.MarshalIndent(info, "", "  ")
+	if err := os.WriteFile(filepath.Join(tmp, "layer.json"), append(bs, '\n'), 0o644); err != nil {
+		return "", err
+	}
+	final := filepath.Join(b.layers, key)
+	if err := os.Rename(tmp, final); err != nil {
+		// Another build made the same layer meanwhile: use that one.
+		if _, ok := b.cached(key); ok {
+			return filepath.Join(final, rootfsDir), nil
+		}
+		return "", err
+	}
+	done = true
+	return filepath.Join(final, rootfsDir), nil
+}
+
+// removeStaleLayers removes layer directories that builds which are no
+// longer running left half-made.
+func (b *dbuild) removeStaleLayers() {
+	ents, err := os.ReadDir(b.layers)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		f := strings.SplitN(e.Name(), "-", 3)
+		if len(f) < 3 || f[0] != ".tmp" {
+			continue
+		}
+		pid, err := strconv.Atoi(f[1])
+		if err != nil {
+			continue
+		}
+		if pid != os.Getpid() && syscall.Kill(pid, 0) == nil {
+			continue // its build may still be running
+		}
+		os.RemoveAll(filepath.Join(b.layers, e.Name()))
+	}
+}
+
+// install makes the template: a hard-linked copy of the last layer (layers
+// and templates are never written in place, so they may share files), the
+// WORKDIR made, and the metadata.
+func (b *dbuild) install(ctx context.Context, plan *dfPlan, base Template, layer, key string) (Template, error) {
+	tmp, err := os.MkdirTemp(b.r.dir, ".build-"+b.name+"-")
+	if err != nil {
+		return Template{}, err
+	}
+	installed := false
+	defer func() {
+		if !installed {
+			if err := b.r.removeTree(tmp); err != nil {
+				b.out.printf("warning: could not remove unfinished build %s: %v", tmp, err)
+			}
+		}
+	}()
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return Template{}, err
+	}
+	rootfs := filepath.Join(tmp, rootfsDir)
+	cp := exec.CommandContext(ctx, "cp", "-a", "--link", layer, rootfs)
+	if out, err := cp.CombinedOutput(); err != nil {
+		return Template{}, fmt.Errorf("copy the last layer: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	if plan.Workdir != "" {
+		if err := mkdirInRoot(rootfs, plan.Workdir, nil); err != nil {
+			return Template{}, fmt.Errorf("WORKDIR %s: %w", plan.Workdir, err)
+		}
+	}
+	size, err := treeSize(rootfs)
+	if err != nil {
+		return Template{}, fmt.Errorf("measure rootfs: %w", err)
+	}
+	versions, _ := readVersions(rootfs) // a rootfs without dpkg has none
+	env := plan.Env
+	if _, ok := lookupEnv(env, "PATH"); !ok {
+		env = setEnv(env, "PATH", hostPath)
+	}
+	builtAt := time.Now().UTC().Truncate(time.Second)
+	m := metadata{
+		Name:         b.name,
+		Version:      "dockerfile-" + builtAt.Format("20060102T150405Z") + "-" + key[:12],
+		SizeBytes:    size,
+		BuiltAt:      builtAt,
+		Env:          env,
+		Versions:     versions,
+		From:         base.Name,
+		Layer:        key,
+		Workdir:      plan.Workdir,
+		User:         plan.User,
+		StartCommand: plan.StartCommand,
+	}
+	if err := writeMetadata(tmp, m); err != nil {
+		return Template{}, fmt.Errorf("write metadata: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return Template{}, err
+	}
+	if err := b.r.install(b.name, tmp, newReporter(b.out.w, b.name)); err != nil {
+		return Template{}, err
+	}
+	installed = true
+	t, err := b.r.Get(b.name)
+	if err != nil {
+		return Template{}, err
+	}
+	b.out.printf("built %s: %s in %s → %s", t.Version, fmtBytes(t.SizeBytes), fmtDuration(b.out.elapsed()), t.Rootfs)
+	return t, nil
+}
+
+// ---- RUN ----
+
+// network returns the build network, making it on first use.
+func (b *dbuild) network(ctx context.Context) (*network.Manager, error) {
+	if b.netm != nil {
+		return b.netm, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(buildNetLockPath), 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(buildNetLockPath, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	waiting := false
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+			f.Close()
+			return nil, fmt.Errorf("lock the build network: %w", err)
+		}
+		if !waiting {
+			b.out.printf("waiting for another build's RUN steps to finish (builds take turns on the build network)")
+			waiting = true
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	m, err := network.New(network.Config{Bridge: buildBridge, Subnet: buildSubnet, DNSUpstream: b.opts.DNSUpstream})
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("build network: %w", err)
+	}
+	b.netm, b.netLock = m, f
+	return m, nil
+}
+
+// closeNetwork removes the build network (bridge, firewall table,
+// resolver), runsc's state directory of builds and the builds' parent
+// cgroups, and lets other builds have them: RUN steps of all builds hold
+// the same lock, so none is using them now.
+func (b *dbuild) closeNetwork() {
+	if b.netm != nil {
+		if err := b.netm.Remove(); err != nil {
+			b.out.printf("warning: removing the build network: %v", err)
+		}
+		b.netm = nil
+		// runsc bind-mounts a "null-netns" into its state directory.
+		syscall.Unmount(filepath.Join(buildRunscRt, "null-netns"), syscall.MNT_DETACH|umountNoFollow)
+		if err := os.RemoveAll(buildRunscRt); err != nil {
+			b.out.printf("warning: removing %s: %v", buildRunscRt, err)
+		}
+		ms, _ := filepath.Glob("/sys/fs/cgroup/*" + buildCgroup)
+		ms = append(ms, "/sys/fs/cgroup"+buildCgroup)
+		for _, m := range ms {
+			os.Remove(m) // cgroup directories go with rmdir; missing ones are fine
+		}
+	}
+	if b.netLock != nil {
+		b.netLock.Close()
+		b.netLock = nil
+	}
+}
+
+// run runs a RUN step in a gVisor sandbox whose root is rootfs itself
+// (--overlay2=none: the writes are the layer).
+func (b *dbuild) run(ctx context.Context, rootfs string, st dfStep) (err error) {
+	netm, err := b.network(ctx)
+	if err != nil {
+		return err
+	}
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	id := "lzb" + hex.EncodeToString(rnd[:])
+	// The step's bundle, /etc files and log live beside the rootfs, in the
+	// layer's temporary directory, and go before it is renamed.
+	work := filepath.Join(filepath.Dir(rootfs), ".run")
+	if err := os.Mkdir(work, 0o700); err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+
+	ep, err := netm.Setup(id, network.Egress{})
+	if err != nil {
+		return fmt.Errorf("network: %w", err)
+	}
+	defer func() {
+		if terr := netm.Teardown(ep); terr != nil && err == nil {
+			err = fmt.Errorf("network teardown: %w", terr)
+		}
+	}()
+
+	uid, gid, home, err := lookupUser(rootfs, st.User)
+	if err != nil {
+		return fmt.Errorf("USER %s: %w", st.User, err)
+	}
+	if err := mkdirInRoot(rootfs, st.Workdir, nil); err != nil {
+		return fmt.Errorf("WORKDIR %s: %w", st.Workdir, err)
+	}
+	env := st.Env
+	if _, ok := lookupEnv(env, "PATH"); !ok {
+		env = setEnv(env, "PATH", hostPath)
+	}
+	if _, ok := lookupEnv(env, "HOME"); !ok {
+		env = setEnv(env, "HOME", home)
+	}
+	etc := filepath.Join(work, "etc")
+	if err := os.Mkdir(etc, 0o755); err != nil {
+		return err
+	}
+	files := map[string]string{
+		"hosts":       "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" + ep.Addr.String() + "\tbuild\n",
+		"resolv.conf": "nameserver " + ep.Gateway.String() + "\noptions timeout:2 attempts:2\n",
+	}
+	for n, c := range files {
+		if err := os.WriteFile(filepath.Join(etc, n), []byte(c), 0o644); err != nil {
+			return err
+		}
+	}
+	bundle := filepath.Join(work, "bundle")
+	if err := os.Mkdir(bundle, 0o700); err != nil {
+		return err
+	}
+	spec := buildSpec(id, rootfs, etc, ep, st.Argv, env, st.Workdir, uid, gid)
+	// gVisor mounts a tmpfs on /tmp unless the spec mounts something there;
+	// what a RUN writes to /tmp belongs to the layer, as in Docker.
+	if tmpDir, err := resolveInRoot(rootfs, "/tmp"); err == nil {
+		if fi, err := os.Lstat(tmpDir); err == nil && fi.IsDir() {
+			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/tmp", Type: "bind", Source: tmpDir, Options: []string{"bind", "rw"}})
+		}
+	}
+	sb, _ := json.MarshalIndent(spec, "", "  ")
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), sb, 0o600); err != nil {
+		return err
+	}
+	logPath := filepath.Join(work, "output.log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+
+	defer func() {
+		if cerr := b.cleanupRun(id, work); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	tail := b.out.follow(logPath)
+	defer tail.stop()
+
+	// runsc run (create, start and wait in one) exits with the step's exit
+	// status: a detached container's sandbox is gone by the time a later
+	// runsc wait asks, and the status with it.
+	rerr := b.runsc(ctx, logf, nil, "run", "--bundle", bundle, id)
+	tail.stop()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var ee *exec.ExitError
+	if rerr != nil && !errors.As(rerr, &ee) {
+		return fmt.Errorf("RUN: runsc run: %v: %w", rerr, errdefs.ErrUnavailable)
+	}
+	if rerr == nil {
+		return nil
+	}
+	last := tail.last(10)
+	// runsc's own failures (a missing program, a bad spec) exit 128 with
+	// its message last.
+	if n := len(last); ee.ExitCode() == 128 && n > 0 && strings.HasPrefix(last[n-1], "running container:") {
+		return fmt.Errorf("RUN %s: %s: %w", strings.Join(st.Argv, " "), last[n-1], errdefs.ErrInvalid)
+	}
+	code := ee.ExitCode()
+	status := fmt.Sprintf("exit code %d", code)
+	if code > 128 && code < 128+65 {
+		status = fmt.Sprintf("exit code %d (signal %s)", code, syscall.Signal(code-128))
+	}
+	b.out.printf("RUN failed (%s); last output:", status)
+	for _, l := range last {
+		b.out.printf("  | %s", l)
+	}
+	msg := fmt.Sprintf("RUN %s: %s", strings.Join(st.Argv, " "), status)
+	if len(last) > 0 {
+		msg += "; last output: " + strings.Join(last, " ⏎ ")
+	}
+	return fmt.Errorf("%s: %w", msg, errdefs.ErrInvalid)
+}
+
+// runsc runs one runsc command against the build's runsc state directory.
+// stdio, when given, is its stdout and stderr (and so the container's).
+func (b *dbuild) runsc(ctx context.Context, stdio *os.File, stdout *bytes.Buffer, args ...string) error {
+	full := append([]string{"--root", buildRunscRt, "--platform", "systrap", "--overlay2=none"}, args...)
+	cmd := exec.CommandContext(ctx, b.opts.Runsc, full...)
+	// runsc dies with the build rather than outlive it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var stderr bytes.Buffer
+	if stdio != nil {
+		cmd.Stdout, cmd.Stderr = stdio, stdio
+	} else {
+		cmd.Stderr = &stderr
+		if stdout != nil {
+			cmd.Stdout = stdout
+		}
+	}
+	run := b.opts.RunCommand
+	if run == nil {
+		run = (*exec.Cmd).Run
+	}
+	if err := run(cmd); err != nil {
+		if s := strings.TrimSpace(stderr.String()); s != "" {
+			return fmt.Errorf("%w: %s", err, s)
+		}
+		return err
+	}
+	return nil
+}
+
+// cleanupRun removes the container of a RUN step and whatever it left:
+// runsc processes runsc lost track of, and its cgroups.
+func (b *dbuild) cleanupRun(id, work string) error {
+	var errs []error
+	if err := b.runsc(context.Background(), nil, nil, "delete", "--force", id); err != nil && !strings.Contains(err.Error(), "does not exist") {
+		errs = append(errs, fmt.Errorf("runsc delete: %w", err))
+	}
+	if err := killRunsc(id); err != nil {
+		errs = append(errs, err)
+	}
+	for _, pattern := range []string{"/sys/fs/cgroup/*" + buildCgroup + "/" + id, "/sys/fs/cgroup" + buildCgroup + "/" + id} {
+		ms, _ := filepath.Glob(pattern)
+		for _, m := range ms {
+			if err := rmdirRetry(m); err != nil {
+				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", m, err))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		b.out.printf("warning: cleaning up RUN container %s: %v", id, errors.Join(errs...))
+	}
+	return errors.Join(errs...)
+}
+
+// killRunsc kills runsc processes of container id (sandbox, gofer) and
+// waits for them to go.
+func killRunsc(id string) error {
+	var pids []int
+	for range 100 {
+		pids = pids[:0]
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+			if err != nil {
+				continue
+			}
+			cmd := string(b)
+			if strings.Contains(cmd, "runsc") && strings.Contains(cmd, buildRunscRt) && strings.Contains(cmd, id) {
+				pids = append(pids, pid)
+			}
+		}
+		if len(pids) == 0 {
+			return nil
+		}
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("runsc processes %v of %s do not exit", pids, id)
+}
+
+func rmdirRetry(p string) error {
+	var err error
+	for range 50 {
+		err = os.Remove(p)
+		if err == nil || errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if !errors.Is(err, syscall.EBUSY) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return err
+}
+
+// buildSpec is the OCI config of a RUN step.
+func buildSpec(id, rootfs, etc string, ep network.Endpoint, argv, env []string, cwd string, uid, gid uint32) *specs.Spec {
+	mem := int64(8 << 30)
+	pids := int64(16384)
+	return &specs.Spec{
+		Version: specs.Version,
+		Process: &specs.Process{
+			Args: argv,
+			Env:  env,
+			Cwd:  cwd,
+			User: specs.User{UID: uid, GID: gid},
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding: buildCaps, Effective: buildCaps, Permitted: buildCaps,
+			},
+			Rlimits: []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20}},
+		},
+		Root:     &specs.Root{Path: rootfs},
+		Hostname: "build",
+		Mounts: []specs.Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc"},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+			// Name resolution through the build network's resolver; the
+			// files are the step's, not the layer's.
+			{Destination: "/etc/hosts", Type: "bind", Source: etc + "/hosts", Options: []string{"bind", "rw"}},
+			{Destination: "/etc/resolv.conf", Type: "bind", Source: etc + "/resolv.conf", Options: []string{"bind", "rw"}},
+		},
+		Linux: &specs.Linux{
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
+				{Type: specs.MountNamespace}, {Type: specs.NetworkNamespace, Path: ep.Netns},
+			},
+			CgroupsPath: buildCgroup + "/" + id,
+			Resources: &specs.LinuxResources{
+				Memory: &specs.LinuxMemory{Limit: &mem},
+				Pids:   &specs.LinuxPids{Limit: &pids},
+			},
+		},
+	}
+}
+
+// ---- users ----
+
+// lookupUser resolves USER ("name", "uid", "name:group", "uid:gid") with
+// the rootfs's /etc/passwd and /etc/group. "" is root.
+func lookupUser(rootfs, spec string) (uid, gid uint32, home string, err error) {
+	if spec == "" {
+		return 0, 0, "/root", nil
+	}
+	u, g, hasGroup := strings.Cut(spec, ":")
+	home = "/"
+	found := false
+	if e, ok := findEntry(rootfs, "/etc/passwd", u, 2); ok && len(e) >= 6 {
+		uid = parseID(e[2])
+		gid = parseID(e[3])
+		home = e[5]
+		found = true
+	} else if n, perr := strconv.ParseUint(u, 10, 32); perr == nil {
+		uid, gid = uint32(n), 0
+		found = true
+	}
+	if !found {
+		return 0, 0, "", fmt.Errorf("no user %q in /etc/passwd: %w", u, errdefs.ErrInvalid)
+	}
+	if hasGroup {
+		if e, ok := findEntry(rootfs, "/etc/group", g, 2); ok && len(e) >= 3 {
+			gid = parseID(e[2])
+		} else if n, perr := strconv.ParseUint(g, 10, 32); perr == nil {
+			gid = uint32(n)
+		} else {
+			return 0, 0, "", fmt.Errorf("no group %q in /etc/group: %w", g, errdefs.ErrInvalid)
+		}
+	}
+	return uid, gid, home, nil
+}
+
+// lookupChown resolves COPY --chown: as USER, except that a user without a
+// group gets the gid equal to its uid (Docker's rule).
+func lookupChown(rootfs, spec string) (uid, gid uint32, err error) {
+	uid, gid, _, err = lookupUser(rootfs, spec)
+	if err != nil {
+		return 0, 0, err
+	}
+	if !strings.Contains(spec, ":") {
+		gid = uid
+	}
+	return uid, gid, nil
+}
+
+// findEntry finds the line of a passwd-style file whose first field (or,
+// for a number, field idField) is name.
+func findEntry(rootfs, file, name string, idField int) ([]string, bool) {
+	p, err := resolveInRoot(rootfs, file)
+	if err != nil {
+		return nil, false
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Split(sc.Text(), ":")
+		if len(fields) > idField && (fields[0] == name || fields[idField] == name) {
+			return fields, true
+		}
+	}
+	return nil, false
+}
+
+func parseID(s string) uint32 {
+	n, _ := strconv.ParseUint(s, 10, 32)
+	return uint32(n)
+}
+
+// ---- paths inside a rootfs ----
+
+// resolveInRoot returns the host path of p inside root, following symbolic
+// links as if root were /, so that nothing resolves outside root.
+func resolveInRoot(root, p string) (string, error) {
+	resolved := "/"
+	rest := strings.Split(path.Clean("/"+p), "/")
+	links := 0
+	for len(rest) > 0 {
+		c := rest[0]
+		rest = rest[1:]
+		if c == "" || c == "." {
+			continue
+		}
+		if c == ".." {
+			resolved = path.Dir(resolved)
+			continue
+		}
+		next := path.Join(resolved, c)
+		fi, err := os.Lstat(filepath.Join(root, next))
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				resolved = next
+				continue
+			}
+			return "", err
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			resolved = next
+			continue
+		}
+		if links++; links > 255 {
+			return "", fmt.Errorf("%s: too many levels of symbolic links", p)
+		}
+		t, err := os.Readlink(filepath.Join(root, next))
+		if err != nil {
+			return "", err
+		}
+		if path.IsAbs(t) {
+			resolved = "/"
+		}
+		rest = append(strings.Split(t, "/"), rest...)
+	}
+	return filepath.Join(root, resolved), nil
+}
+
+// mkdirInRoot makes directory p (and its parents) inside root; new
+// directories are 0755 and owned by owner (root if nil).
+func mkdirInRoot(root, p string, owner *[2]uint32) error {
+	dir := "/"
+	for _, c := range strings.Split(path.Clean("/"+p), "/") {
+		if c == "" {
+			continue
+		}
+		host, err := resolveInRoot(root, path.Join(dir, c))
+		if err != nil {
+			return err
+		}
+		dir = "/" + strings.TrimPrefix(strings.TrimPrefix(host, root), "/")
+		fi, err := os.Lstat(host)
+		if err == nil {
+			if !fi.IsDir() {
+				return fmt.Errorf("%s exists and is not a directory: %w", dir, errdefs.ErrInvalid)
+			}
+			continue
+		}
+		if err := os.Mkdir(host, 0o755); err != nil {
+			return err
+		}
+		if owner != nil {
+			if err := os.Lchown(host, int(owner[0]), int(owner[1])); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// ---- progress ----
+
+// dprogress prints a Dockerfile build's progress lines.
+type dprogress struct {
+	mu    sync.Mutex
+	w     io.Writer
+	name  string
+	start time.Time
+}
+
+func newDProgress(w io.Writer, name string) *dprogress {
+	if w == nil {
+		w = io.Discard
+	}
+	return &dprogress{w: w, name: name, start: time.Now()}
+}
+
+func (p *dprogress) elapsed() time.Duration { return time.Since(p.start) }
+
+func (p *dprogress) printf(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(p.w, "[%s] %s\n", p.name, fmt.Sprintf(format, args...))
+}
+
+func fmtDuration(d time.Duration) string {
+	return fmt.Sprintf("%.1f s", d.Seconds())
+}
+
+// follower streams the lines a RUN step writes to its log file.
+type follower struct {
+	p    *dprogress
+	path string
+	quit chan struct{}
+	done chan struct{}
+	once sync.Once
+
+	mu   sync.Mutex
+	tail []string
+}
+
+// follow starts streaming path's lines, "  | line", until stop.
+func (p *dprogress) follow(path string) *follower {
+	f := &follower{p: p, path: path, quit: make(chan struct{}), done: make(chan struct{})}
+	go f.loop()
+	return f
+}
+
+func (f *follower) loop() {
+	defer close(f.done)
+	var off int64
+	var partial []byte
+	read := func(final bool) {
+		file, err := os.Open(f.path)
+		if err != nil {
+			return
+		}
+		defer file.Close()
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := file.ReadAt(buf, off)
+			off += int64(n)
+			partial = append(partial, buf[:n]...)
+			for {
+				i := bytes.IndexByte(partial, '\n')
+				if i < 0 {
+					break
+				}
+				f.line(string(partial[:i]))
+				partial = partial[i+1:]
+			}
+			if len(partial) > 64<<10 {
+				f.line(string(partial))
+				partial = nil
+			}
+			if err != nil || n == 0 {
+				break
+			}
+		}
+		if final && len(partial) > 0 {
+			f.line(string(partial))
+			partial = nil
+		}
+	}
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-f.quit:
+			read(true)
+			return
+		case <-t.C:
+			read(false)
+		}
+	}
+}
+
+func (f *follower) line(s string) {
+	s = strings.TrimRight(s, "\r")
+	if i := strings.LastIndexByte(s, '\r'); i >= 0 {
+		s = s[i+1:] // progress bars redraw the line
+	}
+	if strings.TrimSpace(s) == "" {
+		return
+	}
+	f.mu.Lock()
+	f.tail = append(f.tail, s)
+	if len(f.tail) > tailLines {
+		f.tail = f.tail[len(f.tail)-tailLines:]
+	}
+	f.mu.Unlock()
+	f.p.printf("  | %s", s)
+}
+
+// stop reads what is left and stops; it may be called more than once.
+func (f *follower) stop() {
+	f.once.Do(func() { close(f.quit) })
+	<-f.done
+}
+
+// last returns the last n lines seen.
+func (f *follower) last(n int) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.tail) > n {
+		return append([]string(nil), f.tail[len(f.tail)-n:]...)
+	}
+	return append([]string(nil), f.tail...)
+}

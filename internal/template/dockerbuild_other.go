@@ -1,0 +1,17 @@
+//go:build !linux
+
+package template
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+)
+
+// BuildDockerfile builds template name from a Dockerfile; it needs Linux
+// (gVisor runs RUN steps).
+func (r *Registry) BuildDockerfile(ctx context.Context, name string, opts DockerfileOptions, progress io.Writer) (Template, error) {
+	return Template{}, fmt.Errorf("build template %q: Dockerfile builds need Linux: %w", name, errdefs.ErrUnavailable)
+}
