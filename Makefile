@@ -18,7 +18,7 @@ RUNSC         ?= $(CACHE)/runsc-$(RUNSC_SHORT)
 SERVE_FLAGS   ?=
 
 # The built-in templates `make templates` builds (each only when missing).
-TEMPLATES     ?= base python node interpreter
+TEMPLATES     ?= base python node interpreter desktop
 
 TEST_ENV := LIZARD_TEMPLATE_DIR=$(TEMPLATE_DIR) LIZARD_RUNSC=$(RUNSC)
 

@@ -107,6 +107,10 @@ func run(ctx context.Context, cfg config) error {
 	printProxyTable(os.Stdout, prs)
 	fmt.Println()
 	printVolumeTable(os.Stdout, vr)
+	fmt.Println()
+	if err := benchDesktopTable(os.Stdout, srv, max(2, cfg.n/4)); err != nil {
+		return fmt.Errorf("desktop: %w", err)
+	}
 	return nil
 }
 

@@ -91,6 +91,10 @@ func Handler(cfg Config) http.Handler {
 	route("PATCH /api/projects/{pid}/volumes/{vid}", s.resizeVolume)
 	route("DELETE /api/projects/{pid}/volumes/{vid}", s.deleteVolume)
 
+	route("POST /api/sandboxes/{id}/desktop", s.startDesktop)
+	route("GET /api/sandboxes/{id}/desktop", s.getDesktop)
+	route("DELETE /api/sandboxes/{id}/desktop", s.stopDesktop)
+
 	route("GET /api/sandboxes/{id}/logs", s.sandboxLogs)
 	route("POST /api/sandboxes/{id}/exec", s.exec)
 	route("GET /api/sandboxes/{id}/processes", s.listProcesses)
@@ -122,7 +126,6 @@ func Handler(cfg Config) http.Handler {
 // error instead of a 404 for a route that exists in the API.
 func (s *server) routeUnavailable(route func(string, func(http.ResponseWriter, *http.Request, store.Project) error)) {
 	features := map[string][]string{
-		"desktop":           {"POST /api/sandboxes/{id}/desktop", "GET /api/sandboxes/{id}/desktop", "DELETE /api/sandboxes/{id}/desktop"},
 		"template building": {"POST /api/templates"},
 	}
 	for feature, patterns := range features {

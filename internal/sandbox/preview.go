@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -26,10 +27,31 @@ func validPort(port int) error {
 	return nil
 }
 
+// ExposeOption changes how Expose publishes a port.
+type ExposeOption func(*exposeOptions)
+
+type exposeOptions struct {
+	ownToken bool
+}
+
+// OwnToken gives the port an access token of its own in place of the
+// sandbox's, so that its URL opens that port and no other (the desktop's
+// view-only stream must not open the interactive one). The token is made
+// once and kept, also while the port is not exposed, so the URL stays the
+// same.
+func OwnToken() ExposeOption {
+	return func(o *exposeOptions) { o.ownToken = true }
+}
+
 // Expose publishes a port of the sandbox on the preview proxy and returns
-// the sandbox's access token (one per sandbox, for all its ports; it stays
-// the same across pause and resume).
-func (s *Service) Expose(ctx context.Context, projectID, id string, port int) (string, error) {
+// the token that admits requests to it: the port's own token when it has
+// one, else the sandbox's (one per sandbox, shared by its other ports). Both
+// stay the same across pause and resume.
+func (s *Service) Expose(ctx context.Context, projectID, id string, port int, opts ...ExposeOption) (string, error) {
+	var o exposeOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if err := validPort(port); err != nil {
 		return "", err
 	}
@@ -47,13 +69,29 @@ func (s *Service) Expose(ctx context.Context, projectID, id string, port int) (s
 	if e.rec.PreviewToken == "" {
 		e.rec.PreviewToken = previewToken()
 	}
+	if o.ownToken && e.rec.PortTokens[port] == "" {
+		tokens := maps.Clone(e.rec.PortTokens)
+		if tokens == nil {
+			tokens = map[int]string{}
+		}
+		tokens[port] = previewToken()
+		e.rec.PortTokens = tokens
+	}
 	if !slices.Contains(e.rec.Ports, port) {
 		e.rec.Ports = append(slices.Clone(e.rec.Ports), port)
 		slices.Sort(e.rec.Ports)
 	}
 	rec := e.rec
 	s.mu.Unlock()
-	return rec.PreviewToken, s.persist(ctx, rec)
+	return rec.previewTokenOf(port), s.persist(ctx, rec)
+}
+
+// previewTokenOf is the token that admits requests to port.
+func (r Record) previewTokenOf(port int) string {
+	if t := r.PortTokens[port]; t != "" {
+		return t
+	}
+	return r.PreviewToken
 }
 
 // Unexpose takes a port off the preview proxy, at once. Unexposing a port
@@ -102,7 +140,7 @@ func (s *Service) Preview(ctx context.Context, id string, port int) (proxy.Targe
 	if err != nil {
 		return proxy.Target{}, fmt.Errorf("sandbox %q has no address: %w", id, errdefs.ErrUnavailable)
 	}
-	return proxy.Target{Addr: net.JoinHostPort(host, strconv.Itoa(port)), Token: rec.PreviewToken}, nil
+	return proxy.Target{Addr: net.JoinHostPort(host, strconv.Itoa(port)), Token: rec.previewTokenOf(port)}, nil
 }
 
 // previewToken is 256 random bits, URL-safe.

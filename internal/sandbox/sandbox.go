@@ -91,15 +91,17 @@ type Service struct {
 	bg        sync.WaitGroup
 }
 
-// entry is one live sandbox. mu serializes its lifecycle operations; the
-// fields below it are guarded by Service.mu.
+// entry is one live sandbox. desktop serializes its desktop's starts and
+// stops, mu its lifecycle operations; the fields below mu are guarded by
+// Service.mu.
 type entry struct {
-	mu    sync.Mutex
-	rec   Record
-	agent *agent.Client
-	tr    *http.Transport
-	timer *time.Timer
-	gone  bool
+	desktop sync.Mutex
+	mu      sync.Mutex
+	rec     Record
+	agent   *agent.Client
+	tr      *http.Transport
+	timer   *time.Timer
+	gone    bool
 }
 
 // Record is a sandbox as the service keeps it (and persists it as the
@@ -129,9 +131,15 @@ type Record struct {
 	SnapshotID string `json:"snapshotId,omitempty"`
 	PoolOf     string `json:"poolOf,omitempty"`
 	// Ports are exposed on the preview proxy; PreviewToken admits requests
-	// to them.
-	Ports        []int  `json:"ports,omitempty"`
-	PreviewToken string `json:"previewToken,omitempty"`
+	// to them, except to ports in PortTokens, which only their own token
+	// admits (kept while the port is not exposed, so its URL does not
+	// change).
+	Ports        []int          `json:"ports,omitempty"`
+	PreviewToken string         `json:"previewToken,omitempty"`
+	PortTokens   map[int]string `json:"portTokens,omitempty"`
+	// Desktop is the size the desktop was last started with; nil if it
+	// never was.
+	Desktop *DesktopSize `json:"desktop,omitempty"`
 	// Egress is what the sandbox may reach outside the host.
 	Egress network.Egress `json:"egress,omitempty"`
 	// VolumeID is the volume attached at /workspace.

@@ -108,6 +108,9 @@ var builtins = map[string]recipe{
 		[]string{"python3", "-c", "import ipykernel, jupyter_client, matplotlib_inline, numpy, pandas, matplotlib.pyplot"},
 		[]string{"node", "--version"},
 	),
+	// desktop is what the SDKs' sandbox.desktop drives: an X display with
+	// Chromium, watched and driven through noVNC (recipe_desktop.go).
+	"desktop": withEnv(debian(desktopPackages, desktopPost, desktopChecks...), desktopEnv),
 }
 
 // aliases are other names of built-in templates: the SDKs ask for these.

@@ -111,6 +111,7 @@ func TestRecipes(t *testing.T) {
 		"python":      {"python3", "python3-pip", "python3-venv"},
 		"node":        {"nodejs", "npm"},
 		"interpreter": {"python3-ipykernel", "python3-jupyter-client", "python3-matplotlib-inline", "python3-numpy", "python3-pandas", "python3-matplotlib", "nodejs", "bash"},
+		"desktop":     {"xvfb", "openbox", "chromium", "xdotool", "x11vnc", "novnc", "websockify", "imagemagick"},
 	}
 	for name, pkgs := range want {
 		for _, p := range pkgs {

@@ -147,7 +147,7 @@ func TestCorruptMetadata(t *testing.T) {
 
 func TestBuiltinsAndUnknownBuild(t *testing.T) {
 	r := NewRegistry(t.TempDir())
-	if got := r.Builtins(); !reflect.DeepEqual(got, []string{"base", "interpreter", "node", "python"}) {
+	if got := r.Builtins(); !reflect.DeepEqual(got, []string{"base", "desktop", "interpreter", "node", "python"}) {
 		t.Errorf("Builtins = %v", got)
 	}
 	_, err := r.Build(context.Background(), "nope", nil)

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// desktopResult is how long the desktop takes to come up and to photograph.
+type desktopResult struct {
+	coldStart, warmStart, screenshot []time.Duration
+}
+
+// benchDesktopTable measures the desktop on n sandboxes of the desktop
+// template and prints the table to w:
+//   - cold start: POST …/desktop on a fresh sandbox (Xvfb, openbox, two
+//     x11vnc, two websockify, the pages exposed), the first start a user pays;
+//   - warm start: the same after a stop, in the same sandbox;
+//   - screenshot: what the SDK's desktop.screenshot() does — lizard-desktop
+//     screenshot --path, read the PNG, delete it — of a 1280x800 screen.
+func benchDesktopTable(w io.Writer, s *server, n int) error {
+	var r desktopResult
+	for range n {
+		if err := benchDesktopOnce(s, &r); err != nil {
+			return err
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "desktop\tn\tmin\tp50\tp95\t")
+	for _, row := range []struct {
+		name string
+		ds   []time.Duration
+	}{
+		{"start on a fresh sandbox", r.coldStart},
+		{"start after a stop", r.warmStart},
+		{"screenshot (1280x800 PNG, read, delete)", r.screenshot},
+	} {
+		st := stats(row.ds)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t\n", row.name, len(row.ds), ms(st[0]), ms(st[1]), ms(st[2]))
+	}
+	return tw.Flush()
+}
+
+func benchDesktopOnce(s *server, r *desktopResult) error {
+	var sb struct {
+		SandboxID string `json:"sandboxId"`
+	}
+	if err := s.post("/api/sandboxes", map[string]any{"template": "desktop", "timeoutMs": 600000}, &sb); err != nil {
+		return fmt.Errorf("create a desktop sandbox (is the desktop template built?): %w", err)
+	}
+	defer s.kill(sb.SandboxID)
+	base := "/api/sandboxes/" + sb.SandboxID
+	start := func() (time.Duration, error) {
+		var d struct {
+			Running bool `json:"running"`
+		}
+		t := time.Now()
+		if err := s.post(base+"/desktop", map[string]any{"width": 1280, "height": 800}, &d); err != nil {
+			return 0, err
+		}
+		if !d.Running {
+			return 0, fmt.Errorf("desktop start answered running false")
+		}
+		return time.Since(t), nil
+	}
+	d, err := start()
+	if err != nil {
+		return err
+	}
+	r.coldStart = append(r.coldStart, d)
+	for range 3 {
+		var out struct {
+			Stdout   string `json:"stdout"`
+			Stderr   string `json:"stderr"`
+			ExitCode int    `json:"exitCode"`
+		}
+		t := time.Now()
+		if err := s.post(base+"/exec", map[string]any{"cmd": []string{"lizard-desktop", "screenshot", "--path"}}, &out); err != nil {
+			return err
+		}
+		if out.ExitCode != 0 {
+			return fmt.Errorf("lizard-desktop screenshot: exit %d: %s", out.ExitCode, out.Stderr)
+		}
+		path := strings.TrimSpace(out.Stdout)
+		q := "?path=" + url.QueryEscape(path)
+		var png []byte
+		if err := s.call("GET", base+"/files"+q, nil, &png); err != nil {
+			return err
+		}
+		if err := s.call("DELETE", base+"/files"+q, nil, nil); err != nil {
+			return err
+		}
+		r.screenshot = append(r.screenshot, time.Since(t))
+		if !bytes.HasPrefix(png, []byte("\x89PNG")) {
+			return fmt.Errorf("screenshot %s is not a PNG (%d bytes)", path, len(png))
+		}
+	}
+	if err := s.call("DELETE", base+"/desktop", nil, nil); err != nil {
+		return err
+	}
+	if d, err = start(); err != nil {
+		return err
+	}
+	r.warmStart = append(r.warmStart, d)
+	return nil
+}
