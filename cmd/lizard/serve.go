@@ -145,7 +145,8 @@ func serve(ctx context.Context, args []string) error {
 	useTLS := c.tlsCert != "" && c.tlsKey != ""
 	previews := previewURLs(c.domain, pln.Addr().String(), useTLS)
 	srv := &http.Server{
-		Handler:           api.Handler(api.Config{Projects: st, Sandboxes: svc, Templates: template.NewRegistry(c.templateDir), Previews: previews, Volumes: vols, Logger: log.With("component", "api")}),
+		Handler: api.Handler(api.Config{Projects: st, Sandboxes: svc, Templates: template.NewRegistry(c.templateDir), Previews: previews, Volumes: vols,
+			Builder: &templateBuilder{reg: template.NewRegistry(c.templateDir), runsc: runsc, run: reap.Run, dns: c.dnsUpstream}, Logger: log.With("component", "api")}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	psrv := &http.Server{
@@ -185,6 +186,22 @@ func previewURLs(domain, proxyAddr string, useTLS bool) api.PreviewURLs {
 		p.Port = port
 	}
 	return p
+}
+
+// templateBuilder builds Dockerfile templates for the API with this
+// server's runsc, and its reaper for the runsc processes it adopts.
+type templateBuilder struct {
+	reg   *template.Registry
+	runsc string
+	run   func(*exec.Cmd) error
+	dns   string
+}
+
+func (b *templateBuilder) BuildDockerfile(ctx context.Context, name string, dockerfile []byte, contextDir string, args map[string]string, progress io.Writer) (template.Template, error) {
+	return b.reg.BuildDockerfile(ctx, name, template.DockerfileOptions{
+		Dockerfile: dockerfile, DockerfileName: "Dockerfile", Context: contextDir, BuildArgs: args,
+		Runsc: b.runsc, DNSUpstream: b.dns, RunCommand: b.run,
+	}, progress)
 }
 
 // firstStart creates the default project and its API key when the database

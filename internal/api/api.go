@@ -32,6 +32,7 @@ type Config struct {
 	Templates Templates
 	Previews  PreviewURLs
 	Volumes   Volumes
+	Builder   TemplateBuilder
 	Logger    *slog.Logger
 }
 
@@ -48,6 +49,7 @@ type server struct {
 	templates Templates
 	previews  PreviewURLs
 	volumes   Volumes
+	builder   TemplateBuilder
 	log       *slog.Logger
 }
 
@@ -56,7 +58,7 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &server{projects: cfg.Projects, sandboxes: cfg.Sandboxes, templates: cfg.Templates, previews: cfg.Previews, volumes: cfg.Volumes, log: cfg.Logger}
+	s := &server{projects: cfg.Projects, sandboxes: cfg.Sandboxes, templates: cfg.Templates, previews: cfg.Previews, volumes: cfg.Volumes, builder: cfg.Builder, log: cfg.Logger}
 	mux := http.NewServeMux()
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request, store.Project) error) {
 		mux.Handle(pattern, s.authed(h))
@@ -111,31 +113,13 @@ func Handler(cfg Config) http.Handler {
 	route("DELETE /api/sandboxes/{id}/files/watch", s.unwatchFiles)
 
 	route("GET /api/templates", s.listTemplates)
-
-	s.routeUnavailable(route)
+	route("POST /api/templates", s.buildTemplate)
 
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, errdefs.WithCode("route_not_found",
 			fmt.Errorf("no route %s %s: %w", r.Method, r.URL.Path, errdefs.ErrNotFound)))
 	})
 	return s.logged(mux)
-}
-
-// routeUnavailable answers the API's routes for features this server does
-// not offer yet with a 4xx naming the feature, so that clients get a clear
-// error instead of a 404 for a route that exists in the API.
-func (s *server) routeUnavailable(route func(string, func(http.ResponseWriter, *http.Request, store.Project) error)) {
-	features := map[string][]string{
-		"template building": {"POST /api/templates"},
-	}
-	for feature, patterns := range features {
-		for _, p := range patterns {
-			route(p, func(w http.ResponseWriter, r *http.Request, _ store.Project) error {
-				return errdefs.WithCode("feature_unavailable",
-					fmt.Errorf("%s: this lizard server does not offer %s yet: %w", r.URL.Path, feature, errdefs.ErrInvalid))
-			})
-		}
-	}
 }
 
 // authed resolves the API key to its project and turns a handler's error

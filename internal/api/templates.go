@@ -38,6 +38,19 @@ type templateInfo struct {
 	Status    string            `json:"status"`
 }
 
+// templateOf is a built template's entry.
+func templateOf(t template.Template) templateInfo {
+	at := t.BuiltAt.UTC().Format(time.RFC3339)
+	info := templateInfo{
+		Name: t.Name, Aliases: nonNil(t.Aliases), Version: t.Version, Versions: t.Versions,
+		SizeBytes: t.SizeBytes, BuiltAt: &at, Status: templateReady,
+	}
+	if info.Versions == nil {
+		info.Versions = map[string]string{}
+	}
+	return info
+}
+
 // listTemplates answers every built template (status "ready") and every
 // built-in template not built yet (status "not_built", which sandboxes
 // cannot boot from until an operator builds it), sorted by name. Templates
@@ -53,11 +66,7 @@ func (s *server) listTemplates(w http.ResponseWriter, r *http.Request, _ store.P
 	out := []templateInfo{}
 	seen := map[string]bool{}
 	for _, t := range built {
-		at := t.BuiltAt.UTC().Format(time.RFC3339)
-		out = append(out, templateInfo{
-			Name: t.Name, Aliases: nonNil(t.Aliases), Version: t.Version, Versions: t.Versions,
-			SizeBytes: t.SizeBytes, BuiltAt: &at, Status: templateReady,
-		})
+		out = append(out, templateOf(t))
 		seen[t.Name] = true
 	}
 	for _, name := range s.templates.Builtins() {

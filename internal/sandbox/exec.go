@@ -45,6 +45,14 @@ func (s *Service) Exec(ctx context.Context, projectID, id string, req ExecReques
 	if err != nil {
 		return err
 	}
+	// A template built from a Dockerfile sets who commands run as, and
+	// where, unless the request says.
+	if req.User == "" {
+		req.User = rec.User
+	}
+	if req.Workdir == "" {
+		req.Workdir = rec.Workdir
+	}
 	env := req.Envs
 	if len(rec.Envs) > 0 {
 		env = mergeEnv(nil, rec.Envs)

@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -144,6 +145,10 @@ type Record struct {
 	Egress network.Egress `json:"egress,omitempty"`
 	// VolumeID is the volume attached at /workspace.
 	VolumeID string `json:"volumeId,omitempty"`
+	// User and Workdir are the template's defaults for commands (a
+	// Dockerfile's USER and WORKDIR).
+	User    string `json:"user,omitempty"`
+	Workdir string `json:"workdir,omitempty"`
 }
 
 // New builds the service. Call Recover before serving.
@@ -209,7 +214,8 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Record, error)
 	}
 	rec := s.newRecord(req.ProjectID, req.Template, size, req.TimeoutMs)
 	rec.Region, rec.Metadata, rec.Envs, rec.Egress = req.Region, req.Metadata, mergeEnv(tpl.Env, req.Envs), req.Egress
-	return s.launch(ctx, rec, func(ctx context.Context, rec *Record) (runtime.Sandbox, error) {
+	rec.User, rec.Workdir = tpl.User, tpl.Workdir
+	rec, err = s.launch(ctx, rec, func(ctx context.Context, rec *Record) (runtime.Sandbox, error) {
 		mounts, err := s.attachVolume(ctx, rec, req.Volume)
 		if err != nil {
 			return runtime.Sandbox{}, err
@@ -226,6 +232,32 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Record, error)
 		}
 		return rsb, nil
 	}, rec.AgentToken)
+	if err == nil && len(tpl.StartCommand) > 0 {
+		s.startCommand(ctx, rec, tpl.StartCommand)
+	}
+	return rec, err
+}
+
+// startCommand starts the template's start command (a Dockerfile's
+// CMD/ENTRYPOINT) in the background of a new sandbox, as the template's
+// user in its workdir, its output in /tmp/lizard-start.log. A command that
+// does not start is in the sandbox's log; the sandbox is there either way.
+func (s *Service) startCommand(ctx context.Context, rec Record, argv []string) {
+	script := `setsid "$@" > /tmp/lizard-start.log 2>&1 < /dev/null & echo $!`
+	var pid strings.Builder
+	err := s.Exec(ctx, rec.ProjectID, rec.ID, ExecRequest{
+		Cmd: append([]string{"/bin/sh", "-c", script, "lizard-start"}, argv...), TimeoutMs: 30_000,
+	}, func(ev agent.Event) error {
+		if ev.Line != nil && ev.Stream == "stdout" {
+			pid.WriteString(*ev.Line)
+		}
+		return nil
+	})
+	if err != nil {
+		s.logs.event(rec.ID, "start command %q did not start: %v", strings.Join(argv, " "), err)
+		return
+	}
+	s.logs.event(rec.ID, "start command %q started (pid %s)", strings.Join(argv, " "), pid.String())
 }
 
 // newRecord fills what every new sandbox record has.

@@ -44,6 +44,9 @@ type Snapshot struct {
 	// VolumeID is the volume the source had at /workspace; a restore
 	// attaches it, and so needs it free.
 	VolumeID string `json:"volumeId,omitempty"`
+	// User and Workdir are the source's command defaults.
+	User    string `json:"user,omitempty"`
+	Workdir string `json:"workdir,omitempty"`
 }
 
 // SnapshotInfo is a snapshot with its pool's state.
@@ -130,6 +133,7 @@ func (s *Service) save(ctx context.Context, e *entry, dirOf func(string) string,
 		Template: rec.Template, Size: rec.Size, CPUs: rec.CPUs, MemoryMB: rec.MemoryMB,
 		TimeoutMs: rec.TimeoutMs, CreatedAt: time.Now().UTC(), AgentToken: rec.AgentToken,
 		Envs: rec.Envs, Metadata: rec.Metadata, Egress: rec.Egress, VolumeID: rec.VolumeID,
+		User: rec.User, Workdir: rec.Workdir,
 	}
 	start := time.Now()
 	if err := s.cp.Snapshot(ctx, rec.ID, dirOf(snap.ID)); err != nil {
@@ -321,6 +325,7 @@ func (s *Service) copyRecord(snap Snapshot, timeoutMs int64) Record {
 	size, _ := LookupSize(snap.Size)
 	rec := s.newRecord(snap.ProjectID, snap.Template, size, timeoutMs)
 	rec.Region, rec.Envs, rec.Metadata, rec.SnapshotID, rec.Egress = snap.Region, snap.Envs, snap.Metadata, snap.ID, snap.Egress
+	rec.User, rec.Workdir = snap.User, snap.Workdir
 	return rec
 }
 

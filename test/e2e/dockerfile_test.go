@@ -1,0 +1,101 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestDockerfileTemplate builds a template from testdata/custom/Dockerfile
+// with the CLI, rebuilds it with the last line changed (only that step
+// runs), and checks a sandbox from it: RUN, COPY, ENV, WORKDIR, USER and the
+// start command already running.
+func TestDockerfileTemplate(t *testing.T) {
+	s := startServer(t, "")
+	name := fmt.Sprintf("e2e-df-%d", time.Now().UnixNano()%1e9)
+	t.Cleanup(func() { os.RemoveAll(filepath.Join(templateDir(), name)) })
+	build := func(dockerfile string) string {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(s.bin, "lizard"), "template", "build", name, "-f", dockerfile, "testdata/custom",
+			"--template-dir", templateDir())
+		if r := os.Getenv("LIZARD_RUNSC"); r != "" {
+			cmd.Args = append(cmd.Args, "--runsc", r)
+		}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("build: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	build("testdata/custom/Dockerfile")
+
+	// The same file with its last line changed.
+	b, _ := os.ReadFile("testdata/custom/Dockerfile")
+	edited := filepath.Join(t.TempDir(), "Dockerfile")
+	os.WriteFile(edited, []byte(strings.Replace(string(b), `"8000"`, `"8001"`, 1)), 0o644)
+	out := build(edited)
+	if n := strings.Count(out, "CACHED"); n < 3 {
+		t.Fatalf("rebuild after a one-line change reused %d steps, want every step before CMD:\n%s", n, out)
+	}
+
+	var sb sandboxInfo
+	if code, body := s.do("POST", "/api/sandboxes", map[string]any{"template": name}, &sb); code >= 300 {
+		t.Fatalf("create from %s: %d %s", name, code, body)
+	}
+	defer s.do("DELETE", "/api/sandboxes/"+sb.SandboxID, nil, nil)
+	got := s.sh(t, sb.SandboxID, `cat run.txt app.txt who.txt; echo "$APP_MODE $(pwd) $(id -un)"; stat -c %U app.txt
+for i in $(seq 1 50); do curl -s -o /dev/null http://127.0.0.1:8001/ && echo start-command-up && break; sleep 0.1; done`)
+	want := "hello from RUN\ncopied from the context\nbuilt as user\ne2e /app user\nuser\nstart-command-up\n"
+	if got != want {
+		t.Fatalf("sandbox from the custom template:\n%q\nwant\n%q", got, want)
+	}
+}
+
+// TestTemplateBuildAPI: POST /api/templates builds a Dockerfile template
+// for API clients; a bad Dockerfile or a failing RUN is a clear 4xx.
+func TestTemplateBuildAPI(t *testing.T) {
+	s := startServer(t, "")
+	name := fmt.Sprintf("e2e-api-%d", time.Now().UnixNano()%1e9)
+	t.Cleanup(func() { os.RemoveAll(filepath.Join(templateDir(), name)) })
+	var tpl struct {
+		Name   string `json:"name"`
+		Status string `json:"status"`
+	}
+	code, body := s.do("POST", "/api/templates", map[string]any{
+		"name":       name,
+		"dockerfile": "FROM base\nCOPY note.txt /note.txt\nRUN cat /note.txt > /api.txt\n",
+		"files":      map[string]string{"note.txt": "ZnJvbSB0aGUgQVBJCg=="}, // "from the API\n"
+	}, &tpl)
+	if code != 201 || tpl.Name != name || tpl.Status != "ready" {
+		t.Fatalf("build: %d %s", code, body)
+	}
+	var sb sandboxInfo
+	if code, body := s.do("POST", "/api/sandboxes", map[string]any{"template": name}, &sb); code >= 300 {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	if got := s.sh(t, sb.SandboxID, "cat /api.txt"); got != "from the API\n" {
+		t.Fatalf("sandbox: %q", got)
+	}
+	s.do("DELETE", "/api/sandboxes/"+sb.SandboxID, nil, nil)
+	for _, c := range []struct {
+		dockerfile string
+		want       string
+	}{
+		{"FROM base\nFROBNICATE now\n", "FROBNICATE"},
+		{"FROM base\nRUN echo boom >&2; exit 3\n", "exit code 3"},
+		{"FROM docker.io/library/ubuntu\n", "registr"},
+	} {
+		code, body := s.do("POST", "/api/templates", map[string]any{"name": name + "-bad", "dockerfile": c.dockerfile}, nil)
+		if code < 400 || code >= 500 || !strings.Contains(string(body), c.want) {
+			t.Fatalf("%q: %d %s, want a 4xx naming %q", c.dockerfile, code, body, c.want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(templateDir(), name+"-bad")); err == nil {
+		t.Fatalf("a failed build left a template")
+	}
+	s.waitNoLeaks(t)
+}
