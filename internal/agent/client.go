@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -42,6 +43,14 @@ func (c *Client) Health(ctx context.Context) (Health, error) {
 	var h Health
 	err := c.call(ctx, http.MethodGet, "/health", nil, nil, &h)
 	return h, err
+}
+
+// BackgroundLogs returns the output background processes wrote after
+// their exec's stream ended, from line number after on.
+func (c *Client) BackgroundLogs(ctx context.Context, after int64) (LogsReply, error) {
+	var rep LogsReply
+	err := c.callQuery(ctx, "/logs", url.Values{"after": {strconv.FormatInt(after, 10)}}, &rep)
+	return rep, err
 }
 
 // SetToken makes the agent accept only token from now on; the client uses

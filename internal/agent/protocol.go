@@ -11,6 +11,9 @@
 // 404 (not found), 409 (conflict), 413 (too large) or 500.
 //
 //	GET    /health                        → 200 Health
+//	GET    /logs?after=N                  → LogsReply: output background
+//	                                        processes wrote after their
+//	                                        exec's stream ended
 //	POST   /token         TokenRequest    → 204; from then on only the new
 //	                                        token is accepted
 //	POST   /exec          ExecRequest     → 200, NDJSON stream of Event:
@@ -146,6 +149,23 @@ type SignalRequest struct {
 	Pid int `json:"pid"`
 	// Signal is one of SIGTERM SIGKILL SIGINT SIGHUP SIGQUIT SIGUSR1 SIGUSR2.
 	Signal string `json:"signal"`
+}
+
+// LogLine is one line a background process wrote after its exec's stream
+// ended.
+type LogLine struct {
+	Seq    int64  `json:"seq"`
+	Time   string `json:"time"` // RFC 3339, UTC
+	Pid    int    `json:"pid"`  // the exec's main pid
+	Stream string `json:"stream"`
+	Line   string `json:"line"`
+}
+
+// LogsReply answers GET /logs?after=N: the kept lines numbered N or later
+// (the last 10,000 are kept) and the number the next line will get.
+type LogsReply struct {
+	Next  int64     `json:"next"`
+	Lines []LogLine `json:"lines"`
 }
 
 // TokenRequest replaces the agent's token (at least 16 characters).

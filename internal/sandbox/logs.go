@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"time"
 
@@ -20,6 +21,8 @@ type LogLine struct {
 	Type      string    `json:"type"` // "lifecycle", "stdout" or "stderr"
 	Message   string    `json:"message"`
 	Pid       int       `json:"pid,omitempty"`
+	// Background marks output a process wrote after its exec returned.
+	Background bool `json:"background,omitempty"`
 }
 
 // MaxLogTail caps how many lines a log stream replays.
@@ -125,6 +128,9 @@ func (l *logs) remove(id string) {
 
 // Logs replays the last tail lines of the sandbox's log, then each new
 // line as it comes, to fn, until ctx is done, fn fails or the sandbox goes.
+// The log merges what the service recorded (lifecycle events, exec output)
+// with what background processes wrote after their exec ended, which the
+// agent keeps and the stream polls for.
 func (s *Service) Logs(ctx context.Context, projectID, id string, tail int, fn func(LogLine) error) error {
 	if tail < 0 || tail > MaxLogTail {
 		return fmt.Errorf("tail %d: must be 0 to %d: %w", tail, MaxLogTail, errdefs.ErrInvalid)
@@ -134,13 +140,21 @@ func (s *Service) Logs(ctx context.Context, projectID, id string, tail int, fn f
 	}
 	c, stop := s.logs.follow(id)
 	defer stop()
+	bg, next := s.background(ctx, projectID, id, 0)
 	if tail > 0 {
-		for _, line := range s.logs.tail(id, tail) {
+		lines := append(s.logs.tail(id, tail), bg...)
+		sort.SliceStable(lines, func(i, j int) bool { return lines[i].Timestamp.Before(lines[j].Timestamp) })
+		if len(lines) > tail {
+			lines = lines[len(lines)-tail:]
+		}
+		for _, line := range lines {
 			if err := fn(line); err != nil {
 				return err
 			}
 		}
 	}
+	poll := time.NewTicker(500 * time.Millisecond)
+	defer poll.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -152,6 +166,34 @@ func (s *Service) Logs(ctx context.Context, projectID, id string, tail int, fn f
 			if err := fn(line); err != nil {
 				return err
 			}
+		case <-poll.C:
+			var lines []LogLine
+			lines, next = s.background(ctx, projectID, id, next)
+			for _, line := range lines {
+				if err := fn(line); err != nil {
+					return err
+				}
+			}
 		}
 	}
+}
+
+// background fetches the agent's background output from line after on; a
+// sandbox that is paused (or whose agent does not answer) has none to give
+// now, and after stays.
+func (s *Service) background(ctx context.Context, projectID, id string, after int64) ([]LogLine, int64) {
+	ag, _, err := s.Agent(projectID, id)
+	if err != nil {
+		return nil, after
+	}
+	rep, err := ag.BackgroundLogs(ctx, after)
+	if err != nil {
+		return nil, after
+	}
+	out := make([]LogLine, 0, len(rep.Lines))
+	for _, l := range rep.Lines {
+		t, _ := time.Parse(time.RFC3339Nano, l.Time)
+		out = append(out, LogLine{Timestamp: t, Type: l.Stream, Message: l.Line, Pid: l.Pid, Background: true})
+	}
+	return out, rep.Next
 }

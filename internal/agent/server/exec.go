@@ -270,7 +270,7 @@ func (s *Server) startJob(spec *execSpec) (*job, error) {
 		StartedAt: time.Now().UTC().Format(time.RFC3339),
 	})
 	s.log.Info("exec started", "pid", pid, "user", spec.acct.name, "tag", spec.tag)
-	return newJob(pid, status, outR, errR), nil
+	return newJob(pid, status, outR, errR, s.bg), nil
 }
 
 // startFailure classifies an exec failure like a shell: 127 when the file

@@ -36,14 +36,16 @@ type job struct {
 	stdout *os.File
 	stderr *os.File
 	events chan agent.Event
+	bg     *bgLog // where output written after the stream ended goes
 
 	pumps    sync.WaitGroup // done when both pumps stop emitting
 	exitedAt atomic.Int64   // unix ns of the main process's exit; 0 while running
 	timedOut atomic.Bool
 }
 
-func newJob(pid int, status <-chan syscall.WaitStatus, stdout, stderr *os.File) *job {
+func newJob(pid int, status <-chan syscall.WaitStatus, stdout, stderr *os.File, bg *bgLog) *job {
 	return &job{
+		bg:     bg,
 		pid:    pid,
 		status: status,
 		stdout: stdout,
@@ -82,8 +84,8 @@ func (j *job) finish(ws syscall.WaitStatus) agent.Event {
 
 // pump turns one pipe into line events until EOF or, after the main
 // process exited, until the pipe stays idle for drainGrace. Then the pipe is
-// still held by background children: it keeps reading (and dropping) until
-// EOF, so they never die of SIGPIPE.
+// still held by background children: it keeps reading until EOF, so they
+// never die of SIGPIPE, and keeps what they write in the background log.
 func (j *job) pump(f *os.File, stream string) {
 	defer f.Close()
 	dr := &drainReader{f: f, j: j}
@@ -94,7 +96,13 @@ func (j *job) pump(f *os.File, stream string) {
 	j.pumps.Done()
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		_ = f.SetReadDeadline(time.Time{})
-		_, _ = io.Copy(io.Discard, f)
+		if j.bg == nil {
+			_, _ = io.Copy(io.Discard, f)
+			return
+		}
+		_ = splitLines(bufio.NewReaderSize(f, readBuffer), func(line string, _ bool) {
+			j.bg.add(j.pid, stream, line)
+		})
 	}
 }
 

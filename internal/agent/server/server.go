@@ -43,6 +43,7 @@ type Server struct {
 	reaper   *reaper
 	procs    *procTable
 	watches  *watchHub
+	bg       *bgLog
 	handler  http.Handler
 }
 
@@ -72,6 +73,7 @@ func New(cfg Config) (*Server, error) {
 		reaper:   r,
 		procs:    newProcTable(),
 		watches:  newWatchHub(log),
+		bg:       &bgLog{},
 	}
 	s.handler = s.recoverer(s.authenticate(s.routes()))
 	return s, nil
@@ -120,6 +122,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /health", s.handle(s.health))
+	mux.Handle("GET /logs", s.handle(s.backgroundLogs))
 	mux.Handle("POST /token", s.handle(s.setToken))
 	mux.Handle("POST /exec", s.handle(s.exec))
 	mux.Handle("GET /processes", s.handle(s.listProcesses))

@@ -36,6 +36,14 @@ test('logs: lifecycle events and command output, tail then live', async () => {
     assert.equal(replay.find((l) => l.message === 'oops-log').type, 'stderr')
     assert.ok(!Number.isNaN(Date.parse(out.timestamp)))
 
+    // A background process keeps writing after its exec returned.
+    await sb.process.exec("sh -c 'sleep 0.5; echo from-the-background; sleep 0.5; echo later-background' &")
+    const bg = await collect(sb, { tail: 1000 }, (ls) => ls.some((l) => l.message === 'later-background'))
+    const line = bg.find((l) => l.message === 'from-the-background')
+    assert.ok(line, `background output in the log: ${bg.map((l) => l.message).join(' | ')}`)
+    assert.equal(line.background, true)
+    assert.equal(line.type, 'stdout')
+
     const live = collect(sb, { tail: 0 }, (ls) => ls.some((l) => l.message === 'live-line'))
     await new Promise((r) => setTimeout(r, 300))
     await sb.process.exec('echo live-line')
