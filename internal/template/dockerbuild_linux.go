@@ -28,6 +28,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/network"
+	"github.com/lizard-build/lizard/internal/stray"
 )
 
 // The build network: RUN steps reach the Debian mirror (apt-get) through a
@@ -604,13 +605,13 @@ func (b *dbuild) cleanupRun(id, work string) error {
 	if err := b.runsc(context.Background(), nil, nil, "delete", "--force", id); err != nil && !strings.Contains(err.Error(), "does not exist") {
 		errs = append(errs, fmt.Errorf("runsc delete: %w", err))
 	}
-	if err := killRunsc(id); err != nil {
+	if _, err := stray.Kill("runsc", buildRunscRt, id); err != nil {
 		errs = append(errs, err)
 	}
 	for _, pattern := range []string{"/sys/fs/cgroup/*" + buildCgroup + "/" + id, "/sys/fs/cgroup" + buildCgroup + "/" + id} {
 		ms, _ := filepath.Glob(pattern)
 		for _, m := range ms {
-			if err := rmdirRetry(m); err != nil {
+			if err := stray.RemoveDir(m); err != nil {
 				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", m, err))
 			}
 		}
@@ -619,53 +620,6 @@ func (b *dbuild) cleanupRun(id, work string) error {
 		b.out.printf("warning: cleaning up RUN container %s: %v", id, errors.Join(errs...))
 	}
 	return errors.Join(errs...)
-}
-
-// killRunsc kills runsc processes of container id (sandbox, gofer) and
-// waits for them to go.
-func killRunsc(id string) error {
-	var pids []int
-	for range 100 {
-		pids = pids[:0]
-		ents, _ := os.ReadDir("/proc")
-		for _, e := range ents {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil {
-				continue
-			}
-			b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-			if err != nil {
-				continue
-			}
-			cmd := string(b)
-			if strings.Contains(cmd, "runsc") && strings.Contains(cmd, buildRunscRt) && strings.Contains(cmd, id) {
-				pids = append(pids, pid)
-			}
-		}
-		if len(pids) == 0 {
-			return nil
-		}
-		for _, pid := range pids {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return fmt.Errorf("runsc processes %v of %s do not exit", pids, id)
-}
-
-func rmdirRetry(p string) error {
-	var err error
-	for range 50 {
-		err = os.Remove(p)
-		if err == nil || errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		if !errors.Is(err, syscall.EBUSY) {
-			return err
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return err
 }
 
 // buildSpec is the OCI config of a RUN step.

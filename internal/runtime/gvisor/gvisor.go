@@ -18,7 +18,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -27,6 +26,7 @@ import (
 	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/reaper"
 	"github.com/lizard-build/lizard/internal/runtime"
+	"github.com/lizard-build/lizard/internal/stray"
 )
 
 // Config wires the backend.
@@ -388,40 +388,11 @@ func (r *Runtime) runsc(ctx context.Context, stdio *os.File, args ...string) err
 // killStray kills the runsc processes of sandbox id that runsc itself no
 // longer knows, and waits for them to go.
 func (r *Runtime) killStray(id string) error {
-	mark := r.dir(id) + "/"
-	var pids []int
-	for attempt := 0; attempt < 50; attempt++ {
-		pids = pids[:0]
-		ents, err := os.ReadDir("/proc")
-		if err != nil {
-			return err
-		}
-		for _, e := range ents {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil {
-				continue
-			}
-			b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-			if err != nil {
-				continue
-			}
-			cmd := string(b)
-			if strings.Contains(cmd, "runsc") && strings.Contains(cmd, r.cfg.RunscRoot) && strings.Contains(cmd, mark) {
-				pids = append(pids, pid)
-			}
-		}
-		if len(pids) == 0 {
-			return nil
-		}
-		if attempt == 0 {
-			r.cfg.Logger.Warn("killing runsc processes left by an interrupted command", "sandbox", id, "pids", pids)
-		}
-		for _, pid := range pids {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-		time.Sleep(20 * time.Millisecond)
+	pids, err := stray.Kill("runsc", r.cfg.RunscRoot, r.dir(id)+"/")
+	if len(pids) > 0 {
+		r.cfg.Logger.Warn("killed runsc processes left by an interrupted command", "sandbox", id, "pids", pids)
 	}
-	return fmt.Errorf("runsc processes %v of sandbox %s do not exit", pids, id)
+	return err
 }
 
 // removeCgroups removes the sandbox's cgroup directories in every hierarchy
@@ -432,29 +403,12 @@ func removeCgroups(id string) error {
 	for _, pattern := range []string{"/sys/fs/cgroup/*" + cgroupPath(id), "/sys/fs/cgroup" + cgroupPath(id)} {
 		matches, _ := filepath.Glob(pattern)
 		for _, m := range matches {
-			if err := removeCgroupDir(m); err != nil {
+			if err := stray.RemoveDir(m); err != nil {
 				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", m, err))
 			}
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// removeCgroupDir removes one cgroup directory, waiting a little while its
-// last processes (just killed) are still being reaped.
-func removeCgroupDir(path string) error {
-	var err error
-	for range 50 {
-		err = os.Remove(path)
-		if err == nil || os.IsNotExist(err) {
-			return nil
-		}
-		if !errors.Is(err, syscall.EBUSY) {
-			return err
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return err
 }
 
 func validID(id string) bool {
