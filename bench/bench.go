@@ -111,6 +111,12 @@ func run(ctx context.Context, cfg config) error {
 	if err := benchDesktopTable(os.Stdout, srv, max(2, cfg.n/4)); err != nil {
 		return fmt.Errorf("desktop: %w", err)
 	}
+	cr, err := benchCode(srv, cfg, cfg.n)
+	if err != nil {
+		return fmt.Errorf("code: %w", err)
+	}
+	fmt.Println()
+	printCodeTable(os.Stdout, cr)
 	return nil
 }
 
