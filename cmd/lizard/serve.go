@@ -132,6 +132,7 @@ func serve(ctx context.Context, args []string) error {
 	if err := svc.Recover(ctx); err != nil {
 		log.Error("recovery left some sandboxes behind; they are retried at next start", "err", err)
 	}
+	go svc.Watch(ctx, 5*time.Second)
 
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {

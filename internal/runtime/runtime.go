@@ -115,3 +115,11 @@ type Checkpointer interface {
 	// nothing behind, as a failed Create.
 	Restore(ctx context.Context, spec Spec, dir string) (Sandbox, error)
 }
+
+// OOMReporter is implemented by backends that can tell whether the kernel
+// killed a sandbox's processes for running out of memory.
+type OOMReporter interface {
+	// OOMKilled says whether sandbox id had a process killed for memory.
+	// It must be asked before Destroy, which forgets the sandbox.
+	OOMKilled(id string) bool
+}

@@ -186,6 +186,8 @@ func (s *Service) background(ctx context.Context, projectID, id string, after in
 	if err != nil {
 		return nil, after
 	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
 	rep, err := ag.BackgroundLogs(ctx, after)
 	if err != nil {
 		return nil, after

@@ -66,7 +66,7 @@ func (s *Service) Pause(ctx context.Context, projectID, id string) error {
 	e.rec.EndAt = nil
 	rec = e.rec
 	// The connections to its agent died with its processes.
-	e.tr.CloseIdleConnections()
+	e.conns.cut()
 	s.mu.Unlock()
 	s.log.Info("sandbox paused", "sandbox", id, "took", time.Since(start))
 	s.logs.event(id, "paused")

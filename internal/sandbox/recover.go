@@ -85,7 +85,7 @@ func (s *Service) reattach(ctx context.Context, rec Record, st runtime.State) er
 	if rec.Status == StatusCreating {
 		return errors.New("its create was cut short")
 	}
-	ag, tr := newAgent(rec.AgentAddr, rec.AgentToken)
+	ag, conns := newAgent(rec.AgentAddr, rec.AgentToken)
 	switch st {
 	case runtime.StatePaused:
 		if rec.Status == StatusPooled {
@@ -115,7 +115,7 @@ func (s *Service) reattach(ctx context.Context, rec Record, st runtime.State) er
 	if err := s.persist(ctx, rec); err != nil {
 		return err
 	}
-	e := &entry{rec: rec, agent: ag, tr: tr}
+	e := &entry{rec: rec, agent: ag, conns: conns}
 	s.mu.Lock()
 	s.sandboxes[rec.ID] = e
 	s.armLocked(e)
@@ -159,4 +159,57 @@ func (s *Service) recoverSnapshots(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// Watch notices sandboxes whose processes died on their own (the whole
+// sandbox killed, e.g. for memory): every interval it asks the runtime, logs
+// why (out of memory, when the runtime can tell), and frees what they held,
+// until ctx is done.
+func (s *Service) Watch(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		live, err := s.cfg.Runtime.List(ctx)
+		if err != nil {
+			continue
+		}
+		state := map[string]runtime.State{}
+		for _, sb := range live {
+			state[sb.ID] = sb.State
+		}
+		s.mu.Lock()
+		var dead []*entry
+		for id, e := range s.sandboxes {
+			if (e.rec.Status == StatusRunning || e.rec.Status == StatusPooled) && state[id] == runtime.StateStopped {
+				dead = append(dead, e)
+			}
+		}
+		s.mu.Unlock()
+		for _, e := range dead {
+			s.reapDead(ctx, e)
+		}
+	}
+}
+
+func (s *Service) reapDead(ctx context.Context, e *entry) {
+	if !e.mu.TryLock() {
+		return // a lifecycle operation is under way; look again next time
+	}
+	defer e.mu.Unlock()
+	id := e.rec.ID
+	why := "stopped: its processes exited"
+	if r, ok := s.cfg.Runtime.(runtime.OOMReporter); ok && r.OOMKilled(id) {
+		why = "killed: out of memory (OOM)"
+	}
+	if !s.take(e) {
+		return
+	}
+	s.log.Warn("sandbox died", "sandbox", id, "why", why)
+	s.logs.event(id, "%s", why)
+	s.destroy(ctx, id)
 }

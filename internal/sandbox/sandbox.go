@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -100,7 +99,7 @@ type entry struct {
 	mu      sync.Mutex
 	rec     Record
 	agent   *agent.Client
-	tr      *http.Transport
+	conns   *agentConns
 	timer   *time.Timer
 	gone    bool
 }
@@ -164,19 +163,6 @@ func New(cfg Config) *Service {
 	}
 	cp, _ := cfg.Runtime.(runtime.Checkpointer)
 	return &Service{cfg: cfg, log: cfg.Logger, cp: cp, logs: newLogs(cfg.LogDir), sandboxes: map[string]*entry{}, snapshots: map[string]*snapEntry{}}
-}
-
-// newAgent returns a client for a sandbox's agent with a transport of its
-// own: a pause breaks the sandbox's connections, and closing one
-// transport's idle connections must not touch other sandboxes'.
-func newAgent(addr, token string) (*agent.Client, *http.Transport) {
-	tr := &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConnsPerHost: 16,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-	}
-	return agent.NewClient("http://"+addr, token, &http.Client{Transport: tr}), tr
 }
 
 // CreateRequest is a validated create.
@@ -300,7 +286,7 @@ func (s *Service) launch(ctx context.Context, rec Record, boot func(context.Cont
 		return fail(err)
 	}
 	rec.AgentAddr = net.JoinHostPort(rsb.Addr.String(), strconv.Itoa(agent.Port))
-	ag, tr := newAgent(rec.AgentAddr, bootToken)
+	ag, conns := newAgent(rec.AgentAddr, bootToken)
 	if err := waitReady(ctx, ag, s.cfg.AgentReadyTimeout); err != nil {
 		return fail(fmt.Errorf("sandbox agent did not come up: %w", err))
 	}
@@ -313,7 +299,7 @@ func (s *Service) launch(ctx context.Context, rec Record, boot func(context.Cont
 	if err := s.persist(ctx, rec); err != nil {
 		return fail(err)
 	}
-	e := &entry{rec: rec, agent: ag, tr: tr}
+	e := &entry{rec: rec, agent: ag, conns: conns}
 	s.mu.Lock()
 	s.sandboxes[rec.ID] = e
 	s.armLocked(e)
@@ -495,8 +481,8 @@ func (s *Service) take(e *entry) bool {
 	if e.timer != nil {
 		e.timer.Stop()
 	}
-	if e.tr != nil {
-		e.tr.CloseIdleConnections()
+	if e.conns != nil {
+		e.conns.cut()
 	}
 	delete(s.sandboxes, e.rec.ID)
 	return true

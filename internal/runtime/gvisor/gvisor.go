@@ -385,6 +385,25 @@ func (r *Runtime) runsc(ctx context.Context, stdio *os.File, args ...string) err
 	return nil
 }
 
+var _ runtime.OOMReporter = (*Runtime)(nil)
+
+// OOMKilled implements runtime.OOMReporter from the sandbox's memory cgroup
+// (cgroup v1 memory.oom_control, v2 memory.events).
+func (r *Runtime) OOMKilled(id string) bool {
+	for _, f := range []string{"/sys/fs/cgroup/memory" + cgroupPath(id) + "/memory.oom_control", "/sys/fs/cgroup" + cgroupPath(id) + "/memory.events"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, " "); ok && k == "oom_kill" && v != "0" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // killStray kills the runsc processes of sandbox id that runsc itself no
 // longer knows, and waits for them to go.
 func (r *Runtime) killStray(id string) error {
