@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -34,7 +35,8 @@ type server struct {
 	bin     string
 	dataDir string
 	url     string
-	proxy   string // host:port of the preview proxy
+	proxy   string        // host:port of the preview proxy
+	exited  chan struct{} // closed when the server process has exited
 	extra   []string
 	key     string
 	cmd     *exec.Cmd
@@ -113,7 +115,22 @@ func startServer(t *testing.T, dataDir string, extraArgs ...string) *server {
 
 func (s *server) start() {
 	t := s.t
-	addr, proxyAddr := freeAddr(t), freeAddr(t)
+	// The ports are free when picked but another process may take one
+	// before the server binds it: pick again then.
+	for attempt := 0; ; attempt++ {
+		err := s.launch()
+		if err == nil {
+			return
+		}
+		if !strings.Contains(s.logs(), "address already in use") || attempt == 2 {
+			t.Fatalf("lizard serve did not answer: %v\n%s", err, s.logs())
+		}
+	}
+}
+
+// launch starts lizard serve on fresh ports and waits until it answers.
+func (s *server) launch() error {
+	addr, proxyAddr := freeAddr(s.t), freeAddr(s.t)
 	s.url, s.proxy = "http://"+addr, proxyAddr
 	args := []string{"serve", "--listen", addr, "--proxy-listen", proxyAddr, "--data-dir", s.dataDir, "--template-dir", templateDir(),
 		"--bridge", "lizarde0", "--subnet", "10.252.0.0/16", "--log-level", "debug"}
@@ -127,18 +144,26 @@ func (s *server) start() {
 	s.cmd.Stderr = &logWriter{s: s}
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
+		return err
 	}
+	s.exited = make(chan struct{})
+	go func(cmd *exec.Cmd, exited chan struct{}) { cmd.Wait(); close(exited) }(s.cmd, s.exited)
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
+		select {
+		case <-s.exited:
+			s.cmd = nil
+			return errors.New("lizard serve exited")
+		default:
+		}
 		resp, err := http.Get(s.url + "/api/projects")
 		if err == nil {
 			resp.Body.Close()
-			return
+			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("lizard serve did not answer:\n%s", s.logs())
+	return errors.New("no answer within 30 s")
 }
 
 // freeAddr returns a loopback address with a port that was free just now.
@@ -157,13 +182,11 @@ func (s *server) stop() {
 		return
 	}
 	s.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { s.cmd.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-s.exited:
 	case <-time.After(10 * time.Second):
 		s.cmd.Process.Kill()
-		<-done
+		<-s.exited
 	}
 	if s.t.Failed() {
 		s.t.Logf("server log:\n%s", s.logs())
@@ -195,7 +218,7 @@ func (s *server) scrub() {
 // crash kills the server with SIGKILL, as a power cut would to the process.
 func (s *server) crash() {
 	s.cmd.Process.Kill()
-	s.cmd.Wait()
+	<-s.exited
 	s.cmd = nil
 }
 
