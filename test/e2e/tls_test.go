@@ -34,7 +34,7 @@ func TestPreviewTLS(t *testing.T) {
 		t.Fatalf("preview url %q is not https", ex.URL)
 	}
 	c := &http.Client{
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}},
+		Transport:     &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	req, _ := http.NewRequest("GET", "https://"+s.proxy+"/page?lizard_token="+ex.AccessToken, nil)
