@@ -68,18 +68,26 @@ func benchCode(s *server, cfg config, n int) (codeResult, error) {
 }
 
 func printCodeTable(w io.Writer, r codeResult) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "templates\tn\tmin\tp50\tp95\t")
-	for _, row := range []struct {
-		name string
-		ds   []time.Duration
-	}{
+	printStatsTable(w, "templates", []statsRow{
 		{"CodeSandbox.create → first runCode (interpreter)", r.created},
 		{"runCode('1+1') round trip", r.roundTrips},
 		{"Dockerfile rebuild, every step cached", r.rebuild},
-	} {
+	})
+}
+
+// statsRow is one measured operation of a min/p50/p95 table.
+type statsRow struct {
+	name string
+	ds   []time.Duration
+}
+
+// printStatsTable prints rows as n, min, p50 and p95 under title.
+func printStatsTable(w io.Writer, title string, rows []statsRow) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "%s\tn\tmin\tp50\tp95\t\n", title)
+	for _, row := range rows {
 		st := stats(row.ds)
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t\n", row.name, len(row.ds), ms(st[0]), ms(st[1]), ms(st[2]))
 	}
-	tw.Flush()
+	return tw.Flush()
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/url"
 	"strings"
-	"text/tabwriter"
 	"time"
 )
 
@@ -29,20 +28,11 @@ func benchDesktopTable(w io.Writer, s *server, n int) error {
 			return err
 		}
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "desktop\tn\tmin\tp50\tp95\t")
-	for _, row := range []struct {
-		name string
-		ds   []time.Duration
-	}{
+	return printStatsTable(w, "desktop", []statsRow{
 		{"start on a fresh sandbox", r.coldStart},
 		{"start after a stop", r.warmStart},
 		{"screenshot (1280x800 PNG, read, delete)", r.screenshot},
-	} {
-		st := stats(row.ds)
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t\n", row.name, len(row.ds), ms(st[0]), ms(st[1]), ms(st[2]))
-	}
-	return tw.Flush()
+	})
 }
 
 func benchDesktopOnce(s *server, r *desktopResult) error {

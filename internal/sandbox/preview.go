@@ -107,6 +107,11 @@ func (s *Service) Unexpose(ctx context.Context, projectID, id string, port int) 
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s.mu.Lock()
+	if e.gone {
+		// Killed meanwhile: persisting would bring its record back.
+		s.mu.Unlock()
+		return notFound(id)
+	}
 	e.rec.Ports = slices.DeleteFunc(slices.Clone(e.rec.Ports), func(p int) bool { return p == port })
 	rec := e.rec
 	s.mu.Unlock()
