@@ -109,6 +109,12 @@ func startServer(t *testing.T, dataDir string, extraArgs ...string) *server {
 		if t.Failed() {
 			s.scrub()
 		}
+		// runsc pins one empty network namespace in its state directory,
+		// which is per data directory: a test's goes with it.
+		root := gvisor.RunscRootFor(s.dataDir)
+		for unix.Unmount(filepath.Join(root, "null-netns"), unix.MNT_DETACH) == nil {
+		}
+		os.RemoveAll(root)
 	})
 	return s
 }

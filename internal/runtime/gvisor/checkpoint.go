@@ -121,7 +121,7 @@ func (r *Runtime) Resume(ctx context.Context, id string) error {
 	if r.rawStatus(ctx, id) != "" {
 		r.runsc(ctx, nil, "delete", "--force", id)
 	}
-	if err := errors.Join(r.killStray(id), removeCgroups(id)); err != nil {
+	if err := errors.Join(r.killStray(id), removeCgroups(id), r.removeSockets(id)); err != nil {
 		return fmt.Errorf("clear the way for resume: %w", err)
 	}
 	// After a reboot the namespace (on /run) is gone; the address is kept.

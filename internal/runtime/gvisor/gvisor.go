@@ -235,6 +235,7 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 	// processes that runsc has no state for; they go by their command line.
 	errs = append(errs, r.killStray(id))
 	errs = append(errs, removeCgroups(id))
+	errs = append(errs, r.removeSockets(id))
 	if stateErr == nil {
 		errs = append(errs, r.cfg.Network.Teardown(st.Endpoint))
 	} else {
@@ -402,6 +403,26 @@ func (r *Runtime) OOMKilled(id string) bool {
 		}
 	}
 	return false
+}
+
+// removeSockets removes the control socket files a runsc command cut short
+// left for sandbox id, and runsc's lock files for it. runsc tries a fixed list of directories for them and
+// fails once every one holds a stale file, which repeated crashes of the
+// same sandbox's resume can bring about. Call it only when runsc has no
+// container id.
+func (r *Runtime) removeSockets(id string) error {
+	var errs []error
+	for _, dir := range []string{r.cfg.RunscRoot, "/var/run", "/run", "/tmp"} {
+		if err := os.Remove(filepath.Join(dir, "runsc-"+id+".sock")); err != nil && !os.IsNotExist(err) {
+			errs = append(errs, err)
+		}
+	}
+	// runsc keeps an empty lock file per container after delete.
+	locks, _ := filepath.Glob(filepath.Join(r.cfg.RunscRoot, id+"_*.lock"))
+	for _, l := range locks {
+		os.Remove(l)
+	}
+	return errors.Join(errs...)
 }
 
 // killStray kills the runsc processes of sandbox id that runsc itself no
