@@ -142,6 +142,7 @@ func templates(ctx context.Context, args []string) error {
 	ifMissing := fs.Bool("if-missing", false, "build only when not built yet")
 	dockerfile := fs.String("f", "", "build from this Dockerfile (context: CONTEXT, default the Dockerfile's directory)")
 	runsc := fs.String("runsc", "", "runsc binary for RUN steps (default: $LIZARD_RUNSC, else runsc in PATH)")
+	readyCmd := fs.String("ready-cmd", "", "shell command that passes once the start command (CMD) is ready; replaces the Dockerfile's HEALTHCHECK")
 	var buildArgs buildArgFlag
 	fs.Var(&buildArgs, "build-arg", "NAME=VALUE for an ARG of the Dockerfile (repeatable)")
 	pos, err := parse(fs, args)
@@ -169,13 +170,21 @@ func templates(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		_, err = reg.BuildDockerfile(ctx, pos[1], template.DockerfileOptions{
+		t, err := reg.BuildDockerfile(ctx, pos[1], template.DockerfileOptions{
 			Dockerfile:     data,
 			DockerfileName: *dockerfile,
 			Context:        context,
 			BuildArgs:      buildArgs.m,
+			ReadyCommand:   *readyCmd,
 			Runsc:          rs,
 		}, os.Stdout)
+		if err == nil && len(t.StartCommand) > 0 {
+			// The ready state is a checkpoint the server takes with its own
+			// runtime and network; `lizard serve` takes it when it starts
+			// (POST /api/templates builds take it before they answer).
+			fmt.Println("start command: the server makes its ready state at its next start, or a running one at the first create, so that sandboxes start with it running;")
+			fmt.Println("  until then, sandboxes start the command when they are created.")
+		}
 		return err
 	case len(pos) == 2 && pos[0] == "build":
 		build := reg.Build

@@ -123,9 +123,11 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	reg := template.NewRegistry(c.templateDir)
 	svc := sandbox.New(sandbox.Config{
-		Runtime: rt, Store: st, Templates: template.NewRegistry(c.templateDir), Volumes: vols,
-		SnapshotDir: filepath.Join(c.dataDir, "snapshots"), LogDir: filepath.Join(c.dataDir, "logs"), MaxSandboxes: c.maxSandboxes,
+		Runtime: rt, Store: st, Templates: reg, Volumes: vols,
+		SnapshotDir: filepath.Join(c.dataDir, "snapshots"), ReadyDir: filepath.Join(c.dataDir, "ready"),
+		LogDir: filepath.Join(c.dataDir, "logs"), MaxSandboxes: c.maxSandboxes,
 		Logger: log.With("component", "sandbox"),
 	})
 	defer svc.Close()
@@ -133,6 +135,7 @@ func serve(ctx context.Context, args []string) error {
 		log.Error("recovery left some sandboxes behind; they are retried at next start", "err", err)
 	}
 	go svc.Watch(ctx, 5*time.Second)
+	svc.PrepareTemplates(reg.List)
 
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
@@ -146,8 +149,8 @@ func serve(ctx context.Context, args []string) error {
 	useTLS := c.tlsCert != "" && c.tlsKey != ""
 	previews := previewURLs(c.domain, pln.Addr().String(), useTLS)
 	srv := &http.Server{
-		Handler: api.Handler(api.Config{Projects: st, Sandboxes: svc, Templates: template.NewRegistry(c.templateDir), Previews: previews, Volumes: vols,
-			Builder: &templateBuilder{reg: template.NewRegistry(c.templateDir), runsc: runsc, run: reap.Run, dns: c.dnsUpstream}, Logger: log.With("component", "api")}),
+		Handler: api.Handler(api.Config{Projects: st, Sandboxes: svc, Templates: reg, Previews: previews, Volumes: vols,
+			Builder: &templateBuilder{reg: reg, runsc: runsc, run: reap.Run, dns: c.dnsUpstream, sandboxes: svc}, Logger: log.With("component", "api")}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	psrv := &http.Server{
@@ -190,19 +193,28 @@ func previewURLs(domain, proxyAddr string, useTLS bool) api.PreviewURLs {
 }
 
 // templateBuilder builds Dockerfile templates for the API with this
-// server's runsc, and its reaper for the runsc processes it adopts.
+// server's runsc, and its reaper for the runsc processes it adopts; a
+// template with a start command gets its ready state made right away.
 type templateBuilder struct {
-	reg   *template.Registry
-	runsc string
-	run   func(*exec.Cmd) error
-	dns   string
+	reg       *template.Registry
+	runsc     string
+	run       func(*exec.Cmd) error
+	dns       string
+	sandboxes *sandbox.Service
 }
 
-func (b *templateBuilder) BuildDockerfile(ctx context.Context, name string, dockerfile []byte, contextDir string, args map[string]string, progress io.Writer) (template.Template, error) {
-	return b.reg.BuildDockerfile(ctx, name, template.DockerfileOptions{
-		Dockerfile: dockerfile, DockerfileName: "Dockerfile", Context: contextDir, BuildArgs: args,
-		Runsc: b.runsc, DNSUpstream: b.dns, RunCommand: b.run,
+func (b *templateBuilder) BuildDockerfile(ctx context.Context, name string, opts api.BuildOptions, progress io.Writer) (template.Template, error) {
+	t, err := b.reg.BuildDockerfile(ctx, name, template.DockerfileOptions{
+		Dockerfile: opts.Dockerfile, DockerfileName: "Dockerfile", Context: opts.ContextDir, BuildArgs: opts.BuildArgs,
+		ReadyCommand: opts.ReadyCommand, Runsc: b.runsc, DNSUpstream: b.dns, RunCommand: b.run,
 	}, progress)
+	if err != nil || len(t.StartCommand) == 0 {
+		return t, err
+	}
+	if _, err := b.sandboxes.PrepareReady(ctx, t, "", progress); err != nil {
+		return template.Template{}, err
+	}
+	return t, nil
 }
 
 // firstStart creates the default project and its API key when the database

@@ -19,16 +19,27 @@ import (
 // TemplateBuilder builds a template from a Dockerfile and a context
 // directory, writing progress lines to progress.
 type TemplateBuilder interface {
-	BuildDockerfile(ctx context.Context, name string, dockerfile []byte, contextDir string, buildArgs map[string]string, progress io.Writer) (template.Template, error)
+	BuildDockerfile(ctx context.Context, name string, opts BuildOptions, progress io.Writer) (template.Template, error)
 }
 
-// buildRequest is the body of POST /api/templates: the Dockerfile's text
-// and the build context's files (relative path → base64 content).
+// BuildOptions is what a build request asks for.
+type BuildOptions struct {
+	Dockerfile []byte
+	ContextDir string
+	BuildArgs  map[string]string
+	// ReadyCommand, a shell command, replaces the Dockerfile's HEALTHCHECK.
+	ReadyCommand string
+}
+
+// buildRequest is the body of POST /api/templates: the Dockerfile's text,
+// the build context's files (relative path → base64 content), and
+// optionally the command telling when the start command is ready.
 type buildRequest struct {
 	Name       string            `json:"name"`
 	Dockerfile string            `json:"dockerfile"`
 	Files      map[string]string `json:"files"`
 	BuildArgs  map[string]string `json:"buildArgs"`
+	ReadyCmd   string            `json:"readyCmd"`
 }
 
 // buildTemplate builds a template from a Dockerfile, as `lizard template
@@ -54,8 +65,9 @@ func (s *server) buildTemplate(w http.ResponseWriter, r *http.Request, _ store.P
 	if err := writeContext(dir, req.Files); err != nil {
 		return err
 	}
+	opts := BuildOptions{Dockerfile: []byte(req.Dockerfile), ContextDir: dir, BuildArgs: req.BuildArgs, ReadyCommand: req.ReadyCmd}
 	if !strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
-		t, err := s.builder.BuildDockerfile(r.Context(), req.Name, []byte(req.Dockerfile), dir, req.BuildArgs, io.Discard)
+		t, err := s.builder.BuildDockerfile(r.Context(), req.Name, opts, io.Discard)
 		if err != nil {
 			return err
 		}
@@ -71,7 +83,7 @@ func (s *server) buildTemplate(w http.ResponseWriter, r *http.Request, _ store.P
 		fmt.Fprintf(w, "data: %s\n\n", b)
 		rc.Flush()
 	}
-	t, err := s.builder.BuildDockerfile(r.Context(), req.Name, []byte(req.Dockerfile), dir, req.BuildArgs, &eventLines{send: send})
+	t, err := s.builder.BuildDockerfile(r.Context(), req.Name, opts, &eventLines{send: send})
 	if err != nil {
 		_, code, msg := statusOf(err)
 		send(map[string]string{"error": msg, "code": code})

@@ -52,6 +52,9 @@ type Config struct {
 	Logger    *slog.Logger
 	// SnapshotDir holds snapshot images (and forks' temporary ones).
 	SnapshotDir string
+	// ReadyDir holds the ready states of templates with a start command
+	// (see PrepareReady); "" makes none.
+	ReadyDir string
 	// LogDir holds each sandbox's log; "" keeps no logs.
 	LogDir string
 	// MaxSandboxes caps live sandboxes (warm pool copies included); 0 means
@@ -87,8 +90,12 @@ type Service struct {
 	mu        sync.Mutex
 	sandboxes map[string]*entry
 	snapshots map[string]*snapEntry
+	readyJobs map[readyKey]*readyJob
 	closed    bool
 	bg        sync.WaitGroup
+	// bgCtx is the context of background work; Close cancels it.
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
 }
 
 // entry is one live sandbox. desktop serializes its desktop's starts and
@@ -162,7 +169,9 @@ func New(cfg Config) *Service {
 		cfg.MaxSandboxes = DefaultMaxSandboxes
 	}
 	cp, _ := cfg.Runtime.(runtime.Checkpointer)
-	return &Service{cfg: cfg, log: cfg.Logger, cp: cp, logs: newLogs(cfg.LogDir), sandboxes: map[string]*entry{}, snapshots: map[string]*snapEntry{}}
+	bgCtx, bgCancel := context.WithCancel(context.Background())
+	return &Service{cfg: cfg, log: cfg.Logger, cp: cp, logs: newLogs(cfg.LogDir), sandboxes: map[string]*entry{},
+		snapshots: map[string]*snapEntry{}, readyJobs: map[readyKey]*readyJob{}, bgCtx: bgCtx, bgCancel: bgCancel}
 }
 
 // CreateRequest is a validated create.
@@ -201,6 +210,16 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Record, error)
 	rec := s.newRecord(req.ProjectID, req.Template, size, req.TimeoutMs)
 	rec.Region, rec.Metadata, rec.Envs, rec.Egress = req.Region, req.Metadata, mergeEnv(tpl.Env, req.Envs), req.Egress
 	rec.User, rec.Workdir = tpl.User, tpl.Workdir
+	// A template with a start command starts from its ready state: the
+	// command already running. A volume changes the sandbox's mounts, which
+	// a restore cannot, so those boot and start the command.
+	if len(tpl.StartCommand) > 0 && req.Volume == "" && s.cp != nil {
+		out, done, err := s.createFromReady(ctx, rec, tpl, size)
+		if done {
+			return out, err
+		}
+		rec.ID = store.NewID("", 20)
+	}
 	rec, err = s.launch(ctx, rec, func(ctx context.Context, rec *Record) (runtime.Sandbox, error) {
 		mounts, err := s.attachVolume(ctx, rec, req.Volume)
 		if err != nil {
@@ -226,14 +245,12 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Record, error)
 
 // startCommand starts the template's start command (a Dockerfile's
 // CMD/ENTRYPOINT) in the background of a new sandbox, as the template's
-// user in its workdir, its output in /tmp/lizard-start.log. A command that
+// user in its workdir (see startArgv), when the template has no ready state
+// for the sandbox. A command that
 // does not start is in the sandbox's log; the sandbox is there either way.
 func (s *Service) startCommand(ctx context.Context, rec Record, argv []string) {
-	script := `setsid "$@" > /tmp/lizard-start.log 2>&1 < /dev/null & echo $!`
 	var pid strings.Builder
-	err := s.Exec(ctx, rec.ProjectID, rec.ID, ExecRequest{
-		Cmd: append([]string{"/bin/sh", "-c", script, "lizard-start"}, argv...), TimeoutMs: 30_000,
-	}, func(ev agent.Event) error {
+	err := s.Exec(ctx, rec.ProjectID, rec.ID, ExecRequest{Cmd: startArgv(argv), TimeoutMs: 30_000}, func(ev agent.Event) error {
 		if ev.Line != nil && ev.Stream == "stdout" {
 			pid.WriteString(*ev.Line)
 		}
@@ -556,6 +573,7 @@ func (s *Service) Close() {
 		}
 	}
 	s.mu.Unlock()
+	s.bgCancel()
 	s.bg.Wait()
 }
 

@@ -116,6 +116,12 @@ func (r *Registry) buildDockerfile(ctx context.Context, name string, opts Docker
 	if err != nil {
 		return Template{}, err
 	}
+	if opts.ReadyCommand != "" {
+		if len(plan.StartCommand) == 0 {
+			return Template{}, fmt.Errorf("a ready command needs a start command (CMD or ENTRYPOINT) to test: %w", errdefs.ErrInvalid)
+		}
+		plan.ReadyCommand = []string{"/bin/sh", "-c", opts.ReadyCommand}
+	}
 	for _, w := range plan.Warnings {
 		b.out.printf("warning: %s", w)
 	}
@@ -356,6 +362,7 @@ func (b *dbuild) install(ctx context.Context, plan *dfPlan, base Template, layer
 		Workdir:      plan.Workdir,
 		User:         plan.User,
 		StartCommand: plan.StartCommand,
+		ReadyCommand: plan.ReadyCommand,
 	}
 	if err := writeMetadata(tmp, m); err != nil {
 		return Template{}, fmt.Errorf("write metadata: %w", err)

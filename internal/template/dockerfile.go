@@ -55,6 +55,9 @@ type DockerfileOptions struct {
 	// Run so that the runsc processes it adopts are reaped without stealing
 	// the statuses of the commands it waits for.
 	RunCommand RunFunc
+	// ReadyCommand, when set, replaces the Dockerfile's HEALTHCHECK as the
+	// test that the start command is ready (run by /bin/sh -c).
+	ReadyCommand string
 }
 
 // RunFunc runs a command to its end, like (*exec.Cmd).Run.
@@ -110,6 +113,9 @@ type dfPlan struct {
 	Workdir      string   // "" if no WORKDIR
 	User         string   // "" if no USER
 	StartCommand []string // ENTRYPOINT + CMD; nil if neither
+	// ReadyCommand is HEALTHCHECK's CMD: the start command is ready once it
+	// exits 0. nil if none (or HEALTHCHECK NONE).
+	ReadyCommand []string
 
 	Warnings []string
 }
@@ -151,6 +157,7 @@ func parseDockerfile(file string, data []byte, buildArgs map[string]string, reso
 		user       string
 		sh         = defaultShell
 		cmd, entry []string
+		ready      []string
 		seenFrom   bool
 		setWorkdir bool
 	)
@@ -417,7 +424,18 @@ func parseDockerfile(file string, data []byte, buildArgs map[string]string, reso
 		case "LABEL", "EXPOSE", "MAINTAINER", "STOPSIGNAL":
 			p.Warnings = append(p.Warnings, fmt.Sprintf("%s:%d: %s is ignored (templates have no image metadata)", file, line, op))
 			continue
-		case "HEALTHCHECK", "VOLUME", "ONBUILD":
+		case "HEALTHCHECK":
+			argv, err := healthcheck(file, line, n, sh)
+			if err != nil {
+				return nil, err
+			}
+			if len(n.Flags) > 0 {
+				p.Warnings = append(p.Warnings, fmt.Sprintf("%s:%d: HEALTHCHECK options %s are ignored: at build the check runs every 0.1 s until it passes", file, line, strings.Join(n.Flags, " ")))
+			}
+			ready = argv
+			kb, _ := json.Marshal(argv)
+			st.KeyText = op + " " + string(kb)
+		case "VOLUME", "ONBUILD":
 			return nil, dfError(file, line, "%s is not supported in template builds", op)
 		default:
 			return nil, dfError(file, line, "unknown instruction %s", n.Value)
@@ -440,7 +458,29 @@ func parseDockerfile(file string, data []byte, buildArgs map[string]string, reso
 	if len(entry)+len(cmd) > 0 {
 		p.StartCommand = append(append([]string(nil), entry...), cmd...)
 	}
+	if len(ready) > 0 && len(p.StartCommand) == 0 {
+		return nil, fmt.Errorf("%s: HEALTHCHECK without CMD or ENTRYPOINT: the check is of the start command: %w", file, errdefs.ErrInvalid)
+	}
+	p.ReadyCommand = ready
 	return p, nil
+}
+
+// healthcheck is the command of HEALTHCHECK CMD ...; nil for HEALTHCHECK
+// NONE.
+func healthcheck(file string, line int, n *parser.Node, sh []string) ([]string, error) {
+	if n.Next == nil {
+		return nil, dfError(file, line, "HEALTHCHECK needs CMD or NONE")
+	}
+	switch strings.ToUpper(n.Next.Value) {
+	case "NONE":
+		if n.Next.Next != nil {
+			return nil, dfError(file, line, "HEALTHCHECK NONE takes no arguments")
+		}
+		return nil, nil
+	case "CMD":
+		return commandArgv(file, line, &parser.Node{Value: "HEALTHCHECK CMD", Next: n.Next.Next, Attributes: n.Attributes}, sh)
+	}
+	return nil, dfError(file, line, "HEALTHCHECK %s: need CMD or NONE", n.Next.Value)
 }
 
 // checkFlags rejects the instruction flags this builder does not honour,
@@ -452,6 +492,7 @@ func checkFlags(file string, line int, op string, flags []string) error {
 		case (op == "COPY" || op == "ADD") && (k == "chown" || k == "chmod"):
 		case (op == "COPY" || op == "ADD") && k == "from":
 			return dfError(file, line, "%s --from: multi-stage builds are not supported", op)
+		case op == "HEALTHCHECK" && (k == "interval" || k == "timeout" || k == "start-period" || k == "start-interval" || k == "retries"):
 		case op == "FROM" && k == "platform":
 			return dfError(file, line, "FROM --platform is not supported (templates are built for this host)")
 		default:

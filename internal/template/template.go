@@ -80,6 +80,10 @@ type Template struct {
 	Workdir      string   `json:"workdir,omitempty"`
 	User         string   `json:"user,omitempty"`
 	StartCommand []string `json:"startCommand,omitempty"`
+	// ReadyCommand tells when the start command is ready: it exits 0
+	// (a Dockerfile's HEALTHCHECK CMD, or the build's ready command). nil:
+	// ready once the command listens on a new TCP port.
+	ReadyCommand []string `json:"readyCommand,omitempty"`
 }
 
 // metadata is the on-disk form of template.json. The rootfs path is not
@@ -104,6 +108,7 @@ type metadata struct {
 	Workdir      string   `json:"workdir,omitempty"`
 	User         string   `json:"user,omitempty"`
 	StartCommand []string `json:"startCommand,omitempty"`
+	ReadyCommand []string `json:"readyCommand,omitempty"`
 }
 
 // Registry is a directory of templates. Its methods are safe for concurrent
@@ -191,6 +196,7 @@ func (r *Registry) Get(name string) (Template, error) {
 		Workdir:      m.Workdir,
 		User:         m.User,
 		StartCommand: m.StartCommand,
+		ReadyCommand: m.ReadyCommand,
 	}, nil
 }
 
