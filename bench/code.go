@@ -16,6 +16,10 @@ import (
 type codeResult struct {
 	created, roundTrips []time.Duration
 	rebuild             []time.Duration
+	// readyServe: create from a template whose start command (1 s to start
+	// serving) has a ready state → it answers; coldServe: the same server
+	// started by an exec in a new python sandbox → it answers.
+	readyServe, coldServe []time.Duration
 }
 
 func benchCode(s *server, cfg config, n int) (codeResult, error) {
@@ -52,7 +56,7 @@ func benchCode(s *server, cfg config, n int) (codeResult, error) {
 	}
 	// A Dockerfile rebuild with every step cached.
 	name := fmt.Sprintf("bench-df-%d", time.Now().UnixNano()%1e6)
-	defer os.RemoveAll(filepath.Join(cfg.templateDir, name))
+	defer removeTemplate(cfg.templateDir, name)
 	for i := range 4 {
 		t := time.Now()
 		b := exec.Command(filepath.Join(s.dir, "lizard"), "template", "build", name, "-f", "test/e2e/testdata/custom/Dockerfile",
@@ -64,7 +68,66 @@ func benchCode(s *server, cfg config, n int) (codeResult, error) {
 			r.rebuild = append(r.rebuild, time.Since(t))
 		}
 	}
-	return r, nil
+	return r, benchStartCommand(s, cfg, n, &r)
+}
+
+// serverCmd starts a web server after a second, as slow services do.
+const serverCmd = "sleep 1; exec python3 -m http.server --bind 127.0.0.1 8000"
+
+// benchStartCommand times how long a sandbox takes to answer on its
+// server's port when the server is a template's start command (kept
+// running in its ready state) and when an exec starts it after the create.
+func benchStartCommand(s *server, cfg config, n int, r *codeResult) error {
+	name := fmt.Sprintf("bench-start-%d", time.Now().UnixNano()%1e6)
+	defer removeTemplate(cfg.templateDir, name)
+	df := fmt.Sprintf("FROM python\nCMD [\"sh\", \"-c\", %q]\n", serverCmd)
+	if err := s.call("POST", "/api/templates", map[string]any{"name": name, "dockerfile": df}, nil); err != nil {
+		return fmt.Errorf("build the start-command template: %w", err)
+	}
+	const waitServing = "until curl -sf -o /dev/null http://127.0.0.1:8000/; do sleep 0.02; done"
+	serve := func(tpl, script string) (time.Duration, error) {
+		t := time.Now()
+		var sb struct {
+			SandboxID string `json:"sandboxId"`
+		}
+		if err := s.call("POST", "/api/sandboxes", map[string]any{"template": tpl}, &sb); err != nil {
+			return 0, err
+		}
+		defer s.kill(sb.SandboxID)
+		var out struct {
+			ExitCode int `json:"exitCode"`
+		}
+		if err := s.call("POST", "/api/sandboxes/"+sb.SandboxID+"/exec", map[string]any{"cmd": script, "timeoutMs": 30000}, &out); err != nil {
+			return 0, err
+		}
+		if out.ExitCode != 0 {
+			return 0, fmt.Errorf("%s: exit %d", script, out.ExitCode)
+		}
+		return time.Since(t), nil
+	}
+	for range n {
+		d, err := serve(name, waitServing)
+		if err != nil {
+			return err
+		}
+		r.readyServe = append(r.readyServe, d)
+		d, err = serve("python", "(setsid sh -c '"+serverCmd+"' >/dev/null 2>&1 &); "+waitServing)
+		if err != nil {
+			return err
+		}
+		r.coldServe = append(r.coldServe, d)
+	}
+	return nil
+}
+
+// removeTemplate removes a bench template: its name and every version.
+func removeTemplate(dir, name string) {
+	os.RemoveAll(filepath.Join(dir, name))
+	os.Remove(filepath.Join(dir, ".lock-"+name))
+	vs, _ := filepath.Glob(filepath.Join(dir, ".v", name+"@*"))
+	for _, v := range vs {
+		os.RemoveAll(v)
+	}
 }
 
 func printCodeTable(w io.Writer, r codeResult) {
@@ -72,6 +135,8 @@ func printCodeTable(w io.Writer, r codeResult) {
 		{"CodeSandbox.create → first runCode (interpreter)", r.created},
 		{"runCode('1+1') round trip", r.roundTrips},
 		{"Dockerfile rebuild, every step cached", r.rebuild},
+		{"create → start command serving (ready state)", r.readyServe},
+		{"create → exec starts the same server → serving", r.coldServe},
 	})
 }
 

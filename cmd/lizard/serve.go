@@ -136,6 +136,18 @@ func serve(ctx context.Context, args []string) error {
 	}
 	go svc.Watch(ctx, 5*time.Second)
 	svc.PrepareTemplates(reg.List)
+	// Template versions left by rebuilds go once nothing uses them; builds
+	// through the API prune right away, CLI builds are seen here.
+	go func() {
+		for {
+			pruneTemplates(reg, svc, log.With("component", "template"))
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(5 * time.Minute):
+			}
+		}
+	}()
 
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
@@ -150,7 +162,7 @@ func serve(ctx context.Context, args []string) error {
 	previews := previewURLs(c.domain, pln.Addr().String(), useTLS)
 	srv := &http.Server{
 		Handler: api.Handler(api.Config{Projects: st, Sandboxes: svc, Templates: reg, Previews: previews, Volumes: vols,
-			Builder: &templateBuilder{reg: reg, runsc: runsc, run: reap.Run, dns: c.dnsUpstream, sandboxes: svc}, Logger: log.With("component", "api")}),
+			Builder: &templateBuilder{reg: reg, runsc: runsc, run: reap.Run, dns: c.dnsUpstream, sandboxes: svc, log: log.With("component", "template")}, Logger: log.With("component", "api")}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	psrv := &http.Server{
@@ -201,20 +213,39 @@ type templateBuilder struct {
 	run       func(*exec.Cmd) error
 	dns       string
 	sandboxes *sandbox.Service
+	log       *slog.Logger
 }
 
 func (b *templateBuilder) BuildDockerfile(ctx context.Context, name string, opts api.BuildOptions, progress io.Writer) (template.Template, error) {
 	t, err := b.reg.BuildDockerfile(ctx, name, template.DockerfileOptions{
 		Dockerfile: opts.Dockerfile, DockerfileName: "Dockerfile", Context: opts.ContextDir, BuildArgs: opts.BuildArgs,
 		ReadyCommand: opts.ReadyCommand, Runsc: b.runsc, DNSUpstream: b.dns, RunCommand: b.run,
+		// The start command's ready state is part of the build: a command
+		// that fails leaves the template as it was.
+		BeforeSwitch: func(ctx context.Context, t template.Template, progress io.Writer) error {
+			if len(t.StartCommand) == 0 {
+				return nil
+			}
+			_, err := b.sandboxes.PrepareReady(ctx, t, "", progress)
+			return err
+		},
 	}, progress)
-	if err != nil || len(t.StartCommand) == 0 {
-		return t, err
+	if err == nil {
+		pruneTemplates(b.reg, b.sandboxes, b.log)
 	}
-	if _, err := b.sandboxes.PrepareReady(ctx, t, "", progress); err != nil {
-		return template.Template{}, err
+	return t, err
+}
+
+// pruneTemplates removes the template versions that no sandbox or snapshot
+// uses and that are not current.
+func pruneTemplates(reg *template.Registry, svc *sandbox.Service, log *slog.Logger) {
+	removed, err := reg.Prune(svc.UsesRootfs)
+	for _, v := range removed {
+		log.Info("removed a template version nothing uses", "dir", v)
 	}
-	return t, nil
+	if err != nil {
+		log.Warn("prune template versions", "err", err)
+	}
 }
 
 // firstStart creates the default project and its API key when the database

@@ -72,6 +72,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if err := checkSubnetFree(cfg.Bridge, cfg.Subnet); err != nil {
+		return nil, err
+	}
 	m := &Manager{cfg: cfg, gateway: gw, used: map[netip.Addr]bool{}, next: gw.Next(), policies: map[netip.Addr]Egress{}}
 	br, err := netlink.LinkByName(cfg.Bridge)
 	if err != nil {
@@ -115,6 +118,37 @@ func New(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("DNS resolver on %s: %w", gw, err)
 	}
 	return m, nil
+}
+
+// checkSubnetFree refuses a subnet that overlaps an address of another
+// interface of the host: the host would route the sandboxes' packets there,
+// and no sandbox's agent would ever answer.
+func checkSubnetFree(bridge string, subnet netip.Prefix) error {
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return fmt.Errorf("list the host's addresses: %w", err)
+	}
+	for _, a := range addrs {
+		p, ok := netip.AddrFromSlice(a.IP.To4())
+		if !ok {
+			continue
+		}
+		ones, _ := a.Mask.Size()
+		other := netip.PrefixFrom(p, ones).Masked()
+		if !other.Overlaps(subnet) {
+			continue
+		}
+		link, err := netlink.LinkByIndex(a.LinkIndex)
+		if err == nil && link.Attrs().Name == bridge {
+			continue
+		}
+		name := fmt.Sprint("interface ", a.LinkIndex)
+		if err == nil {
+			name = link.Attrs().Name
+		}
+		return fmt.Errorf("subnet %s overlaps %s on %s: choose another subnet (--subnet) for bridge %s: %w", subnet, other, name, bridge, errdefs.ErrConflict)
+	}
+	return nil
 }
 
 // Close stops the sandboxes' resolver. The firewall stays: sandboxes keep

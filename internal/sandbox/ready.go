@@ -3,6 +3,8 @@ package sandbox
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -63,9 +65,15 @@ type ReadyState struct {
 	CreatedAt time.Time     `json:"createdAt"`
 }
 
+// readyKey names a ready state: template, its version (with a digest of
+// the version's rootfs path, which two builds in one second share the
+// version string but not) and size.
 type readyKey struct{ template, version, size string }
 
-func (k readyKey) String() string { return k.template + " " + k.version + " " + k.size }
+func keyOf(tpl template.Template, size string) readyKey {
+	sum := sha256.Sum256([]byte(tpl.Rootfs))
+	return readyKey{tpl.Name, tpl.Version + "-" + hex.EncodeToString(sum[:4]), size}
+}
 
 // readyJob is a preparation in progress; waiters read st and err once done
 // is closed.
@@ -112,7 +120,7 @@ func (s *Service) PrepareReady(ctx context.Context, tpl template.Template, size 
 	if err != nil {
 		return ReadyState{}, err
 	}
-	k := readyKey{tpl.Name, tpl.Version, sz.Name}
+	k := keyOf(tpl, sz.Name)
 	if st, _, ok := s.readyState(k); ok {
 		return st, nil
 	}
@@ -142,7 +150,7 @@ func (s *Service) PrepareReady(ctx context.Context, tpl template.Template, size 
 		return ReadyState{}, fmt.Errorf("ready state of template %q (%s): %w", tpl.Name, sz.Name, job.err)
 	}
 	s.log.Info("ready state made", "template", tpl.Name, "version", tpl.Version, "size", sz.Name, "how", job.st.How, "readyIn", job.st.ReadyIn)
-	s.pruneReady(tpl.Name, tpl.Version)
+	s.pruneReady(k)
 	return job.st, nil
 }
 
@@ -158,10 +166,11 @@ func orDiscard(w io.Writer) io.Writer {
 // sandbox is never recorded in the store: a crash leaves a runtime sandbox
 // without a record, which Recover destroys.
 func (s *Service) prepareReady(ctx context.Context, tpl template.Template, sz Size, out io.Writer) (ReadyState, error) {
-	k := readyKey{tpl.Name, tpl.Version, sz.Name}
+	k := keyOf(tpl, sz.Name)
 	id := store.NewID("", 20)
 	token := randomToken()
 	start := time.Now()
+	defer s.booting(id, tpl.Rootfs)()
 	fmt.Fprintf(out, "[%s] ready state: booting a %s sandbox of %s to start %s\n", tpl.Name, sz.Name, tpl.Name, quoteArgv(tpl.StartCommand))
 	defer func() {
 		if err := s.cfg.Runtime.Destroy(context.WithoutCancel(ctx), id); err != nil {
@@ -404,7 +413,7 @@ func (c startCtx) waitReady(ctx context.Context, readyCmd []string, before map[i
 // prepareLater makes the ready state of tpl at size in the background, if
 // no preparation of it is under way.
 func (s *Service) prepareLater(tpl template.Template, size string) {
-	k := readyKey{tpl.Name, tpl.Version, size}
+	k := keyOf(tpl, size)
 	s.mu.Lock()
 	_, running := s.readyJobs[k]
 	if running || s.closed {
@@ -445,7 +454,7 @@ func (s *Service) prepareTemplates(ctx context.Context, list func() ([]template.
 	}
 	current := map[string]string{}
 	for _, t := range tpls {
-		current[t.Name] = t.Version
+		current[t.Name] = keyOf(t, "").version
 	}
 	ents, _ := os.ReadDir(s.cfg.ReadyDir)
 	for _, e := range ents {
@@ -454,7 +463,7 @@ func (s *Service) prepareTemplates(ctx context.Context, list func() ([]template.
 		}
 	}
 	for _, t := range tpls {
-		s.pruneReady(t.Name, t.Version)
+		s.pruneReady(keyOf(t, ""))
 		if len(t.StartCommand) == 0 {
 			continue
 		}
@@ -464,27 +473,27 @@ func (s *Service) prepareTemplates(ctx context.Context, list func() ([]template.
 	}
 }
 
-// pruneReady removes the ready states of template name's other versions,
-// and unfinished ones of this version that no preparation is writing.
-func (s *Service) pruneReady(name, version string) {
-	tdir := filepath.Join(s.cfg.ReadyDir, name)
+// pruneReady removes the ready states of k's template's other versions,
+// and unfinished ones of k's version that no preparation is writing.
+func (s *Service) pruneReady(k readyKey) {
+	tdir := filepath.Join(s.cfg.ReadyDir, k.template)
 	vers, _ := os.ReadDir(tdir)
 	for _, v := range vers {
-		if v.Name() != version {
+		if v.Name() != k.version {
 			os.RemoveAll(filepath.Join(tdir, v.Name()))
 		}
 	}
-	sizes, _ := os.ReadDir(filepath.Join(tdir, version))
+	sizes, _ := os.ReadDir(filepath.Join(tdir, k.version))
 	for _, e := range sizes {
-		base, _, tmp := strings.Cut(e.Name(), ".tmp-")
+		size, _, tmp := strings.Cut(e.Name(), ".tmp-")
 		if !tmp {
 			continue
 		}
 		s.mu.Lock()
-		_, running := s.readyJobs[readyKey{name, version, base}]
+		_, running := s.readyJobs[readyKey{k.template, k.version, size}]
 		s.mu.Unlock()
 		if !running {
-			os.RemoveAll(filepath.Join(tdir, version, e.Name()))
+			os.RemoveAll(filepath.Join(tdir, k.version, e.Name()))
 		}
 	}
 }
@@ -493,7 +502,7 @@ func (s *Service) pruneReady(name, version string) {
 // has one; ok is false when it has none or the restore failed (the state
 // is then dropped, and made again in the background).
 func (s *Service) createFromReady(ctx context.Context, rec Record, tpl template.Template, sz Size) (Record, bool, error) {
-	k := readyKey{tpl.Name, tpl.Version, sz.Name}
+	k := keyOf(tpl, sz.Name)
 	st, dir, ok := s.readyState(k)
 	if !ok {
 		s.prepareLater(tpl, sz.Name)
@@ -503,6 +512,7 @@ func (s *Service) createFromReady(ctx context.Context, rec Record, tpl template.
 	if err := s.admit(); err != nil {
 		return Record{}, true, err
 	}
+	rec.Rootfs = tpl.Rootfs
 	out, err := s.launch(ctx, rec, func(ctx context.Context, rec *Record) (runtime.Sandbox, error) {
 		return s.cp.Restore(ctx, runtime.Spec{ID: rec.ID, Rootfs: tpl.Rootfs, AgentToken: rec.AgentToken,
 			Resources: sz.resources(), Egress: rec.Egress}, dir)

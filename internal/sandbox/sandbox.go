@@ -91,6 +91,7 @@ type Service struct {
 	sandboxes map[string]*entry
 	snapshots map[string]*snapEntry
 	readyJobs map[readyKey]*readyJob
+	launching map[string]string // sandbox id → rootfs, while being made
 	closed    bool
 	bg        sync.WaitGroup
 	// bgCtx is the context of background work; Close cancels it.
@@ -155,6 +156,10 @@ type Record struct {
 	// Dockerfile's USER and WORKDIR).
 	User    string `json:"user,omitempty"`
 	Workdir string `json:"workdir,omitempty"`
+	// Rootfs is the template version's root filesystem the sandbox runs
+	// on; a rebuild of the template keeps it while the sandbox (or a
+	// snapshot of it) is there. "" in records of older servers.
+	Rootfs string `json:"rootfs,omitempty"`
 }
 
 // New builds the service. Call Recover before serving.
@@ -171,7 +176,7 @@ func New(cfg Config) *Service {
 	cp, _ := cfg.Runtime.(runtime.Checkpointer)
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, log: cfg.Logger, cp: cp, logs: newLogs(cfg.LogDir), sandboxes: map[string]*entry{},
-		snapshots: map[string]*snapEntry{}, readyJobs: map[readyKey]*readyJob{}, bgCtx: bgCtx, bgCancel: bgCancel}
+		snapshots: map[string]*snapEntry{}, readyJobs: map[readyKey]*readyJob{}, launching: map[string]string{}, bgCtx: bgCtx, bgCancel: bgCancel}
 }
 
 // CreateRequest is a validated create.
@@ -209,7 +214,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Record, error)
 	}
 	rec := s.newRecord(req.ProjectID, req.Template, size, req.TimeoutMs)
 	rec.Region, rec.Metadata, rec.Envs, rec.Egress = req.Region, req.Metadata, mergeEnv(tpl.Env, req.Envs), req.Egress
-	rec.User, rec.Workdir = tpl.User, tpl.Workdir
+	rec.User, rec.Workdir, rec.Rootfs = tpl.User, tpl.Workdir, tpl.Rootfs
 	// A template with a start command starts from its ready state: the
 	// command already running. A volume changes the sandbox's mounts, which
 	// a restore cannot, so those boot and start the command.
@@ -289,6 +294,7 @@ func (s *Service) launch(ctx context.Context, rec Record, boot func(context.Cont
 	if err := s.admit(); err != nil {
 		return Record{}, err
 	}
+	defer s.booting(rec.ID, rec.Rootfs)()
 	want := rec.Status
 	rec.Status = StatusCreating
 	if err := s.persist(ctx, rec); err != nil {
@@ -329,6 +335,19 @@ func (s *Service) launch(ctx context.Context, rec Record, boot func(context.Cont
 		s.logs.event(rec.ID, "created (template %s, size %s)", rec.Template, rec.Size)
 	}
 	return rec, nil
+}
+
+// booting counts sandbox id as using rootfs until the returned func is
+// called (see UsesRootfs): a sandbox being made is not in the live set yet.
+func (s *Service) booting(id, rootfs string) func() {
+	s.mu.Lock()
+	s.launching[id] = rootfs
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		delete(s.launching, id)
+		s.mu.Unlock()
+	}
 }
 
 // attachVolume attaches the volume ref (if any) to rec and returns its

@@ -47,6 +47,9 @@ type Snapshot struct {
 	// User and Workdir are the source's command defaults.
 	User    string `json:"user,omitempty"`
 	Workdir string `json:"workdir,omitempty"`
+	// Rootfs is the template version the source ran on ("" from older
+	// servers: the template's current version).
+	Rootfs string `json:"rootfs,omitempty"`
 }
 
 // SnapshotInfo is a snapshot with its pool's state.
@@ -133,7 +136,7 @@ func (s *Service) save(ctx context.Context, e *entry, dirOf func(string) string,
 		Template: rec.Template, Size: rec.Size, CPUs: rec.CPUs, MemoryMB: rec.MemoryMB,
 		TimeoutMs: rec.TimeoutMs, CreatedAt: time.Now().UTC(), AgentToken: rec.AgentToken,
 		Envs: rec.Envs, Metadata: rec.Metadata, Egress: rec.Egress, VolumeID: rec.VolumeID,
-		User: rec.User, Workdir: rec.Workdir,
+		User: rec.User, Workdir: rec.Workdir, Rootfs: rec.Rootfs,
 	}
 	start := time.Now()
 	if err := s.cp.Snapshot(ctx, rec.ID, dirOf(snap.ID)); err != nil {
@@ -325,16 +328,18 @@ func (s *Service) copyRecord(snap Snapshot, timeoutMs int64) Record {
 	size, _ := LookupSize(snap.Size)
 	rec := s.newRecord(snap.ProjectID, snap.Template, size, timeoutMs)
 	rec.Region, rec.Envs, rec.Metadata, rec.SnapshotID, rec.Egress = snap.Region, snap.Envs, snap.Metadata, snap.ID, snap.Egress
-	rec.User, rec.Workdir = snap.User, snap.Workdir
+	rec.User, rec.Workdir, rec.Rootfs = snap.User, snap.Workdir, snap.Rootfs
 	return rec
 }
 
-// restoreCopy starts rec as a copy of the image in dir.
+// restoreCopy starts rec as a copy of the image in dir, on the template
+// version the snapshot was taken on.
 func (s *Service) restoreCopy(ctx context.Context, rec Record, snap Snapshot, dir string) (Record, error) {
-	tpl, err := s.cfg.Templates.Get(snap.Template)
+	rootfs, err := s.snapshotRootfs(snap)
 	if err != nil {
-		return Record{}, fmt.Errorf("template of snapshot %s: %w", snap.ID, err)
+		return Record{}, err
 	}
+	rec.Rootfs = rootfs
 	size, err := LookupSize(snap.Size)
 	if err != nil {
 		return Record{}, err
@@ -344,9 +349,48 @@ func (s *Service) restoreCopy(ctx context.Context, rec Record, snap Snapshot, di
 		if err != nil {
 			return runtime.Sandbox{}, err
 		}
-		return s.cp.Restore(ctx, runtime.Spec{ID: rec.ID, Rootfs: tpl.Rootfs, AgentToken: rec.AgentToken, Resources: size.resources(),
+		return s.cp.Restore(ctx, runtime.Spec{ID: rec.ID, Rootfs: rootfs, AgentToken: rec.AgentToken, Resources: size.resources(),
 			Egress: rec.Egress, Mounts: mounts}, dir)
 	}, snap.AgentToken)
+}
+
+// snapshotRootfs is the root filesystem a copy of snap runs on.
+func (s *Service) snapshotRootfs(snap Snapshot) (string, error) {
+	if snap.Rootfs == "" {
+		tpl, err := s.cfg.Templates.Get(snap.Template)
+		if err != nil {
+			return "", fmt.Errorf("template of snapshot %s: %w", snap.ID, err)
+		}
+		return tpl.Rootfs, nil
+	}
+	if _, err := os.Stat(snap.Rootfs); err != nil {
+		return "", errdefs.WithCode("template_not_found", fmt.Errorf("snapshot %s: the version of template %q it was taken on is gone (%v): %w", snap.ID, snap.Template, err, errdefs.ErrNotFound))
+	}
+	return snap.Rootfs, nil
+}
+
+// UsesRootfs reports whether a sandbox or snapshot of the server runs on
+// (or restores onto) the template root filesystem rootfs, so that a
+// template version is kept while it does.
+func (s *Service) UsesRootfs(rootfs string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.sandboxes {
+		if e.rec.Rootfs == rootfs {
+			return true
+		}
+	}
+	for _, r := range s.launching {
+		if r == rootfs {
+			return true
+		}
+	}
+	for _, se := range s.snapshots {
+		if se.snap.Rootfs == rootfs {
+			return true
+		}
+	}
+	return false
 }
 
 // Restore starts a new sandbox from a snapshot of the project: a warm copy

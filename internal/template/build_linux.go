@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	mrand "math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -160,41 +161,144 @@ func (r *Registry) debootstrapPath() (string, error) {
 	return "", fmt.Errorf("debootstrap not found (apt-get install debootstrap, or make deps): %w", errdefs.ErrUnavailable)
 }
 
-// install moves the finished build tmp to <dir>/<name>: the old build, if
-// any, is renamed away, the new one renamed in, and then the old removed.
+// install makes the finished build tmp the current version of name (see
+// installChecked).
 func (r *Registry) install(name, tmp string, rep *reporter) error {
+	_, err := r.installChecked(name, tmp, rep, nil)
+	return err
+}
+
+// installChecked moves the finished build tmp to a new version directory
+// <dir>/.v/<name>@<unique>, calls check (may be nil) with that directory,
+// and, if check succeeds, switches <dir>/<name> to it. Versions installed
+// before stay where they are (see Prune). On failure the new version is
+// removed and name's current version is untouched. The caller holds the
+// build lock of name.
+func (r *Registry) installChecked(name, tmp string, rep *reporter, check func(vdir string) error) (string, error) {
+	vdir, err := r.place(name, tmp)
+	if err != nil {
+		return "", err
+	}
+	if check != nil {
+		err = check(vdir)
+	}
+	if err == nil {
+		err = r.switchTo(name, vdir, rep)
+	}
+	if err != nil {
+		if rerr := r.removeTree(vdir); rerr != nil {
+			rep.printf("warning: could not remove unused version %s: %v", vdir, rerr)
+		}
+		return "", err
+	}
+	return vdir, nil
+}
+
+// place moves the finished build tmp to a new version directory of name,
+// <dir>/.v/<name>@<UTC time>-<n>, and returns that directory.
+func (r *Registry) place(name, tmp string) (string, error) {
+	vroot := filepath.Join(r.dir, versionsDir)
+	if err := os.MkdirAll(vroot, 0o755); err != nil {
+		return "", fmt.Errorf("make versions directory: %w", err)
+	}
+	stamp := time.Now().UTC().Format("20060102T150405Z")
+	vdir, err := reserveDir(vroot, name+"@"+stamp+"-")
+	if err != nil {
+		return "", err
+	}
+	if err := syscall.Rename(tmp, vdir); err != nil {
+		os.Remove(vdir)
+		return "", fmt.Errorf("move build into place: rename %s %s: %w", tmp, vdir, err)
+	}
+	syncDir(vroot)
+	return vdir, nil
+}
+
+// reserveDir makes a new empty directory in dir whose name starts with
+// prefix and ends with a random number: a unique name that a directory
+// can then be renamed to with rename(2), which replaces an empty
+// directory (os.Rename refuses to).
+func reserveDir(dir, prefix string) (string, error) {
+	d, err := os.MkdirTemp(dir, prefix)
+	if err != nil {
+		return "", fmt.Errorf("reserve a directory name: %w", err)
+	}
+	return d, nil
+}
+
+// switchTo makes the version directory vdir (in <dir>/.v) the current
+// version of name: a new relative link <dir>/.link-<name>-<n> is renamed
+// over <dir>/<name>, so readers see either the old version or the new one.
+// A directory of the older layout at <dir>/<name> is first moved under .v
+// (and moved back should the switch fail). The caller holds the build
+// lock of name.
+func (r *Registry) switchTo(name, vdir string, rep *reporter) error {
 	final := filepath.Join(r.dir, name)
-	old := ""
-	if _, err := os.Lstat(final); err == nil {
-		// A unique name for the old build: an empty directory, which
-		// rename(2) replaces (os.Rename refuses to).
-		o, err := os.MkdirTemp(r.dir, ".old-"+name+"-")
-		if err != nil {
-			return err
-		}
-		if err := syscall.Rename(final, o); err != nil {
-			os.Remove(o)
-			return fmt.Errorf("move old build away: rename %s %s: %w", final, o, err)
-		}
-		old = o
-	} else if !errors.Is(err, fs.ErrNotExist) {
+	target := filepath.Join(versionsDir, filepath.Base(vdir))
+	legacy, err := r.moveLegacy(name)
+	if err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, final); err != nil {
-		if old != "" {
-			if err2 := os.Rename(old, final); err2 != nil {
-				rep.printf("warning: could not restore old build %s: %v", old, err2)
-			}
+	restore := func() {
+		if legacy == "" {
+			return
 		}
-		return fmt.Errorf("move build into place: %w", err)
+		if err := os.Rename(legacy, final); err != nil {
+			rep.printf("warning: could not move old template %s back to %s: %v", legacy, final, err)
+		}
+	}
+	link, err := r.newLink(name, target)
+	if err != nil {
+		restore()
+		return err
+	}
+	if err := os.Rename(link, final); err != nil {
+		os.Remove(link)
+		restore()
+		return fmt.Errorf("switch %s to %s: %w", final, target, err)
 	}
 	syncDir(r.dir)
-	if old != "" {
-		if err := r.removeTree(old); err != nil {
-			rep.printf("warning: could not remove old build %s: %v", old, err)
+	return nil
+}
+
+// moveLegacy moves <dir>/<name>, when it is a template directory of the
+// older layout, to <dir>/.v/<name>@legacy-<n>, where it is a version like
+// the others, and returns where it went ("" if there was none).
+func (r *Registry) moveLegacy(name string) (string, error) {
+	final := filepath.Join(r.dir, name)
+	fi, err := os.Lstat(final)
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && !fi.IsDir()) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	o, err := reserveDir(filepath.Join(r.dir, versionsDir), name+"@legacy-")
+	if err != nil {
+		return "", err
+	}
+	if err := syscall.Rename(final, o); err != nil {
+		os.Remove(o)
+		return "", fmt.Errorf("move old template under %s: rename %s %s: %w", versionsDir, final, o, err)
+	}
+	syncDir(filepath.Dir(o))
+	return o, nil
+}
+
+// newLink makes a symbolic link to target with a new name
+// <dir>/.link-<name>-<n> and returns its path.
+func (r *Registry) newLink(name, target string) (string, error) {
+	for range 100 {
+		link := filepath.Join(r.dir, fmt.Sprintf(".link-%s-%d", name, mrand.Uint32()))
+		err := os.Symlink(target, link)
+		if err == nil {
+			return link, nil
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return "", fmt.Errorf("make link to %s: %w", target, err)
 		}
 	}
-	return nil
+	return "", fmt.Errorf("make link to %s: no free name", target)
 }
 
 func syncDir(dir string) {
@@ -204,10 +308,11 @@ func syncDir(dir string) {
 	}
 }
 
-// removeStale removes what crashed builds of name left behind. The caller
-// holds the build lock of name.
+// removeStale removes what crashed builds of name left behind: build
+// directories, old builds of the older layout, and links never renamed
+// into place. The caller holds the build lock of name.
 func (r *Registry) removeStale(name string, rep *reporter) {
-	re := regexp.MustCompile(`^\.(build|old)-` + regexp.QuoteMeta(name) + `-[0-9]+$`)
+	re := regexp.MustCompile(`^\.(build|old|link)-` + regexp.QuoteMeta(name) + `-[0-9]+$`)
 	ents, err := os.ReadDir(r.dir)
 	if err != nil {
 		return
@@ -218,26 +323,49 @@ func (r *Registry) removeStale(name string, rep *reporter) {
 		}
 		p := filepath.Join(r.dir, e.Name())
 		rep.printf("removing leftover %s", p)
-		if err := r.removeTree(p); err != nil {
+		if err := r.removeLeftover(p, e); err != nil {
 			rep.printf("warning: could not remove %s: %v", p, err)
 		}
 	}
 }
 
-// removeTree removes a build or old-build directory of the registry:
-// first it unmounts whatever is mounted under it (debootstrap can leave
-// proc, sysfs and /dev bind mounts behind when it dies), then removes the
-// tree without following symlinks. It refuses paths that are not hidden
-// entries of the registry, and trees that still have mounts.
+// removeLeftover removes p, a leftover of a build: a link is unlinked
+// (never followed), anything else goes with removeTree.
+func (r *Registry) removeLeftover(p string, e fs.DirEntry) error {
+	if e.Type()&fs.ModeSymlink != 0 {
+		return os.Remove(p)
+	}
+	return r.removeTree(p)
+}
+
+// removeTree removes a build or old-build directory or a version directory
+// of the registry: first it unmounts whatever is mounted under it
+// (debootstrap can leave proc, sysfs and /dev bind mounts behind when it
+// dies), then removes the tree without following symlinks. It refuses
+// paths that are neither hidden build entries of the registry nor entries
+// of its .v, and trees that still have mounts.
 func (r *Registry) removeTree(path string) error {
-	base := filepath.Base(path)
-	if filepath.Dir(path) != r.dir || !(strings.HasPrefix(base, ".build-") || strings.HasPrefix(base, ".old-")) {
-		return fmt.Errorf("refusing to remove %s: not a build directory of %s", path, r.dir)
+	if !r.removable(path) {
+		return fmt.Errorf("refusing to remove %s: not a build or version directory of %s", path, r.dir)
 	}
 	if err := unmountUnder(path); err != nil {
 		return err
 	}
 	return os.RemoveAll(path) // unlinkat/openat(O_NOFOLLOW): symlinks are removed, not followed
+}
+
+// removable reports whether removeTree may remove path: <dir>/.build-*,
+// <dir>/.old-* or <dir>/.v/<name>@*.
+func (r *Registry) removable(path string) bool {
+	base := filepath.Base(path)
+	switch filepath.Dir(path) {
+	case r.dir:
+		return strings.HasPrefix(base, ".build-") || strings.HasPrefix(base, ".old-")
+	case filepath.Join(r.dir, versionsDir):
+		name, _, ok := strings.Cut(base, "@")
+		return ok && validName(name)
+	}
+	return false
 }
 
 // ---- lock ----
@@ -272,6 +400,24 @@ func (r *Registry) lock(ctx context.Context, name string, rep *reporter) (*build
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// tryLock takes the build lock of name if nobody holds it; ok is false
+// when somebody does.
+func (r *Registry) tryLock(name string) (l *buildLock, ok bool, err error) {
+	f, err := os.OpenFile(filepath.Join(r.dir, ".lock-"+name), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, false, err
+	}
+	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	if err == nil {
+		return &buildLock{f: f}, true, nil
+	}
+	f.Close()
+	if errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, syscall.EINTR) {
+		return nil, false, nil
+	}
+	return nil, false, fmt.Errorf("lock: %w", err)
 }
 
 func (l *buildLock) unlock() {

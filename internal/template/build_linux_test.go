@@ -103,8 +103,11 @@ func TestRemoveTreeStaysInside(t *testing.T) {
 		t.Log("mount part skipped (not root or no mount permission)")
 	}
 
-	// Only hidden build directories of the registry may be removed.
-	for _, p := range []string{outside, filepath.Join(r.Dir(), "base"), filepath.Join(base, ".build-base-1")} {
+	// Only hidden build directories and versions of the registry may be
+	// removed.
+	for _, p := range []string{outside, filepath.Join(r.Dir(), "base"), filepath.Join(base, ".build-base-1"),
+		filepath.Join(r.Dir(), versionsDir), filepath.Join(r.Dir(), versionsDir, "noversion"), filepath.Join(r.Dir(), versionsDir, ".x@1"),
+		filepath.Join(r.Dir(), versionsDir, "base@1", "rootfs"), filepath.Join(r.Dir(), ".link-base-1")} {
 		if err := r.removeTree(p); err == nil {
 			t.Errorf("removeTree(%s) allowed", p)
 		}
@@ -116,8 +119,15 @@ func TestRemoveTreeStaysInside(t *testing.T) {
 
 func TestRemoveStale(t *testing.T) {
 	r := NewRegistry(t.TempDir())
-	for _, d := range []string{".build-base-1", ".old-base-22", ".build-base-x-3", ".build-other-4", "base"} {
+	for _, d := range []string{".build-base-1", ".old-base-22", ".build-base-x-3", ".build-other-4", "base", ".v/base@1"} {
 		if err := os.MkdirAll(filepath.Join(r.Dir(), d, "rootfs"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Links a crashed switch left: base's goes (not what it points to),
+	// base-x's stays.
+	for _, l := range []string{".link-base-5", ".link-base-x-6"} {
+		if err := os.Symlink(".v/base@1", filepath.Join(r.Dir(), l)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -128,8 +138,11 @@ func TestRemoveStale(t *testing.T) {
 	for _, e := range ents {
 		left = append(left, e.Name())
 	}
-	if want := []string{".build-base-x-3", ".build-other-4", "base"}; !reflect.DeepEqual(left, want) {
+	if want := []string{".build-base-x-3", ".build-other-4", ".link-base-x-6", ".v", "base"}; !reflect.DeepEqual(left, want) {
 		t.Errorf("left %v, want %v", left, want)
+	}
+	if _, err := os.Stat(filepath.Join(r.Dir(), ".v", "base@1", "rootfs")); err != nil {
+		t.Errorf("removing a link removed its target: %v", err)
 	}
 }
 
@@ -144,9 +157,12 @@ func TestInstallReplaces(t *testing.T) {
 	if err != nil || got.Version != "new" {
 		t.Fatalf("Get = %+v, %v", got, err)
 	}
-	ents, _ := os.ReadDir(r.Dir())
-	if len(ents) != 1 {
-		t.Errorf("entries left: %v", ents)
+	// The link and the versions (the old one moved under .v), nothing else.
+	if left := entries(t, r.Dir()); !reflect.DeepEqual(left, []string{".v", "base"}) {
+		t.Errorf("entries left: %v", left)
+	}
+	if vs := entries(t, filepath.Join(r.Dir(), versionsDir)); len(vs) != 2 {
+		t.Errorf("versions: %v, want the old and the new", vs)
 	}
 	// First install, nothing to replace.
 	fakeTemplate(t, r.Dir(), ".build-other-8", metadata{Version: "1"})
@@ -156,6 +172,20 @@ func TestInstallReplaces(t *testing.T) {
 	if _, err := r.Get("other"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// entries lists the names in dir, sorted.
+func entries(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{}
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
 }
 
 func TestLockSerializes(t *testing.T) {

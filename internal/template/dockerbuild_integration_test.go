@@ -5,9 +5,12 @@ package template
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"syscall"
@@ -22,25 +25,8 @@ const realTemplates = "/var/cache/lizard/templates"
 // last step cached), and checks that a failing RUN reports its exit code
 // and output and leaves the template and the host as they were.
 func TestDockerfileBuildReal(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("Dockerfile builds need root (gVisor, network namespaces)")
-	}
-	runsc := os.Getenv("LIZARD_RUNSC")
-	if runsc == "" {
-		var err error
-		if runsc, err = exec.LookPath("runsc"); err != nil {
-			t.Skip("runsc (gVisor) not installed")
-		}
-	}
-	if _, err := os.Stat(filepath.Join(realTemplates, "base", metadataFile)); err != nil {
-		t.Skipf("the base template is not built in %s (lizard template build base)", realTemplates)
-	}
-	dir := t.TempDir()
-	// The real base, without copying it: FROM base reads it through the link.
-	if err := os.Symlink(filepath.Join(realTemplates, "base"), filepath.Join(dir, "base")); err != nil {
-		t.Fatal(err)
-	}
-	r := NewRegistry(dir)
+	r, runsc := realBaseRegistry(t)
+	dir := r.Dir()
 	bctx := t.TempDir()
 	os.WriteFile(filepath.Join(bctx, "hello.txt"), []byte("hello\n"), 0o644)
 
@@ -127,6 +113,11 @@ RUN echo v1 > /tmp/last.txt
 	}
 	mustRead2("tmp/last.txt", "v2\n")
 	mustRead2("opt/made.txt", "made for test\n")
+	// The first build is still whole: sandboxes started from it go on.
+	if tpl2.Rootfs == rootfs {
+		t.Errorf("the rebuild reused the first build's rootfs %s", rootfs)
+	}
+	mustRead("tmp/last.txt", "v1\n")
 
 	// A failing RUN: its exit code and output in the error, the template
 	// untouched, nothing left behind.
@@ -145,11 +136,125 @@ RUN echo v1 > /tmp/last.txt
 	}
 }
 
+// realBaseRegistry returns a new registry whose base is the real base
+// template, and the runsc binary to build with; it skips the test when
+// either is missing or the test is not root.
+func realBaseRegistry(t *testing.T) (*Registry, string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("Dockerfile builds need root (gVisor, network namespaces)")
+	}
+	runsc := os.Getenv("LIZARD_RUNSC")
+	if runsc == "" {
+		var err error
+		if runsc, err = exec.LookPath("runsc"); err != nil {
+			t.Skip("runsc (gVisor) not installed")
+		}
+	}
+	if _, err := os.Stat(filepath.Join(realTemplates, "base", metadataFile)); err != nil {
+		t.Skipf("the base template is not built in %s (lizard template build base)", realTemplates)
+	}
+	dir := t.TempDir()
+	// The real base, without copying it: FROM base reads it through the link.
+	if err := os.Symlink(filepath.Join(realTemplates, "base"), filepath.Join(dir, "base")); err != nil {
+		t.Fatal(err)
+	}
+	return NewRegistry(dir), runsc
+}
+
+// TestDockerfileBeforeSwitch: the hook sees the new version complete at
+// its final path while the old one is still current; a hook that fails
+// fails the build and leaves the old version current and no new version.
+func TestDockerfileBeforeSwitch(t *testing.T) {
+	r, runsc := realBaseRegistry(t)
+	bctx := t.TempDir()
+	build := func(n string, hook func(context.Context, Template, io.Writer) error) (Template, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		os.WriteFile(filepath.Join(bctx, "n.txt"), []byte(n), 0o644)
+		var out bytes.Buffer
+		tpl, err := r.BuildDockerfile(ctx, "hooked", DockerfileOptions{
+			Dockerfile:     []byte("FROM base\nCOPY n.txt /opt/\nCMD [\"sleep\", \"infinity\"]\n"),
+			DockerfileName: "Dockerfile", Context: bctx, Runsc: runsc, BeforeSwitch: hook,
+		}, &out)
+		t.Logf("build output:\n%s", out.String())
+		return tpl, err
+	}
+	first, err := build("1", nil)
+	if err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	realDir, err := filepath.EvalSymlinks(r.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	vroot := filepath.Join(realDir, versionsDir)
+	versions := entries(t, vroot)
+
+	// The hook sees the new version in place, the old one still current,
+	// the build lock held.
+	boom := errors.New("not ready")
+	var seen Template
+	check := func(_ context.Context, tpl Template, progress io.Writer) error {
+		seen = tpl
+		if b, err := os.ReadFile(filepath.Join(tpl.Rootfs, "opt/n.txt")); err != nil || string(b) != "2" {
+			t.Errorf("hook: new rootfs has n.txt %q, %v", b, err)
+		}
+		if cur, err := r.Get("hooked"); err != nil || cur.Rootfs != first.Rootfs {
+			t.Errorf("hook: current version %+v, %v; want the first still", cur, err)
+		}
+		if l, ok, err := r.tryLock("hooked"); err != nil {
+			t.Errorf("hook: tryLock: %v", err)
+		} else if ok {
+			l.unlock()
+			t.Errorf("hook: the build lock is not held")
+		}
+		return boom
+	}
+	if _, err := build("2", check); !errors.Is(err, boom) {
+		t.Fatalf("build with a failing hook = %v, want its error", err)
+	}
+	if filepath.Dir(filepath.Dir(seen.Rootfs)) != vroot || seen.Rootfs == first.Rootfs ||
+		!slices.Equal(seen.StartCommand, []string{"sleep", "infinity"}) || seen.Version == "" || seen.Name != "hooked" {
+		t.Errorf("hook saw %+v; want a new version under %s", seen, vroot)
+	}
+	assertGone(t, seen.Rootfs)
+	if now := entries(t, vroot); !slices.Equal(now, versions) {
+		t.Errorf("versions after a refused build: %v, want %v", now, versions)
+	}
+	if cur, err := r.Get("hooked"); err != nil || !reflect.DeepEqual(cur, first) {
+		t.Errorf("after a refused build Get = %+v, %v; want %+v", cur, err, first)
+	}
+
+	// A hook that accepts: the build's template is the version it saw.
+	seen = Template{}
+	accept := func(_ context.Context, tpl Template, _ io.Writer) error {
+		seen = tpl
+		return nil
+	}
+	third, err := build("3", accept)
+	if err != nil {
+		t.Fatalf("build with an accepting hook: %v", err)
+	}
+	if !reflect.DeepEqual(third, seen) || filepath.Dir(filepath.Dir(third.Rootfs)) != vroot {
+		t.Errorf("built %+v, hook saw %+v", third, seen)
+	}
+	if cur, err := r.Get("hooked"); err != nil || cur.Rootfs != third.Rootfs {
+		t.Errorf("Get = %+v, %v; want the new version", cur, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(first.Rootfs, "opt/n.txt")); err != nil || string(b) != "1" {
+		t.Errorf("first version after the rebuild: %q, %v", b, err)
+	}
+	if leaks := dockerBuildLeaks(r.Dir()); len(leaks) > 0 {
+		t.Errorf("left behind: %q", leaks)
+	}
+}
+
 // dockerBuildLeaks lists what Dockerfile builds may leave on the host.
 func dockerBuildLeaks(dir string) []string {
 	var out []string
 	for _, pattern := range []string{
-		filepath.Join(dir, ".build-*"), filepath.Join(dir, ".old-*"), filepath.Join(dir, ".layers", ".tmp-*"),
+		filepath.Join(dir, ".build-*"), filepath.Join(dir, ".old-*"), filepath.Join(dir, ".link-*"), filepath.Join(dir, ".layers", ".tmp-*"),
 		"/run/netns/lizard-lzb*", "/sys/fs/cgroup/*" + buildCgroup, "/sys/fs/cgroup" + buildCgroup, buildRunscRt,
 		"/sys/class/net/" + buildBridge, "/sys/class/net/lzv*",
 	} {

@@ -73,10 +73,11 @@ type dbuild struct {
 }
 
 // BuildDockerfile builds template name from a Dockerfile (see
-// DockerfileOptions), replacing an existing template of that name only once
-// the new one is complete; a failed build leaves the old one and nothing
-// else. Progress and the output of RUN steps are written to progress (may be
-// nil).
+// DockerfileOptions) as a new version of it, which becomes the current one
+// only once it is complete (and opts.BeforeSwitch accepted it); the version
+// it replaces stays until Prune removes it. A failed build leaves the
+// current version and nothing else. Progress and the output of RUN steps
+// are written to progress (may be nil).
 func (r *Registry) BuildDockerfile(ctx context.Context, name string, opts DockerfileOptions, progress io.Writer) (Template, error) {
 	t, err := r.buildDockerfile(ctx, name, opts, progress)
 	if err != nil {
@@ -311,9 +312,10 @@ func (b *dbuild) removeStaleLayers() {
 	}
 }
 
-// install makes the template: a hard-linked copy of the last layer (layers
-// and templates are never written in place, so they may share files), the
-// WORKDIR made, and the metadata.
+// install makes the template's new version: a hard-linked copy of the last
+// layer (layers and templates are never written in place, so they may share
+// files), the WORKDIR made, and the metadata; then, once
+// opts.BeforeSwitch has accepted it, makes it the current version.
 func (b *dbuild) install(ctx context.Context, plan *dfPlan, base Template, layer, key string) (Template, error) {
 	tmp, err := os.MkdirTemp(b.r.dir, ".build-"+b.name+"-")
 	if err != nil {
@@ -370,16 +372,35 @@ func (b *dbuild) install(ctx context.Context, plan *dfPlan, base Template, layer
 	if err := ctx.Err(); err != nil {
 		return Template{}, err
 	}
-	if err := b.r.install(b.name, tmp, newReporter(b.out.w, b.name)); err != nil {
+	var t Template
+	check := func(vdir string) error {
+		var err error
+		t, err = b.beforeSwitch(ctx, vdir)
+		return err
+	}
+	if _, err := b.r.installChecked(b.name, tmp, newReporter(b.out.w, b.name), check); err != nil {
 		return Template{}, err
 	}
 	installed = true
-	t, err := b.r.Get(b.name)
+	b.out.printf("built %s: %s in %s → %s", t.Version, fmtBytes(t.SizeBytes), fmtDuration(b.out.elapsed()), t.Rootfs)
+	return t, nil
+}
+
+// beforeSwitch reads the new version vdir of the template and lets
+// opts.BeforeSwitch see it before the name is switched to it.
+func (b *dbuild) beforeSwitch(ctx context.Context, vdir string) (Template, error) {
+	t, err := readTemplate(b.name, vdir)
 	if err != nil {
 		return Template{}, err
 	}
-	b.out.printf("built %s: %s in %s → %s", t.Version, fmtBytes(t.SizeBytes), fmtDuration(b.out.elapsed()), t.Rootfs)
-	return t, nil
+	if b.opts.BeforeSwitch == nil {
+		return t, nil
+	}
+	if err := b.opts.BeforeSwitch(ctx, t, b.out.w); err != nil {
+		return Template{}, err
+	}
+	// A cancelled build does not switch, even if the hook missed it.
+	return t, ctx.Err()
 }
 
 // ---- RUN ----

@@ -2,6 +2,7 @@ package template
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -58,6 +59,13 @@ type DockerfileOptions struct {
 	// ReadyCommand, when set, replaces the Dockerfile's HEALTHCHECK as the
 	// test that the start command is ready (run by /bin/sh -c).
 	ReadyCommand string
+	// BeforeSwitch, when set, is called once the new version is complete
+	// at its final place (t.Rootfs is the path it keeps; t is what Get
+	// will return) but before the template's name is switched to it, with
+	// the build lock still held; progress is the build's. If it fails, so
+	// does the build, with its error: the new version is removed and the
+	// template's current version stays as it was.
+	BeforeSwitch func(ctx context.Context, t Template, progress io.Writer) error
 }
 
 // RunFunc runs a command to its end, like (*exec.Cmd).Run.

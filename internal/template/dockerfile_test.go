@@ -127,7 +127,7 @@ func TestParseDockerfileErrors(t *testing.T) {
 		{"FROM base\nADD https://example.com/x.tgz /x\n", "adding URLs is not supported"},
 		{"FROM base\nCOPY ../secret /x\n", "outside the build context"},
 		{"FROM base\nCOPY a b c\n", "ending with /"},
-		{"FROM base\nHEALTHCHECK CMD true\n", "HEALTHCHECK is not supported"},
+		{"FROM base\nHEALTHCHECK CMD true\n", "HEALTHCHECK without CMD"},
 		{"FROM base\nRUN --mount=type=cache,target=/x true\n", "RUN --mount=type=cache,target=/x is not supported"},
 		{"FROM debian:bookworm\n", "container registry"},
 		{"FROM nosuch\n", "no such lizard template"},
@@ -228,5 +228,33 @@ func TestExpandSourcesRefusesEscapes(t *testing.T) {
 	}
 	if _, err := expandSources(ctx, []string{"missing"}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("missing source: %v", err)
+	}
+}
+
+func TestParseHealthcheck(t *testing.T) {
+	p := plan(t, "FROM base\nHEALTHCHECK --interval=5s CMD curl -sf http://127.0.0.1:8000/\nCMD [\"app\"]\n", nil)
+	if want := []string{"/bin/sh", "-c", "curl -sf http://127.0.0.1:8000/"}; !slices.Equal(p.ReadyCommand, want) {
+		t.Errorf("ReadyCommand = %q, want %q", p.ReadyCommand, want)
+	}
+	if len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0], "--interval=5s") {
+		t.Errorf("Warnings = %q, want one naming the ignored option", p.Warnings)
+	}
+	p = plan(t, "FROM base\nCMD [\"app\"]\nHEALTHCHECK CMD [\"test\", \"-f\", \"/tmp/up\"]\n", nil)
+	if want := []string{"test", "-f", "/tmp/up"}; !slices.Equal(p.ReadyCommand, want) {
+		t.Errorf("exec form: ReadyCommand = %q", p.ReadyCommand)
+	}
+	p = plan(t, "FROM base\nHEALTHCHECK CMD true\nHEALTHCHECK NONE\nCMD [\"app\"]\n", nil)
+	if p.ReadyCommand != nil {
+		t.Errorf("HEALTHCHECK NONE: ReadyCommand = %q", p.ReadyCommand)
+	}
+	for _, df := range []string{
+		"FROM base\nHEALTHCHECK CMD true\n",              // nothing to check
+		"FROM base\nHEALTHCHECK PING x\nCMD [\"app\"]\n", // neither CMD nor NONE
+		"FROM base\nHEALTHCHECK --bogus=1 CMD true\nCMD [\"app\"]\n",
+	} {
+		_, err := parseDockerfile("Dockerfile", []byte(df), nil, fakeBase())
+		if !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("%q: err = %v, want ErrInvalid", df, err)
+		}
 	}
 }

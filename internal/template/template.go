@@ -3,16 +3,29 @@
 // A template is a directory tree (its rootfs) that gVisor mounts read-only as
 // a sandbox's root; gVisor puts a per-sandbox writable overlay on top, so one
 // rootfs serves any number of sandboxes. Templates live in a Registry
-// directory with one subdirectory per template:
+// directory. Every build of a template is a version, kept in a directory of
+// its own; the template's name is a symbolic link to its current version:
 //
-//	<dir>/<name>/rootfs         the root filesystem
-//	<dir>/<name>/template.json  metadata (version, size, build time, env)
-//	<dir>/.build-<name>-<n>/    a build in progress (ignored by Get and List)
-//	<dir>/.lock-<name>          flock(2) lock serializing builds of <name>
+//	<dir>/<name>                            link to .v/<name>@<unique>, the current version
+//	<dir>/.v/<name>@<unique>/rootfs         a version's root filesystem
+//	<dir>/.v/<name>@<unique>/template.json  its metadata (version, size, build time, env)
+//	<dir>/.build-<name>-<n>/                a build in progress (ignored by Get and List)
+//	<dir>/.link-<name>-<n>                  a new link of <name> about to be renamed over it
+//	<dir>/.lock-<name>                      flock(2) lock serializing builds of <name>
 //
-// A template directory counts only once its template.json exists: builds
-// write the metadata last and then rename the whole build directory into
-// place, so a crashed or cancelled build never looks like a template.
+// <unique> is the build's UTC time and a random suffix; "legacy-<n>" for a
+// template of the older layout, where <dir>/<name> was itself the directory
+// holding rootfs and template.json (Get and List still read such a
+// directory, and the next build of the name moves it under .v).
+//
+// A version counts only once its template.json exists: builds write the
+// metadata last and then rename the whole build directory under .v, and
+// only then switch <dir>/<name> to it, by renaming a new link over the old
+// one, so a crashed or cancelled build never looks like a template and
+// readers always see one whole version. A rebuild leaves the previous
+// versions where they are, since running sandboxes and snapshots still use
+// them (Get gives the rootfs path of the version it read); Prune removes
+// those nothing uses any more.
 //
 // The registry knows how to build a fixed set of built-in templates (see
 // Builtins), all Debian bookworm made with debootstrap and apt-get: "base"
@@ -59,7 +72,9 @@ type Template struct {
 	Name string `json:"name"`
 	// Version identifies the build, e.g. "bookworm-20260101T120000Z".
 	Version string `json:"version"`
-	// Rootfs is the absolute path of the root filesystem directory.
+	// Rootfs is the root filesystem directory of the version read: an
+	// absolute path without symbolic links, which keeps naming that
+	// version after rebuilds, for as long as it exists (see Prune).
 	Rootfs string `json:"rootfs"`
 	// SizeBytes is the sum of the sizes of the regular files in Rootfs
 	// (hard links counted once), measured when the template was built.
@@ -150,35 +165,45 @@ func notFound(name string, why string) error {
 	return errdefs.WithCode(CodeNotFound, fmt.Errorf("template %q: %w", name, errdefs.ErrNotFound))
 }
 
-// Get returns the built template name, which may be an alias (the template
-// returned has its real name). A name that was never built, whose build has
-// not finished, or that is not a valid name is an error wrapping
-// errdefs.ErrNotFound with code "template_not_found".
+// versionsDir is the registry's subdirectory holding the versions.
+const versionsDir = ".v"
+
+// Get returns the current version of the built template name, which may be
+// an alias (the template returned has its real name). A name that was
+// never built, whose build has not finished, or that is not a valid name is
+// an error wrapping errdefs.ErrNotFound with code "template_not_found".
 func (r *Registry) Get(name string) (Template, error) {
 	name = Resolve(name)
 	if !validName(name) {
 		return Template{}, notFound(name, "")
 	}
-	tdir := filepath.Join(r.dir, name)
-	if st, err := os.Stat(tdir); err != nil || !st.IsDir() {
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return Template{}, fmt.Errorf("template %q: %w", name, err)
-		}
-		return Template{}, notFound(name, "")
-	}
-	b, err := os.ReadFile(filepath.Join(tdir, metadataFile))
+	return readTemplate(name, filepath.Join(r.dir, name))
+}
+
+// readTemplate reads template name from dir: <dir>/<name> (a link to a
+// version, or a directory of the older layout) or a version directory.
+// dir's symbolic links are resolved once, first, so that the metadata and
+// the rootfs come from one version even while the name is switched.
+func readTemplate(name, dir string) (Template, error) {
+	vdir, err := filepath.EvalSymlinks(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Template{}, notFound(name, "")
 	}
 	if err != nil {
 		return Template{}, fmt.Errorf("template %q: %w", name, err)
 	}
-	var m metadata
-	if err := json.Unmarshal(b, &m); err != nil {
-		return Template{}, fmt.Errorf("template %q: corrupt %s: %v: %w", name, metadataFile, err, errdefs.ErrUnavailable)
+	if st, err := os.Stat(vdir); err != nil || !st.IsDir() {
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return Template{}, fmt.Errorf("template %q: %w", name, err)
+		}
+		return Template{}, notFound(name, "")
 	}
-	rootfs := filepath.Join(tdir, rootfsDir)
-	st, err := os.Stat(rootfs)
+	m, err := readMetadata(name, vdir)
+	if err != nil {
+		return Template{}, err
+	}
+	rootfs := filepath.Join(vdir, rootfsDir)
+	st, err := os.Lstat(rootfs)
 	if err != nil || !st.IsDir() {
 		return Template{}, notFound(name, "rootfs missing")
 	}
@@ -200,8 +225,26 @@ func (r *Registry) Get(name string) (Template, error) {
 	}, nil
 }
 
-// List returns the built templates sorted by name. Unfinished builds and
-// entries that are not templates are left out.
+// readMetadata reads vdir/template.json of template name.
+func readMetadata(name, vdir string) (metadata, error) {
+	b, err := os.ReadFile(filepath.Join(vdir, metadataFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return metadata{}, notFound(name, "")
+	}
+	if err != nil {
+		return metadata{}, fmt.Errorf("template %q: %w", name, err)
+	}
+	var m metadata
+	if err := json.Unmarshal(b, &m); err != nil {
+		return metadata{}, fmt.Errorf("template %q: corrupt %s: %v: %w", name, metadataFile, err, errdefs.ErrUnavailable)
+	}
+	return m, nil
+}
+
+// List returns the current versions of the built templates sorted by name.
+// Unfinished builds and entries that are not templates are left out, and
+// so are the registry's hidden entries (.v, .build-*, .link-*, .lock-*,
+// .layers, ...), whose names are not valid template names.
 func (r *Registry) List() ([]Template, error) {
 	ents, err := os.ReadDir(r.dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -212,7 +255,8 @@ func (r *Registry) List() ([]Template, error) {
 	}
 	out := []Template{}
 	for _, e := range ents {
-		if !e.IsDir() || !validName(e.Name()) || Resolve(e.Name()) != e.Name() {
+		linkOrDir := e.IsDir() || e.Type()&fs.ModeSymlink != 0
+		if !linkOrDir || !validName(e.Name()) || Resolve(e.Name()) != e.Name() {
 			continue
 		}
 		t, err := r.Get(e.Name())
@@ -256,8 +300,9 @@ func (r *Registry) EnsureBuilt(ctx context.Context, name string, progress io.Wri
 	return r.build(ctx, name, progress, true)
 }
 
-// Build builds the built-in template name or alias (see Builtins), replacing an
-// existing build of it only once the new one is complete. Builds need root
+// Build builds the built-in template name or alias (see Builtins) as a new
+// version of it, which becomes the current one only once it is complete;
+// the version it replaces stays until Prune removes it. Builds need root
 // and debootstrap. Progress is written to progress (may be nil). A failed or
 // cancelled build leaves nothing behind.
 func (r *Registry) Build(ctx context.Context, name string, progress io.Writer) (Template, error) {

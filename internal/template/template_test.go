@@ -76,9 +76,13 @@ func TestGetList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	realDir, err := filepath.EvalSymlinks(dir) // Rootfs has no symlinks
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := Template{
 		Name: "base", Version: "bookworm-20260102T030405Z",
-		Rootfs: filepath.Join(dir, "base", "rootfs"), SizeBytes: 12345,
+		Rootfs: filepath.Join(realDir, "base", "rootfs"), SizeBytes: 12345,
 		BuiltAt: built, Env: []string{"LANG=C.UTF-8"},
 	}
 	if !reflect.DeepEqual(got, want) {

@@ -17,7 +17,7 @@ import (
 func TestDockerfileTemplate(t *testing.T) {
 	s := startServer(t, "")
 	name := fmt.Sprintf("e2e-df-%d", time.Now().UnixNano()%1e9)
-	t.Cleanup(func() { os.RemoveAll(filepath.Join(templateDir(), name)) })
+	t.Cleanup(func() { removeTemplate(name); removeTemplate(name + "-bad") })
 	build := func(dockerfile string) string {
 		t.Helper()
 		cmd := exec.Command(filepath.Join(s.bin, "lizard"), "template", "build", name, "-f", dockerfile, "testdata/custom",
@@ -60,7 +60,7 @@ for i in $(seq 1 50); do curl -s -o /dev/null http://127.0.0.1:8001/ && echo sta
 func TestTemplateBuildAPI(t *testing.T) {
 	s := startServer(t, "")
 	name := fmt.Sprintf("e2e-api-%d", time.Now().UnixNano()%1e9)
-	t.Cleanup(func() { os.RemoveAll(filepath.Join(templateDir(), name)) })
+	t.Cleanup(func() { removeTemplate(name); removeTemplate(name + "-bad") })
 	var tpl struct {
 		Name   string `json:"name"`
 		Status string `json:"status"`

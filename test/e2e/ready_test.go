@@ -1,0 +1,182 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// removeTemplate removes a test's template: its name and every version.
+func removeTemplate(name string) {
+	os.RemoveAll(filepath.Join(templateDir(), name))
+	os.Remove(filepath.Join(templateDir(), ".lock-"+name))
+	vs, _ := filepath.Glob(filepath.Join(templateDir(), ".v", name+"@*"))
+	for _, v := range vs {
+		os.RemoveAll(v)
+	}
+}
+
+// buildAPI builds a template through POST /api/templates and fails the test
+// unless it is built.
+func (s *server) buildAPI(t *testing.T, body map[string]any) {
+	t.Helper()
+	if code, raw := s.do("POST", "/api/templates", body, nil); code != 201 {
+		t.Fatalf("build %v: %d %s", body["name"], code, raw)
+	}
+}
+
+// createdAt creates a sandbox of tpl at size and returns its id and the
+// host's clock (ns) just before the create.
+func (s *server) createdAt(t *testing.T, tpl, size string) (string, int64) {
+	t.Helper()
+	before := time.Now().UnixNano()
+	var sb sandboxInfo
+	if code, body := s.do("POST", "/api/sandboxes", map[string]any{"template": tpl, "size": size}, &sb); code >= 300 {
+		t.Fatalf("create from %s: %d %s", tpl, code, body)
+	}
+	t.Cleanup(func() { s.do("DELETE", "/api/sandboxes/"+sb.SandboxID, nil, nil) })
+	return sb.SandboxID, before
+}
+
+// startedNs reads the time (ns) the start command wrote when it started.
+func (s *server) startedNs(t *testing.T, id string) int64 {
+	t.Helper()
+	out := strings.TrimSpace(s.sh(t, id, "cat /tmp/started"))
+	n, err := strconv.ParseInt(out, 10, 64)
+	if err != nil {
+		t.Fatalf("/tmp/started in %s: %q", id, out)
+	}
+	return n
+}
+
+// slowWeb is a Dockerfile whose start command takes 2 s before it serves.
+const slowWeb = `FROM python
+RUN mkdir -p /srv && echo %s > /srv/index.html
+WORKDIR /srv
+CMD ["sh", "-c", "sleep 2; date +%%s%%N > /tmp/started; exec python3 -m http.server --bind 127.0.0.1 8000"]
+`
+
+// TestTemplateReadyState: a template's start command is started at build
+// and kept as a checkpoint of its ready state, so a sandbox's server
+// answers the moment the create returns, started before the create; other
+// sizes get their own state after their first create; a HEALTHCHECK says
+// when it is ready; a start command that exits fails the build and leaves
+// the old template.
+func TestTemplateReadyState(t *testing.T) {
+	s := startServer(t, "")
+	name := fmt.Sprintf("e2e-ready-%d", time.Now().UnixNano()%1e9)
+	t.Cleanup(func() { removeTemplate(name) })
+	s.buildAPI(t, map[string]any{"name": name, "dockerfile": fmt.Sprintf(slowWeb, "first")})
+
+	for range 2 {
+		id, before := s.createdAt(t, name, "")
+		// No waiting: the server is up when the create answers.
+		if got := s.sh(t, id, "curl -sf http://127.0.0.1:8000/index.html"); got != "first\n" {
+			t.Fatalf("server in a new sandbox: %q", got)
+		}
+		if started := s.startedNs(t, id); started >= before {
+			t.Fatalf("start command started at %d, after the create began (%d): not from the build's ready state", started, before)
+		}
+	}
+
+	// Another size: the first create starts the command itself; a ready
+	// state of that size follows in the background.
+	id, before := s.createdAt(t, name, "small")
+	s.sh(t, id, "for i in $(seq 1 100); do curl -sf -o /dev/null http://127.0.0.1:8000/ && exit 0; sleep 0.1; done; exit 1")
+	if started := s.startedNs(t, id); started < before {
+		t.Fatalf("first small sandbox: start command started before the create")
+	}
+	fromState := false
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && !fromState; time.Sleep(500 * time.Millisecond) {
+		id, before := s.createdAt(t, name, "small")
+		fromState = s.startedNs(t, id) < before
+		s.do("DELETE", "/api/sandboxes/"+id, nil, nil)
+	}
+	if !fromState {
+		t.Fatalf("no small sandbox started from a ready state within 60 s")
+	}
+
+	// HEALTHCHECK: the port opens at once, the check passes only later; a
+	// sandbox must see what the check waited for.
+	hc := name + "-hc"
+	t.Cleanup(func() { removeTemplate(hc) })
+	s.buildAPI(t, map[string]any{"name": hc, "dockerfile": `FROM python
+HEALTHCHECK CMD test -f /tmp/warm
+CMD ["sh", "-c", "python3 -m http.server 8000 & sleep 1.5; touch /tmp/warm; wait"]
+`})
+	id, _ = s.createdAt(t, hc, "")
+	s.sh(t, id, "test -f /tmp/warm")
+
+	// A start command that exits fails the build with its status and
+	// output; the template stays as it was.
+	code, body := s.do("POST", "/api/templates", map[string]any{"name": name, "dockerfile": `FROM base
+CMD ["sh", "-c", "echo about to fail; exit 3"]
+`}, nil)
+	if code < 400 || code >= 500 || !strings.Contains(string(body), "status 3") || !strings.Contains(string(body), "about to fail") {
+		t.Fatalf("failing start command: %d %s, want a 4xx with its status and output", code, body)
+	}
+	id, _ = s.createdAt(t, name, "")
+	if got := s.sh(t, id, "curl -sf http://127.0.0.1:8000/index.html"); got != "first\n" {
+		t.Fatalf("after a failed rebuild the template serves %q, want the old one's", got)
+	}
+}
+
+// TestTemplateVersions: rebuilding a template leaves sandboxes and
+// snapshots of the old version working on the old files; new sandboxes get
+// the new version; versions nothing uses are removed.
+func TestTemplateVersions(t *testing.T) {
+	s := startServer(t, "")
+	name := fmt.Sprintf("e2e-ver-%d", time.Now().UnixNano()%1e9)
+	t.Cleanup(func() { removeTemplate(name) })
+	dockerfile := func(v string) map[string]any {
+		return map[string]any{"name": name, "dockerfile": "FROM base\nRUN echo " + v + " > /version.txt\n"}
+	}
+	s.buildAPI(t, dockerfile("one"))
+	old, _ := s.createdAt(t, name, "")
+	var snap struct {
+		ID string `json:"id"`
+	}
+	if code, body := s.do("POST", "/api/sandboxes/"+old+"/snapshot", map[string]any{"name": "v1"}, &snap); code >= 300 {
+		t.Fatalf("snapshot: %d %s", code, body)
+	}
+
+	s.buildAPI(t, dockerfile("two"))
+	// The old sandbox still reads its template's files, also ones it never
+	// opened before the rebuild.
+	if got := s.sh(t, old, "cat /version.txt; ls /usr/share/doc | grep -c . >/dev/null && echo docs"); got != "one\ndocs\n" {
+		t.Fatalf("old sandbox after the rebuild: %q", got)
+	}
+	fresh, _ := s.createdAt(t, name, "")
+	if got := s.sh(t, fresh, "cat /version.txt"); got != "two\n" {
+		t.Fatalf("new sandbox: %q, want the new version", got)
+	}
+	var restored sandboxInfo
+	if code, body := s.do("POST", "/api/sandboxes", map[string]any{"snapshotId": snap.ID}, &restored); code >= 300 {
+		t.Fatalf("restore: %d %s", code, body)
+	}
+	if got := s.sh(t, restored.SandboxID, "cat /version.txt; cat /etc/debian_version >/dev/null && echo ok"); got != "one\nok\n" {
+		t.Fatalf("restored snapshot of the old version: %q", got)
+	}
+
+	versions := func() int {
+		vs, _ := filepath.Glob(filepath.Join(templateDir(), ".v", name+"@*"))
+		return len(vs)
+	}
+	if n := versions(); n != 2 {
+		t.Fatalf("%d versions kept while the old one is in use, want 2", n)
+	}
+	// Once nothing uses it, the next build prunes the old version.
+	for _, id := range []string{old, restored.SandboxID} {
+		s.do("DELETE", "/api/sandboxes/"+id, nil, nil)
+	}
+	s.do("DELETE", "/api/sandbox-snapshots/"+snap.ID, nil, nil)
+	s.buildAPI(t, dockerfile("three"))
+	if n := versions(); n != 2 {
+		t.Fatalf("%d versions after the old one was let go and a third built, want 2 (two, in use, and three)", n)
+	}
+	s.do("DELETE", "/api/sandboxes/"+fresh, nil, nil)
+}
