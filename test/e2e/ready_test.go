@@ -85,14 +85,16 @@ func TestTemplateReadyState(t *testing.T) {
 
 	// Another size: the first create starts the command itself; a ready
 	// state of that size follows in the background.
+	const waitServing = "for i in $(seq 1 100); do curl -sf -o /dev/null http://127.0.0.1:8000/ && exit 0; sleep 0.1; done; exit 1"
 	id, before := s.createdAt(t, name, "small")
-	s.sh(t, id, "for i in $(seq 1 100); do curl -sf -o /dev/null http://127.0.0.1:8000/ && exit 0; sleep 0.1; done; exit 1")
+	s.sh(t, id, waitServing)
 	if started := s.startedNs(t, id); started < before {
 		t.Fatalf("first small sandbox: start command started before the create")
 	}
 	fromState := false
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && !fromState; time.Sleep(500 * time.Millisecond) {
 		id, before := s.createdAt(t, name, "small")
+		s.sh(t, id, waitServing) // started by the create, while the state is being made
 		fromState = s.startedNs(t, id) < before
 		s.do("DELETE", "/api/sandboxes/"+id, nil, nil)
 	}
