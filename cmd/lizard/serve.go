@@ -237,7 +237,8 @@ func (b *templateBuilder) BuildDockerfile(ctx context.Context, name string, opts
 }
 
 // pruneTemplates removes the template versions that no sandbox or snapshot
-// uses and that are not current.
+// uses and that are not current, and the Dockerfile layers no build used
+// for template.LayerTTL.
 func pruneTemplates(reg *template.Registry, svc *sandbox.Service, log *slog.Logger) {
 	removed, err := reg.Prune(svc.UsesRootfs)
 	for _, v := range removed {
@@ -245,6 +246,13 @@ func pruneTemplates(reg *template.Registry, svc *sandbox.Service, log *slog.Logg
 	}
 	if err != nil {
 		log.Warn("prune template versions", "err", err)
+	}
+	n, _, err := reg.PruneLayers(template.LayerTTL)
+	if n > 0 {
+		log.Info("removed Dockerfile layers no build used lately", "layers", n, "unusedFor", template.LayerTTL)
+	}
+	if err != nil {
+		log.Warn("prune Dockerfile layers", "err", err)
 	}
 }
 

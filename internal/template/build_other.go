@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
 )
@@ -22,4 +23,10 @@ func chrootRun(ctx context.Context, rootfs, prog string, args ...string) error {
 // so versions, need Linux.
 func (r *Registry) Prune(inUse func(rootfs string) bool) (removed []string, err error) {
 	return nil, fmt.Errorf("prune templates: template builds need Linux: %w", errdefs.ErrUnavailable)
+}
+
+// PruneLayers removes unused Dockerfile layers; Dockerfile builds need
+// Linux.
+func (r *Registry) PruneLayers(unusedFor time.Duration) (removed int, busy bool, err error) {
+	return 0, false, fmt.Errorf("prune layers: template builds need Linux: %w", errdefs.ErrUnavailable)
 }

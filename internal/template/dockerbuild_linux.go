@@ -129,6 +129,11 @@ func (r *Registry) buildDockerfile(ctx context.Context, name string, opts Docker
 	if err := os.MkdirAll(b.layers, 0o700); err != nil {
 		return Template{}, err
 	}
+	inUse, err := layersShared(b.layers)
+	if err != nil {
+		return Template{}, err
+	}
+	defer inUse.Close()
 	lock, err := r.lock(ctx, name, newReporter(progress, name))
 	if err != nil {
 		return Template{}, err
@@ -243,6 +248,7 @@ func (b *dbuild) cached(key string) (string, bool) {
 	if _, err := os.Stat(filepath.Join(dir, "layer.json")); err != nil {
 		return "", false
 	}
+	touchLayer(dir)
 	return filepath.Join(dir, rootfsDir), true
 }
 
@@ -289,8 +295,9 @@ func (b *dbuild) makeLayer(ctx context.Context, from, parentKey, key string, st 
 	return filepath.Join(final, rootfsDir), nil
 }
 
-// removeStaleLayers removes layer directories that builds which are no
-// longer running left half-made.
+// removeStaleLayers removes layer directories that builds of processes no
+// longer running left half-made (this process's may be another build's
+// under way; PruneLayers removes those once no build runs).
 func (b *dbuild) removeStaleLayers() {
 	ents, err := os.ReadDir(b.layers)
 	if err != nil {
@@ -305,7 +312,7 @@ func (b *dbuild) removeStaleLayers() {
 		if err != nil {
 			continue
 		}
-		if pid != os.Getpid() && syscall.Kill(pid, 0) == nil {
+		if pid == os.Getpid() || syscall.Kill(pid, 0) == nil {
 			continue // its build may still be running
 		}
 		os.RemoveAll(filepath.Join(b.layers, e.Name()))

@@ -53,6 +53,14 @@ for i in $(seq 1 50); do curl -s -o /dev/null http://127.0.0.1:8001/ && echo sta
 	if got != want {
 		t.Fatalf("sandbox from the custom template:\n%q\nwant\n%q", got, want)
 	}
+	// The CLI cannot checkpoint for the server: the server makes the ready
+	// state after this first create, and the next sandboxes start from it
+	// with the same effects.
+	s.waitReadyState(t, name)
+	id, _ := s.createdAt(t, name, "")
+	if got := s.sh(t, id, "cat run.txt; curl -s -o /dev/null -w '%{http_code}\\n' http://127.0.0.1:8001/"); got != "hello from RUN\n200\n" {
+		t.Fatalf("sandbox from the ready state: %q", got)
+	}
 }
 
 // TestTemplateBuildAPI: POST /api/templates builds a Dockerfile template

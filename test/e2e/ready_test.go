@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -181,4 +184,36 @@ func TestTemplateVersions(t *testing.T) {
 		t.Fatalf("%d versions after the old one was let go and a third built, want 2 (two, in use, and three)", n)
 	}
 	s.do("DELETE", "/api/sandboxes/"+fresh, nil, nil)
+}
+
+// logTail returns what a sandbox's log holds now (its last 50 lines).
+func (s *server) logTail(t *testing.T, id string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", s.url+"/api/sandboxes/"+id+"/logs?tail=50", nil)
+	req.Header.Set("X-API-Key", s.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("logs of %s: %v", id, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body) // ends with the deadline: the stream follows
+	return string(b)
+}
+
+// waitReadyState creates sandboxes of tpl until one starts from its ready
+// state (its log says so), for a template built by the CLI, whose state the
+// server makes after the first create.
+func (s *server) waitReadyState(t *testing.T, tpl string) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		id, _ := s.createdAt(t, tpl, "")
+		log := s.logTail(t, id)
+		s.do("DELETE", "/api/sandboxes/"+id, nil, nil)
+		if strings.Contains(log, "started from the ready state") {
+			return
+		}
+	}
+	t.Fatalf("no sandbox of %s started from a ready state within 60 s", tpl)
 }
