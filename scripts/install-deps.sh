@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what lizard needs on a Debian 12 (bookworm) host, idempotently:
 # Debian packages (debootstrap, networking tools, sqlite3, Chromium for the
-# browser test, Node.js when it is
-# missing) and runsc, the gVisor runtime, built from source with Go.
+# browser test, a static busybox for the tests' OCI image, Node.js when it
+# is missing) and runsc, the gVisor runtime, built from source with Go.
 #
 #   CACHE          where runsc builds and templates live (/var/cache/lizard)
 #   RUNSC_VERSION  gvisor.dev/gvisor module version to build runsc from
@@ -24,7 +24,7 @@ exec 9>"$CACHE/.deps.lock"
 flock 9
 
 # ---- Debian packages ----
-pkgs=(debootstrap iproute2 nftables iptables ca-certificates sqlite3 chromium curl)
+pkgs=(debootstrap iproute2 nftables iptables ca-certificates sqlite3 chromium curl busybox-static)
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 

@@ -70,6 +70,10 @@ type dbuild struct {
 
 	netm    *network.Manager
 	netLock *os.File
+
+	// What FROM named, once parsed: a template, or a pulled image.
+	base  Template
+	image *pulledImage
 }
 
 // BuildDockerfile builds template name from a Dockerfile (see
@@ -113,6 +117,16 @@ func (r *Registry) buildDockerfile(ctx context.Context, name string, opts Docker
 	b := &dbuild{r: r, name: name, opts: opts, out: newDProgress(progress, name), layers: filepath.Join(r.dir, ".layers")}
 	defer b.closeNetwork()
 
+	// The layer cache is in use from the parse on: FROM an image pulls
+	// into it.
+	if err := os.MkdirAll(b.layers, 0o700); err != nil {
+		return Template{}, err
+	}
+	inUse, err := layersShared(b.layers)
+	if err != nil {
+		return Template{}, err
+	}
+	defer inUse.Close()
 	plan, err := parseDockerfile(opts.DockerfileName, opts.Dockerfile, opts.BuildArgs, b.resolveBase(ctx))
 	if err != nil {
 		return Template{}, err
@@ -126,14 +140,6 @@ func (r *Registry) buildDockerfile(ctx context.Context, name string, opts Docker
 	for _, w := range plan.Warnings {
 		b.out.printf("warning: %s", w)
 	}
-	if err := os.MkdirAll(b.layers, 0o700); err != nil {
-		return Template{}, err
-	}
-	inUse, err := layersShared(b.layers)
-	if err != nil {
-		return Template{}, err
-	}
-	defer inUse.Close()
 	lock, err := r.lock(ctx, name, newReporter(progress, name))
 	if err != nil {
 		return Template{}, err
@@ -142,12 +148,14 @@ func (r *Registry) buildDockerfile(ctx context.Context, name string, opts Docker
 	r.removeStale(name, newReporter(progress, name))
 	b.removeStaleLayers()
 
-	base, err := r.Get(plan.From)
-	if err != nil {
-		return Template{}, err
-	}
+	base := b.base
 	total := len(plan.Steps) + 1
-	b.out.printf("step 1/%d FROM %s (template %s %s)", total, plan.From, base.Name, base.Version)
+	if b.image != nil {
+		base = Template{Name: b.image.ref, Version: b.image.digest, Rootfs: b.image.rootfs}
+		b.out.printf("step 1/%d FROM %s (image %s)", total, plan.From, b.image.digest)
+	} else {
+		b.out.printf("step 1/%d FROM %s (template %s %s)", total, plan.From, base.Name, base.Version)
+	}
 	cur, key := base.Rootfs, plan.FromKey
 	for i, st := range plan.Steps {
 		if err := ctx.Err(); err != nil {
@@ -211,34 +219,37 @@ func (r *Registry) buildDockerfile(ctx context.Context, name string, opts Docker
 	return b.install(ctx, plan, base, cur, key)
 }
 
-// resolveBase finds the template FROM names; a built-in template that is
-// not built yet is built first.
+// resolveBase finds what FROM names: a template (a built-in one that is
+// not built yet is built first) or an image, which is pulled.
 func (b *dbuild) resolveBase(ctx context.Context) baseResolver {
-	return func(from string, line int) ([]string, string, error) {
+	return func(from string, line int) (baseInfo, error) {
 		t, err := b.r.Get(from)
 		if errors.Is(err, errdefs.ErrNotFound) {
-			if _, ok := builtins[Resolve(from)]; ok {
+			switch _, builtin := builtins[Resolve(from)]; {
+			case builtin:
 				b.out.printf("FROM %s: building the built-in template first", from)
 				t, err = b.r.EnsureBuilt(ctx, from, b.out.w)
-			} else {
-				why := "no such lizard template"
-				if strings.ContainsAny(from, "/:@") {
-					why = "it looks like a container image, and pulling images needs a container registry, which this host cannot reach"
-				}
+			case looksLikeImage(from):
+				return b.pull(ctx, from, line)
+			default:
 				names := []string{}
 				if ts, err := b.r.List(); err == nil {
 					for _, t := range ts {
 						names = append(names, t.Name)
 					}
 				}
-				return nil, "", errdefs.WithCode(CodeNotFound, fmt.Errorf("%s:%d: FROM %s: %s (FROM takes a lizard template: %s): %w",
-					b.opts.DockerfileName, line, from, why, strings.Join(names, ", "), errdefs.ErrNotFound))
+				return baseInfo{}, errdefs.WithCode(CodeNotFound, fmt.Errorf("%s:%d: FROM %s: no such lizard template (templates: %s; an image needs its tag or registry, e.g. %s:latest): %w",
+					b.opts.DockerfileName, line, from, strings.Join(names, ", "), from, errdefs.ErrNotFound))
 			}
 		}
 		if err != nil {
-			return nil, "", fmt.Errorf("%s:%d: FROM %s: %w", b.opts.DockerfileName, line, from, err)
+			return baseInfo{}, fmt.Errorf("%s:%d: FROM %s: %w", b.opts.DockerfileName, line, from, err)
 		}
-		return t.Env, fromKey(t.Name, t.Version, t.BuiltAt.UTC().Format(time.RFC3339Nano)), nil
+		b.base = t
+		return baseInfo{
+			Key: fromKey(t.Name, t.Version, t.BuiltAt.UTC().Format(time.RFC3339Nano)),
+			Env: t.Env, Workdir: t.Workdir, User: t.User, Cmd: t.StartCommand, Ready: t.ReadyCommand,
+		}, nil
 	}
 }
 
@@ -252,9 +263,9 @@ func (b *dbuild) cached(key string) (string, bool) {
 	return filepath.Join(dir, rootfsDir), true
 }
 
-// makeLayer makes layer key: a copy of parent's rootfs changed by fn, in a
-// temporary directory renamed into place once complete, so a layer that
-// exists is whole.
+// makeLayer makes layer key: a copy of the rootfs from (an empty one when
+// from is "") changed by fn, in a temporary directory renamed into place
+// once complete, so a layer that exists is whole.
 func (b *dbuild) makeLayer(ctx context.Context, from, parentKey, key string, st dfStep, fn func(rootfs string) error) (string, error) {
 	tmp, err := os.MkdirTemp(b.layers, fmt.Sprintf(".tmp-%d-%s-", os.Getpid(), key[:12]))
 	if err != nil {
@@ -267,10 +278,16 @@ func (b *dbuild) makeLayer(ctx context.Context, from, parentKey, key string, st 
 		}
 	}()
 	rootfs := filepath.Join(tmp, rootfsDir)
-	// A real copy (not hard links): RUN writes into it in place.
-	cp := exec.CommandContext(ctx, "cp", "-a", "--reflink=auto", from, rootfs)
-	if out, err := cp.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("copy the previous layer: %v: %s", err, strings.TrimSpace(string(out)))
+	if from == "" {
+		if err := os.Mkdir(rootfs, 0o755); err != nil {
+			return "", err
+		}
+	} else {
+		// A real copy (not hard links): RUN writes into it in place.
+		cp := exec.CommandContext(ctx, "cp", "-a", "--reflink=auto", from, rootfs)
+		if out, err := cp.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("copy the previous layer: %v: %s", err, strings.TrimSpace(string(out)))
+		}
 	}
 	if err := fn(rootfs); err != nil {
 		return "", err

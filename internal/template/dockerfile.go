@@ -128,9 +128,25 @@ type dfPlan struct {
 	Warnings []string
 }
 
-// baseResolver finds the template FROM names and returns its environment
-// and a key identifying its exact build.
-type baseResolver func(name string, line int) (env []string, key string, err error)
+// looksLikeImage tells an image reference from a template name: it has a
+// registry, a tag or a digest. A bare name is a template's.
+func looksLikeImage(from string) bool { return strings.ContainsAny(from, "/:@") }
+
+// baseInfo is what a build starts from: the configuration of the template
+// (or image) FROM names, which the Dockerfile's instructions change, and a
+// key identifying its exact build (or image digest).
+type baseInfo struct {
+	Key        string
+	Env        []string
+	Workdir    string // "" if none
+	User       string
+	Entrypoint []string
+	Cmd        []string
+	Ready      []string // its ready command (HEALTHCHECK CMD)
+}
+
+// baseResolver finds what FROM names.
+type baseResolver func(name string, line int) (baseInfo, error)
 
 // dfError is a Dockerfile error at a line.
 func dfError(file string, line int, format string, args ...any) error {
@@ -262,13 +278,18 @@ func parseDockerfile(file string, data []byte, buildArgs map[string]string, reso
 			if err != nil {
 				return nil, err
 			}
-			baseEnv, key, err := resolve(from, line)
+			base, err := resolve(from, line)
 			if err != nil {
 				return nil, err
 			}
 			seenFrom = true
-			p.From, p.FromLine, p.FromKey = from, line, key
-			env = append([]string(nil), baseEnv...)
+			p.From, p.FromLine, p.FromKey = from, line, base.Key
+			// The base's configuration carries over, as in Docker.
+			env = append([]string(nil), base.Env...)
+			if base.Workdir != "" {
+				workdir, setWorkdir = base.Workdir, true
+			}
+			user, entry, cmd, ready = base.User, base.Entrypoint, base.Cmd, base.Ready
 			continue
 		case "RUN":
 			argv, err := commandArgv(file, line, n, sh)
@@ -423,8 +444,8 @@ func parseDockerfile(file string, data []byte, buildArgs map[string]string, reso
 				cmd = argv
 			} else {
 				entry = argv
-				// As in Docker: ENTRYPOINT resets a CMD of the base (there is
-				// none here) and of earlier lines.
+				// As in Docker: ENTRYPOINT resets a CMD of the base and of
+				// earlier lines.
 				cmd = nil
 			}
 			kb, _ := json.Marshal(argv)

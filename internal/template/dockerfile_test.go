@@ -12,11 +12,11 @@ import (
 )
 
 func fakeBase(env ...string) baseResolver {
-	return func(name string, line int) ([]string, string, error) {
+	return func(name string, line int) (baseInfo, error) {
 		if name != "base" {
-			return nil, "", errdefs.ErrNotFound
+			return baseInfo{}, errdefs.ErrNotFound
 		}
-		return env, fromKey("base", "v1", "t"), nil
+		return baseInfo{Env: env, Key: fromKey("base", "v1", "t")}, nil
 	}
 }
 
@@ -135,15 +135,15 @@ func TestParseDockerfileErrors(t *testing.T) {
 		{"# nothing\n", "no instructions"},
 		{"ARG A=1\n", "no FROM"},
 	} {
-		res := func(name string, line int) ([]string, string, error) {
+		res := func(name string, line int) (baseInfo, error) {
 			if name == "base" {
-				return nil, "k", nil
+				return baseInfo{Key: "k"}, nil
 			}
 			why := "no such lizard template"
-			if strings.ContainsAny(name, "/:@") {
-				why = "pulling images needs a container registry, which this host cannot reach"
+			if looksLikeImage(name) {
+				why = "cannot pull the image from its container registry"
 			}
-			return nil, "", errors.New(why)
+			return baseInfo{}, errors.New(why)
 		}
 		_, err := parseDockerfile("Dockerfile", []byte(c.df), nil, res)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -203,8 +203,8 @@ func TestCacheKeys(t *testing.T) {
 		t.Errorf("content edit: keys %v → %v", k1, k4)
 	}
 	// Another base build changes everything.
-	p, err := parseDockerfile("Dockerfile", []byte(df), nil, func(string, int) ([]string, string, error) {
-		return nil, fromKey("base", "v2", "t"), nil
+	p, err := parseDockerfile("Dockerfile", []byte(df), nil, func(string, int) (baseInfo, error) {
+		return baseInfo{Key: fromKey("base", "v2", "t")}, nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -256,5 +256,29 @@ func TestParseHealthcheck(t *testing.T) {
 		if !errors.Is(err, errdefs.ErrInvalid) {
 			t.Errorf("%q: err = %v, want ErrInvalid", df, err)
 		}
+	}
+}
+
+func TestParseInheritsBase(t *testing.T) {
+	base := func(string, int) (baseInfo, error) {
+		return baseInfo{Key: "k", Env: []string{"A=1"}, Workdir: "/srv", User: "app", Cmd: []string{"serve"}, Ready: []string{"check"}}, nil
+	}
+	p, err := parseDockerfile("Dockerfile", []byte("FROM web\nRUN true\n"), nil, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Workdir != "/srv" || p.User != "app" || !slices.Equal(p.StartCommand, []string{"serve"}) || !slices.Equal(p.ReadyCommand, []string{"check"}) || !slices.Equal(p.Env, []string{"A=1"}) {
+		t.Fatalf("inherited: workdir %q user %q start %q ready %q env %q", p.Workdir, p.User, p.StartCommand, p.ReadyCommand, p.Env)
+	}
+	if st := p.Steps[0]; st.Workdir != "/srv" || st.User != "app" {
+		t.Fatalf("RUN runs in %q as %q, want the base's", st.Workdir, st.User)
+	}
+	// ENTRYPOINT resets the base's CMD.
+	p, err = parseDockerfile("Dockerfile", []byte("FROM web\nENTRYPOINT [\"app\"]\n"), nil, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(p.StartCommand, []string{"app"}) {
+		t.Fatalf("ENTRYPOINT over a base CMD: %q", p.StartCommand)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lizard-build/lizard/internal/template/ocitest"
 )
 
 // TestDockerfileTemplate builds a template from testdata/custom/Dockerfile
@@ -95,7 +97,7 @@ func TestTemplateBuildAPI(t *testing.T) {
 	}{
 		{"FROM base\nFROBNICATE now\n", "FROBNICATE"},
 		{"FROM base\nRUN echo boom >&2; exit 3\n", "exit code 3"},
-		{"FROM docker.io/library/ubuntu\n", "registr"},
+		{"FROM 127.0.0.1:9/lizard/none:1\n", "cannot pull the image"}, // nothing listens there
 	} {
 		code, body := s.do("POST", "/api/templates", map[string]any{"name": name + "-bad", "dockerfile": c.dockerfile}, nil)
 		if code < 400 || code >= 500 || !strings.Contains(string(body), c.want) {
@@ -106,4 +108,22 @@ func TestTemplateBuildAPI(t *testing.T) {
 		t.Fatalf("a failed build left a template")
 	}
 	s.waitNoLeaks(t)
+}
+
+// TestTemplateFromImage: POST /api/templates builds FROM an image in a
+// registry (a real one, on the loopback address); the image's CMD is the
+// start command, kept running in the ready state, and a sandbox of the
+// template serves at once, with the image's files and configuration.
+func TestTemplateFromImage(t *testing.T) {
+	s := startServer(t, "")
+	ref := ocitest.Registry(t) + "/lizard/busybox:1"
+	ocitest.PushBusybox(t, ref)
+	name := fmt.Sprintf("e2e-img-%d", time.Now().UnixNano()%1e9)
+	t.Cleanup(func() { removeTemplate(name) })
+	s.buildAPI(t, map[string]any{"name": name, "dockerfile": "FROM " + ref + "\nRUN echo \"$FOO\" > /www/env.txt\n"})
+	id, _ := s.createdAt(t, name, "")
+	got := s.sh(t, id, "wget -qO- http://127.0.0.1:8080/index.html; wget -qO- http://127.0.0.1:8080/env.txt; cat /etc/greeting; pwd")
+	if want := "served from the image\nfrom-image\nfrom layer two\n/work\n"; got != want {
+		t.Fatalf("sandbox of an image template:\n%q\nwant\n%q", got, want)
+	}
 }

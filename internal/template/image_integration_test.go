@@ -1,0 +1,96 @@
+//go:build linux
+
+package template
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/template/ocitest"
+)
+
+// TestDockerfileFromImage pulls an image from a registry on the loopback
+// address, flattens its layers (the whiteout removes a file of the first),
+// carries its configuration over, runs a RUN step on it in gVisor, and
+// reuses the pulled layer on the next build. A missing image and an
+// unreachable registry are clear errors.
+func TestDockerfileFromImage(t *testing.T) {
+	r, runsc := realBaseRegistry(t)
+	host := ocitest.Registry(t)
+	ref := host + "/lizard/busybox:1"
+	digest := ocitest.PushBusybox(t, ref)
+
+	build := func(df string) (Template, string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		var out bytes.Buffer
+		tpl, err := r.BuildDockerfile(ctx, "fromimage", DockerfileOptions{
+			Dockerfile: []byte(df), DockerfileName: "Dockerfile", Context: t.TempDir(), Runsc: runsc,
+		}, &out)
+		t.Logf("build output:\n%s", out.String())
+		return tpl, out.String(), err
+	}
+	df := "FROM " + ref + "\nRUN echo \"$FOO in $(pwd)\" > /out.txt\n"
+	tpl, out, err := build(df)
+	if err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	if !strings.Contains(out, digest) {
+		t.Errorf("progress does not name the image's digest %s", digest)
+	}
+	read := func(p string) string {
+		b, _ := os.ReadFile(filepath.Join(tpl.Rootfs, p))
+		return string(b)
+	}
+	if got := read("out.txt"); got != "from-image in /work\n" {
+		t.Errorf("RUN on the image: /out.txt = %q", got)
+	}
+	if got := read("etc/greeting"); got != "from layer two\n" {
+		t.Errorf("second layer: /etc/greeting = %q", got)
+	}
+	if _, err := os.Lstat(filepath.Join(tpl.Rootfs, "gone.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the whiteout of /gone.txt was not applied: %v", err)
+	}
+	if fi, err := os.Lstat(filepath.Join(tpl.Rootfs, "etc/hosts")); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("/etc/hosts must be a file a sandbox can mount over: %v", err)
+	}
+	if fi, err := os.Stat(filepath.Join(tpl.Rootfs, ".lizard")); err != nil || !fi.IsDir() {
+		t.Errorf("no /.lizard mount point: %v", err)
+	}
+	if tpl.Workdir != "/work" || tpl.From != ref || !slices.Contains(tpl.Env, "FOO=from-image") ||
+		!slices.Equal(tpl.StartCommand, []string{"httpd", "-f", "-p", "8080", "-h", "/www"}) {
+		t.Errorf("image configuration not carried over: %+v", tpl)
+	}
+
+	// Built again: the image is not unpacked again.
+	if _, out, err = build(df + "RUN true\n"); err != nil {
+		t.Fatalf("rebuild: %v", err)
+	}
+	if !strings.Contains(out, "CACHED") || strings.Count(out, "to fetch") != 0 {
+		t.Errorf("rebuild fetched the image again:\n%s", out)
+	}
+
+	for _, c := range []struct {
+		from string
+		want error
+	}{
+		{host + "/lizard/none:1", errdefs.ErrNotFound},
+		{"127.0.0.1:9/lizard/busybox:1", errdefs.ErrInvalid}, // nothing listens
+		{"Not_A..Reference:", errdefs.ErrInvalid},
+	} {
+		if _, _, err := build("FROM " + c.from + "\n"); !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.from) {
+			t.Errorf("FROM %s: %v, want %v naming it", c.from, err, c.want)
+		}
+	}
+	if l := dockerBuildLeaks(r.Dir()); len(l) > 0 {
+		t.Errorf("left behind: %v", l)
+	}
+}
