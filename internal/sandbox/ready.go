@@ -45,6 +45,9 @@ const (
 	// ReadyTimeout bounds the wait for a ready command to pass.
 	ReadyTimeout = 2 * time.Minute
 	readyPoll    = 100 * time.Millisecond
+	// readyRetryAfter is how long a failed preparation is not retried in
+	// the background.
+	readyRetryAfter = 10 * time.Minute
 	// startLog and startExit are where a start command's output and exit
 	// status go, in the sandbox.
 	startLog  = "/tmp/lizard-start.log"
@@ -143,6 +146,11 @@ func (s *Service) PrepareReady(ctx context.Context, tpl template.Template, size 
 	job.st, job.err = s.prepareReady(ctx, tpl, sz, orDiscard(progress))
 	s.mu.Lock()
 	delete(s.readyJobs, k)
+	if job.err != nil && ctx.Err() == nil {
+		s.readyFailed[k] = time.Now()
+	} else {
+		delete(s.readyFailed, k)
+	}
 	s.mu.Unlock()
 	close(job.done)
 	if job.err != nil {
@@ -411,12 +419,15 @@ func (c startCtx) waitReady(ctx context.Context, readyCmd []string, before map[i
 }
 
 // prepareLater makes the ready state of tpl at size in the background, if
-// no preparation of it is under way.
+// no preparation of it is under way and none failed in the last
+// readyRetryAfter (a start command that fails would otherwise be retried
+// at every create).
 func (s *Service) prepareLater(tpl template.Template, size string) {
 	k := keyOf(tpl, size)
 	s.mu.Lock()
 	_, running := s.readyJobs[k]
-	if running || s.closed {
+	failed, ok := s.readyFailed[k]
+	if running || s.closed || ok && time.Since(failed) < readyRetryAfter {
 		s.mu.Unlock()
 		return
 	}
@@ -467,6 +478,8 @@ func (s *Service) prepareTemplates(ctx context.Context, list func() ([]template.
 		if len(t.StartCommand) == 0 {
 			continue
 		}
+		// One at a time: a server with many templates does not boot them
+		// all at once.
 		if _, err := s.PrepareReady(ctx, t, DefaultSize, nil); err != nil && ctx.Err() != nil {
 			return
 		}

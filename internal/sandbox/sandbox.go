@@ -87,13 +87,14 @@ type Service struct {
 	cp   runtime.Checkpointer // nil when the runtime cannot checkpoint
 	logs *logs
 
-	mu        sync.Mutex
-	sandboxes map[string]*entry
-	snapshots map[string]*snapEntry
-	readyJobs map[readyKey]*readyJob
-	launching map[string]string // sandbox id → rootfs, while being made
-	closed    bool
-	bg        sync.WaitGroup
+	mu          sync.Mutex
+	sandboxes   map[string]*entry
+	snapshots   map[string]*snapEntry
+	readyJobs   map[readyKey]*readyJob
+	readyFailed map[readyKey]time.Time // when a preparation last failed
+	launching   map[string]string      // sandbox id → rootfs, while being made
+	closed      bool
+	bg          sync.WaitGroup
 	// bgCtx is the context of background work; Close cancels it.
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
@@ -176,7 +177,7 @@ func New(cfg Config) *Service {
 	cp, _ := cfg.Runtime.(runtime.Checkpointer)
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, log: cfg.Logger, cp: cp, logs: newLogs(cfg.LogDir), sandboxes: map[string]*entry{},
-		snapshots: map[string]*snapEntry{}, readyJobs: map[readyKey]*readyJob{}, launching: map[string]string{}, bgCtx: bgCtx, bgCancel: bgCancel}
+		snapshots: map[string]*snapEntry{}, readyJobs: map[readyKey]*readyJob{}, readyFailed: map[readyKey]time.Time{}, launching: map[string]string{}, bgCtx: bgCtx, bgCancel: bgCancel}
 }
 
 // CreateRequest is a validated create.
