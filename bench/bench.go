@@ -29,6 +29,24 @@ type config struct {
 	n           int
 	runsc       string
 	templateDir string
+	// only names the sections to run (comma-separated); "" runs them all.
+	only string
+}
+
+// sections are what -only chooses from.
+var sections = []string{"core", "checkpoints", "proxy", "volume", "desktop", "templates"}
+
+// runs reports whether section is to be measured.
+func (c config) runs(section string) bool {
+	if c.only == "" {
+		return true
+	}
+	for _, s := range strings.Split(c.only, ",") {
+		if strings.TrimSpace(s) == section {
+			return true
+		}
+	}
+	return false
 }
 
 // result is one measured operation: lizard's samples and raw runsc's.
@@ -66,19 +84,24 @@ func run(ctx context.Context, cfg config) error {
 		fmt.Fprintf(os.Stderr, "measured %s\n", r.name)
 		return nil
 	}
-	if err := add(benchCreate(ctx, srv, raw, cfg.n)); err != nil {
-		return err
-	}
-	if err := add(benchExec(ctx, srv, raw, cfg.n*5)); err != nil {
-		return err
-	}
-	if err := add(benchFiles(ctx, srv, raw, cfg.n)); err != nil {
-		return err
-	}
-	if err := add(benchConcurrent(ctx, srv, raw, 20)); err != nil {
-		return err
+	if cfg.runs("core") {
+		if err := add(benchCreate(ctx, srv, raw, cfg.n)); err != nil {
+			return err
+		}
+		if err := add(benchExec(ctx, srv, raw, cfg.n*5)); err != nil {
+			return err
+		}
+		if err := add(benchFiles(ctx, srv, raw, cfg.n)); err != nil {
+			return err
+		}
+		if err := add(benchConcurrent(ctx, srv, raw, 20)); err != nil {
+			return err
+		}
 	}
 	for _, big := range []bool{false, true} {
+		if !cfg.runs("checkpoints") {
+			break
+		}
 		n := cfg.n / 2
 		if big {
 			n = max(3, cfg.n/5)
@@ -92,31 +115,39 @@ func run(ctx context.Context, cfg config) error {
 		}
 		results = append(results, rs...)
 	}
-	prs, err := benchProxy(srv)
-	if err != nil {
-		return fmt.Errorf("proxy: %w", err)
+	if len(results) > 0 {
+		printTable(os.Stdout, results)
 	}
-	fmt.Fprintln(os.Stderr, "measured the preview proxy")
-	vr, err := benchVolume(srv, 3, 256)
-	if err != nil {
-		return fmt.Errorf("volume: %w", err)
+	if cfg.runs("proxy") {
+		prs, err := benchProxy(srv)
+		if err != nil {
+			return fmt.Errorf("proxy: %w", err)
+		}
+		fmt.Println()
+		printProxyTable(os.Stdout, prs)
 	}
-	fmt.Fprintln(os.Stderr, "measured volumes")
-	printTable(os.Stdout, results)
-	fmt.Println()
-	printProxyTable(os.Stdout, prs)
-	fmt.Println()
-	printVolumeTable(os.Stdout, vr)
-	fmt.Println()
-	if err := benchDesktopTable(os.Stdout, srv, max(2, cfg.n/4)); err != nil {
-		return fmt.Errorf("desktop: %w", err)
+	if cfg.runs("volume") {
+		vr, err := benchVolume(srv, 3, 256)
+		if err != nil {
+			return fmt.Errorf("volume: %w", err)
+		}
+		fmt.Println()
+		printVolumeTable(os.Stdout, vr)
 	}
-	cr, err := benchCode(srv, cfg, cfg.n)
-	if err != nil {
-		return fmt.Errorf("code: %w", err)
+	if cfg.runs("desktop") {
+		fmt.Println()
+		if err := benchDesktopTable(os.Stdout, srv, max(2, cfg.n/4)); err != nil {
+			return fmt.Errorf("desktop: %w", err)
+		}
 	}
-	fmt.Println()
-	printCodeTable(os.Stdout, cr)
+	if cfg.runs("templates") {
+		cr, err := benchCode(srv, cfg, cfg.n)
+		if err != nil {
+			return fmt.Errorf("templates: %w", err)
+		}
+		fmt.Println()
+		printCodeTable(os.Stdout, cr)
+	}
 	return nil
 }
 

@@ -2,7 +2,7 @@
 // work, and prints a table (min, median, p95 over N runs, and the ratio of
 // medians). It starts its own `lizard serve` on a scratch data directory.
 //
-//	go run ./bench [-n 20] [-runsc PATH] [-template-dir DIR]
+//	go run ./bench [-n 20] [-runsc PATH] [-template-dir DIR] [-only core,checkpoints,proxy,volume,desktop,templates]
 package main
 
 import (
@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -21,6 +22,7 @@ func main() {
 	flag.IntVar(&cfg.n, "n", 20, "runs per measurement")
 	flag.StringVar(&cfg.runsc, "runsc", os.Getenv("LIZARD_RUNSC"), "runsc binary (default: runsc in PATH)")
 	flag.StringVar(&cfg.templateDir, "template-dir", envOr("LIZARD_TEMPLATE_DIR", "/var/cache/lizard/templates"), "template cache")
+	flag.StringVar(&cfg.only, "only", "", "measure only these sections, comma-separated: "+strings.Join(sections, ", "))
 	flag.Parse()
 	if err := run(ctx, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

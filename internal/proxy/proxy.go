@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -58,6 +59,14 @@ type proxy struct {
 
 type targetKey struct{}
 
+// bufferPool lends the reverse proxy 64 KiB copy buffers.
+type bufferPool struct{}
+
+var copyBuffers = sync.Pool{New: func() any { return make([]byte, 64<<10) }}
+
+func (bufferPool) Get() []byte  { return copyBuffers.Get().([]byte) }
+func (bufferPool) Put(b []byte) { copyBuffers.Put(b) } //nolint:staticcheck // a slice header per Put is fine here
+
 // Handler returns the preview proxy's handler.
 func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
@@ -79,9 +88,12 @@ func Handler(cfg Config) http.Handler {
 			MaxIdleConnsPerHost: 32,
 			IdleConnTimeout:     90 * time.Second,
 		},
-		// Flush at once: Server-Sent Events and streamed bodies must not wait
-		// in a buffer.
-		FlushInterval: -1,
+		// Responses of a known length are copied in large writes; the
+		// proxy flushes at once anything of unknown length (streamed or
+		// chunked bodies) and Server-Sent Events, which must not wait in a
+		// buffer.
+		FlushInterval: 0,
+		BufferPool:    bufferPool{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			cfg.Logger.Debug("preview upstream failed", "host", r.Host, "err", err)
 			http.Error(w, "the sandbox's service did not answer: "+err.Error(), http.StatusBadGateway)
