@@ -427,16 +427,10 @@ func (s *Service) prepareLater(tpl template.Template, size string) {
 	s.mu.Lock()
 	_, running := s.readyJobs[k]
 	failed, ok := s.readyFailed[k]
-	if running || s.closed || ok && time.Since(failed) < readyRetryAfter {
-		s.mu.Unlock()
-		return
+	if !running && !(ok && time.Since(failed) < readyRetryAfter) {
+		s.goLocked(func(ctx context.Context) { s.PrepareReady(ctx, tpl, size, nil) })
 	}
-	s.bg.Add(1)
 	s.mu.Unlock()
-	go func() {
-		defer s.bg.Done()
-		s.PrepareReady(s.bgCtx, tpl, size, nil)
-	}()
 }
 
 // PrepareTemplates makes, in the background, the default size's ready
@@ -444,17 +438,12 @@ func (s *Service) prepareLater(tpl template.Template, size string) {
 // CLI, or before a crash), and removes the states of versions and
 // templates that are gone.
 func (s *Service) PrepareTemplates(list func() ([]template.Template, error)) {
-	s.mu.Lock()
-	if s.cp == nil || s.cfg.ReadyDir == "" || s.closed {
-		s.mu.Unlock()
+	if s.cp == nil || s.cfg.ReadyDir == "" {
 		return
 	}
-	s.bg.Add(1)
+	s.mu.Lock()
+	s.goLocked(func(ctx context.Context) { s.prepareTemplates(ctx, list) })
 	s.mu.Unlock()
-	go func() {
-		defer s.bg.Done()
-		s.prepareTemplates(s.bgCtx, list)
-	}()
 }
 
 func (s *Service) prepareTemplates(ctx context.Context, list func() ([]template.Template, error)) {

@@ -582,6 +582,20 @@ func (s *Service) persist(ctx context.Context, rec Record) error {
 	})
 }
 
+// goLocked runs fn in the background with the service's background
+// context, which Close cancels and then waits for fn; nothing runs once the
+// service is closing. The caller holds s.mu.
+func (s *Service) goLocked(fn func(ctx context.Context)) {
+	if s.closed {
+		return
+	}
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		fn(s.bgCtx)
+	}()
+}
+
 // Close stops deadline timers and background work; sandboxes keep running
 // for the next server.
 func (s *Service) Close() {
