@@ -124,6 +124,13 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	}
 	reg := template.NewRegistry(c.templateDir)
+	// Templates of the older layout become versions before any sandbox is
+	// made from them, so that sandboxes record paths a rebuild keeps.
+	if migrated, err := reg.Migrate(); err != nil {
+		log.Warn("template layout migration", "err", err)
+	} else if len(migrated) > 0 {
+		log.Info("templates moved to the versioned layout", "templates", migrated)
+	}
 	svc := sandbox.New(sandbox.Config{
 		Runtime: rt, Store: st, Templates: reg, Volumes: vols,
 		SnapshotDir: filepath.Join(c.dataDir, "snapshots"), ReadyDir: filepath.Join(c.dataDir, "ready"),

@@ -30,3 +30,9 @@ func (r *Registry) Prune(inUse func(rootfs string) bool) (removed []string, err 
 func (r *Registry) PruneLayers(unusedFor time.Duration) (removed int, busy bool, err error) {
 	return 0, false, fmt.Errorf("prune layers: template builds need Linux: %w", errdefs.ErrUnavailable)
 }
+
+// Migrate moves templates of the older layout under .v; template builds,
+// and so versions, need Linux.
+func (r *Registry) Migrate() (migrated []string, err error) {
+	return nil, fmt.Errorf("migrate templates: template builds need Linux: %w", errdefs.ErrUnavailable)
+}

@@ -129,3 +129,58 @@ func (r *Registry) currentVersion(name, realRoot string) (string, error) {
 	}
 	return filepath.Base(target), nil
 }
+
+// Migrate moves every template directory of the older layout (<dir>/<name>
+// holding rootfs and template.json itself) under .v as a version, with
+// <dir>/<name> a link to it, so that the rootfs path Get gives names that
+// version for good: a sandbox recorded on it keeps its files when the
+// template is rebuilt. Names being built are left for a later Migrate. It
+// is for a starting server, before it creates sandboxes.
+func (r *Registry) Migrate() (migrated []string, err error) {
+	ents, err := os.ReadDir(r.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("migrate templates: %w", err)
+	}
+	var errs []error
+	for _, e := range ents {
+		name := e.Name()
+		if !e.IsDir() || !validName(name) {
+			continue // links (the layout of now) and hidden entries
+		}
+		if _, err := os.Stat(filepath.Join(r.dir, name, metadataFile)); err != nil {
+			continue // not a template
+		}
+		if err := r.migrate(name); err != nil {
+			errs = append(errs, fmt.Errorf("migrate template %q: %w", name, err))
+			continue
+		}
+		migrated = append(migrated, name)
+	}
+	return migrated, errors.Join(errs...)
+}
+
+func (r *Registry) migrate(name string) error {
+	lock, ok, err := r.tryLock(name)
+	if err != nil || !ok {
+		return err // a build of it runs: it moves the directory itself
+	}
+	defer lock.unlock()
+	if err := os.MkdirAll(filepath.Join(r.dir, versionsDir), 0o755); err != nil {
+		return err
+	}
+	vdir, err := r.moveLegacy(name)
+	if err != nil || vdir == "" {
+		return err
+	}
+	if err := r.switchTo(name, vdir, newReporter(nil, name)); err != nil {
+		// Put the directory back where it was.
+		if rerr := os.Rename(vdir, filepath.Join(r.dir, name)); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		return err
+	}
+	return nil
+}

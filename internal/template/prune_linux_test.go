@@ -293,3 +293,30 @@ func sorted(s ...string) []string {
 	slices.Sort(s)
 	return s
 }
+
+func TestMigrate(t *testing.T) {
+	r := NewRegistry(t.TempDir())
+	fakeTemplate(t, r.Dir(), "web", metadata{Version: "old"})
+	os.WriteFile(filepath.Join(r.Dir(), "web", rootfsDir, "version"), []byte("old"), 0o644)
+	os.Mkdir(filepath.Join(r.Dir(), "notatemplate"), 0o755)
+	installFake(t, r, "api", "v1")
+
+	migrated, err := r.Migrate()
+	if err != nil || !reflect.DeepEqual(migrated, []string{"web"}) {
+		t.Fatalf("Migrate = %v, %v; want [web]", migrated, err)
+	}
+	got, err := r.Get("web")
+	if err != nil || got.Version != "old" || filepath.Base(filepath.Dir(got.Rootfs))[:len("web@legacy-")] != "web@legacy-" {
+		t.Fatalf("after Migrate: Get = %+v, %v", got, err)
+	}
+	assertVersion(t, got.Rootfs, "old")
+	// The recorded path stays that version's after a rebuild.
+	installFake(t, r, "web", "v2")
+	assertVersion(t, got.Rootfs, "old")
+	if again, err := r.Migrate(); err != nil || len(again) != 0 {
+		t.Fatalf("second Migrate = %v, %v; want nothing", again, err)
+	}
+	if _, err := os.Stat(filepath.Join(r.Dir(), "notatemplate")); err != nil {
+		t.Fatalf("a directory that is not a template was touched: %v", err)
+	}
+}
