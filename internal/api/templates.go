@@ -36,6 +36,10 @@ type templateInfo struct {
 	SizeBytes int64             `json:"sizeBytes"`
 	BuiltAt   *string           `json:"builtAt"`
 	Status    string            `json:"status"`
+	// StartCommand runs in every sandbox of the template from its ready
+	// state; ReadyCommand says when it is ready (omitted when none).
+	StartCommand []string `json:"startCommand,omitempty"`
+	ReadyCommand []string `json:"readyCommand,omitempty"`
 }
 
 // templateOf is a built template's entry.
@@ -44,6 +48,7 @@ func templateOf(t template.Template) templateInfo {
 	info := templateInfo{
 		Name: t.Name, Aliases: nonNil(t.Aliases), Version: t.Version, Versions: t.Versions,
 		SizeBytes: t.SizeBytes, BuiltAt: &at, Status: templateReady,
+		StartCommand: t.StartCommand, ReadyCommand: t.ReadyCommand,
 	}
 	if info.Versions == nil {
 		info.Versions = map[string]string{}

@@ -143,7 +143,12 @@ func (s *Service) PrepareReady(ctx context.Context, tpl template.Template, size 
 			return ReadyState{}, ctx.Err()
 		}
 	}
-	job.st, job.err = s.prepareReady(ctx, tpl, sz, orDiscard(progress))
+	// A preparation that ended between the first look and now made it.
+	if st, _, ok := s.readyState(k); ok {
+		job.st = st
+	} else {
+		job.st, job.err = s.prepareReady(ctx, tpl, sz, orDiscard(progress))
+	}
 	s.mu.Lock()
 	delete(s.readyJobs, k)
 	if job.err != nil && ctx.Err() == nil {
