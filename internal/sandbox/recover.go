@@ -80,6 +80,20 @@ func (s *Service) Recover(ctx context.Context) error {
 
 var errNotLive = errors.New("not running in the runtime")
 
+// knownRootfs fills in the template version of a record from a server that
+// did not keep it: the template's current one, which the sandbox was made
+// from as long as the template was not rebuilt since; from now on it keeps
+// that version from being pruned.
+func (s *Service) knownRootfs(rootfs, tplName string) string {
+	if rootfs != "" {
+		return rootfs
+	}
+	if tpl, err := s.cfg.Templates.Get(tplName); err == nil {
+		return tpl.Rootfs
+	}
+	return ""
+}
+
 // reattach takes rec back given what the runtime holds of it.
 func (s *Service) reattach(ctx context.Context, rec Record, st runtime.State) error {
 	if rec.Status == StatusCreating {
@@ -112,6 +126,7 @@ func (s *Service) reattach(ctx context.Context, rec Record, st runtime.State) er
 	default:
 		return errNotLive
 	}
+	rec.Rootfs = s.knownRootfs(rec.Rootfs, rec.Template)
 	if err := s.persist(ctx, rec); err != nil {
 		return err
 	}
@@ -148,6 +163,10 @@ func (s *Service) recoverSnapshots(ctx context.Context) error {
 			continue
 		}
 		known[snap.ID] = true
+		if snap.Rootfs == "" {
+			snap.Rootfs = s.knownRootfs("", snap.Template)
+			s.putSnapshot(ctx, snap)
+		}
 		s.mu.Lock()
 		s.snapshots[snap.ID] = &snapEntry{snap: snap}
 		s.mu.Unlock()

@@ -252,8 +252,8 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Record, error)
 // startCommand starts the template's start command (a Dockerfile's
 // CMD/ENTRYPOINT) in the background of a new sandbox, as the template's
 // user in its workdir (see startArgv), when the template has no ready state
-// for the sandbox. A command that
-// does not start is in the sandbox's log; the sandbox is there either way.
+// for the sandbox. A command that does not start is in the sandbox's log;
+// the sandbox is there either way.
 func (s *Service) startCommand(ctx context.Context, rec Record, argv []string) {
 	var pid strings.Builder
 	err := s.Exec(ctx, rec.ProjectID, rec.ID, ExecRequest{Cmd: startArgv(argv), TimeoutMs: 30_000}, func(ev agent.Event) error {
