@@ -180,9 +180,10 @@ func templates(ctx context.Context, args []string) error {
 		}, os.Stdout)
 		if err == nil && len(t.StartCommand) > 0 {
 			// The ready state is a checkpoint the server takes with its own
-			// runtime and network; `lizard serve` takes it when it starts
-			// (POST /api/templates builds take it before they answer).
-			fmt.Println("start command: the server makes its ready state at its next start, or a running one at the first create, so that sandboxes start with it running;")
+			// runtime and network; `lizard serve` looks for new templates
+			// every 10 s (POST /api/templates builds take it before they
+			// answer).
+			fmt.Println("start command: the server makes its ready state within seconds (or when it starts), so that sandboxes start with it running;")
 			fmt.Println("  until then, sandboxes start the command when they are created.")
 		}
 		return err

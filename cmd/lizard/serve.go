@@ -142,16 +142,19 @@ func serve(ctx context.Context, args []string) error {
 		log.Error("recovery left some sandboxes behind; they are retried at next start", "err", err)
 	}
 	go svc.Watch(ctx, 5*time.Second)
-	svc.PrepareTemplates(reg.List)
-	// Template versions left by rebuilds go once nothing uses them; builds
-	// through the API prune right away, CLI builds are seen here.
+	// Templates built by the CLI get their start command's ready state
+	// within seconds; template versions left by rebuilds go once nothing
+	// uses them (builds through the API do both right away).
 	go func() {
-		for {
-			pruneTemplates(reg, svc, log.With("component", "template"))
+		for i := 0; ; i++ {
+			svc.PrepareTemplates(reg.List)
+			if i%30 == 0 { // every 5 minutes
+				pruneTemplates(reg, svc, log.With("component", "template"))
+			}
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(5 * time.Minute):
+			case <-time.After(10 * time.Second):
 			}
 		}
 	}()

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -432,7 +433,7 @@ func (s *Service) prepareLater(tpl template.Template, size string) {
 	s.mu.Lock()
 	_, running := s.readyJobs[k]
 	failed, ok := s.readyFailed[k]
-	if !running && !(ok && time.Since(failed) < readyRetryAfter) {
+	if !running && (!ok || time.Since(failed) >= readyRetryAfter) {
 		s.goLocked(func(ctx context.Context) { s.PrepareReady(ctx, tpl, size, nil) })
 	}
 	s.mu.Unlock()
@@ -441,14 +442,47 @@ func (s *Service) prepareLater(tpl template.Template, size string) {
 // PrepareTemplates makes, in the background, the default size's ready
 // state of every template with a start command that has none (built by the
 // CLI, or before a crash), and removes the states of versions and
-// templates that are gone.
+// templates that are gone. The server calls it at start and then every few
+// seconds, so that a CLI build gets its state soon; a call while the last
+// one runs does nothing, and a template whose preparation failed is tried
+// again only after readyRetryAfter.
 func (s *Service) PrepareTemplates(list func() ([]template.Template, error)) {
 	if s.cp == nil || s.cfg.ReadyDir == "" {
 		return
 	}
 	s.mu.Lock()
-	s.goLocked(func(ctx context.Context) { s.prepareTemplates(ctx, list) })
+	if !s.scanning {
+		s.scanning = true
+		s.goLocked(func(ctx context.Context) {
+			s.prepareTemplates(ctx, list)
+			s.mu.Lock()
+			s.scanning = false
+			s.mu.Unlock()
+		})
+	}
 	s.mu.Unlock()
+}
+
+// preparing reports whether a preparation of template name (of version,
+// or of any version when version is "") is under way.
+func (s *Service) preparing(name, version string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.readyJobs {
+		if k.template == name && (version == "" || k.version == version) {
+			return true
+		}
+	}
+	return false
+}
+
+// failedLately reports whether the preparation of k failed less than
+// readyRetryAfter ago.
+func (s *Service) failedLately(k readyKey) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	failed, ok := s.readyFailed[k]
+	return ok && time.Since(failed) < readyRetryAfter
 }
 
 func (s *Service) prepareTemplates(ctx context.Context, list func() ([]template.Template, error)) {
@@ -463,13 +497,15 @@ func (s *Service) prepareTemplates(ctx context.Context, list func() ([]template.
 	}
 	ents, _ := os.ReadDir(s.cfg.ReadyDir)
 	for _, e := range ents {
-		if _, ok := current[e.Name()]; !ok {
+		// A template's first build makes its state before it is listed.
+		if _, ok := current[e.Name()]; !ok && !s.preparing(e.Name(), "") && !recent(e) {
 			os.RemoveAll(filepath.Join(s.cfg.ReadyDir, e.Name()))
 		}
 	}
 	for _, t := range tpls {
-		s.pruneReady(keyOf(t, ""))
-		if len(t.StartCommand) == 0 {
+		k := keyOf(t, DefaultSize)
+		s.pruneReady(k)
+		if _, _, ok := s.readyState(k); ok || len(t.StartCommand) == 0 || s.failedLately(k) {
 			continue
 		}
 		// One at a time: a server with many templates does not boot them
@@ -486,7 +522,9 @@ func (s *Service) pruneReady(k readyKey) {
 	tdir := filepath.Join(s.cfg.ReadyDir, k.template)
 	vers, _ := os.ReadDir(tdir)
 	for _, v := range vers {
-		if v.Name() != k.version {
+		// A build makes the state of its version before it is current:
+		// what is being made or was just made stays.
+		if v.Name() != k.version && !s.preparing(k.template, v.Name()) && !recent(v) {
 			os.RemoveAll(filepath.Join(tdir, v.Name()))
 		}
 	}
@@ -503,6 +541,12 @@ func (s *Service) pruneReady(k readyKey) {
 			os.RemoveAll(filepath.Join(tdir, k.version, e.Name()))
 		}
 	}
+}
+
+// recent reports whether directory entry e changed in the last minute.
+func recent(e fs.DirEntry) bool {
+	fi, err := e.Info()
+	return err == nil && time.Since(fi.ModTime()) < time.Minute
 }
 
 // createFromReady starts rec as a copy of tpl's ready state at size, if it

@@ -93,6 +93,7 @@ type Service struct {
 	readyJobs   map[readyKey]*readyJob
 	readyFailed map[readyKey]time.Time // when a preparation last failed
 	launching   map[string]string      // sandbox id → rootfs, while being made
+	scanning    bool                   // PrepareTemplates is under way
 	closed      bool
 	bg          sync.WaitGroup
 	// bgCtx is the context of background work; Close cancels it.

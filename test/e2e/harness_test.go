@@ -74,6 +74,7 @@ func templateDir() string {
 // build compiles lizard and lizard-agent once per test binary.
 func build(t *testing.T) string {
 	buildOnce.Do(func() {
+		removeLeftoverTemplates()
 		binDir, buildErr = os.MkdirTemp("", "lizard-e2e-bin-")
 		if buildErr != nil {
 			return
@@ -91,6 +92,20 @@ func build(t *testing.T) string {
 		t.Fatal(buildErr)
 	}
 	return binDir
+}
+
+// removeLeftoverTemplates removes templates an earlier run of the tests
+// left in the shared template cache when it was killed: a server would
+// otherwise boot their start commands in the background.
+func removeLeftoverTemplates() {
+	names, _ := filepath.Glob(filepath.Join(templateDir(), "e2e-*"))
+	for _, n := range names {
+		removeTemplate(filepath.Base(n))
+	}
+	versions, _ := filepath.Glob(filepath.Join(templateDir(), ".v", "e2e-*@*"))
+	for _, v := range versions {
+		os.RemoveAll(v)
+	}
 }
 
 // startServer starts lizard serve on a fresh data dir (or dataDir when set,
