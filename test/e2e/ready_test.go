@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -216,4 +217,47 @@ func (s *server) waitReadyState(t *testing.T, tpl string) {
 		}
 	}
 	t.Fatalf("no sandbox of %s started from a ready state within 60 s", tpl)
+}
+
+// TestReadyStateCrash: a server killed while it makes a template's ready
+// state leaves nothing behind once it is back — the half-made sandbox is
+// destroyed, the half-written image removed — and makes the state again.
+func TestReadyStateCrash(t *testing.T) {
+	s := startServer(t, "")
+	name := fmt.Sprintf("e2e-crash-%d", time.Now().UnixNano()%1e9)
+	t.Cleanup(func() { removeTemplate(name) })
+	df := filepath.Join(t.TempDir(), "Dockerfile")
+	// Slow to get ready, so that the kill lands during the preparation.
+	os.WriteFile(df, []byte("FROM python\nCMD [\"sh\", \"-c\", \"sleep 4; exec python3 -m http.server --bind 127.0.0.1 8000\"]\n"), 0o644)
+	cmd := exec.Command(filepath.Join(s.bin, "lizard"), "template", "build", name, "-f", df, "--template-dir", templateDir())
+	if r := os.Getenv("LIZARD_RUNSC"); r != "" {
+		cmd.Args = append(cmd.Args, "--runsc", r)
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	// The server finds the new template within 10 s and starts on it.
+	readyDir := filepath.Join(s.dataDir, "ready", name)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if ents, _ := os.ReadDir(filepath.Join(s.dataDir, "sandboxes")); len(ents) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the server did not start making the ready state within 20 s")
+		}
+	}
+	s.crash()
+	s.start()
+	if !strings.Contains(s.logs(), "removing sandbox without a record") {
+		t.Fatal("the restarted server did not destroy the half-made ready-state sandbox")
+	}
+	s.waitReadyState(t, name)
+	vers, _ := filepath.Glob(filepath.Join(readyDir, "*", "*"))
+	for _, v := range vers {
+		if strings.Contains(filepath.Base(v), ".tmp-") {
+			t.Errorf("half-written image left: %s", v)
+		}
+	}
+	removeTemplate(name)
+	s.waitNoLeaks(t)
 }
