@@ -306,15 +306,18 @@ func (s *Service) launch(ctx context.Context, rec Record, boot func(context.Cont
 		s.destroy(context.WithoutCancel(ctx), rec.ID)
 		return Record{}, err
 	}
+	began := time.Now()
 	rsb, err := boot(ctx, &rec)
 	if err != nil {
 		return fail(err)
 	}
+	booted := time.Now()
 	rec.AgentAddr = net.JoinHostPort(rsb.Addr.String(), strconv.Itoa(agent.Port))
 	ag, conns := newAgent(rec.AgentAddr, bootToken)
 	if err := waitReady(ctx, ag, s.cfg.AgentReadyTimeout); err != nil {
 		return fail(fmt.Errorf("sandbox agent did not come up: %w", err))
 	}
+	s.log.Debug("sandbox up", "sandbox", rec.ID, "boot", booted.Sub(began), "agent", time.Since(booted))
 	if bootToken != rec.AgentToken {
 		if err := ag.SetToken(ctx, rec.AgentToken); err != nil {
 			return fail(fmt.Errorf("give the copy its own agent token: %w", err))
@@ -386,7 +389,9 @@ func (s *Service) admit() error {
 func waitReady(ctx context.Context, ag *agent.Client, limit time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	delay := 2 * time.Millisecond
+	// A new agent answers some 15–40 ms after its sandbox starts: poll
+	// every few milliseconds at first, then back off.
+	start, delay := time.Now(), time.Millisecond
 	for {
 		hctx, hcancel := context.WithTimeout(ctx, time.Second)
 		_, err := ag.Health(hctx)
@@ -402,7 +407,10 @@ func waitReady(ctx context.Context, ag *agent.Client, limit time.Duration) error
 			return err
 		case <-time.After(delay):
 		}
-		if delay < 50*time.Millisecond {
+		switch {
+		case time.Since(start) > 500*time.Millisecond:
+			delay = 50 * time.Millisecond
+		case delay < 4*time.Millisecond:
 			delay *= 2
 		}
 	}

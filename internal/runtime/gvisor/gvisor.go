@@ -183,20 +183,24 @@ func (r *Runtime) overlayFlag(st state) []string {
 
 // Start implements runtime.Runtime.
 func (r *Runtime) Start(ctx context.Context, id string) error {
-	st, err := r.status(ctx, id)
-	if err != nil {
-		return err
+	if _, err := os.Stat(r.dir(id)); err != nil {
+		return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
 	}
-	if st == runtime.StateRunning {
+	// Start first and ask why only when it fails: a runsc state before
+	// every start costs a create one more runsc run.
+	err := r.runsc(ctx, nil, "start", id)
+	if err == nil {
 		return nil
 	}
-	if st != runtime.StateCreated {
+	switch st, serr := r.status(ctx, id); {
+	case serr != nil:
+		return serr
+	case st == runtime.StateRunning:
+		return nil
+	case st != runtime.StateCreated:
 		return fmt.Errorf("sandbox %q is %s: %w", id, st, errdefs.ErrConflict)
 	}
-	if err := r.runsc(ctx, nil, "start", id); err != nil {
-		return fmt.Errorf("runsc start: %w", err)
-	}
-	return nil
+	return fmt.Errorf("runsc start: %w", err)
 }
 
 // Stop implements runtime.Runtime.
