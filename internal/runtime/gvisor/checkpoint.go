@@ -82,13 +82,10 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 	if st.Paused {
 		return nil
 	}
-	if s := r.rawStatus(ctx, id); s != "running" {
-		return fmt.Errorf("sandbox %q is %s, not running: %w", id, orNone(s), errdefs.ErrConflict)
-	}
 	image := filepath.Join(r.dir(id), checkpointDir)
 	os.RemoveAll(image)
 	if err := r.save(ctx, id, image); err != nil {
-		return err
+		return r.notRunning(ctx, id, err)
 	}
 	st.Paused = true
 	if err := writeJSON(filepath.Join(r.dir(id), "state.json"), st); err != nil {
@@ -169,16 +166,26 @@ func (r *Runtime) Snapshot(ctx context.Context, id, dir string) error {
 	if _, err := r.readState(id); err != nil {
 		return err
 	}
-	if s := r.rawStatus(ctx, id); s != "running" {
-		return fmt.Errorf("sandbox %q is %s, not running: %w", id, orNone(s), errdefs.ErrConflict)
-	}
 	if _, err := os.Stat(dir); err == nil {
 		return fmt.Errorf("snapshot directory %s exists: %w", dir, errdefs.ErrConflict)
 	}
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return err
 	}
-	return r.save(ctx, id, dir)
+	if err := r.save(ctx, id, dir); err != nil {
+		return r.notRunning(ctx, id, err)
+	}
+	return nil
+}
+
+// notRunning explains a checkpoint that failed: a sandbox that is not
+// running is a conflict (asked only then: a runsc state before every
+// checkpoint would cost each one a runsc run).
+func (r *Runtime) notRunning(ctx context.Context, id string, err error) error {
+	if s := r.rawStatus(context.WithoutCancel(ctx), id); s != "running" {
+		return fmt.Errorf("sandbox %q is %s, not running: %w", id, orNone(s), errdefs.ErrConflict)
+	}
+	return err
 }
 
 // Restore implements runtime.Checkpointer.

@@ -246,6 +246,31 @@ func RunCheckpointer(t *testing.T, rt runtime.Runtime, env Env) {
 	}
 	t.Run("PauseResumeKeepsProcesses", func(t *testing.T) { testPauseResume(t, rt, cp, env) })
 	t.Run("SnapshotRestoreCopies", func(t *testing.T) { testSnapshotRestore(t, rt, cp, env) })
+	t.Run("CheckpointOfStopped", func(t *testing.T) { testCheckpointStopped(t, rt, cp, env) })
+}
+
+// testCheckpointStopped: a stopped sandbox cannot be paused or
+// snapshotted (a conflict), and nothing is written.
+func testCheckpointStopped(t *testing.T, rt runtime.Runtime, cp runtime.Checkpointer, env Env) {
+	ctx := context.Background()
+	id := NewID()
+	started(t, rt, env, id, "tok")
+	if err := rt.Stop(ctx, id); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if err := cp.Pause(ctx, id); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("Pause of a stopped sandbox: %v, want ErrConflict", err)
+	}
+	image := filepath.Join(t.TempDir(), "image")
+	if err := cp.Snapshot(ctx, id, image); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("Snapshot of a stopped sandbox: %v, want ErrConflict", err)
+	}
+	if _, err := os.Stat(image); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a failed Snapshot left %s: %v", image, err)
+	}
+	if got := state(t, rt, id); got != runtime.StateStopped {
+		t.Fatalf("after the failed checkpoints: state %q, want stopped", got)
+	}
 }
 
 // started creates and starts a sandbox and returns a client for its agent.
