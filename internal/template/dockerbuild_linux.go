@@ -248,9 +248,18 @@ func (b *dbuild) resolveBase(ctx context.Context) baseResolver {
 		b.base = t
 		return baseInfo{
 			Key: fromKey(t.Name, t.Version, t.BuiltAt.UTC().Format(time.RFC3339Nano)),
-			Env: t.Env, Workdir: t.Workdir, User: t.User, Cmd: t.StartCommand, Ready: t.ReadyCommand,
+			Env: t.Env, Workdir: t.Workdir, User: t.User, Entrypoint: t.Entrypoint, Cmd: inheritedCmd(t), Ready: t.ReadyCommand,
 		}, nil
 	}
+}
+
+// inheritedCmd is the CMD a Dockerfile FROM t starts with: t's, or its
+// whole start command for templates built before the two were kept apart.
+func inheritedCmd(t Template) []string {
+	if len(t.Entrypoint)+len(t.Cmd) == 0 {
+		return t.StartCommand
+	}
+	return t.Cmd
 }
 
 // cached returns the rootfs of layer key when it is complete.
@@ -388,6 +397,8 @@ func (b *dbuild) install(ctx context.Context, plan *dfPlan, base Template, layer
 		Workdir:      plan.Workdir,
 		User:         plan.User,
 		StartCommand: plan.StartCommand,
+		Entrypoint:   plan.Entrypoint,
+		Cmd:          plan.Cmd,
 		ReadyCommand: plan.ReadyCommand,
 	}
 	if err := writeMetadata(tmp, m); err != nil {

@@ -121,6 +121,9 @@ type dfPlan struct {
 	Workdir      string   // "" if no WORKDIR
 	User         string   // "" if no USER
 	StartCommand []string // ENTRYPOINT + CMD; nil if neither
+	// Entrypoint and Cmd are its two parts, which a Dockerfile FROM this
+	// template changes apart.
+	Entrypoint, Cmd []string
 	// ReadyCommand is HEALTHCHECK's CMD: the start command is ready once it
 	// exits 0. nil if none (or HEALTHCHECK NONE).
 	ReadyCommand []string
@@ -486,6 +489,7 @@ func parseDockerfile(file string, data []byte, buildArgs map[string]string, reso
 	p.User = user
 	if len(entry)+len(cmd) > 0 {
 		p.StartCommand = append(append([]string(nil), entry...), cmd...)
+		p.Entrypoint, p.Cmd = entry, cmd
 	}
 	if len(ready) > 0 && len(p.StartCommand) == 0 {
 		return nil, fmt.Errorf("%s: HEALTHCHECK without CMD or ENTRYPOINT: the check is of the start command: %w", file, errdefs.ErrInvalid)

@@ -281,4 +281,15 @@ func TestParseInheritsBase(t *testing.T) {
 	if !slices.Equal(p.StartCommand, []string{"app"}) {
 		t.Fatalf("ENTRYPOINT over a base CMD: %q", p.StartCommand)
 	}
+	// CMD over a base's ENTRYPOINT keeps the ENTRYPOINT, as in Docker.
+	withEntry := func(string, int) (baseInfo, error) {
+		return baseInfo{Key: "k", Entrypoint: []string{"app"}, Cmd: []string{"--port", "1"}}, nil
+	}
+	p, err = parseDockerfile("Dockerfile", []byte("FROM web\nCMD [\"--port\", \"2\"]\n"), nil, withEntry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(p.StartCommand, []string{"app", "--port", "2"}) || !slices.Equal(p.Entrypoint, []string{"app"}) {
+		t.Fatalf("CMD over a base ENTRYPOINT: start %q entrypoint %q", p.StartCommand, p.Entrypoint)
+	}
 }

@@ -95,6 +95,10 @@ type Template struct {
 	Workdir      string   `json:"workdir,omitempty"`
 	User         string   `json:"user,omitempty"`
 	StartCommand []string `json:"startCommand,omitempty"`
+	// Entrypoint and Cmd are the start command's ENTRYPOINT and CMD parts
+	// (what a Dockerfile FROM this template inherits).
+	Entrypoint []string `json:"entrypoint,omitempty"`
+	Cmd        []string `json:"cmd,omitempty"`
 	// ReadyCommand tells when the start command is ready: it exits 0
 	// (a Dockerfile's HEALTHCHECK CMD, or the build's ready command). nil:
 	// ready once the command listens on a new TCP port.
@@ -123,6 +127,8 @@ type metadata struct {
 	Workdir      string   `json:"workdir,omitempty"`
 	User         string   `json:"user,omitempty"`
 	StartCommand []string `json:"startCommand,omitempty"`
+	Entrypoint   []string `json:"entrypoint,omitempty"`
+	Cmd          []string `json:"cmd,omitempty"`
 	ReadyCommand []string `json:"readyCommand,omitempty"`
 }
 
@@ -221,6 +227,8 @@ func readTemplate(name, dir string) (Template, error) {
 		Workdir:      m.Workdir,
 		User:         m.User,
 		StartCommand: m.StartCommand,
+		Entrypoint:   m.Entrypoint,
+		Cmd:          m.Cmd,
 		ReadyCommand: m.ReadyCommand,
 	}, nil
 }
