@@ -373,7 +373,8 @@ func listenPorts(procNet string) map[int]bool {
 
 // waitReady polls until the start command is ready: its ready command
 // passes or, without one, it listens on a port that was not before (or
-// readyListenWait passes). A command that exits first is an error with its
+// readyListenWait passes); one that exits 0 first (it daemonized) is
+// waited for the same way. A command that fails first is an error with its
 // status and last output.
 func (c startCtx) waitReady(ctx context.Context, readyCmd []string, before map[int]bool) (string, error) {
 	began := time.Now()
@@ -382,7 +383,9 @@ func (c startCtx) waitReady(ctx context.Context, readyCmd []string, before map[i
 		limit = readyListenWait
 	}
 	for {
-		if status, ok := c.exited(ctx); ok {
+		// A command that finishes well (a daemon that forked away) is
+		// waited for like one that runs on; one that fails is an error.
+		if status, ok := c.exited(ctx); ok && status != "0" {
 			return "", fmt.Errorf("the start command exited (status %s) before it was ready; its last output:\n%s: %w",
 				status, c.lastLines(ctx, 20), errdefs.ErrInvalid)
 		}

@@ -117,6 +117,16 @@ CMD ["sh", "-c", "python3 -m http.server 8000 & sleep 1.5; touch /tmp/warm; wait
 	id, _ = s.createdAt(t, hc, "")
 	s.sh(t, id, "test -f /tmp/warm")
 
+	// A command that daemonizes (exits 0, its server in the background)
+	// is waited for like one that runs on.
+	daemon := name + "-daemon"
+	t.Cleanup(func() { removeTemplate(daemon) })
+	s.buildAPI(t, map[string]any{"name": daemon, "dockerfile": `FROM python
+CMD ["sh", "-c", "(sleep 1; exec python3 -m http.server --bind 127.0.0.1 8000) > /dev/null 2>&1 &"]
+`})
+	id, _ = s.createdAt(t, daemon, "")
+	s.sh(t, id, "curl -sf -o /dev/null http://127.0.0.1:8000/")
+
 	// A start command that exits fails the build with its status and
 	// output; the template stays as it was.
 	code, body := s.do("POST", "/api/templates", map[string]any{"name": name, "dockerfile": `FROM base
