@@ -23,18 +23,12 @@ func (s *Service) Pause(ctx context.Context, projectID, id string) error {
 	if err := s.checkpointer("pause"); err != nil {
 		return err
 	}
-	e, err := s.lookup(projectID, id)
+	e, err := s.lockLive(projectID, id)
 	if err != nil {
 		return err
 	}
-	e.mu.Lock()
 	defer e.mu.Unlock()
-	s.mu.Lock()
-	switch {
-	case e.gone:
-		s.mu.Unlock()
-		return notFound(id)
-	case e.rec.Status == StatusPaused:
+	if e.rec.Status == StatusPaused {
 		s.mu.Unlock()
 		return nil
 	}
@@ -91,17 +85,11 @@ func (s *Service) setStatus(e *entry, status, pauseError string) {
 // pids, files, network address and agent token. Resuming a running sandbox
 // is a no-op (the Python client's connect() relies on it).
 func (s *Service) Resume(ctx context.Context, projectID, id string) (Record, error) {
-	e, err := s.lookup(projectID, id)
+	e, err := s.lockLive(projectID, id)
 	if err != nil {
 		return Record{}, err
 	}
-	e.mu.Lock()
 	defer e.mu.Unlock()
-	s.mu.Lock()
-	if e.gone {
-		s.mu.Unlock()
-		return Record{}, notFound(id)
-	}
 	if e.rec.Status != StatusPaused {
 		rec := e.rec
 		s.mu.Unlock()

@@ -55,17 +55,11 @@ func (s *Service) Expose(ctx context.Context, projectID, id string, port int, op
 	if err := validPort(port); err != nil {
 		return "", err
 	}
-	e, err := s.lookup(projectID, id)
+	e, err := s.lockLive(projectID, id)
 	if err != nil {
 		return "", err
 	}
-	e.mu.Lock()
 	defer e.mu.Unlock()
-	s.mu.Lock()
-	if e.gone {
-		s.mu.Unlock()
-		return "", notFound(id)
-	}
 	if e.rec.PreviewToken == "" {
 		e.rec.PreviewToken = previewToken()
 	}
@@ -100,18 +94,13 @@ func (s *Service) Unexpose(ctx context.Context, projectID, id string, port int) 
 	if err := validPort(port); err != nil {
 		return err
 	}
-	e, err := s.lookup(projectID, id)
+	// Not on a sandbox killed meanwhile: persisting would bring its record
+	// back.
+	e, err := s.lockLive(projectID, id)
 	if err != nil {
 		return err
 	}
-	e.mu.Lock()
 	defer e.mu.Unlock()
-	s.mu.Lock()
-	if e.gone {
-		// Killed meanwhile: persisting would bring its record back.
-		s.mu.Unlock()
-		return notFound(id)
-	}
 	e.rec.Ports = slices.DeleteFunc(slices.Clone(e.rec.Ports), func(p int) bool { return p == port })
 	rec := e.rec
 	s.mu.Unlock()

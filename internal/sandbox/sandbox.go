@@ -463,17 +463,11 @@ func (s *Service) SetTimeout(ctx context.Context, projectID, id string, timeoutM
 	if timeoutMs < 1000 || timeoutMs > MaxTimeoutMs {
 		return fmt.Errorf("timeoutMs %d: must be 1000 to %d: %w", timeoutMs, MaxTimeoutMs, errdefs.ErrInvalid)
 	}
-	e, err := s.lookup(projectID, id)
+	e, err := s.lockLive(projectID, id)
 	if err != nil {
 		return err
 	}
-	e.mu.Lock()
 	defer e.mu.Unlock()
-	s.mu.Lock()
-	if e.gone {
-		s.mu.Unlock()
-		return notFound(id)
-	}
 	e.rec.TimeoutMs = timeoutMs
 	if e.rec.Status == StatusPaused {
 		e.rec.RemainingMs = timeoutMs
@@ -507,6 +501,25 @@ func (s *Service) lookup(projectID, id string) (*entry, error) {
 	defer s.mu.Unlock()
 	e, ok := s.sandboxes[id]
 	if !ok || e.gone || e.rec.ProjectID != projectID || e.rec.Status == StatusPooled {
+		return nil, notFound(id)
+	}
+	return e, nil
+}
+
+// lockLive finds the project's sandbox for a change of its record: it
+// returns with the entry's lifecycle lock and s.mu held, the entry still
+// live (not killed while the caller waited for the lock). The caller
+// unlocks s.mu once done with the record, and e.mu at the end.
+func (s *Service) lockLive(projectID, id string) (*entry, error) {
+	e, err := s.lookup(projectID, id)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	s.mu.Lock()
+	if e.gone {
+		s.mu.Unlock()
+		e.mu.Unlock()
 		return nil, notFound(id)
 	}
 	return e, nil
