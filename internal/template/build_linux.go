@@ -375,50 +375,26 @@ type buildLock struct{ f *os.File }
 // lock takes the build lock of name, waiting (and saying so) while another
 // process or goroutine holds it.
 func (r *Registry) lock(ctx context.Context, name string, rep *reporter) (*buildLock, error) {
-	f, err := os.OpenFile(filepath.Join(r.dir, ".lock-"+name), os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := flock(ctx, r.lockPath(name), syscall.LOCK_EX, func() {
+		rep.printf("waiting for another build of %s to finish", name)
+	})
 	if err != nil {
 		return nil, err
 	}
-	waiting := false
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return &buildLock{f: f}, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
-			f.Close()
-			return nil, fmt.Errorf("lock: %w", err)
-		}
-		if !waiting {
-			rep.printf("waiting for another build of %s to finish", name)
-			waiting = true
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
+	return &buildLock{f: f}, nil
 }
 
 // tryLock takes the build lock of name if nobody holds it; ok is false
 // when somebody does.
 func (r *Registry) tryLock(name string) (l *buildLock, ok bool, err error) {
-	f, err := os.OpenFile(filepath.Join(r.dir, ".lock-"+name), os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
+	f, ok, err := tryFlock(r.lockPath(name), syscall.LOCK_EX)
+	if !ok {
 		return nil, false, err
 	}
-	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-	if err == nil {
-		return &buildLock{f: f}, true, nil
-	}
-	f.Close()
-	if errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, syscall.EINTR) {
-		return nil, false, nil
-	}
-	return nil, false, fmt.Errorf("lock: %w", err)
+	return &buildLock{f: f}, true, nil
 }
+
+func (r *Registry) lockPath(name string) string { return filepath.Join(r.dir, ".lock-"+name) }
 
 func (l *buildLock) unlock() {
 	syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN)

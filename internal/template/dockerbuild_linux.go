@@ -122,7 +122,7 @@ func (r *Registry) buildDockerfile(ctx context.Context, name string, opts Docker
 	if err := os.MkdirAll(b.layers, 0o700); err != nil {
 		return Template{}, err
 	}
-	inUse, err := layersShared(b.layers)
+	inUse, err := layersShared(ctx, b.layers)
 	if err != nil {
 		return Template{}, err
 	}
@@ -448,30 +448,11 @@ func (b *dbuild) network(ctx context.Context) (*network.Manager, error) {
 	if err := os.MkdirAll(filepath.Dir(buildNetLockPath), 0o755); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(buildNetLockPath, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := flock(ctx, buildNetLockPath, syscall.LOCK_EX, func() {
+		b.out.printf("waiting for another build's RUN steps to finish (builds take turns on the build network)")
+	})
 	if err != nil {
 		return nil, err
-	}
-	waiting := false
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
-			f.Close()
-			return nil, fmt.Errorf("lock the build network: %w", err)
-		}
-		if !waiting {
-			b.out.printf("waiting for another build's RUN steps to finish (builds take turns on the build network)")
-			waiting = true
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
 	}
 	m, err := network.New(network.Config{Bridge: buildBridge, Subnet: buildSubnet, DNSUpstream: b.opts.DNSUpstream})
 	if err != nil {

@@ -3,8 +3,8 @@
 package template
 
 import (
+	"context"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -28,17 +28,9 @@ const LayerTTL = 7 * 24 * time.Hour
 const layersLock = ".lock"
 
 // layersShared takes the layers lock shared (for a build); the caller closes
-// the returned file to release it.
-func layersShared(layers string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(layers, layersLock), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock the layer cache: %w", err)
-	}
-	return f, nil
+// the returned file to release it. PruneLayers holds it only briefly.
+func layersShared(ctx context.Context, layers string) (*os.File, error) {
+	return flock(ctx, filepath.Join(layers, layersLock), syscall.LOCK_SH, nil)
 }
 
 // touchLayer records that a build used layer dir now.
@@ -52,20 +44,17 @@ func touchLayer(dir string) {
 // While any build runs it removes nothing (and says so with busy).
 func (r *Registry) PruneLayers(unusedFor time.Duration) (removed int, busy bool, err error) {
 	layers := filepath.Join(r.dir, ".layers")
-	f, err := os.OpenFile(filepath.Join(layers, layersLock), os.O_RDWR|os.O_CREATE, 0o600)
+	f, ok, err := tryFlock(filepath.Join(layers, layersLock), syscall.LOCK_EX)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, false, nil // no Dockerfile was ever built
 	}
 	if err != nil {
 		return 0, false, err
 	}
-	defer f.Close()
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return 0, true, nil
-		}
-		return 0, false, fmt.Errorf("lock the layer cache: %w", err)
+	if !ok {
+		return 0, true, nil
 	}
+	defer f.Close()
 	ents, err := os.ReadDir(layers)
 	if err != nil {
 		return 0, false, err

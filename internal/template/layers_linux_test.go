@@ -3,6 +3,7 @@
 package template
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -35,7 +36,7 @@ func TestPruneLayers(t *testing.T) {
 	touchLayer(used) // a build found it cached
 
 	// While a build holds the cache, nothing goes.
-	f, err := layersShared(layers)
+	f, err := layersShared(context.Background(), layers)
 	if err != nil {
 		t.Fatal(err)
 	}
