@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lizard-build/lizard/internal/disk"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
@@ -34,6 +35,9 @@ type Config struct {
 	Volumes   Volumes
 	Builder   TemplateBuilder
 	Logger    *slog.Logger
+	// Disk refuses file uploads when the data directory's disk is low
+	// (the sandboxes' writable layers live there); nil: no check.
+	Disk *disk.Guard
 }
 
 // Body size limits. A file write carries its content in JSON (base64 for
@@ -51,6 +55,7 @@ type server struct {
 	volumes   Volumes
 	builder   TemplateBuilder
 	log       *slog.Logger
+	disk      *disk.Guard
 }
 
 // Handler returns the API's http.Handler.
@@ -58,7 +63,7 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &server{projects: cfg.Projects, sandboxes: cfg.Sandboxes, templates: cfg.Templates, previews: cfg.Previews, volumes: cfg.Volumes, builder: cfg.Builder, log: cfg.Logger}
+	s := &server{projects: cfg.Projects, sandboxes: cfg.Sandboxes, templates: cfg.Templates, previews: cfg.Previews, volumes: cfg.Volumes, builder: cfg.Builder, log: cfg.Logger, disk: cfg.Disk}
 	mux := http.NewServeMux()
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request, store.Project) error) {
 		mux.Handle(pattern, s.authed(h))

@@ -2,13 +2,16 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 
 	"github.com/lizard-build/lizard/internal/agent"
+	"github.com/lizard-build/lizard/internal/disk"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -70,7 +73,19 @@ func (s *server) writeFile(w http.ResponseWriter, r *http.Request, p store.Proje
 	if err != nil {
 		return err
 	}
+	if err := s.disk.Check(); err != nil {
+		return err
+	}
 	if err := ag.WriteFile(r.Context(), req.Path, req.User, body); err != nil {
+		if s.disk == nil {
+			return err
+		}
+		// A disk that filled during the write leaves no partial file.
+		if err = disk.Classify(s.disk.Dir, err); errors.Is(err, errdefs.ErrNoSpace) {
+			if rerr := ag.Remove(context.WithoutCancel(r.Context()), req.Path, req.User); rerr != nil {
+				s.log.Warn("remove a partial upload", "path", req.Path, "err", rerr)
+			}
+		}
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

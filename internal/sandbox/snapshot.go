@@ -95,8 +95,20 @@ func (s *Service) TakeSnapshot(ctx context.Context, projectID, id, name string, 
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
+	if err := s.cfg.Disk.Check(); err != nil {
+		return SnapshotInfo{}, err
+	}
+	release, err := s.reserveSnapshot(ctx, projectID)
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	defer release()
 	snap, err := s.save(ctx, e, s.snapshotDir, "snap_")
 	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	if err := s.checkPool(ctx, snap, poolSize); err != nil {
+		os.RemoveAll(s.snapshotDir(snap.ID))
 		return SnapshotInfo{}, err
 	}
 	if name == "" {
@@ -111,6 +123,7 @@ func (s *Service) TakeSnapshot(ctx context.Context, projectID, id, name string, 
 	s.mu.Lock()
 	s.snapshots[snap.ID] = se
 	s.mu.Unlock()
+	release()
 	s.log.Info("snapshot taken", "snapshot", snap.ID, "sandbox", id)
 	s.logs.event(id, "snapshot %s taken", snap.ID)
 	s.fillPool(se)
@@ -212,6 +225,12 @@ func (s *Service) UpdateSnapshot(ctx context.Context, projectID, id string, pool
 	}
 	if poolSize != nil {
 		if err := validPoolSize(*poolSize); err != nil {
+			return SnapshotInfo{}, err
+		}
+		s.mu.Lock()
+		snap := se.snap
+		s.mu.Unlock()
+		if err := s.checkPool(ctx, snap, *poolSize); err != nil {
 			return SnapshotInfo{}, err
 		}
 	}
@@ -474,10 +493,18 @@ func (s *Service) Fork(ctx context.Context, projectID, id string, count int, tim
 		return nil, err
 	}
 	s.mu.Lock()
-	vol := e.rec.VolumeID
+	vol, need := e.rec.VolumeID, holds(StatusRunning, e.rec.CPUs, e.rec.MemoryMB).times(count)
 	s.mu.Unlock()
 	if vol != "" {
 		return nil, errdefs.WithCode("sandbox_has_volume", fmt.Errorf("sandbox %q has volume %s attached; a volume is attached to one sandbox at a time, so it cannot be forked: %w", id, vol, errdefs.ErrConflict))
+	}
+	// All the copies must fit before the checkpoint is made; each then
+	// takes its own place as it is restored (see launch).
+	if err := s.admit(ctx, projectID, need); err != nil {
+		return nil, fmt.Errorf("fork of %d: %w", count, err)
+	}
+	if err := s.cfg.Disk.Check(); err != nil {
+		return nil, err
 	}
 	forkDir := func(snapID string) string { return filepath.Join(s.cfg.SnapshotDir, "forks", snapID) }
 	snap, err := s.save(ctx, e, forkDir, "fork_")

@@ -67,6 +67,18 @@ CREATE TABLE IF NOT EXISTS volumes (
 	created_at TEXT NOT NULL,
 	UNIQUE(project_id, name)
 );
+CREATE TABLE IF NOT EXISTS project_limits (
+	project_id    TEXT PRIMARY KEY REFERENCES projects(id),
+	max_sandboxes INTEGER,
+	max_vcpus     INTEGER,
+	max_memory_gb INTEGER,
+	max_volume_gb INTEGER,
+	max_snapshots INTEGER
+);
+CREATE TABLE IF NOT EXISTS settings (
+	key   TEXT PRIMARY KEY,
+	value TEXT NOT NULL
+);
 `
 
 // Open opens (creating if needed) the database at path.
