@@ -2,8 +2,10 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,5 +88,93 @@ func TestNewID(t *testing.T) {
 			t.Fatalf("bad or repeated id %q", id)
 		}
 		seen[id] = true
+	}
+}
+
+func TestLimits(t *testing.T) {
+	ctx := context.Background()
+	st, err := Open(filepath.Join(t.TempDir(), "lizard.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	p, err := st.CreateProject(ctx, "limited", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defaults := Limits{Sandboxes: 50, VCPUs: 64, MemoryGB: 128, VolumeGB: 500, Snapshots: 100}
+	if got, err := st.ProjectLimits(ctx, p.ID, defaults); err != nil || got != defaults {
+		t.Fatalf("no overrides: %+v %v", got, err)
+	}
+	five, zero := 5, 0
+	if err := st.SetProjectLimit(ctx, p.ID, LimitSandboxes, &five); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetProjectLimit(ctx, p.ID, LimitSnapshots, &zero); err != nil {
+		t.Fatal(err)
+	}
+	want := defaults
+	want.Sandboxes, want.Snapshots = 5, 0
+	if got, err := st.ProjectLimits(ctx, p.ID, defaults); err != nil || got != want {
+		t.Fatalf("overrides: %+v %v, want %+v", got, err, want)
+	}
+	if err := st.SetProjectLimit(ctx, p.ID, LimitSandboxes, nil); err != nil {
+		t.Fatal(err)
+	}
+	want.Sandboxes = 50
+	if got, _ := st.ProjectLimits(ctx, p.ID, defaults); got != want {
+		t.Fatalf("back to default: %+v, want %+v", got, want)
+	}
+	minus := -1
+	if err := st.SetProjectLimit(ctx, p.ID, LimitVCPUs, &minus); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("negative: %v", err)
+	}
+	if err := st.SetProjectLimit(ctx, p.ID, Limit("cores"), &five); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("unknown limit: %v", err)
+	}
+	if _, ok, err := st.DefaultLimits(ctx); ok || err != nil {
+		t.Fatalf("defaults before any server: %v %v", ok, err)
+	}
+	if err := st.SetDefaultLimits(ctx, defaults); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := st.DefaultLimits(ctx); !ok || err != nil || got != defaults {
+		t.Fatalf("defaults: %+v %v %v", got, ok, err)
+	}
+	err = LimitVCPUs.Exceeded(8, 8, 2)
+	if !errors.Is(err, errdefs.ErrQuota) || errdefs.Code(err) != "quota_exceeded" || !strings.Contains(err.Error(), "project quota: vcpus 8 of 8 in use, this needs 2") {
+		t.Fatalf("exceeded: %v", err)
+	}
+}
+
+// TestOpenOlderDatabase: a database made before limits existed opens, keeps
+// its data and takes limits.
+func TestOpenOlderDatabase(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "lizard.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := schema[:strings.Index(schema, "CREATE TABLE IF NOT EXISTS project_limits")]
+	if _, err := db.Exec(old + `INSERT INTO projects(id, slug, name, created_at) VALUES('prj_old', 'old', 'old', '2025-01-01T00:00:00Z');`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	st, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	p, err := st.ProjectByRef(ctx, "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	three := 3
+	if err := st.SetProjectLimit(ctx, p.ID, LimitVCPUs, &three); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := st.ProjectLimits(ctx, p.ID, Limits{}); got.VCPUs != 3 {
+		t.Fatalf("limits on an older database: %+v", got)
 	}
 }
