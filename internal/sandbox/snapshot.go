@@ -98,6 +98,13 @@ func (s *Service) TakeSnapshot(ctx context.Context, projectID, id, name string, 
 	if err := s.cfg.Disk.Check(); err != nil {
 		return SnapshotInfo{}, err
 	}
+	s.mu.Lock()
+	// The pool's copies will be of this sandbox: they must fit first.
+	like := Snapshot{ProjectID: e.rec.ProjectID, CPUs: e.rec.CPUs, MemoryMB: e.rec.MemoryMB, VolumeID: e.rec.VolumeID}
+	s.mu.Unlock()
+	if err := s.checkPool(ctx, like, poolSize); err != nil {
+		return SnapshotInfo{}, err
+	}
 	release, err := s.reserveSnapshot(ctx, projectID)
 	if err != nil {
 		return SnapshotInfo{}, err
@@ -105,10 +112,6 @@ func (s *Service) TakeSnapshot(ctx context.Context, projectID, id, name string, 
 	defer release()
 	snap, err := s.save(ctx, e, s.snapshotDir, "snap_")
 	if err != nil {
-		return SnapshotInfo{}, err
-	}
-	if err := s.checkPool(ctx, snap, poolSize); err != nil {
-		os.RemoveAll(s.snapshotDir(snap.ID))
 		return SnapshotInfo{}, err
 	}
 	if name == "" {
