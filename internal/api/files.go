@@ -2,9 +2,7 @@ package api
 
 import (
 	"bytes"
-	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -77,14 +75,11 @@ func (s *server) writeFile(w http.ResponseWriter, r *http.Request, p store.Proje
 		return err
 	}
 	if err := ag.WriteFile(r.Context(), req.Path, req.User, body); err != nil {
-		if s.disk == nil {
-			return err
-		}
-		// A disk that filled during the write leaves no partial file.
-		if err = disk.Classify(s.disk.Dir, err); errors.Is(err, errdefs.ErrNoSpace) {
-			if rerr := ag.Remove(context.WithoutCancel(r.Context()), req.Path, req.User); rerr != nil {
-				s.log.Warn("remove a partial upload", "path", req.Path, "err", rerr)
-			}
+		// The agent writes a temporary file and renames it into place, and
+		// removes it when the write fails: a disk that filled half-way
+		// leaves no partial file and the old one as it was.
+		if s.disk != nil {
+			err = disk.Classify(s.disk.Dir, err)
 		}
 		return err
 	}
