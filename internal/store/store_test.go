@@ -12,13 +12,20 @@ import (
 	"github.com/lizard-build/lizard/internal/errdefs"
 )
 
-func TestStore(t *testing.T) {
-	ctx := context.Background()
+// openTemp opens a new database in a temporary directory.
+func openTemp(t *testing.T) *Store {
+	t.Helper()
 	st, err := Open(filepath.Join(t.TempDir(), "lizard.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func TestStore(t *testing.T) {
+	ctx := context.Background()
+	st := openTemp(t)
 	p, err := st.CreateProject(ctx, "My Team", "")
 	if err != nil || p.Slug != "my-team" {
 		t.Fatalf("create project: %+v %v", p, err)
@@ -93,11 +100,7 @@ func TestNewID(t *testing.T) {
 
 func TestLimits(t *testing.T) {
 	ctx := context.Background()
-	st, err := Open(filepath.Join(t.TempDir(), "lizard.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openTemp(t)
 	p, err := st.CreateProject(ctx, "limited", "")
 	if err != nil {
 		t.Fatal(err)
