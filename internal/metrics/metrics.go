@@ -37,18 +37,6 @@ type Metrics struct {
 	agentRTT       prometheus.Histogram
 }
 
-// Operations the sandbox service reports (the operation label).
-const (
-	OpCreate   = "create"
-	OpExec     = "exec"
-	OpPause    = "pause"
-	OpResume   = "resume"
-	OpSnapshot = "snapshot"
-	OpRestore  = "restore"
-	OpFork     = "fork"
-	OpKill     = "kill"
-)
-
 // lifecycleBuckets span a warm restore (milliseconds) to a cold boot or a
 // long exec (minutes).
 var lifecycleBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
