@@ -11,6 +11,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -50,6 +51,16 @@ type Config struct {
 	TLS      bool   // the proxy is served over TLS: cookies get Secure
 	Previews Previews
 	Logger   *slog.Logger
+	// Metrics counts requests and bytes; nil counts nothing.
+	Metrics Recorder
+}
+
+// Recorder is told of each request: its outcome (forwarded, bad_host,
+// not_found, unavailable, unauthorized, redirected, upstream_error) and the
+// bytes of its body and of its answer. Bytes of an upgraded connection
+// (WebSocket) after the upgrade are not counted.
+type Recorder interface {
+	ProxyRequest(outcome string, in, out int64)
 }
 
 type proxy struct {
@@ -95,6 +106,9 @@ func Handler(cfg Config) http.Handler {
 		FlushInterval: 0,
 		BufferPool:    bufferPool{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if o, ok := r.Context().Value(outcomeKey{}).(*string); ok {
+				*o = "upstream_error"
+			}
 			cfg.Logger.Debug("preview upstream failed", "host", r.Host, "err", err)
 			http.Error(w, "the sandbox's service did not answer: "+err.Error(), http.StatusBadGateway)
 		},
@@ -103,25 +117,38 @@ func Handler(cfg Config) http.Handler {
 }
 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p.cfg.Metrics == nil {
+		p.serve(w, r)
+		return
+	}
+	cw := &countingWriter{ResponseWriter: w}
+	body := &countingBody{ReadCloser: r.Body}
+	r.Body = body
+	outcome := p.serve(cw, r)
+	p.cfg.Metrics.ProxyRequest(outcome, body.n, cw.n)
+}
+
+// serve answers one request and says how it ended.
+func (p *proxy) serve(w http.ResponseWriter, r *http.Request) string {
 	id, port, err := ParseHost(r.Host, p.cfg.Domain)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusNotFound)
-		return
+		return "bad_host"
 	}
 	t, err := p.cfg.Previews.Preview(r.Context(), id, port)
 	if err != nil {
-		status := http.StatusBadGateway
+		status, outcome := http.StatusBadGateway, "unavailable"
 		if errors.Is(err, errdefs.ErrNotFound) {
-			status = http.StatusNotFound
+			status, outcome = http.StatusNotFound, "not_found"
 		}
 		http.Error(w, err.Error(), status)
-		return
+		return outcome
 	}
 	q := r.URL.Query()
 	if tok := q.Get(TokenQuery); tok != "" {
 		if !equal(tok, t.Token) {
 			http.Error(w, "wrong access token", http.StatusUnauthorized)
-			return
+			return "unauthorized"
 		}
 		// Once: the token becomes a cookie for this host only, and the
 		// browser goes on to the same URL without it.
@@ -133,13 +160,46 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		u := *r.URL
 		u.RawQuery = q.Encode()
 		http.Redirect(w, r, u.RequestURI(), http.StatusFound)
-		return
+		return "redirected"
 	}
 	if !authorized(r, t.Token) {
 		http.Error(w, "this preview is private: send "+TokenHeader+" or open the URL with ?"+TokenQuery+"=", http.StatusUnauthorized)
-		return
+		return "unauthorized"
 	}
-	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)))
+	outcome := "forwarded"
+	ctx := context.WithValue(context.WithValue(r.Context(), targetKey{}, t), outcomeKey{}, &outcome)
+	p.rp.ServeHTTP(w, r.WithContext(ctx))
+	return outcome
+}
+
+// outcomeKey holds the outcome the error handler changes.
+type outcomeKey struct{}
+
+// countingWriter counts the bytes of an answer; Unwrap lets the reverse
+// proxy's http.ResponseController flush and hijack through it.
+type countingWriter struct {
+	http.ResponseWriter
+	n int64
+}
+
+func (w *countingWriter) Write(b []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(b)
+	w.n += int64(n)
+	return n, err
+}
+
+func (w *countingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// countingBody counts the bytes read of a request body.
+type countingBody struct {
+	io.ReadCloser
+	n int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n += int64(n)
+	return n, err
 }
 
 func authorized(r *http.Request, token string) bool {
