@@ -115,3 +115,25 @@ func readUint(file string) (uint64, error) {
 	}
 	return n, nil
 }
+
+// Procs returns the processes in the cgroup at path under root (v1: as the
+// memory hierarchy lists them).
+func Procs(root, path string) ([]int, error) {
+	file := filepath.Join(root, path, "cgroup.procs")
+	if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err != nil {
+		file = filepath.Join(root, "memory", path, "cgroup.procs")
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		pids = append(pids, pid)
+	}
+	return pids, nil
+}

@@ -94,3 +94,25 @@ func TestReadMalformed(t *testing.T) {
 		t.Fatal("cpu.stat without usage_usec: no error")
 	}
 }
+
+func TestProcs(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+	}{
+		{"v1", map[string]string{"memory/lizard/x/cgroup.procs": "12\n345\n"}},
+		{"v2", map[string]string{"cgroup.controllers": "cpu\n", "lizard/x/cgroup.procs": "12\n345\n"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			write(t, root, tc.files)
+			pids, err := Procs(root, "/lizard/x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(pids) != 2 || pids[0] != 12 || pids[1] != 345 {
+				t.Fatalf("Procs = %v, want [12 345]", pids)
+			}
+		})
+	}
+}

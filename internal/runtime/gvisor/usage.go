@@ -18,7 +18,7 @@ var _ runtime.UsageReporter = (*Runtime)(nil)
 // Usage implements runtime.UsageReporter: CPU and memory from the
 // sandbox's cgroup, network bytes from the host end of its veth (what the
 // sandbox received is what the host end sent), disk from the blocks its
-// overlay directory holds (the overlay's file is sparse).
+// overlay's file holds (it is sparse).
 func (r *Runtime) Usage(id string) (runtime.Usage, error) {
 	st, err := r.readState(id)
 	if err != nil {
@@ -36,8 +36,34 @@ func (r *Runtime) Usage(id string) (runtime.Usage, error) {
 	if u.TxBytes, err = readCounter(filepath.Join(stats, "rx_bytes")); err != nil {
 		return runtime.Usage{}, err
 	}
-	u.DiskBytes = diskUsed(filepath.Join(r.dir(id), "overlay"))
+	u.DiskBytes = overlayUsed(id, filepath.Join(r.dir(id), "overlay"))
 	return u, nil
+}
+
+// overlayUsed is the space the sandbox's writable layer takes on disk. runsc
+// unlinks the overlay's file ("filestore") in dir right after creating it,
+// so it is found among the open files of the sandbox's processes; the
+// files still in dir are counted when none holds one.
+func overlayUsed(id, dir string) int64 {
+	pids, _ := cgroup.Procs(cgroup.Root, cgroupPath(id))
+	for _, pid := range pids {
+		fdDir := "/proc/" + strconv.Itoa(pid) + "/fd"
+		fds, err := os.ReadDir(fdDir)
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			link, err := os.Readlink(filepath.Join(fdDir, fd.Name()))
+			if err != nil || !strings.HasPrefix(link, dir+"/") {
+				continue
+			}
+			var st syscall.Stat_t
+			if syscall.Stat(filepath.Join(fdDir, fd.Name()), &st) == nil {
+				return st.Blocks * 512
+			}
+		}
+	}
+	return diskUsed(dir)
 }
 
 func readCounter(file string) (uint64, error) {
