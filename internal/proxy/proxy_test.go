@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -87,5 +88,63 @@ func TestAdmission(t *testing.T) {
 	}
 	if r := do("sb-80.d.test", "/", map[string]string{"Cookie": "lizard_token=wrong"}); r.Code != 401 {
 		t.Errorf("wrong cookie: %d", r.Code)
+	}
+}
+
+type countRecorder struct {
+	outcomes map[string]int
+	in, out  int64
+}
+
+func (c *countRecorder) ProxyRequest(outcome string, in, out int64) {
+	c.outcomes[outcome]++
+	c.in += in
+	c.out += out
+}
+
+// TestMetrics checks the outcome and the bytes of each kind of request.
+func TestMetrics(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Write(append([]byte("got "), b...))
+	}))
+	defer up.Close()
+	addr := strings.TrimPrefix(up.URL, "http://")
+	dead := httptest.NewServer(http.NotFoundHandler())
+	deadAddr := strings.TrimPrefix(dead.URL, "http://")
+	dead.Close()
+	rec := &countRecorder{outcomes: map[string]int{}}
+	for _, tc := range []struct {
+		previews Previews
+		host     string
+		path     string
+		token    string
+		body     string
+		outcome  string
+	}{
+		{fakePreviews{Target{Addr: addr, Token: "tok"}}, "sb-80.d.test", "/", "tok", "hello", "forwarded"},
+		{fakePreviews{Target{Addr: addr, Token: "tok"}}, "sb-80.d.test", "/", "", "", "unauthorized"},
+		{fakePreviews{Target{Addr: addr, Token: "tok"}}, "sb-80.d.test", "/?lizard_token=tok", "", "", "redirected"},
+		{fakePreviews{Target{Addr: addr, Token: "tok"}}, "sb-81.d.test", "/", "tok", "", "not_found"},
+		{fakePreviews{Target{Addr: addr, Token: "tok"}}, "elsewhere", "/", "tok", "", "bad_host"},
+		{fakePreviews{Target{Addr: deadAddr, Token: "tok"}}, "sb-80.d.test", "/", "tok", "", "upstream_error"},
+	} {
+		h := Handler(Config{Domain: "d.test", Previews: tc.previews, Metrics: rec})
+		req := httptest.NewRequest("POST", "http://"+tc.host+tc.path, strings.NewReader(tc.body))
+		if tc.token != "" {
+			req.Header.Set(TokenHeader, tc.token)
+		}
+		before := rec.outcomes[tc.outcome]
+		h.ServeHTTP(httptest.NewRecorder(), req)
+		if rec.outcomes[tc.outcome] != before+1 {
+			t.Errorf("%s %s: outcomes %v, want one more %s", tc.host, tc.path, rec.outcomes, tc.outcome)
+		}
+	}
+	// Only the forwarded request's body was read; its answer was "got hello".
+	if rec.in != int64(len("hello")) {
+		t.Errorf("bytes in %d, want %d", rec.in, len("hello"))
+	}
+	if rec.out < int64(len("got hello")) {
+		t.Errorf("bytes out %d, want at least %d", rec.out, len("got hello"))
 	}
 }
