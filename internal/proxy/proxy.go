@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -125,7 +126,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body := &countingBody{ReadCloser: r.Body}
 	r.Body = body
 	outcome := p.serve(cw, r)
-	p.cfg.Metrics.ProxyRequest(outcome, body.n, cw.n)
+	p.cfg.Metrics.ProxyRequest(outcome, body.n.Load(), cw.n)
 }
 
 // serve answers one request and says how it ended.
@@ -190,15 +191,16 @@ func (w *countingWriter) Write(b []byte) (int, error) {
 
 func (w *countingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// countingBody counts the bytes read of a request body.
+// countingBody counts the bytes read of a request body. The transport
+// reads it from a goroutine of its own, which may outlast the answer.
 type countingBody struct {
 	io.ReadCloser
-	n int64
+	n atomic.Int64
 }
 
 func (b *countingBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	b.n += int64(n)
+	b.n.Add(int64(n))
 	return n, err
 }
 
