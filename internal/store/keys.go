@@ -28,22 +28,13 @@ INSERT OR IGNORE INTO key_generation(one, n) VALUES(1, 0);
 // migrateKeys adds the columns and table of keysSchema to a database made
 // before them, and gives an id to any key row without one.
 func migrateKeys(db *sql.DB) error {
-	cols := map[string]bool{}
-	rows, err := db.Query(`SELECT name FROM pragma_table_info('api_keys')`)
+	names, err := column[string](db.Query(`SELECT name FROM pragma_table_info('api_keys')`))
 	if err != nil {
 		return err
 	}
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			rows.Close()
-			return err
-		}
-		cols[name] = true
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
+	cols := map[string]bool{}
+	for _, n := range names {
+		cols[n] = true
 	}
 	tx, err := db.Begin()
 	if err != nil {
@@ -61,26 +52,33 @@ func migrateKeys(db *sql.DB) error {
 		return err
 	}
 	// A TEXT PRIMARY KEY may hold NULL in SQLite: such rows get an id.
-	var missing []int64
-	idRows, err := tx.Query(`SELECT rowid FROM api_keys WHERE id IS NULL OR id = ''`)
+	missing, err := column[int64](tx.Query(`SELECT rowid FROM api_keys WHERE id IS NULL OR id = ''`))
 	if err != nil {
 		return err
 	}
-	for idRows.Next() {
-		var rowid int64
-		if err := idRows.Scan(&rowid); err != nil {
-			idRows.Close()
-			return err
-		}
-		missing = append(missing, rowid)
-	}
-	idRows.Close()
 	for _, rowid := range missing {
 		if _, err := tx.Exec(`UPDATE api_keys SET id = ? WHERE rowid = ?`, NewID("key_", 16), rowid); err != nil {
 			return err
 		}
 	}
 	return tx.Commit()
+}
+
+// column reads the one column of a query's rows.
+func column[T any](rows *sql.Rows, err error) ([]T, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		var v T
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
 }
 
 // Key is an API key as listed: never its secret, which is stored only as a

@@ -40,6 +40,19 @@ func (s *server) startApp(t *testing.T, id string, port int) {
 for i in $(seq 1 100); do curl -s -o /dev/null http://127.0.0.1:%d/ && exit 0; sleep 0.05; done; cat /tmp/app.log; exit 1`, port, port))
 }
 
+// exposedApp creates a sandbox running testdata/app.py on port 8000 and
+// exposes that port.
+func (s *server) exposedApp(t *testing.T) (string, exposed) {
+	t.Helper()
+	id := s.create(t)
+	s.startApp(t, id, 8000)
+	var ex exposed
+	if code, body := s.do("POST", "/api/sandboxes/"+id+"/expose/8000", nil, &ex); code != 200 {
+		t.Fatalf("expose: %d %s", code, body)
+	}
+	return id, ex
+}
+
 // previewGet sends a request to the preview proxy for host, without
 // following redirects.
 func (s *server) preview(t *testing.T, method, host, path string, hdr http.Header, body io.Reader) *http.Response {
@@ -73,12 +86,7 @@ func readAll(t *testing.T, resp *http.Response) string {
 // TestPreview: private preview URLs through the proxy, end to end.
 func TestPreview(t *testing.T) {
 	s := startServer(t, "")
-	id := s.create(t)
-	s.startApp(t, id, 8000)
-	var ex exposed
-	if code, body := s.do("POST", "/api/sandboxes/"+id+"/expose/8000", nil, &ex); code != 200 {
-		t.Fatalf("expose: %d %s", code, body)
-	}
+	id, ex := s.exposedApp(t)
 	_, proxyPort, _ := net.SplitHostPort(s.proxy)
 	if want := fmt.Sprintf("%s-8000.sandbox.localhost:%s", id, proxyPort); ex.Hostname != want || ex.Port != 8000 {
 		t.Fatalf("expose: %+v, want hostname %s", ex, want)
@@ -230,12 +238,7 @@ func (s *server) refusal(t *testing.T, host, path string, hdr http.Header) refus
 // paused sandbox paused; the right token resumes it and is served.
 func TestPreviewAuthenticatesFirst(t *testing.T) {
 	s := startServer(t, "")
-	id := s.create(t)
-	s.startApp(t, id, 8000)
-	var ex exposed
-	if code, body := s.do("POST", "/api/sandboxes/"+id+"/expose/8000", nil, &ex); code != 200 {
-		t.Fatalf("expose: %d %s", code, body)
-	}
+	id, ex := s.exposedApp(t)
 	if code, body := s.do("POST", "/api/sandboxes/"+id+"/pause", nil, nil); code != 200 {
 		t.Fatalf("pause: %d %s", code, body)
 	}
