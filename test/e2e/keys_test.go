@@ -22,11 +22,12 @@ func (s *server) cli(t *testing.T, args ...string) string {
 	return string(out)
 }
 
-// newKey creates a key of the default project with the CLI and waits
-// until the server admits it.
-func (s *server) newKey(t *testing.T) string {
+// newKey creates a key of a project with the CLI and waits until the
+// server admits it: it learns of keys made by another process when it
+// next polls the key generation.
+func (s *server) newKey(t *testing.T, project string) string {
 	t.Helper()
-	out := strings.TrimSpace(s.cli(t, "keys", "create", "--project", "default"))
+	out := strings.TrimSpace(s.cli(t, "keys", "create", "--project", project))
 	key := out[strings.LastIndexByte(out, '\n')+1:]
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -59,7 +60,7 @@ func (s *server) keyLine(t *testing.T, secret string) []string {
 // runs.
 func TestAPIKeys(t *testing.T) {
 	s := startServer(t, "")
-	key := s.newKey(t)
+	key := s.newKey(t, "default")
 	f := s.keyLine(t, key)
 	id := f[0]
 	if f[1] != key[:10]+"…" || !strings.HasPrefix(id, "key_") {
@@ -105,7 +106,7 @@ func TestAPIKeys(t *testing.T) {
 // Retry-After, other keys are not affected, and the key recovers.
 func TestRateLimit(t *testing.T) {
 	s := startServer(t, "", "--rate-limit", "2", "--rate-burst", "5")
-	other := s.newKey(t)
+	other := s.newKey(t, "default")
 	var (
 		resp *http.Response
 		body []byte
