@@ -18,9 +18,11 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/api"
+	"github.com/lizard-build/lizard/internal/apikey"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/proxy"
+	"github.com/lizard-build/lizard/internal/ratelimit"
 	"github.com/lizard-build/lizard/internal/reaper"
 	"github.com/lizard-build/lizard/internal/runtime/gvisor"
 	"github.com/lizard-build/lizard/internal/sandbox"
@@ -38,7 +40,18 @@ type serveConfig struct {
 	maxVolumeGB                                int
 	metricsListen                              string
 	usageInterval                              time.Duration
+	rateLimit                                  float64
+	rateBurst                                  int
 }
+
+// The default rate limit is far above what a client that waits for its
+// answers can send (the SDKs, their test suites, bench/: a request that
+// reaches a sandbox takes a millisecond or more), so it only stops a
+// runaway loop or a flood from many goroutines sharing one key.
+const (
+	defaultRateLimit = 1000
+	defaultRateBurst = 2000
+)
 
 // serve is the one wiring function of the server: it builds every part,
 // serves until ctx is done, and closes them in reverse order. Sandboxes keep
@@ -63,8 +76,13 @@ func serve(ctx context.Context, args []string) error {
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve GET /metrics here instead of on --listen (host:port)")
 	fs.DurationVar(&c.usageInterval, "usage-interval", sandbox.DefaultUsageInterval, "how often each sandbox's CPU, memory, disk and network use is sampled")
 	fs.IntVar(&c.maxSandboxes, "max-sandboxes", sandbox.DefaultMaxSandboxes, "most sandboxes running at once (warm pool copies included)")
+	fs.Float64Var(&c.rateLimit, "rate-limit", defaultRateLimit, "API requests a second allowed per API key on average (0: no limit)")
+	fs.IntVar(&c.rateBurst, "rate-burst", defaultRateBurst, "API requests per API key allowed at once above --rate-limit")
 	if _, err := parse(fs, args); err != nil {
 		return err
+	}
+	if c.rateLimit < 0 || c.rateBurst < 1 {
+		return fmt.Errorf("--rate-limit %g, --rate-burst %d: want a rate of 0 (no limit) or more and a burst of 1 or more", c.rateLimit, c.rateBurst)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
@@ -101,6 +119,15 @@ func serve(ctx context.Context, args []string) error {
 	defer st.Close()
 	if err := firstStart(ctx, st, os.Stdout); err != nil {
 		return err
+	}
+	apiKeys, err := apikey.Open(ctx, apikey.Config{Store: st, Logger: log.With("component", "apikey")})
+	if err != nil {
+		return err
+	}
+	defer apiKeys.Close()
+	var limiter api.Limiter
+	if c.rateLimit > 0 {
+		limiter = ratelimit.New(c.rateLimit, c.rateBurst, 0, nil)
 	}
 
 	reap, err := reaper.Start(ctx)
@@ -192,7 +219,7 @@ func serve(ctx context.Context, args []string) error {
 	useTLS := c.tlsCert != "" && c.tlsKey != ""
 	previews := previewURLs(c.domain, pln.Addr().String(), useTLS)
 	srv := &http.Server{
-		Handler: api.Handler(api.Config{Projects: st, Sandboxes: svc, Templates: reg, Previews: previews, Volumes: vols,
+		Handler: api.Handler(api.Config{Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Templates: reg, Previews: previews, Volumes: vols,
 			Builder: &templateBuilder{reg: reg, runsc: runsc, run: reap.Run, dns: c.dnsUpstream, sandboxes: svc, metrics: mets, log: log.With("component", "template")}, Logger: log.With("component", "api"),
 			Metrics: mets, ServeMetrics: mln == nil, Ready: readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm)}),
 		ReadHeaderTimeout: 10 * time.Second,

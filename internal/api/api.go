@@ -6,28 +6,42 @@ package api
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
+	"github.com/lizard-build/lizard/internal/apikey"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
-// Projects is what the API needs of the store for auth and projects.
-type Projects interface {
-	ProjectForKey(ctx context.Context, secret string) (store.Project, error)
+// Keys authenticates API keys.
+type Keys interface {
+	// Lookup returns the key a secret is. An unknown or revoked key is
+	// errdefs.ErrUnauthenticated.
+	Lookup(secret string) (apikey.Key, error)
+}
+
+// Limiter limits the request rate of each API key.
+type Limiter interface {
+	// Allow takes one request of key's allowance; when none is left it
+	// returns false and when the next one will be.
+	Allow(key string) (retryAfter time.Duration, ok bool)
+	// String names the limit.
+	String() string
 }
 
 // Config wires the API.
 type Config struct {
-	Projects  Projects
+	Keys      Keys
+	Limiter   Limiter // nil: no rate limit
 	Sandboxes *sandbox.Service
 	Templates Templates
 	Previews  PreviewURLs
@@ -50,7 +64,8 @@ const (
 )
 
 type server struct {
-	projects  Projects
+	keys      Keys
+	limiter   Limiter
 	sandboxes *sandbox.Service
 	templates Templates
 	previews  PreviewURLs
@@ -66,7 +81,7 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &server{projects: cfg.Projects, sandboxes: cfg.Sandboxes, templates: cfg.Templates, previews: cfg.Previews, volumes: cfg.Volumes, builder: cfg.Builder, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready}
+	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, templates: cfg.Templates, previews: cfg.Previews, volumes: cfg.Volumes, builder: cfg.Builder, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready}
 	mux := http.NewServeMux()
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request, store.Project) error) {
 		mux.Handle(pattern, s.authed(h))
@@ -137,8 +152,8 @@ func Handler(cfg Config) http.Handler {
 	return s.logged(mux)
 }
 
-// authed resolves the API key to its project and turns a handler's error
-// into the error answer.
+// authed resolves the API key to its project, holds the key to its rate
+// limit, and turns a handler's error into the error answer.
 func (s *server) authed(h func(http.ResponseWriter, *http.Request, store.Project) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("X-API-Key")
@@ -151,7 +166,7 @@ func (s *server) authed(h func(http.ResponseWriter, *http.Request, store.Project
 			writeError(w, r, s.log, errdefs.WithCode("missing_api_key", fmt.Errorf("missing API key: send it in the X-API-Key header: %w", errdefs.ErrUnauthenticated)))
 			return
 		}
-		p, err := s.projects.ProjectForKey(r.Context(), key)
+		k, err := s.keys.Lookup(key)
 		if err != nil {
 			if errors.Is(err, errdefs.ErrUnauthenticated) {
 				err = errdefs.WithCode("invalid_api_key", fmt.Errorf("invalid API key: %w", errdefs.ErrUnauthenticated))
@@ -159,8 +174,17 @@ func (s *server) authed(h func(http.ResponseWriter, *http.Request, store.Project
 			writeError(w, r, s.log, err)
 			return
 		}
-		noteProject(r.Context(), p.ID)
-		if err := h(w, r, p); err != nil {
+		noteProject(r.Context(), k.Project.ID)
+		if s.limiter != nil {
+			if wait, ok := s.limiter.Allow(k.ID); !ok {
+				secs := max(1, int((wait+time.Second-1)/time.Second))
+				w.Header().Set("Retry-After", strconv.Itoa(secs))
+				writeError(w, r, s.log, errdefs.WithCode("rate_limited",
+					fmt.Errorf("rate limit of %s exceeded: retry after %d s: %w", s.limiter, secs, errdefs.ErrLimit)))
+				return
+			}
+		}
+		if err := h(w, r, k.Project); err != nil {
 			writeError(w, r, s.log, err)
 		}
 	})

@@ -3,7 +3,6 @@ package api
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/lizard-build/lizard/internal/apikey"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/store"
@@ -23,13 +23,13 @@ import (
 
 const testKey = "lz_secret_key_never_logged"
 
-type fakeProjects struct{}
+type fakeKeys struct{}
 
-func (fakeProjects) ProjectForKey(ctx context.Context, key string) (store.Project, error) {
-	if key != testKey {
-		return store.Project{}, fmt.Errorf("key: %w", errdefs.ErrUnauthenticated)
+func (fakeKeys) Lookup(secret string) (apikey.Key, error) {
+	if secret != testKey {
+		return apikey.Key{}, fmt.Errorf("key: %w", errdefs.ErrUnauthenticated)
 	}
-	return store.Project{ID: "prj_test", Slug: "default", Name: "default"}, nil
+	return apikey.Key{ID: "key_test", Project: store.Project{ID: "prj_test", Slug: "default", Name: "default"}}, nil
 }
 
 // syncBuffer is a log sink the handler writes from its goroutine.
@@ -70,7 +70,7 @@ func requestLines(t *testing.T, logs string) []map[string]any {
 func newTestServer(t *testing.T, cfg Config) (*httptest.Server, *syncBuffer) {
 	t.Helper()
 	logs := &syncBuffer{}
-	cfg.Projects = fakeProjects{}
+	cfg.Keys = fakeKeys{}
 	cfg.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	srv := httptest.NewServer(Handler(cfg))
 	t.Cleanup(srv.Close)

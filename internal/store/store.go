@@ -6,9 +6,7 @@ package store
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -82,6 +80,10 @@ func Open(path string) (*Store, error) {
 	// the pragmas above in force for every statement.
 	db.SetMaxOpenConns(1)
 	if _, err := db.Exec(schema); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("migrate %s: %w", path, err)
+	}
+	if err := migrateKeys(db); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("migrate %s: %w", path, err)
 	}
@@ -207,47 +209,10 @@ func (s *Store) ProjectByRef(ctx context.Context, ref string) (Project, error) {
 	return p, err
 }
 
-// CreateKey makes an API key for a project and returns its secret, which is
-// stored only as a hash. A non-empty secret is used as given.
-func (s *Store) CreateKey(ctx context.Context, projectID, secret string) (string, error) {
-	if secret == "" {
-		secret = NewID("lz_", 40)
-	}
-	if len(secret) < 16 {
-		return "", fmt.Errorf("API key: must be at least 16 characters: %w", errdefs.ErrInvalid)
-	}
-	_, err := s.db.ExecContext(ctx, `INSERT INTO api_keys(id, project_id, hash, prefix, created_at) VALUES(?,?,?,?,?)`,
-		NewID("key_", 16), projectID, hashKey(secret), secret[:6], now())
-	if err != nil {
-		if isUnique(err) {
-			return "", fmt.Errorf("API key: %w", errdefs.ErrConflict)
-		}
-		return "", err
-	}
-	return secret, nil
-}
-
-// ProjectForKey returns the project an API key belongs to, or
-// ErrUnauthenticated.
-func (s *Store) ProjectForKey(ctx context.Context, secret string) (Project, error) {
-	var p Project
-	err := s.db.QueryRowContext(ctx, `SELECT p.id, p.slug, p.name FROM api_keys k JOIN projects p ON p.id = k.project_id WHERE k.hash = ?`,
-		hashKey(secret)).Scan(&p.ID, &p.Slug, &p.Name)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Project{}, fmt.Errorf("API key: %w", errdefs.ErrUnauthenticated)
-	}
-	return p, err
-}
-
 // isUnique reports whether err is SQLite refusing a duplicate key.
 func isUnique(err error) bool {
 	var se *sqlite.Error
 	return errors.As(err, &se) && (se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
-}
-
-func hashKey(secret string) string {
-	h := sha256.Sum256([]byte(secret))
-	return hex.EncodeToString(h[:])
 }
 
 // Sandbox is the durable record of one sandbox. Spec holds what the sandbox

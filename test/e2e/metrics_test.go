@@ -216,7 +216,8 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("an insane X-Request-Id came back as %q, want a fresh one", got)
 	}
 
-	// The preview proxy counts what it refuses.
+	// The preview proxy counts what it refuses (an unknown host is refused
+	// like a wrong token).
 	preq, _ := http.NewRequest("GET", "http://"+s.proxy+"/", nil)
 	preq.Host = "not-a-preview.example"
 	if presp, err := http.DefaultClient.Do(preq); err != nil {
@@ -288,8 +289,8 @@ func TestMetrics(t *testing.T) {
 	if n := histogramCount(fams, "lizard_api_request_duration_seconds", map[string]string{"route": "POST /api/sandboxes"}); n != creates {
 		t.Errorf("lizard_api_request_duration_seconds{POST /api/sandboxes} count = %d, want %d", n, creates)
 	}
-	if v := value(fams, "lizard_proxy_requests_total", map[string]string{"outcome": "bad_host"}); v != 1 {
-		t.Errorf("lizard_proxy_requests_total{bad_host} = %v, want 1", v)
+	if v := value(fams, "lizard_proxy_requests_total", map[string]string{"outcome": "unauthorized"}); v != 1 {
+		t.Errorf("lizard_proxy_requests_total{unauthorized} = %v, want 1", v)
 	}
 	if v := value(fams, "lizard_sandboxes", map[string]string{"state": "running"}); v != -1 {
 		t.Errorf("lizard_sandboxes{running} = %v after every kill, want no series", v)
