@@ -17,6 +17,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/apikey"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -47,6 +48,12 @@ type Config struct {
 	Volumes   Volumes
 	Builder   TemplateBuilder
 	Logger    *slog.Logger
+	// Metrics counts requests; nil counts nothing. With ServeMetrics,
+	// GET /metrics serves them (unauthenticated, like /healthz).
+	Metrics      *metrics.Metrics
+	ServeMetrics bool
+	// Ready are what GET /readyz checks.
+	Ready []ReadyCheck
 }
 
 // Body size limits. A file write carries its content in JSON (base64 for
@@ -65,6 +72,8 @@ type server struct {
 	volumes   Volumes
 	builder   TemplateBuilder
 	log       *slog.Logger
+	metrics   *metrics.Metrics
+	ready     []ReadyCheck
 }
 
 // Handler returns the API's http.Handler.
@@ -72,7 +81,7 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, templates: cfg.Templates, previews: cfg.Previews, volumes: cfg.Volumes, builder: cfg.Builder, log: cfg.Logger}
+	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, templates: cfg.Templates, previews: cfg.Previews, volumes: cfg.Volumes, builder: cfg.Builder, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready}
 	mux := http.NewServeMux()
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request, store.Project) error) {
 		mux.Handle(pattern, s.authed(h))
@@ -84,6 +93,7 @@ func Handler(cfg Config) http.Handler {
 	route("GET /api/sandboxes", s.listSandboxes)
 	route("GET /api/projects/{pid}/sandboxes", s.listProjectSandboxes)
 	route("GET /api/sandboxes/{id}", s.getSandbox)
+	route("GET /api/sandboxes/{id}/metrics", s.sandboxMetrics)
 	route("DELETE /api/sandboxes/{id}", s.killSandbox)
 	route("POST /api/sandboxes/{id}/timeout", s.setTimeout)
 	route("POST /api/sandboxes/{id}/pause", s.pauseSandbox)
@@ -129,6 +139,12 @@ func Handler(cfg Config) http.Handler {
 	route("GET /api/templates", s.listTemplates)
 	route("POST /api/templates", s.buildTemplate)
 
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /readyz", s.readyz)
+	if cfg.ServeMetrics && cfg.Metrics != nil {
+		mux.Handle("GET /metrics", cfg.Metrics.Handler())
+	}
+
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, errdefs.WithCode("route_not_found",
 			fmt.Errorf("no route %s %s: %w", r.Method, r.URL.Path, errdefs.ErrNotFound)))
@@ -158,6 +174,7 @@ func (s *server) authed(h func(http.ResponseWriter, *http.Request, store.Project
 			writeError(w, r, s.log, err)
 			return
 		}
+		noteProject(r.Context(), k.Project.ID)
 		if s.limiter != nil {
 			if wait, ok := s.limiter.Allow(k.ID); !ok {
 				secs := max(1, int((wait+time.Second-1)/time.Second))
@@ -170,24 +187,6 @@ func (s *server) authed(h func(http.ResponseWriter, *http.Request, store.Project
 		if err := h(w, r, k.Project); err != nil {
 			writeError(w, r, s.log, err)
 		}
-	})
-}
-
-// logged logs each request and turns a panic into a 500 JSON answer.
-func (s *server) logged(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		defer func() {
-			if v := recover(); v != nil {
-				if v == http.ErrAbortHandler {
-					panic(v)
-				}
-				s.log.Error("panic in handler", "method", r.Method, "path", r.URL.Path, "panic", v)
-				writeError(w, r, s.log, fmt.Errorf("panic: %v", v))
-			}
-			s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "took", time.Since(start))
-		}()
-		next.ServeHTTP(w, r)
 	})
 }
 

@@ -15,6 +15,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -56,6 +58,16 @@ type Config struct {
 	TLS      bool   // the proxy is served over TLS: cookies get Secure
 	Previews Previews
 	Logger   *slog.Logger
+	// Metrics counts requests and bytes; nil counts nothing.
+	Metrics Recorder
+}
+
+// Recorder is told of each request: its outcome (forwarded, redirected,
+// unauthorized, unavailable, upstream_error) and the
+// bytes of its body and of its answer. Bytes of an upgraded connection
+// (WebSocket) after the upgrade are not counted.
+type Recorder interface {
+	ProxyRequest(outcome string, in, out int64)
 }
 
 type proxy struct {
@@ -115,6 +127,9 @@ func Handler(cfg Config) http.Handler {
 		FlushInterval: 0,
 		BufferPool:    bufferPool{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if o, ok := r.Context().Value(outcomeKey{}).(*string); ok {
+				*o = "upstream_error"
+			}
 			cfg.Logger.Info("preview upstream failed", "host", r.Host, "err", err)
 			http.Error(w, msgBadGateway, http.StatusBadGateway)
 		},
@@ -123,6 +138,19 @@ func Handler(cfg Config) http.Handler {
 }
 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p.cfg.Metrics == nil {
+		p.serve(w, r)
+		return
+	}
+	cw := &countingWriter{ResponseWriter: w}
+	body := &countingBody{ReadCloser: r.Body}
+	r.Body = body
+	outcome := p.serve(cw, r)
+	p.cfg.Metrics.ProxyRequest(outcome, body.n.Load(), cw.n)
+}
+
+// serve answers one request and says how it ended.
+func (p *proxy) serve(w http.ResponseWriter, r *http.Request) string {
 	id, port, hostErr := ParseHost(r.Host, p.cfg.Domain)
 	want := p.decoy
 	known := false
@@ -135,7 +163,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !admitted(r, fromQuery, want) || !known {
 		p.cfg.Logger.Debug("preview refused", "host", r.Host, "known", known)
 		unauthorized(w)
-		return
+		return "unauthorized"
 	}
 	if fromQuery != "" {
 		// Once: the token becomes a cookie for this host only, and the
@@ -150,7 +178,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		u := *r.URL
 		u.RawQuery = q.Encode()
 		http.Redirect(w, r, u.RequestURI(), http.StatusFound)
-		return
+		return "redirected"
 	}
 	addr, err := p.cfg.Previews.PreviewAddr(r.Context(), id, port)
 	if err != nil {
@@ -158,13 +186,47 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// Killed or unexposed since the token was checked: as if it
 			// never existed.
 			unauthorized(w)
-			return
+			return "unauthorized"
 		}
 		p.cfg.Logger.Warn("preview target unavailable", "sandbox", id, "port", port, "err", err)
 		http.Error(w, msgUnavailable, http.StatusServiceUnavailable)
-		return
+		return "unavailable"
 	}
-	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), addrKey{}, addr)))
+	outcome := "forwarded"
+	ctx := context.WithValue(context.WithValue(r.Context(), addrKey{}, addr), outcomeKey{}, &outcome)
+	p.rp.ServeHTTP(w, r.WithContext(ctx))
+	return outcome
+}
+
+// outcomeKey holds the outcome the error handler changes.
+type outcomeKey struct{}
+
+// countingWriter counts the bytes of an answer; Unwrap lets the reverse
+// proxy's http.ResponseController flush and hijack through it.
+type countingWriter struct {
+	http.ResponseWriter
+	n int64
+}
+
+func (w *countingWriter) Write(b []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(b)
+	w.n += int64(n)
+	return n, err
+}
+
+func (w *countingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// countingBody counts the bytes read of a request body. The transport
+// reads it from a goroutine of its own, which may outlast the answer.
+type countingBody struct {
+	io.ReadCloser
+	n atomic.Int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	return n, err
 }
 
 func unauthorized(w http.ResponseWriter) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -158,5 +159,57 @@ func TestDecisions(t *testing.T) {
 	r = do("down-80.d.test", "/", tok("down-token"))
 	if r.Code != http.StatusBadGateway || strings.Contains(r.Body.String(), "127.0.0.1") || strings.Contains(r.Body.String(), "refused") {
 		t.Errorf("app not listening: %d %q", r.Code, r.Body)
+	}
+}
+
+type countRecorder struct {
+	outcomes map[string]int
+	in, out  int64
+}
+
+func (c *countRecorder) ProxyRequest(outcome string, in, out int64) {
+	c.outcomes[outcome]++
+	c.in += in
+	c.out += out
+}
+
+// TestMetrics checks the outcome and the bytes of each kind of request.
+func TestMetrics(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Write(append([]byte("got "), b...))
+	}))
+	defer up.Close()
+	rec := &countRecorder{outcomes: map[string]int{}}
+	h := Handler(Config{Domain: "d.test", Previews: &fakePreviews{addr: strings.TrimPrefix(up.URL, "http://")}, Metrics: rec})
+	for _, tc := range []struct {
+		host, path, token, body string
+		outcome                 string
+	}{
+		{"sb-80.d.test", "/", "secret-token", "hello", "forwarded"},
+		{"sb-80.d.test", "/", "", "", "unauthorized"},
+		{"sb-80.d.test", "/", "wrong", "", "unauthorized"},
+		{"sb-81.d.test", "/", "secret-token", "", "unauthorized"},
+		{"elsewhere", "/", "secret-token", "", "unauthorized"},
+		{"sb-80.d.test", "/?lizard_token=secret-token", "", "", "redirected"},
+		{"paused-80.d.test", "/", "paused-token", "", "unavailable"},
+		{"down-80.d.test", "/", "down-token", "", "upstream_error"},
+	} {
+		req := httptest.NewRequest("POST", "http://"+tc.host+tc.path, strings.NewReader(tc.body))
+		if tc.token != "" {
+			req.Header.Set(TokenHeader, tc.token)
+		}
+		before := rec.outcomes[tc.outcome]
+		h.ServeHTTP(httptest.NewRecorder(), req)
+		if rec.outcomes[tc.outcome] != before+1 {
+			t.Errorf("%s %s: outcomes %v, want one more %s", tc.host, tc.path, rec.outcomes, tc.outcome)
+		}
+	}
+	// Only the forwarded request's body was read; its answer was "got hello".
+	if rec.in != int64(len("hello")) {
+		t.Errorf("bytes in %d, want %d", rec.in, len("hello"))
+	}
+	if rec.out < int64(len("got hello")) {
+		t.Errorf("bytes out %d, want at least %d", rec.out, len("got hello"))
 	}
 }

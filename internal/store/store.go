@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -21,7 +22,9 @@ import (
 
 // Store is the SQLite-backed state. It is safe for concurrent use.
 type Store struct {
-	db *sql.DB
+	db   *sql.DB
+	path string
+	file os.FileInfo // the database file as opened, for Ping
 }
 
 const schema = `
@@ -84,7 +87,30 @@ func Open(path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("migrate %s: %w", path, err)
 	}
-	return &Store{db: db}, nil
+	fi, err := os.Stat(path)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &Store{db: db, path: path, file: fi}, nil
+}
+
+// Ping checks that the database answers a query and that its file is still
+// the one opened: a file removed or replaced underneath would take every
+// later write with it.
+func (s *Store) Ping(ctx context.Context) error {
+	var n int
+	if err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM projects").Scan(&n); err != nil {
+		return fmt.Errorf("query: %w", err)
+	}
+	fi, err := os.Stat(s.path)
+	if err != nil {
+		return err
+	}
+	if !os.SameFile(fi, s.file) {
+		return fmt.Errorf("%s was replaced since it was opened", s.path)
+	}
+	return nil
 }
 
 // Close closes the database.
