@@ -12,11 +12,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -227,8 +229,7 @@ func (s *server) scrub() {
 		ep := network.EndpointFor(e.Name())
 		exec.Command("ip", "link", "del", ep.HostVeth).Run()
 		exec.Command("ip", "netns", "del", filepath.Base(ep.Netns)).Run()
-		cgs, _ := filepath.Glob("/sys/fs/cgroup/*/lizard/" + e.Name())
-		for _, c := range cgs {
+		for _, c := range gvisor.CgroupDirs(cgroupRoot, e.Name()) {
 			os.Remove(c)
 		}
 	}
@@ -265,6 +266,22 @@ func (s *server) do(method, path string, body any, out any) (int, []byte) {
 
 func (s *server) doKey(key, method, path string, body any, out any) (int, []byte) {
 	s.t.Helper()
+	code, raw, err := s.request(key, method, path, body)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	if out != nil && code < 300 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			s.t.Fatalf("%s %s: decode %q: %v", method, path, raw, err)
+		}
+	}
+	return code, raw
+}
+
+// request sends one API request and returns the status and the raw body. It
+// never touches the test, so goroutines may call it (t.Fatal may not be
+// called from a goroutine other than the test's).
+func (s *server) request(key, method, path string, body any) (int, []byte, error) {
 	var r io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -276,21 +293,19 @@ func (s *server) doKey(key, method, path string, body any, out any) (int, []byte
 		j, _ := json.Marshal(b)
 		r = bytes.NewReader(j)
 	}
-	req, _ := http.NewRequest(method, s.url+path, r)
+	req, err := http.NewRequest(method, s.url+path, r)
+	if err != nil {
+		return 0, nil, err
+	}
 	req.Header.Set("X-API-Key", key)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		s.t.Fatalf("%s %s: %v", method, path, err)
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if out != nil && resp.StatusCode < 300 {
-		if err := json.Unmarshal(raw, out); err != nil {
-			s.t.Fatalf("%s %s: decode %q: %v", method, path, raw, err)
-		}
-	}
-	return resp.StatusCode, raw
+	raw, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, raw, err
 }
 
 // runNode runs node's test runner on the given SDK test files with the
@@ -307,16 +322,24 @@ func (s *server) runNode(ctx context.Context, files ...string) error {
 	cmd.Env = append(os.Environ(), "LIZARD_API_URL="+s.url, "LIZARD_API_KEY="+s.key, "LIZARD_TEST_PROXY="+s.proxy)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
+	logged := make(chan struct{})
 	go func() {
+		defer close(logged)
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
 			s.t.Log(sc.Text())
 		}
+		io.Copy(io.Discard, pr) // a line too long for the scanner must not block node
 	}()
 	err := cmd.Run()
 	pw.Close()
+	<-logged // no t.Log after the test returns
 	return err
 }
+
+// cgroupRoot is where the host mounts cgroups (v1: a directory per
+// controller below it; v2: the single hierarchy itself).
+var cgroupRoot = "/sys/fs/cgroup"
 
 // leaks lists host resources held by lizard sandboxes of this server: what
 // is left after every sandbox is gone must be nothing.
@@ -343,11 +366,8 @@ func (s *server) leaks() []string {
 			}
 		}
 	}
-	cg, _ := filepath.Glob("/sys/fs/cgroup/*/lizard/*")
-	for _, c := range cg {
-		if fi, err := os.Stat(c); err == nil && fi.IsDir() {
-			out = append(out, "cgroup "+c)
-		}
+	for _, c := range gvisor.CgroupDirs(cgroupRoot, "") {
+		out = append(out, "cgroup "+c)
 	}
 	if ents, err := os.ReadDir(filepath.Join(s.dataDir, "sandboxes")); err == nil {
 		for _, e := range ents {
@@ -377,4 +397,20 @@ func (s *server) waitNoLeaks(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("left behind: %v", l)
+}
+
+// testRand returns the randomness of a test that picks random points (when
+// to crash a server, …): seeded from LIZARD_TEST_SEED when set, to replay a
+// failure, else from the clock. The seed is logged either way.
+func testRand(t *testing.T) *rand.Rand {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("LIZARD_TEST_SEED"); v != "" {
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("LIZARD_TEST_SEED=%q: want an unsigned integer: %v", v, err)
+		}
+	}
+	t.Logf("random seed %d (replay with LIZARD_TEST_SEED=%d)", seed, seed)
+	return rand.New(rand.NewPCG(seed, seed))
 }
