@@ -42,6 +42,7 @@ type server struct {
 	extra   []string
 	key     string
 	cmd     *exec.Cmd
+	node    *testNode // the network namespace it runs in; nil: the host's
 	logMu   sync.Mutex
 	log     bytes.Buffer
 }
@@ -114,12 +115,20 @@ func removeLeftoverTemplates() {
 // to restart over existing state) and waits until it answers.
 func startServer(t *testing.T, dataDir string, extraArgs ...string) *server {
 	t.Helper()
+	return startServerOn(t, nil, dataDir, extraArgs...)
+}
+
+// startServerOn is startServer inside node's network namespace (the host's
+// when node is nil): its bridge, nftables table, iptables rules and
+// listeners are the node's; the test reaches it at the node's address.
+func startServerOn(t *testing.T, node *testNode, dataDir string, extraArgs ...string) *server {
+	t.Helper()
 	requirements(t)
 	bin := build(t)
 	if dataDir == "" {
 		dataDir = t.TempDir()
 	}
-	s := &server{t: t, bin: bin, dataDir: dataDir, key: "lz_e2e_test_key_0123456789abcdef", extra: extraArgs}
+	s := &server{t: t, bin: bin, dataDir: dataDir, key: "lz_e2e_test_key_0123456789abcdef", extra: extraArgs, node: node}
 	s.start()
 	t.Cleanup(func() {
 		s.stop()
@@ -154,6 +163,10 @@ func (s *server) start() {
 // launch starts lizard serve on fresh ports and waits until it answers.
 func (s *server) launch() error {
 	addr, proxyAddr := freeAddr(s.t), freeAddr(s.t)
+	if s.node != nil {
+		// A namespace of the test's own: every port is free.
+		addr, proxyAddr = s.node.addr.String()+":8080", s.node.addr.String()+":8081"
+	}
 	s.url, s.proxy = "http://"+addr, proxyAddr
 	args := []string{"serve", "--listen", addr, "--proxy-listen", proxyAddr, "--data-dir", s.dataDir, "--template-dir", templateDir(),
 		"--bridge", "lizarde0", "--subnet", "10.252.0.0/16", "--log-level", "debug"}
@@ -162,6 +175,12 @@ func (s *server) launch() error {
 	}
 	args = append(args, s.extra...)
 	s.cmd = exec.Command(filepath.Join(s.bin, "lizard"), args...)
+	if s.node != nil {
+		// nsenter joins only the network namespace and execs lizard, so
+		// the server's mounts are the host's (leak checks see them) and
+		// signals reach lizard itself.
+		s.cmd = exec.Command("nsenter", append([]string{"--net=" + s.node.path, "--", filepath.Join(s.bin, "lizard")}, args...)...)
+	}
 	s.cmd.Env = append(os.Environ(), "LIZARD_API_KEY="+s.key)
 	s.cmd.Stdout = &logWriter{s: s}
 	s.cmd.Stderr = &logWriter{s: s}
@@ -227,7 +246,7 @@ func (s *server) scrub() {
 	ents, _ := os.ReadDir(filepath.Join(s.dataDir, "sandboxes"))
 	for _, e := range ents {
 		ep := network.EndpointFor(e.Name())
-		exec.Command("ip", "link", "del", ep.HostVeth).Run()
+		exec.Command("ip", s.node.ipArgs("link", "del", ep.HostVeth)...).Run()
 		exec.Command("ip", "netns", "del", filepath.Base(ep.Netns)).Run()
 		for _, c := range gvisor.CgroupDirs(cgroupRoot, e.Name()) {
 			os.Remove(c)
@@ -359,11 +378,13 @@ func (s *server) leaks() []string {
 			}
 		}
 	}
-	if ents, err := os.ReadDir("/sys/class/net"); err == nil {
-		for _, e := range ents {
-			if strings.HasPrefix(e.Name(), "lzv") {
-				out = append(out, "veth "+e.Name())
-			}
+	names, err := s.links()
+	if err != nil {
+		out = append(out, "(cannot list links: "+err.Error()+")")
+	}
+	for _, name := range names {
+		if strings.HasPrefix(name, "lzv") {
+			out = append(out, "veth "+name)
 		}
 	}
 	for _, c := range gvisor.CgroupDirs(cgroupRoot, "") {
