@@ -63,28 +63,26 @@ func TestForwardPolicyDrop(t *testing.T) {
 			closed := s.createWith(t, map[string]any{"internetAccess": false})
 			byName := s.createWith(t, map[string]any{"internetAccess": false, "allowedHosts": []string{"allowed.test"}})
 			byCIDR := s.createWith(t, map[string]any{"allowedHosts": []string{"10.99.0.3/32"}})
+			// What each sandbox reaches: the fake internet's answer, or ""
+			// when its policy keeps it out.
+			want := []struct {
+				sb       sandboxInfoEgress
+				url, got string
+			}{
+				{open, "http://10.99.0.2:8080/", "internet 10.99.0.2"},
+				{open, "http://denied.test:8080/", "internet 10.99.0.3"},
+				{closed, "http://10.99.0.2:8080/", ""},
+				{byName, "http://allowed.test:8080/", "internet 10.99.0.2"},
+				{byName, "http://10.99.0.3:8080/", ""},
+				{byCIDR, "http://10.99.0.3:8080/", "internet 10.99.0.3"},
+				{byCIDR, "http://10.99.0.2:8080/", ""},
+			}
 			policies := func(when string) {
 				t.Helper()
-				if got := s.reach(t, open.SandboxID, "http://10.99.0.2:8080/"); got != "internet 10.99.0.2" {
-					t.Fatalf("%s: open sandbox: %q", when, got)
-				}
-				if got := s.reach(t, open.SandboxID, "http://denied.test:8080/"); got != "internet 10.99.0.3" {
-					t.Fatalf("%s: open sandbox by name: %q", when, got)
-				}
-				if got := s.reach(t, closed.SandboxID, "http://10.99.0.2:8080/"); got != "" {
-					t.Fatalf("%s: sandbox without internet access reached %q", when, got)
-				}
-				if got := s.reach(t, byName.SandboxID, "http://allowed.test:8080/"); got != "internet 10.99.0.2" {
-					t.Fatalf("%s: allowed name: %q", when, got)
-				}
-				if got := s.reach(t, byName.SandboxID, "http://10.99.0.3:8080/"); got != "" {
-					t.Fatalf("%s: allowed names only, yet reached %q", when, got)
-				}
-				if got := s.reach(t, byCIDR.SandboxID, "http://10.99.0.3:8080/"); got != "internet 10.99.0.3" {
-					t.Fatalf("%s: allowed range: %q", when, got)
-				}
-				if got := s.reach(t, byCIDR.SandboxID, "http://10.99.0.2:8080/"); got != "" {
-					t.Fatalf("%s: out of the allowed range, yet reached %q", when, got)
+				for _, w := range want {
+					if got := s.reach(t, w.sb.SandboxID, w.url); got != w.got {
+						t.Fatalf("%s: sandbox %+v, %s: got %q, want %q", when, w.sb, w.url, got, w.got)
+					}
 				}
 			}
 			policies("after start")
