@@ -118,7 +118,8 @@ func (f *hostForward) run(bin string, args ...string) error {
 
 // iptablesInUse returns the iptables commands whose IPv4 filter table
 // exists in this network namespace: iptables-nft's is the nftables table
-// "ip filter", iptables-legacy's is listed in /proc/net/ip_tables_names.
+// "ip filter", iptables-legacy's is listed in ip_tables_names of /proc's
+// net directory.
 // Neither is looked at by running iptables, which would create the table.
 // A host with only "iptables" gets that command for the variant it is.
 func iptablesInUse() []string {
@@ -160,7 +161,9 @@ func nftFilterExists() bool {
 }
 
 func legacyFilterExists() bool {
-	b, err := os.ReadFile("/proc/net/ip_tables_names")
+	// thread-self: /proc/net is the thread group leader's namespace, which
+	// need not be this thread's.
+	b, err := os.ReadFile("/proc/thread-self/net/ip_tables_names")
 	if err != nil {
 		return false
 	}
