@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"github.com/lizard-build/lizard/internal/apikey"
 	"io"
 	"log/slog"
 	"net/http"
@@ -91,10 +92,15 @@ func newFuzzHandler(f *testing.F) http.Handler {
 	if err != nil {
 		f.Fatal(err)
 	}
+	keys, err := apikey.Open(ctx, apikey.Config{Store: st, Logger: log})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { keys.Close() })
 	reg := template.NewRegistry(filepath.Join(dir, "templates"))
 	svc := sandbox.New(sandbox.Config{Store: st, Templates: reg, Volumes: vols, Logger: log,
 		SnapshotDir: filepath.Join(dir, "snapshots"), LogDir: filepath.Join(dir, "logs")})
-	return Handler(Config{Projects: st, Sandboxes: svc, Templates: reg, Volumes: vols,
+	return Handler(Config{Keys: keys, Sandboxes: svc, Templates: reg, Volumes: vols,
 		Previews: PreviewURLs{Domain: "sandbox.localhost", Scheme: "http"}, Logger: log})
 }
 
