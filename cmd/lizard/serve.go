@@ -37,11 +37,9 @@ type serveConfig struct {
 	maxVolumeGB                                int
 }
 
-// serve is the one wiring function of the server: it builds every part,
-// serves until ctx is done, and closes them in reverse order. Sandboxes keep
-// running across a restart; the next serve reattaches to them.
-func serve(ctx context.Context, args []string) error {
-	var c serveConfig
+// serveFlags defines the flags of `lizard serve` into c. They are also the
+// keys of the config file and the LIZARD_* variables (config.go).
+func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "API listen address")
 	fs.StringVar(&c.dataDir, "data-dir", defaultDataDir, "state directory (database, sandboxes)")
@@ -58,7 +56,15 @@ func serve(ctx context.Context, args []string) error {
 	fs.StringVar(&c.dnsUpstream, "dns-upstream", "", "where the sandboxes' DNS resolver forwards (host:port; default: the host's first nameserver)")
 	fs.IntVar(&c.maxVolumeGB, "max-volume-gb", 50, "largest volume size in GB")
 	fs.IntVar(&c.maxSandboxes, "max-sandboxes", sandbox.DefaultMaxSandboxes, "most sandboxes running at once (warm pool copies included)")
-	if _, err := parse(fs, args); err != nil {
+	return fs
+}
+
+// serve is the one wiring function of the server: it builds every part,
+// serves until ctx is done, and closes them in reverse order. Sandboxes keep
+// running across a restart; the next serve reattaches to them.
+func serve(ctx context.Context, args []string) error {
+	var c serveConfig
+	if _, err := configure(serveFlags(&c), args); err != nil {
 		return err
 	}
 	var level slog.Level
