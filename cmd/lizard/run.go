@@ -22,6 +22,8 @@ const usage = `usage:
   lizard template build NAME [--if-missing] [--template-dir DIR]
   lizard template build NAME -f DOCKERFILE [CONTEXT] [--build-arg K=V]... [--runsc PATH] [--template-dir DIR]
   lizard template ls [--template-dir DIR]
+  lizard backup FILE [--data-dir DIR]
+  lizard restore FILE --data-dir NEWDIR
   lizard config docs|example
 every command also takes --config FILE (default /etc/lizard/lizard.toml) and LIZARD_* variables: docs/CONFIG.md`
 
@@ -47,6 +49,10 @@ func Run(ctx context.Context, args []string) error {
 		return templates(ctx, args[1:])
 	case "config":
 		return config(args[1:])
+	case "backup":
+		return backupCmd(ctx, args[1:])
+	case "restore":
+		return restoreCmd(ctx, args[1:])
 	case "help", "-h", "--help":
 		fmt.Println(usage)
 		return nil
