@@ -265,6 +265,16 @@ func (s *server) do(method, path string, body any, out any) (int, []byte) {
 
 func (s *server) doKey(key, method, path string, body any, out any) (int, []byte) {
 	s.t.Helper()
+	code, raw, err := s.try(key, method, path, body, out)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return code, raw
+}
+
+// try is doKey returning its error, for goroutines (which must not call
+// t.Fatal).
+func (s *server) try(key, method, path string, body any, out any) (int, []byte, error) {
 	var r io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -281,16 +291,16 @@ func (s *server) doKey(key, method, path string, body any, out any) (int, []byte
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		s.t.Fatalf("%s %s: %v", method, path, err)
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	if out != nil && resp.StatusCode < 300 {
 		if err := json.Unmarshal(raw, out); err != nil {
-			s.t.Fatalf("%s %s: decode %q: %v", method, path, raw, err)
+			return resp.StatusCode, raw, fmt.Errorf("decode %q: %w", raw, err)
 		}
 	}
-	return resp.StatusCode, raw
+	return resp.StatusCode, raw, nil
 }
 
 // runNode runs node's test runner on the given SDK test files with the
