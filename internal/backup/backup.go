@@ -14,9 +14,12 @@
 // size) are stored as their data only, with the map of the data in the
 // entry's PAX records, and restored sparse.
 //
-// What the copy holds is what the database copy names: a snapshot or volume
-// deleted after it was read is kept (snapshot files are linked before the
-// archive is written, volume images opened); one made after is not in it.
+// What the copy holds is what the database copy names. Snapshot images are
+// hard-linked into a staging directory before the archive is written; a
+// snapshot deleted meanwhile is left out, record and image, as its image may
+// be partly removed. Volume images are opened first, so a volume deleted
+// meanwhile is still copied whole. What is made after the database copy is
+// not in the backup.
 // Sandboxes are not backed up: their state lives in the runtime, and a
 // restored data directory has no sandbox running. Their records, and the
 // volumes' attachments to them, are left out of the copy.
@@ -144,6 +147,23 @@ func Create(ctx context.Context, opts Options, w io.Writer) (Manifest, error) {
 		}
 		m.Snapshots = append(m.Snapshots, sn.ID)
 	}
+	// The service deletes a snapshot's record before its files: one still
+	// recorded now had its whole image when it was linked.
+	live, err := opts.Store.Snapshots(ctx)
+	if err != nil {
+		return m, err
+	}
+	m.Snapshots = slices.DeleteFunc(m.Snapshots, func(id string) bool {
+		if slices.ContainsFunc(live, func(sn store.Snapshot) bool { return sn.ID == id }) {
+			return false
+		}
+		warn("snapshot %s: deleted during the backup; left out", id)
+		err = errors.Join(err, cp.DeleteSnapshot(ctx, id))
+		return true
+	})
+	if err != nil {
+		return m, err
+	}
 
 	vols, err := cp.Volumes(ctx)
 	if err != nil {
@@ -243,7 +263,8 @@ func syncMounted(dir string) {
 	unix.Syncfs(int(f.Fd()))
 }
 
-// linkTree hard-links the files of the directory src into dst.
+// linkTree hard-links the files of the directory src into dst (copies them
+// when they are on another filesystem).
 func linkTree(src, dst string) error {
 	if _, err := os.Stat(src); err != nil {
 		return err
@@ -258,10 +279,31 @@ func linkTree(src, dst string) error {
 		case d.IsDir():
 			return os.MkdirAll(target, 0o700)
 		case d.Type().IsRegular():
-			return os.Link(p, target)
+			err := os.Link(p, target)
+			if errors.Is(err, unix.EXDEV) { // snapshots on a filesystem of their own
+				err = copyFile(p, target)
+			}
+			return err
 		}
 		return nil // sockets, links: not part of an image
 	})
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // addTree adds the directory root/rel and everything under it.

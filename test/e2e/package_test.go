@@ -1,20 +1,10 @@
-// Package debian tests the Debian package `make package` builds: installed
-// with apt-get into a fresh Debian 12 root made by debootstrap, its files are
-// where they belong, its systemd unit passes `systemd-analyze verify`, and
-// the installed `lizard serve` starts in that root and answers its API.
-//
-// It needs root, debootstrap, unshare and chroot, the host's Debian mirror
-// (from /etc/apt/sources.list*), and runsc. The debootstrap download and apt's
-// package cache live under /var/cache/lizard/pkgtest, so a second run
-// downloads little.
-package debian
+package e2e
 
 import (
 	"bufio"
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -29,13 +19,22 @@ import (
 )
 
 const (
-	suite    = "bookworm"
-	cacheDir = "/var/cache/lizard/pkgtest"
+	pkgSuite    = "bookworm"
+	pkgCacheDir = "/var/cache/lizard/pkgtest"
 	// The server started in the root uses its own bridge and subnet.
-	testBridge = "lizardp0"
-	testSubnet = "10.253.0.0/16"
+	pkgBridge = "lizardp0"
+	pkgSubnet = "10.253.0.0/16"
 )
 
+// TestDebianPackage tests the Debian package `make package` builds: installed
+// with apt-get into a fresh Debian 12 root made by debootstrap, its files are
+// where they belong, its systemd unit passes `systemd-analyze verify`, and
+// the installed `lizard serve` starts in that root and answers its API.
+//
+// It needs root, debootstrap, unshare and chroot, the host's Debian mirror
+// (from /etc/apt/sources.list*), and runsc. The debootstrap download and apt's
+// package cache live under /var/cache/lizard/pkgtest, so a second run
+// downloads little.
 func TestDebianPackage(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: debootstrap, chroot and lizard serve")
@@ -63,11 +62,12 @@ func TestDebianPackage(t *testing.T) {
 	root := bootstrap(t, ctx, mirror)
 
 	// Install with apt-get, which fetches the package's dependencies from
-	// the host's mirror.
-	os.WriteFile(filepath.Join(root, "etc/apt/sources.list"), []byte(fmt.Sprintf("deb %s %s main\n", mirror, suite)), 0o644)
+	// the host's mirror; systemd too, for the unit's verification (a
+	// minimal root has no targets to check it against).
+	os.WriteFile(filepath.Join(root, "etc/apt/sources.list"), []byte(fmt.Sprintf("deb %s %s main\n", mirror, pkgSuite)), 0o644)
 	copyFile(t, "/etc/resolv.conf", filepath.Join(root, "etc/resolv.conf"))
 	copyFile(t, deb, filepath.Join(root, "tmp/lizard.deb"))
-	inRoot(t, ctx, root, "apt-get -q update && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends /tmp/lizard.deb")
+	inRoot(t, ctx, root, "apt-get -q update && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends systemd /tmp/lizard.deb")
 
 	t.Run("files", func(t *testing.T) {
 		for _, f := range []struct {
@@ -152,28 +152,28 @@ func buildPackage(t *testing.T, ctx context.Context) string {
 // bootstrap makes a fresh minimal Debian root. The packages debootstrap
 // downloads are kept in a tarball in the cache.
 func bootstrap(t *testing.T, ctx context.Context, mirror string) string {
-	if err := os.MkdirAll(filepath.Join(cacheDir, "apt-archives", "partial"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(pkgCacheDir, "apt-archives", "partial"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	os.MkdirAll(filepath.Join(cacheDir, "apt-lists", "partial"), 0o755)
-	tarball := filepath.Join(cacheDir, suite+"-minbase.tgz")
+	os.MkdirAll(filepath.Join(pkgCacheDir, "apt-lists", "partial"), 0o755)
+	tarball := filepath.Join(pkgCacheDir, pkgSuite+"-minbase.tgz")
 	if _, err := os.Stat(tarball); err != nil {
-		t.Logf("downloading %s from %s into %s (once)", suite, mirror, tarball)
+		t.Logf("downloading %s from %s into %s (once)", pkgSuite, mirror, tarball)
 		work := t.TempDir()
 		tmp := tarball + ".tmp"
-		out, err := exec.CommandContext(ctx, "debootstrap", "--variant=minbase", "--make-tarball="+tmp, suite, work, mirror).CombinedOutput()
+		out, err := exec.CommandContext(ctx, "debootstrap", "--variant=minbase", "--make-tarball="+tmp, pkgSuite, work, mirror).CombinedOutput()
 		if err != nil {
 			os.Remove(tmp)
-			t.Fatalf("debootstrap --make-tarball: %v\n%s", err, tail(out))
+			t.Fatalf("debootstrap --make-tarball: %v\n%s", err, lastLines(out))
 		}
 		if err := os.Rename(tmp, tarball); err != nil {
 			t.Fatal(err)
 		}
 	}
 	root := filepath.Join(t.TempDir(), "root")
-	out, err := exec.CommandContext(ctx, "debootstrap", "--variant=minbase", "--unpack-tarball="+tarball, suite, root, mirror).CombinedOutput()
+	out, err := exec.CommandContext(ctx, "debootstrap", "--variant=minbase", "--unpack-tarball="+tarball, pkgSuite, root, mirror).CombinedOutput()
 	if err != nil {
-		t.Fatalf("debootstrap: %v\n%s", err, tail(out))
+		t.Fatalf("debootstrap: %v\n%s", err, lastLines(out))
 	}
 	return root
 }
@@ -185,7 +185,7 @@ func inRoot(t *testing.T, ctx context.Context, root, script string) string {
 	t.Helper()
 	out, err := rootCmd(ctx, root, "", script).CombinedOutput()
 	if err != nil {
-		t.Fatalf("in the root: %s: %v\n%s", script, err, tail(out))
+		t.Fatalf("in the root: %s: %v\n%s", script, err, lastLines(out))
 	}
 	return string(out)
 }
@@ -201,12 +201,12 @@ mount --rbind /dev "$r/dev"
 mount -t tmpfs tmpfs "$r/run"
 mount --bind %[2]q "$r/var/cache/apt/archives"
 mount --bind %[3]q "$r/var/lib/apt/lists"
-`, root, filepath.Join(cacheDir, "apt-archives"), filepath.Join(cacheDir, "apt-lists"))
+`, root, filepath.Join(pkgCacheDir, "apt-archives"), filepath.Join(pkgCacheDir, "apt-lists"))
 	if runsc != "" {
 		setup += fmt.Sprintf("touch \"$r/usr/local/bin/runsc\"\nmount --bind %q \"$r/usr/local/bin/runsc\"\n", runsc)
 	}
-	setup += fmt.Sprintf("exec chroot \"$r\" /bin/sh -ec %q\n", script)
-	cmd := exec.CommandContext(ctx, "unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", setup)
+	setup += "exec chroot \"$r\" /bin/sh -ec \"$1\"\n"
+	cmd := exec.CommandContext(ctx, "unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", setup, "sh", script)
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C"}
 	return cmd
 }
@@ -231,7 +231,7 @@ func serveInRoot(t *testing.T, ctx context.Context, root, runsc string) {
 	// The config file sets the bridge and subnet, as an operator would.
 	cfg := filepath.Join(root, "etc/lizard/lizard.toml")
 	orig, _ := os.ReadFile(cfg)
-	conf := string(orig) + fmt.Sprintf("\nbridge = %q\nsubnet = %q\nlisten = %q\nproxy-listen = %q\n", testBridge, testSubnet, api, proxy)
+	conf := string(orig) + fmt.Sprintf("\nbridge = %q\nsubnet = %q\nlisten = %q\nproxy-listen = %q\n", pkgBridge, pkgSubnet, api, proxy)
 	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +289,7 @@ func serveInRoot(t *testing.T, ctx context.Context, root, runsc string) {
 
 // removeNetwork takes down the bridge and firewall table the server made.
 func removeNetwork(t *testing.T) {
-	m, err := network.New(network.Config{Bridge: testBridge, Subnet: netip.MustParsePrefix(testSubnet)})
+	m, err := network.New(network.Config{Bridge: pkgBridge, Subnet: netip.MustParsePrefix(pkgSubnet)})
 	if err == nil {
 		err = m.Remove()
 	}
@@ -298,7 +298,7 @@ func removeNetwork(t *testing.T) {
 	}
 }
 
-// hostMirror returns the host's Debian mirror for the suite from
+// hostMirror returns the host's Debian mirror for bookworm from
 // /etc/apt/sources.list and sources.list.d (one-line and deb822 formats).
 func hostMirror() (string, error) {
 	files, _ := filepath.Glob("/etc/apt/sources.list.d/*")
@@ -315,15 +315,15 @@ func hostMirror() (string, error) {
 			return m, nil
 		}
 	}
-	return "", fmt.Errorf("no Debian %s mirror in /etc/apt/sources.list*", suite)
+	return "", fmt.Errorf("no Debian %s mirror in /etc/apt/sources.list*", pkgSuite)
 }
 
-// mirrorIn finds a `deb` source of the suite in one sources file.
+// mirrorIn finds a `deb` source of bookworm in one sources file.
 func mirrorIn(text string) string {
 	var uris, suites []string
 	isDeb := false
 	stanza := func() string {
-		if isDeb && slices.Contains(suites, suite) && len(uris) > 0 {
+		if isDeb && slices.Contains(suites, pkgSuite) && len(uris) > 0 {
 			return uris[0]
 		}
 		return ""
@@ -351,7 +351,7 @@ func mirrorIn(text string) string {
 				}
 				f = f[1:]
 			}
-			if len(f) >= 2 && f[1] == suite {
+			if len(f) >= 2 && f[1] == pkgSuite {
 				return f[0]
 			}
 		case strings.EqualFold(f[0], "Types:"):
@@ -377,16 +377,22 @@ func copyFile(t *testing.T, src, dst string) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-func tail(b []byte) string {
+func lastLines(b []byte) string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	return strings.Join(lines[max(0, len(lines)-30):], "\n")
+}
+
+func TestMirrorIn(t *testing.T) {
+	for _, tc := range []struct{ text, want string }{
+		{"deb http://deb.debian.org/debian bookworm main\n", "http://deb.debian.org/debian"},
+		{"# deb http://no/ bookworm main\ndeb [arch=amd64 signed-by=/k.gpg] http://m.example/debian bookworm main contrib\n", "http://m.example/debian"},
+		{"deb http://sec/ bookworm-security main\ndeb-src http://src/ bookworm main\n", ""},
+		{"Types: deb\n# a comment\nURIs: http://a.example/debian\nSuites: bookworm bookworm-updates\nComponents: main\n", "http://a.example/debian"},
+		{"Types: deb-src\nURIs: http://src/\nSuites: bookworm\n\nTypes: deb\nURIs: http://b.example/\nSuites: bookworm-security\n", ""},
+		{"Types: deb\nURIs: https://deb.nodesource.com/node_20.x\nSuites: nodistro\n\nTypes: deb\nURIs: http://c.example/debian\nSuites: bookworm\n", "http://c.example/debian"},
+	} {
+		if got := mirrorIn(tc.text); got != tc.want {
+			t.Errorf("mirrorIn(%q) = %q, want %q", tc.text, got, tc.want)
+		}
+	}
 }
