@@ -294,7 +294,7 @@ Precedence, highest first: the command line, the environment, the config file, t
 		if f.DefValue == "" && !repeatable(f) {
 			def = "(none)"
 		}
-		usage := strings.ReplaceAll(f.Usage, "|", `\|`)
+		usage := strings.NewReplacer("|", `\|`, "<", "&lt;", ">", "&gt;").Replace(f.Usage)
 		if repeatable(f) {
 			usage += " (repeatable: an array in the file)"
 		}
