@@ -139,8 +139,9 @@ func TestBackupRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if p, err := st.ProjectForKey(ctx, f.key); err != nil || p.Slug != "team" {
-		t.Errorf("key after restore: %+v %v", p, err)
+	keys, err := st.ActiveKeys(ctx)
+	if err != nil || len(keys) != 1 || keys[0].Hash != store.HashKey(f.key) || keys[0].Project.Slug != "team" {
+		t.Errorf("keys after restore: %+v %v", keys, err)
 	}
 	if sbs, _ := st.Sandboxes(ctx); len(sbs) != 0 {
 		t.Errorf("sandbox records restored: %v", sbs)

@@ -109,8 +109,9 @@ func TestCopyTo(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cp.Close()
-	if got, err := cp.ProjectForKey(ctx, key); err != nil || got.ID != p.ID {
-		t.Errorf("key in the copy: %+v %v", got, err)
+	keys, err := cp.ActiveKeys(ctx)
+	if err != nil || len(keys) != 1 || keys[0].Hash != HashKey(key) || keys[0].Project.ID != p.ID {
+		t.Errorf("keys in the copy: %+v %v", keys, err)
 	}
 	if v, _ := cp.SchemaVersion(ctx); v != SchemaVersion() {
 		t.Errorf("copy at version %d, want %d", v, SchemaVersion())
