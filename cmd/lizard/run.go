@@ -24,7 +24,11 @@ const usage = `usage:
   lizard keys revoke ID [--data-dir DIR]
   lizard template build NAME [--if-missing] [--template-dir DIR]
   lizard template build NAME -f DOCKERFILE [CONTEXT] [--build-arg K=V]... [--runsc PATH] [--template-dir DIR]
-  lizard template ls [--template-dir DIR]`
+  lizard template ls [--template-dir DIR]
+  lizard backup FILE [--data-dir DIR]
+  lizard restore FILE --data-dir NEWDIR
+  lizard config docs|example
+every command also takes --config FILE (default /etc/lizard/lizard.toml) and LIZARD_* variables: docs/CONFIG.md`
 
 // Defaults shared by the subcommands.
 const (
@@ -46,6 +50,12 @@ func Run(ctx context.Context, args []string) error {
 		return keys(ctx, args[1:])
 	case "template", "templates":
 		return templates(ctx, args[1:])
+	case "config":
+		return config(args[1:])
+	case "backup":
+		return backupCmd(ctx, args[1:])
+	case "restore":
+		return restoreCmd(ctx, args[1:])
 	case "help", "-h", "--help":
 		fmt.Println(usage)
 		return nil
@@ -79,7 +89,7 @@ func openStore(dataDir string) (*store.Store, error) {
 func projects(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("projects", flag.ContinueOnError)
 	dataDir := fs.String("data-dir", defaultDataDir, "state directory")
-	pos, err := parse(fs, args)
+	pos, err := configure(fs, args)
 	if err != nil {
 		return err
 	}
@@ -115,7 +125,7 @@ func keys(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("keys", flag.ContinueOnError)
 	dataDir := fs.String("data-dir", defaultDataDir, "state directory")
 	project := fs.String("project", "", "project id or slug")
-	pos, err := parse(fs, args)
+	pos, err := configure(fs, args)
 	if err != nil {
 		return err
 	}
@@ -184,7 +194,7 @@ func templates(ctx context.Context, args []string) error {
 	readyCmd := fs.String("ready-cmd", "", "shell command that passes once the start command (CMD) is ready; replaces the Dockerfile's HEALTHCHECK")
 	var buildArgs buildArgFlag
 	fs.Var(&buildArgs, "build-arg", "NAME=VALUE for an ARG of the Dockerfile (repeatable)")
-	pos, err := parse(fs, args)
+	pos, err := configure(fs, args)
 	if err != nil {
 		return err
 	}
@@ -201,9 +211,6 @@ func templates(ctx context.Context, args []string) error {
 		context := filepath.Dir(*dockerfile)
 		if len(pos) == 3 {
 			context = pos[2]
-		}
-		if *runsc == "" {
-			*runsc = os.Getenv("LIZARD_RUNSC")
 		}
 		rs, err := findRunsc(*runsc)
 		if err != nil {
