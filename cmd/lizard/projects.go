@@ -53,7 +53,7 @@ func projects(ctx context.Context, args []string) error {
 		flags[l] = &limitFlag{}
 		fs.Var(flags[l], "max-"+string(l), "the project's limit of "+string(l)+` (0: none; "default": the server's)`)
 	}
-	pos, err := parse(fs, args)
+	pos, err := configure(fs, args)
 	if err != nil {
 		return err
 	}

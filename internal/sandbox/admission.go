@@ -320,3 +320,12 @@ func StoredUsage(ctx context.Context, st *store.Store) (map[string]Usage, error)
 func refused(err error) bool {
 	return errors.Is(err, errdefs.ErrQuota) || errors.Is(err, errdefs.ErrCapacity) || errors.Is(err, errdefs.ErrNoSpace)
 }
+
+// Reserved is what the node's sandboxes hold now, those being made
+// included: the vCPUs and memory admission counts (metrics.Reservations).
+func (s *Service) Reserved() (cpus float64, memoryMB int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	node, _ := s.usageLocked("")
+	return node.VCPUs, node.MemoryMB
+}

@@ -40,11 +40,8 @@ func TestStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := st.ProjectForKey(ctx, key); err != nil || got.ID != p.ID {
-		t.Fatalf("key lookup: %+v %v", got, err)
-	}
-	if _, err := st.ProjectForKey(ctx, key+"x"); !errors.Is(err, errdefs.ErrUnauthenticated) {
-		t.Fatalf("wrong key: %v", err)
+	if ks, err := st.ActiveKeys(ctx); err != nil || len(ks) != 1 || ks[0].Hash != HashKey(key) || ks[0].Project != p {
+		t.Fatalf("active keys: %+v %v", ks, err)
 	}
 	if _, err := st.CreateKey(ctx, p.ID, "short"); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Fatalf("short key: %v", err)
@@ -150,8 +147,8 @@ func TestLimits(t *testing.T) {
 	}
 }
 
-// TestOpenOlderDatabase: a database made before limits existed opens, keeps
-// its data and takes limits.
+// TestOpenOlderDatabase: a database of schema version 1 (before limits)
+// opens, keeps its data and takes limits.
 func TestOpenOlderDatabase(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "lizard.db")
@@ -159,8 +156,12 @@ func TestOpenOlderDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := schema[:strings.Index(schema, "CREATE TABLE IF NOT EXISTS project_limits")]
-	if _, err := db.Exec(old + `INSERT INTO projects(id, slug, name, created_at) VALUES('prj_old', 'old', 'old', '2025-01-01T00:00:00Z');`); err != nil {
+	migs, err := migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(migs[0] + `PRAGMA user_version = 1;
+		INSERT INTO projects(id, slug, name, created_at) VALUES('prj_old', 'old', 'old', '2025-01-01T00:00:00Z');`); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()

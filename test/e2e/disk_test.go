@@ -161,17 +161,17 @@ func TestDiskWatermark(t *testing.T) {
 	sandboxesBefore, volumesBefore := entries("sandboxes"), entries("volumes")
 	const msg = "below the 10.0% watermark"
 	code, body := s.do("POST", "/api/sandboxes", map[string]any{"template": "base", "size": "nano"}, nil)
-	refusal(t, "create on a full disk", code, body, 507, "insufficient_storage", msg)
+	wantRefusal(t, "create on a full disk", code, body, 507, "insufficient_storage", msg)
 	code, body = s.do("POST", "/api/sandboxes/"+id+"/snapshot", map[string]any{"name": "x"}, nil)
-	refusal(t, "snapshot on a full disk", code, body, 507, "insufficient_storage", msg)
+	wantRefusal(t, "snapshot on a full disk", code, body, 507, "insufficient_storage", msg)
 	code, body = s.do("POST", "/api/sandboxes/"+id+"/fork", map[string]any{"count": 1}, nil)
-	refusal(t, "fork on a full disk", code, body, 507, "insufficient_storage", msg)
+	wantRefusal(t, "fork on a full disk", code, body, 507, "insufficient_storage", msg)
 	code, body = s.do("POST", "/api/sandboxes/"+id+"/pause", nil, nil)
-	refusal(t, "pause on a full disk", code, body, 507, "insufficient_storage", msg)
+	wantRefusal(t, "pause on a full disk", code, body, 507, "insufficient_storage", msg)
 	code, body = s.do("POST", "/api/projects/default/volumes", map[string]any{"name": "v", "sizeGb": 1}, nil)
-	refusal(t, "volume create on a full disk", code, body, 507, "insufficient_storage", msg)
+	wantRefusal(t, "volume create on a full disk", code, body, 507, "insufficient_storage", msg)
 	code, body = s.do("POST", "/api/sandboxes/"+id+"/files", map[string]any{"path": "/root/upload", "content": "hello"}, nil)
-	refusal(t, "upload on a full disk", code, body, 507, "insufficient_storage", msg)
+	wantRefusal(t, "upload on a full disk", code, body, 507, "insufficient_storage", msg)
 	if got := s.sh(t, id, "ls /root/upload 2>&1 || true"); !strings.Contains(got, "No such file") {
 		t.Fatalf("a refused upload left %q", got)
 	}
@@ -196,7 +196,7 @@ func TestDiskWatermark(t *testing.T) {
 for i in $(seq 100); do [ -e /tmp/big.ready ] && break; sleep 0.1; done; ls /tmp/big.ready`)
 	fill(t, filler, 60<<20) // 60 MiB: 15% free, above 10%
 	code, body = s.do("POST", "/api/sandboxes/"+id+"/snapshot", map[string]any{"name": "y"}, nil)
-	refusal(t, "snapshot that fills the disk", code, body, 507, "insufficient_storage", "is full")
+	wantRefusal(t, "snapshot that fills the disk", code, body, 507, "insufficient_storage", "is full")
 	if got := entries("snapshots"); len(got) != 0 {
 		t.Fatalf("partial image left: %v", got)
 	}
@@ -208,7 +208,7 @@ for i in $(seq 100); do [ -e /tmp/big.ready ] && break; sleep 0.1; done; ls /tmp
 	// no partial file, and the file it was to replace as it was.
 	s.sh(t, id, "echo old > /root/big")
 	code, body = s.do("POST", "/api/sandboxes/"+id+"/files", map[string]any{"path": "/root/big", "content": strings.Repeat("a", 63_000_000)}, nil)
-	refusal(t, "upload that fills the disk", code, body, 507, "insufficient_storage", "is full")
+	wantRefusal(t, "upload that fills the disk", code, body, 507, "insufficient_storage", "is full")
 	if got := s.sh(t, id, "cat /root/big; ls -a /root | grep -c lizard || true"); got != "old\n0\n" {
 		t.Fatalf("an upload that filled the disk left %q", got)
 	}

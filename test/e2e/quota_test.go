@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -24,25 +22,15 @@ type apiError struct {
 	RetryAfterS int      `json:"retryAfterS"`
 }
 
-// refusal asserts that an answer is status with code and a message holding
+// wantRefusal asserts that an answer is status with code and a message holding
 // want, and returns the decoded error.
-func refusal(t *testing.T, what string, code int, body []byte, status int, wantCode, want string) apiError {
+func wantRefusal(t *testing.T, what string, code int, body []byte, status int, wantCode, want string) apiError {
 	t.Helper()
 	var e apiError
 	if err := json.Unmarshal(body, &e); err != nil || code != status || e.Code != wantCode || !strings.Contains(e.Message, want) {
 		t.Fatalf("%s: %d %s; want %d %s saying %q", what, code, body, status, wantCode, want)
 	}
 	return e
-}
-
-// cli runs the lizard CLI on the server's data directory.
-func (s *server) cli(t *testing.T, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(filepath.Join(s.bin, "lizard"), append(args, "--data-dir", s.dataDir)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("lizard %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
 }
 
 // createNano creates a nano sandbox (0.5 vCPU, 1 GiB) and returns the
@@ -131,7 +119,7 @@ func TestQuotaConcurrentCreates(t *testing.T) {
 		t.Fatalf("50 creates at a limit of 5: %d made, refusals %v", len(ids), refused)
 	}
 	for _, b := range refused[429] {
-		e := refusal(t, "create over quota", 429, b, 429, "quota_exceeded", "project quota: sandboxes 5 of 5 in use, this needs 1")
+		e := wantRefusal(t, "create over quota", 429, b, 429, "quota_exceeded", "project quota: sandboxes 5 of 5 in use, this needs 1")
 		if e.Unit != "sandboxes" || e.Limit == nil || *e.Limit != 5 || e.Running == nil || *e.Running != 5 || e.Needed == nil || *e.Needed != 1 {
 			t.Fatalf("details of the refusal: %s", b)
 		}
@@ -148,7 +136,7 @@ func TestQuotaConcurrentCreates(t *testing.T) {
 	}
 	ids[0] = sandboxID(t, body)
 	code, body = s.createNano()
-	refusal(t, "6th create", code, body, 429, "quota_exceeded", "sandboxes 5 of 5 in use")
+	wantRefusal(t, "6th create", code, body, 429, "quota_exceeded", "sandboxes 5 of 5 in use")
 
 	// Now vCPUs: 5 nano sandboxes hold 2.5.
 	s.cli(t, "projects", "set", "default", "--max-sandboxes", "default", "--max-vcpus", "3")
@@ -158,7 +146,7 @@ func TestQuotaConcurrentCreates(t *testing.T) {
 	}
 	sixth := sandboxID(t, body)
 	code, body = s.createNano()
-	refusal(t, "7th nano", code, body, 429, "quota_exceeded", "project quota: vcpus 3 of 3 in use, this needs 0.5")
+	wantRefusal(t, "7th nano", code, body, 429, "quota_exceeded", "project quota: vcpus 3 of 3 in use, this needs 0.5")
 	// A paused sandbox holds no CPU.
 	if code, body := s.do("POST", "/api/sandboxes/"+sixth+"/pause", nil, nil); code != 200 {
 		t.Fatalf("pause: %d %s", code, body)
@@ -169,7 +157,7 @@ func TestQuotaConcurrentCreates(t *testing.T) {
 	}
 	// Its CPU is taken: it cannot resume until some is free.
 	code, body = s.do("POST", "/api/sandboxes/"+sixth+"/resume", nil, nil)
-	refusal(t, "resume over quota", code, body, 429, "quota_exceeded", "vcpus 3 of 3 in use, this needs 0.5")
+	wantRefusal(t, "resume over quota", code, body, 429, "quota_exceeded", "vcpus 3 of 3 in use, this needs 0.5")
 	if st := s.status(t, sixth); st != "paused" {
 		t.Fatalf("after a refused resume: %s", st)
 	}
@@ -199,7 +187,7 @@ func TestQuotaWarmPool(t *testing.T) {
 	id := sandboxID(t, body)
 	// 1 sandbox + a pool of 3 is over 3.
 	code, body = s.do("POST", "/api/sandboxes/"+id+"/snapshot", map[string]any{"name": "p", "poolSize": 3}, nil)
-	refusal(t, "snapshot with a pool over quota", code, body, 429, "quota_exceeded", "sandboxes 1 of 3 in use, this needs 3")
+	wantRefusal(t, "snapshot with a pool over quota", code, body, 429, "quota_exceeded", "sandboxes 1 of 3 in use, this needs 3")
 	var snap struct {
 		ID         string `json:"id"`
 		ReadyCount int    `json:"readyCount"`
@@ -216,9 +204,9 @@ func TestQuotaWarmPool(t *testing.T) {
 	}
 	// The two warm copies and the sandbox make 3: a create is refused.
 	code, body = s.createNano()
-	refusal(t, "create beside a full pool", code, body, 429, "quota_exceeded", "sandboxes 3 of 3 in use, this needs 1")
+	wantRefusal(t, "create beside a full pool", code, body, 429, "quota_exceeded", "sandboxes 3 of 3 in use, this needs 1")
 	code, body = s.do("PATCH", "/api/sandbox-snapshots/"+snap.ID, map[string]any{"poolSize": 3}, nil)
-	refusal(t, "growing the pool", code, body, 429, "quota_exceeded", "sandboxes 3 of 3 in use, this needs 1")
+	wantRefusal(t, "growing the pool", code, body, 429, "quota_exceeded", "sandboxes 3 of 3 in use, this needs 1")
 	// A restore claims a warm copy: no new sandbox, so it is admitted.
 	code, body = s.do("POST", "/api/sandboxes", map[string]any{"snapshotId": snap.ID, "timeoutMs": 600000}, nil)
 	if code >= 300 {
@@ -226,10 +214,10 @@ func TestQuotaWarmPool(t *testing.T) {
 	}
 	// The snapshot limit is 1.
 	code, body = s.do("POST", "/api/sandboxes/"+id+"/snapshot", map[string]any{"name": "q"}, nil)
-	refusal(t, "second snapshot", code, body, 429, "quota_exceeded", "project quota: snapshots 1 of 1 in use, this needs 1")
+	wantRefusal(t, "second snapshot", code, body, 429, "quota_exceeded", "project quota: snapshots 1 of 1 in use, this needs 1")
 	// A fork's copies must all fit.
 	code, body = s.do("POST", "/api/sandboxes/"+id+"/fork", map[string]any{"count": 1}, nil)
-	refusal(t, "fork over quota", code, body, 429, "quota_exceeded", "sandboxes 3 of 3 in use, this needs 1")
+	wantRefusal(t, "fork over quota", code, body, 429, "quota_exceeded", "sandboxes 3 of 3 in use, this needs 1")
 	s.deleteAll(t)
 	s.waitNoLeaks(t)
 }
@@ -269,7 +257,7 @@ func TestNodeCapacity(t *testing.T) {
 		t.Fatalf("create once one is paused: %d %s", code, body)
 	}
 	code, body = s.do("POST", "/api/sandboxes/"+ids[0]+"/resume", nil, nil)
-	refusal(t, "resume on a full node", code, body, 503, "capacity", "vcpu 1 of 1 reserved")
+	wantRefusal(t, "resume on a full node", code, body, 503, "capacity", "vcpu 1 of 1 reserved")
 	if code, body := s.do("DELETE", "/api/sandboxes/"+ids[1], nil, nil); code >= 300 {
 		t.Fatalf("delete: %d %s", code, body)
 	}
@@ -285,7 +273,7 @@ func TestNodeCapacity(t *testing.T) {
 		t.Fatalf("third sandbox: %d %s", code, body)
 	}
 	code, body = s.createNano()
-	refusal(t, "4th sandbox on a node of 3", code, body, 503, "capacity", "node capacity: sandboxes 3 of 3 reserved")
+	wantRefusal(t, "4th sandbox on a node of 3", code, body, 503, "capacity", "node capacity: sandboxes 3 of 3 reserved")
 	s.deleteAll(t)
 	s.waitNoLeaks(t)
 }
