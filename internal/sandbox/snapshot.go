@@ -342,6 +342,10 @@ func (s *Service) fillPool(se *snapEntry) {
 				s.log.Warn("warm pool: restore failed; pool left short", "snapshot", snap.ID, "err", err)
 				return
 			}
+			// The snapshot may have been deleted (or its pool shrunk or
+			// paused) while the copy was made: a copy nobody can claim
+			// would hold its place in the project's quota for ever.
+			s.trimPool(context.Background(), se)
 		}
 	}()
 }
