@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
@@ -21,7 +20,8 @@ const usage = `usage:
   lizard keys create --project P [--data-dir DIR]
   lizard template build NAME [--if-missing] [--template-dir DIR]
   lizard template build NAME -f DOCKERFILE [CONTEXT] [--build-arg K=V]... [--runsc PATH] [--template-dir DIR]
-  lizard template ls [--template-dir DIR]`
+  lizard template ls [--template-dir DIR]
+  lizard sandbox ls|create|info|exec|shell|logs|cp|pause|resume|snapshot|kill ...  (lizard sandbox help)`
 
 // Defaults shared by the subcommands.
 const (
@@ -43,6 +43,8 @@ func Run(ctx context.Context, args []string) error {
 		return keys(ctx, args[1:])
 	case "template", "templates":
 		return templates(ctx, args[1:])
+	case "sandbox", "sandboxes":
+		return sandboxCmd(ctx, args[1:])
 	case "help", "-h", "--help":
 		fmt.Println(usage)
 		return nil
@@ -98,7 +100,7 @@ func projects(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		tw := newTabWriter(os.Stdout)
 		fmt.Fprintln(tw, "ID\tSLUG\tNAME")
 		for _, p := range ps {
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", p.ID, p.Slug, p.Name)
@@ -199,7 +201,7 @@ func templates(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		tw := newTabWriter(os.Stdout)
 		fmt.Fprintln(tw, "NAME\tALIASES\tVERSION\tSIZE\tBUILT\tSOFTWARE")
 		for _, t := range ts {
 			aliases := strings.Join(t.Aliases, ",")
