@@ -176,14 +176,20 @@ func sandboxCreate(ctx context.Context, c *apiClient, args []string) error {
 	}
 	var info sandboxInfoReply
 	raw, err := c.callInto(ctx, http.MethodPost, "/api/sandboxes", req, &info)
+	return printIDOrJSON(raw, err, *asJSON, func() string { return info.SandboxID })
+}
+
+// printIDOrJSON prints the answer of a call that made something: its JSON,
+// or the new thing's id.
+func printIDOrJSON(raw json.RawMessage, err error, asJSON bool, id func() string) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if asJSON {
 		return printJSON(raw)
 	}
-	fmt.Println(info.SandboxID)
-	return nil
+	_, err = fmt.Println(id())
+	return err
 }
 
 func sandboxInfo(ctx context.Context, c *apiClient, args []string) error {
@@ -265,14 +271,7 @@ func sandboxSnapshot(ctx context.Context, c *apiClient, args []string) error {
 		ID string `json:"id"`
 	}
 	raw, err := c.callInto(ctx, http.MethodPost, sandboxPath(id, "/snapshot"), req, &snap)
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		return printJSON(raw)
-	}
-	fmt.Println(snap.ID)
-	return nil
+	return printIDOrJSON(raw, err, *asJSON, func() string { return snap.ID })
 }
 
 func sandboxKill(ctx context.Context, c *apiClient, args []string) error {

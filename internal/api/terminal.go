@@ -182,7 +182,7 @@ func (s *server) terminalInput(ctx context.Context, c *websocket.Conn, ag *agent
 			return
 		}
 		if typ == websocket.MessageBinary {
-			if err := ag.WriteStdin(ctx, pid, data); err != nil {
+			if err := ag.WriteStdin(ctx, pid, data); err != nil && !exitedErr(err) {
 				return
 			}
 			continue
@@ -196,11 +196,15 @@ func (s *server) terminalInput(ctx context.Context, c *websocket.Conn, ag *agent
 			c.Close(websocket.StatusPolicyViolation, fmt.Sprintf("resize: cols and rows must be 1 to %d", maxTerminalSize))
 			return
 		}
-		if err := ag.Resize(ctx, pid, m.Cols, m.Rows); err != nil {
+		if err := ag.Resize(ctx, pid, m.Cols, m.Rows); err != nil && !exitedErr(err) {
 			return
 		}
 	}
 }
+
+// exitedErr is the agent refusing input because the process has exited:
+// the output side is about to send the exit, so reading goes on.
+func exitedErr(err error) bool { return errors.Is(err, errdefs.ErrConflict) }
 
 // hangup signals the terminal's process tree that its terminal is gone.
 func (s *server) hangup(ag *agent.Client, id string, pid int) {

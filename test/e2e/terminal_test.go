@@ -246,6 +246,32 @@ func TestTerminalRoute(t *testing.T) {
 	if _, _, err := c.Read(ctx); websocket.CloseStatus(err) != websocket.StatusNormalClosure {
 		t.Fatalf("after the exit: %v, want a normal close", err)
 	}
+
+	// A client that goes away hangs the terminal's processes up.
+	c, _, err = dialTerminal(ctx, s, s.key, id, url.Values{"cmd": {"sleep 1000"}})
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	waitSandbox(t, s, id, "sleep 1000 runs", func(ps string) bool { return ps != "" })
+	c.CloseNow()
+	waitSandbox(t, s, id, "sleep 1000 is gone after the client left", func(ps string) bool { return ps == "" })
+}
+
+// waitSandbox polls `pgrep -f 'sleep 1000'` in the sandbox until ok
+// accepts its output.
+func waitSandbox(t *testing.T, s *server, id, what string, ok func(string) bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ps := s.sh(t, id, "pgrep -x -f 'sleep 1000' || true")
+		if ok(ps) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting until %s: pgrep says %q", what, ps)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // tmux drives a real terminal on a private tmux server.

@@ -204,15 +204,7 @@ func (s *Server) superviseIO(p *procIO, pumps map[string]*os.File, status <-chan
 		wg.Add(1)
 		go p.pump(f, stream, &wg)
 	}
-	if timeout > 0 {
-		t := time.AfterFunc(timeout, func() {
-			s.reaper.ifAlive(p.pid, func() {
-				p.timedOut.Store(true)
-				killTree(p.pid)
-			})
-		})
-		defer t.Stop()
-	}
+	defer s.killAfter(p.pid, timeout, &p.timedOut)()
 	ws := <-status
 	s.procs.remove(p.pid)
 	p.exitedAt.Store(time.Now().UnixNano())

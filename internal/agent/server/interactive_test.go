@@ -307,3 +307,15 @@ func TestProcessDroppedOutput(t *testing.T) {
 		t.Fatalf("first reader: %d bytes + %d dropped, want %d", len(first.text("stdout")), first.dropped, total)
 	}
 }
+
+func TestProcessTimeout(t *testing.T) {
+	c := newClient(t)
+	pid := startProc(t, c, agent.StartRequest{
+		ExecRequest: agent.ExecRequest{Cmd: []string{"sleep", "100"}, TimeoutMs: 200},
+		Pty:         &agent.PtySize{Cols: 80, Rows: 24},
+	})
+	r := attach(testContext(t), c, pid)
+	if code := r.wait(t); code != 124 || r.errMsg != "timeout" {
+		t.Fatalf("exit = %d %q, want 124 timeout", code, r.errMsg)
+	}
+}
