@@ -62,16 +62,19 @@
 // be attached; a reader that falls more than MaxKeptOutput bytes behind
 // skips ahead and is told how many bytes it missed (Output.Dropped), so a
 // slow reader never holds the process or the other readers. A reader that
-// goes away, or never comes, does not affect the process: only a signal
-// ends it. After the exit the entry is kept for ExitedKeep, so a late reader
-// still gets the output and the status; then the pid is 404.
+// goes away, or never comes, does not affect the process: it ends by
+// itself, by its deadline (TimeoutMs) or by a signal. After the exit the
+// entry is kept for ExitedKeepSeconds, so a late reader still gets the
+// output and the status; then the pid is 404. A command that cannot be
+// started (not found, not executable) is a 400 of the start.
 //
 // Input goes to POST /processes/{pid}/stdin (raw bytes, at most
 // MaxStdinWrite per call, in order); DELETE …/stdin closes a pipe (the
 // process reads EOF; a pty has no pipe to close: send Ctrl-D, 0x04). Input to
 // a process without stdin is 409, to one that exited 409, to an unknown pid
-// 404. Resize changes the pty's window size (the foreground job gets
-// SIGWINCH). POST /processes/signal signals these processes' trees too.
+// 404. A write to a pty waits while the terminal's input buffer is full
+// (the process reads nothing). Resize changes the pty's window size (the
+// foreground job gets SIGWINCH). POST /processes/signal signals these processes' trees too.
 //
 // # File watching
 //
