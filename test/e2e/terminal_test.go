@@ -247,6 +247,27 @@ func TestTerminalRoute(t *testing.T) {
 		t.Fatalf("after the exit: %v, want a normal close", err)
 	}
 
+	// The key may come as ?api_key= too.
+	u := "ws" + strings.TrimPrefix(s.url, "http") + "/api/sandboxes/" + id + "/terminal?" +
+		url.Values{"api_key": {s.key}, "cmd": {"exit 0"}}.Encode()
+	qc, _, err := websocket.Dial(ctx, u, nil)
+	if err != nil {
+		t.Fatalf("dial with ?api_key=: %v", err)
+	}
+	for {
+		typ, data, err := qc.Read(ctx)
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		if typ == websocket.MessageText {
+			if string(data) != `{"type":"exit","exitCode":0}` {
+				t.Fatalf("exit message %s", data)
+			}
+			break
+		}
+	}
+	qc.CloseNow()
+
 	// A client that goes away hangs the terminal's processes up.
 	c, _, err = dialTerminal(ctx, s, s.key, id, url.Values{"cmd": {"sleep 1000"}})
 	if err != nil {
@@ -284,16 +305,15 @@ func newTmux(t *testing.T) *tmux {
 	if _, err := exec.LookPath("tmux"); err != nil {
 		t.Skip("tmux not installed (scripts/install-deps.sh installs it)")
 	}
-	b := make([]byte, 6)
-	rand.Read(b)
-	x := &tmux{t: t, socket: "lizard-e2e-" + hex.EncodeToString(b)}
-	t.Cleanup(func() { exec.Command("tmux", "-L", x.socket, "kill-server").Run() })
+	// A socket of its own in the test's directory, which goes with it.
+	x := &tmux{t: t, socket: filepath.Join(t.TempDir(), "tmux")}
+	t.Cleanup(func() { exec.Command("tmux", "-S", x.socket, "kill-server").Run() })
 	return x
 }
 
 func (x *tmux) run(args ...string) string {
 	x.t.Helper()
-	out, err := exec.Command("tmux", append([]string{"-L", x.socket}, args...)...).CombinedOutput()
+	out, err := exec.Command("tmux", append([]string{"-S", x.socket}, args...)...).CombinedOutput()
 	if err != nil {
 		x.t.Fatalf("tmux %q: %v %s", args, err, out)
 	}
