@@ -174,7 +174,7 @@ func TestTerminalRoute(t *testing.T) {
 	// Refusals are the API's JSON errors, before any upgrade.
 	refusals := []struct {
 		name, key, id, query string
-		status                int
+		status               int
 	}{
 		{"no key", "", id, "", 401},
 		{"wrong key", "lz_not_a_key", id, "", 401},
@@ -360,7 +360,9 @@ func TestSandboxShell(t *testing.T) {
 	x.waitScreen("$USER@$(pwd)=root@/root", "echo '$USER@$(pwd)'=$USER@$(pwd)", "Enter")
 
 	// The pane is the window less tmux's status line: ask tmux.
-	size := func() string { return strings.TrimSpace(x.run("display", "-p", "-t", "term", "#{pane_height} #{pane_width}")) }
+	size := func() string {
+		return strings.TrimSpace(x.run("display", "-p", "-t", "term", "#{pane_height} #{pane_width}"))
+	}
 	x.waitScreen(size(), "stty size", "Enter")
 	x.run("resize-window", "-t", "term", "-x", "120", "-y", "40")
 	if got := size(); !strings.HasSuffix(got, " 120") {
