@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
@@ -18,10 +19,16 @@ const usage = `usage:
   lizard projects create NAME [--data-dir DIR]
   lizard projects ls [--data-dir DIR]
   lizard keys create --project P [--data-dir DIR]
+  lizard keys ls --project P [--data-dir DIR]
+  lizard keys revoke ID [--data-dir DIR]
   lizard template build NAME [--if-missing] [--template-dir DIR]
   lizard template build NAME -f DOCKERFILE [CONTEXT] [--build-arg K=V]... [--runsc PATH] [--template-dir DIR]
   lizard template ls [--template-dir DIR]
-  lizard sandbox ls|create|info|exec|shell|logs|cp|pause|resume|snapshot|kill ...  (lizard sandbox help)`
+  lizard backup FILE [--data-dir DIR]
+  lizard restore FILE --data-dir NEWDIR
+  lizard config docs|example
+  lizard sandbox ls|create|info|exec|shell|logs|cp|pause|resume|snapshot|kill ...  (lizard sandbox help)
+every command but sandbox also takes --config FILE (default /etc/lizard/lizard.toml) and LIZARD_* variables: docs/CONFIG.md`
 
 // Defaults shared by the subcommands.
 const (
@@ -43,6 +50,12 @@ func Run(ctx context.Context, args []string) error {
 		return keys(ctx, args[1:])
 	case "template", "templates":
 		return templates(ctx, args[1:])
+	case "config":
+		return config(args[1:])
+	case "backup":
+		return backupCmd(ctx, args[1:])
+	case "restore":
+		return restoreCmd(ctx, args[1:])
 	case "sandbox", "sandboxes":
 		return sandboxCmd(ctx, args[1:])
 	case "help", "-h", "--help":
@@ -78,7 +91,7 @@ func openStore(dataDir string) (*store.Store, error) {
 func projects(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("projects", flag.ContinueOnError)
 	dataDir := fs.String("data-dir", defaultDataDir, "state directory")
-	pos, err := parse(fs, args)
+	pos, err := configure(fs, args)
 	if err != nil {
 		return err
 	}
@@ -114,11 +127,18 @@ func keys(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("keys", flag.ContinueOnError)
 	dataDir := fs.String("data-dir", defaultDataDir, "state directory")
 	project := fs.String("project", "", "project id or slug")
-	pos, err := parse(fs, args)
+	pos, err := configure(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 || pos[0] != "create" || *project == "" {
+	var cmd string
+	if len(pos) > 0 {
+		cmd = pos[0]
+	}
+	switch {
+	case (cmd == "create" || cmd == "ls" || cmd == "list") && len(pos) == 1 && *project != "":
+	case cmd == "revoke" && len(pos) == 2:
+	default:
 		return errors.New(usage)
 	}
 	st, err := openStore(*dataDir)
@@ -126,16 +146,45 @@ func keys(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.Close()
+	if cmd == "revoke" {
+		// A running server refuses the key once it next polls the key
+		// generation (every 250 ms).
+		if err := st.RevokeKey(ctx, pos[1]); err != nil {
+			return err
+		}
+		fmt.Printf("API key %s revoked\n", pos[1])
+		return nil
+	}
 	p, err := st.ProjectByRef(ctx, *project)
 	if err != nil {
 		return err
 	}
-	key, err := st.CreateKey(ctx, p.ID, "")
+	if cmd == "create" {
+		key, err := st.CreateKey(ctx, p.ID, "")
+		if err != nil {
+			return err
+		}
+		fmt.Printf("API key for project %s (shown once):\n%s\n", p.Slug, key)
+		return nil
+	}
+	ks, err := st.Keys(ctx, p.ID)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("API key for project %s (shown once):\n%s\n", p.Slug, key)
-	return nil
+	tw := newTabWriter(os.Stdout)
+	fmt.Fprintln(tw, "ID\tPREFIX\tCREATED\tLAST USED\tREVOKED")
+	for _, k := range ks {
+		fmt.Fprintf(tw, "%s\t%s…\t%s\t%s\t%s\n", k.ID, k.Prefix, fmtTime(&k.CreatedAt), fmtTime(k.LastUsed), fmtTime(k.RevokedAt))
+	}
+	return tw.Flush()
+}
+
+// fmtTime shows a time of a listing in UTC, "-" for none.
+func fmtTime(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
 }
 
 func templates(ctx context.Context, args []string) error {
@@ -147,7 +196,7 @@ func templates(ctx context.Context, args []string) error {
 	readyCmd := fs.String("ready-cmd", "", "shell command that passes once the start command (CMD) is ready; replaces the Dockerfile's HEALTHCHECK")
 	var buildArgs buildArgFlag
 	fs.Var(&buildArgs, "build-arg", "NAME=VALUE for an ARG of the Dockerfile (repeatable)")
-	pos, err := parse(fs, args)
+	pos, err := configure(fs, args)
 	if err != nil {
 		return err
 	}
@@ -164,9 +213,6 @@ func templates(ctx context.Context, args []string) error {
 		context := filepath.Dir(*dockerfile)
 		if len(pos) == 3 {
 			context = pos[2]
-		}
-		if *runsc == "" {
-			*runsc = os.Getenv("LIZARD_RUNSC")
 		}
 		rs, err := findRunsc(*runsc)
 		if err != nil {

@@ -184,7 +184,8 @@ func TestBadInput(t *testing.T) {
 // TestProjectIsolation: a key of one project sees no sandbox of another.
 func TestProjectIsolation(t *testing.T) {
 	s := startServer(t, "")
-	other := otherProjectKey(t, s, "other-team")
+	s.cli(t, "projects", "create", "Other Team")
+	other := s.newKey(t, "other-team")
 	var projects []map[string]string
 	s.doKey(other, "GET", "/api/projects", nil, &projects)
 	if len(projects) != 1 || projects[0]["slug"] != "other-team" {

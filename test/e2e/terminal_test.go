@@ -23,24 +23,9 @@ import (
 	"github.com/lizard-build/lizard/internal/api"
 )
 
-// otherProjectKey creates a second project with a key of its own.
-func otherProjectKey(t *testing.T, s *server, slug string) (key string) {
-	t.Helper()
-	lz := filepath.Join(s.bin, "lizard")
-	if out, err := exec.Command(lz, "projects", "create", slug, "--data-dir", s.dataDir).CombinedOutput(); err != nil {
-		t.Fatalf("projects create: %v %s", err, out)
-	}
-	out, err := exec.Command(lz, "keys", "create", "--project", slug, "--data-dir", s.dataDir).CombinedOutput()
-	if err != nil {
-		t.Fatalf("keys create: %v %s", err, out)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	return lines[len(lines)-1]
-}
-
-// cli runs `lizard sandbox ARGS` against s and returns stdout, stderr and
+// sandboxCLI runs `lizard sandbox ARGS` against s and returns stdout, stderr and
 // the exit status.
-func (s *server) cli(t *testing.T, args ...string) (stdout, stderr string, status int) {
+func (s *server) sandboxCLI(t *testing.T, args ...string) (stdout, stderr string, status int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -59,10 +44,10 @@ func (s *server) cli(t *testing.T, args ...string) (stdout, stderr string, statu
 	return o.String(), e.String(), status
 }
 
-// cliJSON runs the CLI, wants status 0, and decodes its stdout into out.
-func (s *server) cliJSON(t *testing.T, out any, args ...string) {
+// sandboxCLIJSON runs the CLI, wants status 0, and decodes its stdout into out.
+func (s *server) sandboxCLIJSON(t *testing.T, out any, args ...string) {
 	t.Helper()
-	stdout, stderr, status := s.cli(t, args...)
+	stdout, stderr, status := s.sandboxCLI(t, args...)
 	if status != 0 {
 		t.Fatalf("lizard sandbox %q: status %d\n%s%s", args, status, stdout, stderr)
 	}
@@ -75,7 +60,7 @@ func TestSandboxCLI(t *testing.T) {
 	s := startServer(t, "")
 
 	var sb sandboxInfo
-	s.cliJSON(t, &sb, "create", "--template", "base", "--timeout", "10m", "--json")
+	s.sandboxCLIJSON(t, &sb, "create", "--template", "base", "--timeout", "10m", "--json")
 	if sb.SandboxID == "" || sb.Status != "running" {
 		t.Fatalf("create --json: %+v", sb)
 	}
@@ -83,25 +68,25 @@ func TestSandboxCLI(t *testing.T) {
 	defer s.do("DELETE", "/api/sandboxes/"+id, nil, nil)
 
 	var list []sandboxInfo
-	s.cliJSON(t, &list, "ls", "--json")
+	s.sandboxCLIJSON(t, &list, "ls", "--json")
 	if !slices.ContainsFunc(list, func(x sandboxInfo) bool { return x.SandboxID == id }) {
 		t.Fatalf("ls --json misses %s: %+v", id, list)
 	}
-	if out, _, st := s.cli(t, "ls"); st != 0 || !strings.Contains(out, id) || !strings.HasPrefix(out, "ID") {
+	if out, _, st := s.sandboxCLI(t, "ls"); st != 0 || !strings.Contains(out, id) || !strings.HasPrefix(out, "ID") {
 		t.Fatalf("ls table: status %d\n%s", st, out)
 	}
 
 	var rep execReply
-	s.cliJSON(t, &rep, "exec", id, "--json", "echo hi; echo there >&2")
+	s.sandboxCLIJSON(t, &rep, "exec", id, "--json", "echo hi; echo there >&2")
 	if rep.Stdout != "hi\n" || rep.Stderr != "there\n" || rep.ExitCode != 0 {
 		t.Fatalf("exec --json: %+v", rep)
 	}
 	// Streamed, with the command's status; argv after --.
-	out, errOut, st := s.cli(t, "exec", id, "echo out; echo err >&2; exit 4")
+	out, errOut, st := s.sandboxCLI(t, "exec", id, "echo out; echo err >&2; exit 4")
 	if out != "out\n" || errOut != "err\n" || st != 4 {
 		t.Fatalf("exec: status %d, stdout %q, stderr %q; want 4, out, err", st, out, errOut)
 	}
-	if out, _, st := s.cli(t, "exec", id, "--env", "A=b c", "--", "printenv", "A"); out != "b c\n" || st != 0 {
+	if out, _, st := s.sandboxCLI(t, "exec", id, "--env", "A=b c", "--", "printenv", "A"); out != "b c\n" || st != 0 {
 		t.Fatalf("exec -- argv: status %d, %q", st, out)
 	}
 
@@ -115,24 +100,24 @@ func TestSandboxCLI(t *testing.T) {
 	if err := os.WriteFile(local, content, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, e, st := s.cli(t, "cp", local, id+":/tmp/sub/copy.bin"); st != 0 {
+	if _, e, st := s.sandboxCLI(t, "cp", local, id+":/tmp/sub/copy.bin"); st != 0 {
 		t.Fatalf("cp up: status %d %s", st, e)
 	}
-	if _, e, st := s.cli(t, "cp", id+":/tmp/sub/copy.bin", filepath.Join(dir, "back.bin")); st != 0 {
+	if _, e, st := s.sandboxCLI(t, "cp", id+":/tmp/sub/copy.bin", filepath.Join(dir, "back.bin")); st != 0 {
 		t.Fatalf("cp down: status %d %s", st, e)
 	}
 	if got, _ := os.ReadFile(filepath.Join(dir, "back.bin")); !bytes.Equal(got, content) {
 		t.Fatalf("cp round trip: %d bytes back, want %d equal bytes", len(got), len(content))
 	}
-	if out, _, _ := s.cli(t, "exec", id, "sha256sum < /tmp/sub/copy.bin"); len(out) < 64 {
+	if out, _, _ := s.sandboxCLI(t, "exec", id, "sha256sum < /tmp/sub/copy.bin"); len(out) < 64 {
 		t.Fatalf("sha256sum in the sandbox: %q", out)
 	}
-	if _, e, st := s.cli(t, "cp", id+":/tmp/missing", filepath.Join(dir, "x")); st == 0 || !strings.Contains(e, "404") {
+	if _, e, st := s.sandboxCLI(t, "cp", id+":/tmp/missing", filepath.Join(dir, "x")); st == 0 || !strings.Contains(e, "404") {
 		t.Fatalf("cp of a missing file: status %d %q, want a 404 error", st, e)
 	}
 
 	// logs without -f ends, and holds the exec.
-	if out, _, st := s.cli(t, "logs", id); st != 0 || !strings.Contains(out, "printenv A") {
+	if out, _, st := s.sandboxCLI(t, "logs", id); st != 0 || !strings.Contains(out, "printenv A") {
 		t.Fatalf("logs: status %d\n%s", st, out)
 	}
 
@@ -140,16 +125,16 @@ func TestSandboxCLI(t *testing.T) {
 		SandboxID string `json:"sandboxId"`
 		Killed    bool   `json:"killed"`
 	}
-	s.cliJSON(t, &killed, "kill", id, "--json")
+	s.sandboxCLIJSON(t, &killed, "kill", id, "--json")
 	if len(killed) != 1 || killed[0].SandboxID != id || !killed[0].Killed {
 		t.Fatalf("kill --json: %+v", killed)
 	}
 	list = nil
-	s.cliJSON(t, &list, "ls", "--json")
+	s.sandboxCLIJSON(t, &list, "ls", "--json")
 	if slices.ContainsFunc(list, func(x sandboxInfo) bool { return x.SandboxID == id }) {
 		t.Fatalf("ls --json still lists killed %s", id)
 	}
-	if _, e, st := s.cli(t, "info", id); st != 1 || !strings.Contains(e, "404") {
+	if _, e, st := s.sandboxCLI(t, "info", id); st != 1 || !strings.Contains(e, "404") {
 		t.Fatalf("info of a killed sandbox: status %d %q", st, e)
 	}
 }
@@ -167,7 +152,8 @@ func TestTerminalRoute(t *testing.T) {
 	s := startServer(t, "")
 	id := s.create(t)
 	defer s.do("DELETE", "/api/sandboxes/"+id, nil, nil)
-	other := otherProjectKey(t, s, "terminal-other")
+	s.cli(t, "projects", "create", "terminal-other")
+	other := s.newKey(t, "terminal-other")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
