@@ -33,8 +33,14 @@ type Config struct {
 	Previews  PreviewURLs
 	Volumes   Volumes
 	Builder   TemplateBuilder
-	Logger    *slog.Logger
+	// MaxBuildContext caps the body of POST /api/templates (the Dockerfile
+	// and the build context's files); 0 means DefaultMaxBuildContext.
+	MaxBuildContext int64
+	Logger          *slog.Logger
 }
+
+// DefaultMaxBuildContext is the default cap of a template build's request.
+const DefaultMaxBuildContext = 256 << 20
 
 // Body size limits. A file write carries its content in JSON (base64 for
 // bytes), so it may be larger than other requests.
@@ -50,6 +56,7 @@ type server struct {
 	previews  PreviewURLs
 	volumes   Volumes
 	builder   TemplateBuilder
+	maxBuild  int64
 	log       *slog.Logger
 }
 
@@ -58,7 +65,10 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &server{projects: cfg.Projects, sandboxes: cfg.Sandboxes, templates: cfg.Templates, previews: cfg.Previews, volumes: cfg.Volumes, builder: cfg.Builder, log: cfg.Logger}
+	s := &server{projects: cfg.Projects, sandboxes: cfg.Sandboxes, templates: cfg.Templates, previews: cfg.Previews, volumes: cfg.Volumes, builder: cfg.Builder, maxBuild: cfg.MaxBuildContext, log: cfg.Logger}
+	if s.maxBuild <= 0 {
+		s.maxBuild = DefaultMaxBuildContext
+	}
 	mux := http.NewServeMux()
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request, store.Project) error) {
 		mux.Handle(pattern, s.authed(h))
@@ -114,6 +124,7 @@ func Handler(cfg Config) http.Handler {
 
 	route("GET /api/templates", s.listTemplates)
 	route("POST /api/templates", s.buildTemplate)
+	route("DELETE /api/templates/{name}", s.deleteTemplate)
 
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, errdefs.WithCode("route_not_found",
