@@ -27,6 +27,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/runtime/gvisor"
+	"github.com/lizard-build/lizard/internal/template"
 )
 
 // server is one running lizard serve.
@@ -34,6 +35,9 @@ type server struct {
 	t       *testing.T
 	bin     string
 	dataDir string
+	// templateDir is the server's own template directory: links to the
+	// built-in templates of templateDir(), and what the test builds.
+	templateDir string
 	url     string
 	proxy   string        // host:port of the preview proxy
 	exited  chan struct{} // closed when the server process has exited
@@ -108,6 +112,36 @@ func removeLeftoverTemplates() {
 	}
 }
 
+// templateDirs maps a data dir to its server's template dir, so that a
+// server restarted over a data dir finds its templates again.
+var templateDirs sync.Map
+
+// serverTemplateDir returns the template directory of the server on
+// dataDir: a directory of the test's holding links to the built-in
+// templates of the shared cache (templateDir()), which its server only
+// reads, so that what a test builds, migrates or prunes stays its own and
+// goes with it.
+func serverTemplateDir(t *testing.T, dataDir string) string {
+	if d, ok := templateDirs.Load(dataDir); ok {
+		return d.(string)
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range template.NewRegistry(templateDir()).Builtins() {
+		shared := filepath.Join(templateDir(), name)
+		if _, err := os.Stat(shared); err != nil {
+			continue // not built
+		}
+		if err := os.Symlink(shared, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	templateDirs.Store(dataDir, dir)
+	return dir
+}
+
 // startServer starts lizard serve on a fresh data dir (or dataDir when set,
 // to restart over existing state) and waits until it answers.
 func startServer(t *testing.T, dataDir string, extraArgs ...string) *server {
@@ -117,7 +151,7 @@ func startServer(t *testing.T, dataDir string, extraArgs ...string) *server {
 	if dataDir == "" {
 		dataDir = t.TempDir()
 	}
-	s := &server{t: t, bin: bin, dataDir: dataDir, key: "lz_e2e_test_key_0123456789abcdef", extra: extraArgs}
+	s := &server{t: t, bin: bin, dataDir: dataDir, templateDir: serverTemplateDir(t, dataDir), key: "lz_e2e_test_key_0123456789abcdef", extra: extraArgs}
 	s.start()
 	t.Cleanup(func() {
 		s.stop()
@@ -153,7 +187,7 @@ func (s *server) start() {
 func (s *server) launch() error {
 	addr, proxyAddr := freeAddr(s.t), freeAddr(s.t)
 	s.url, s.proxy = "http://"+addr, proxyAddr
-	args := []string{"serve", "--listen", addr, "--proxy-listen", proxyAddr, "--data-dir", s.dataDir, "--template-dir", templateDir(),
+	args := []string{"serve", "--listen", addr, "--proxy-listen", proxyAddr, "--data-dir", s.dataDir, "--template-dir", s.templateDir,
 		"--bridge", "lizarde0", "--subnet", "10.252.0.0/16", "--log-level", "debug"}
 	if r := os.Getenv("LIZARD_RUNSC"); r != "" {
 		args = append(args, "--runsc", r)
