@@ -38,14 +38,14 @@ type server struct {
 	// templateDir is the server's own template directory: links to the
 	// built-in templates of templateDir(), and what the test builds.
 	templateDir string
-	url     string
-	proxy   string        // host:port of the preview proxy
-	exited  chan struct{} // closed when the server process has exited
-	extra   []string
-	key     string
-	cmd     *exec.Cmd
-	logMu   sync.Mutex
-	log     bytes.Buffer
+	url         string
+	proxy       string        // host:port of the preview proxy
+	exited      chan struct{} // closed when the server process has exited
+	extra       []string
+	key         string
+	cmd         *exec.Cmd
+	logMu       sync.Mutex
+	log         bytes.Buffer
 }
 
 var (

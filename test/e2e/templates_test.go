@@ -227,8 +227,8 @@ func TestTemplateBuildNetwork(t *testing.T) {
 	}
 
 	targets := []string{
-		fmt.Sprintf("http://10.246.0.1:%d/", lport),  // a host listener, at the build network's gateway
-		fmt.Sprintf("http://%s:%d/", host, lport),    // the same, at the host's address
+		fmt.Sprintf("http://10.246.0.1:%d/", lport),   // a host listener, at the build network's gateway
+		fmt.Sprintf("http://%s:%d/", host, lport),     // the same, at the host's address
 		fmt.Sprintf("http://10.246.0.1:%s/", apiPort), // the API's port
 		fmt.Sprintf("http://%s:%s/", host, apiPort),
 		"http://169.254.169.254/latest/meta-data/", // cloud metadata
