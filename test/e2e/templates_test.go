@@ -251,6 +251,7 @@ func TestTemplateBuildNetwork(t *testing.T) {
 		t.Fatalf("RUN probed %d targets, want %d: %q", len(lines), len(targets), lines)
 	}
 	for _, l := range lines {
+		t.Logf("RUN curl %s", l)
 		u, rc, _ := strings.Cut(l, " ")
 		// 7: could not connect, 28: timed out; 0 would be a connection,
 		// 127 no curl at all.
