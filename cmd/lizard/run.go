@@ -18,6 +18,8 @@ import (
 
 const usage = `usage:
   lizard serve [--listen ADDR] [--data-dir DIR] [--template-dir DIR] [--runsc PATH]
+        [--build-bridge BR] [--build-subnet CIDR] [--registry-allow HOST[:PORT]]... [--registry-auth FILE]
+        [--debian-mirror URL] [--max-build-context BYTES]   (lizard serve -h: all flags)
   lizard projects create NAME [--data-dir DIR]
   lizard projects ls [--data-dir DIR]
   lizard keys create --project P [--data-dir DIR]
