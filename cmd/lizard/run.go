@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
@@ -23,6 +24,8 @@ const usage = `usage:
   lizard projects create NAME [--data-dir DIR]
   lizard projects ls [--data-dir DIR]
   lizard keys create --project P [--data-dir DIR]
+  lizard keys ls --project P [--data-dir DIR]
+  lizard keys revoke ID [--data-dir DIR]
   lizard template build NAME [--if-missing] [--debian-mirror URL] [--template-dir DIR]
   lizard template build NAME -f DOCKERFILE [CONTEXT] [--project P] [--build-arg K=V]... [--runsc PATH]
         [--registry-allow HOST[:PORT]]... [--registry-auth FILE] [--build-bridge BR] [--build-subnet CIDR]
@@ -123,7 +126,14 @@ func keys(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 || pos[0] != "create" || *project == "" {
+	var cmd string
+	if len(pos) > 0 {
+		cmd = pos[0]
+	}
+	switch {
+	case (cmd == "create" || cmd == "ls" || cmd == "list") && len(pos) == 1 && *project != "":
+	case cmd == "revoke" && len(pos) == 2:
+	default:
 		return errors.New(usage)
 	}
 	st, err := openStore(*dataDir)
@@ -131,16 +141,45 @@ func keys(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.Close()
+	if cmd == "revoke" {
+		// A running server refuses the key once it next polls the key
+		// generation (every 250 ms).
+		if err := st.RevokeKey(ctx, pos[1]); err != nil {
+			return err
+		}
+		fmt.Printf("API key %s revoked\n", pos[1])
+		return nil
+	}
 	p, err := st.ProjectByRef(ctx, *project)
 	if err != nil {
 		return err
 	}
-	key, err := st.CreateKey(ctx, p.ID, "")
+	if cmd == "create" {
+		key, err := st.CreateKey(ctx, p.ID, "")
+		if err != nil {
+			return err
+		}
+		fmt.Printf("API key for project %s (shown once):\n%s\n", p.Slug, key)
+		return nil
+	}
+	ks, err := st.Keys(ctx, p.ID)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("API key for project %s (shown once):\n%s\n", p.Slug, key)
-	return nil
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tPREFIX\tCREATED\tLAST USED\tREVOKED")
+	for _, k := range ks {
+		fmt.Fprintf(tw, "%s\t%s…\t%s\t%s\t%s\n", k.ID, k.Prefix, fmtTime(&k.CreatedAt), fmtTime(k.LastUsed), fmtTime(k.RevokedAt))
+	}
+	return tw.Flush()
+}
+
+// fmtTime shows a time of a listing in UTC, "-" for none.
+func fmtTime(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
 }
 
 func templates(ctx context.Context, args []string) error {

@@ -18,8 +18,11 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/api"
+	"github.com/lizard-build/lizard/internal/apikey"
+	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/proxy"
+	"github.com/lizard-build/lizard/internal/ratelimit"
 	"github.com/lizard-build/lizard/internal/reaper"
 	"github.com/lizard-build/lizard/internal/runtime/gvisor"
 	"github.com/lizard-build/lizard/internal/sandbox"
@@ -38,9 +41,22 @@ type serveConfig struct {
 	domain, proxyListen, tlsCert, tlsKey       string
 	dnsUpstream                                string
 	maxVolumeGB                                int
+	metricsListen                              string
+	usageInterval                              time.Duration
+	rateLimit                                  float64
+	rateBurst                                  int
 	build                                      buildFlags
 	maxBuildContext                            int64
 }
+
+// The default rate limit is far above what a client that waits for its
+// answers can send (the SDKs, their test suites, bench/: a request that
+// reaches a sandbox takes a millisecond or more), so it only stops a
+// runaway loop or a flood from many goroutines sharing one key.
+const (
+	defaultRateLimit = 1000
+	defaultRateBurst = 2000
+)
 
 // serve is the one wiring function of the server: it builds every part,
 // serves until ctx is done, and closes them in reverse order. Sandboxes keep
@@ -62,15 +78,25 @@ func serve(ctx context.Context, args []string) error {
 	fs.StringVar(&c.tlsKey, "tls-key", "", "TLS key for the preview proxy")
 	fs.StringVar(&c.dnsUpstream, "dns-upstream", "", "where the sandboxes' DNS resolver forwards (host:port; default: the host's first nameserver)")
 	fs.IntVar(&c.maxVolumeGB, "max-volume-gb", 50, "largest volume size in GB")
+	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve GET /metrics here instead of on --listen (host:port)")
+	fs.DurationVar(&c.usageInterval, "usage-interval", sandbox.DefaultUsageInterval, "how often each sandbox's CPU, memory, disk and network use is sampled")
 	fs.IntVar(&c.maxSandboxes, "max-sandboxes", sandbox.DefaultMaxSandboxes, "most sandboxes running at once (warm pool copies included)")
+	fs.Float64Var(&c.rateLimit, "rate-limit", defaultRateLimit, "API requests a second allowed per API key on average (0: no limit)")
+	fs.IntVar(&c.rateBurst, "rate-burst", defaultRateBurst, "API requests per API key allowed at once above --rate-limit")
 	c.build.register(fs)
 	fs.Int64Var(&c.maxBuildContext, "max-build-context", api.DefaultMaxBuildContext, "largest POST /api/templates request (Dockerfile and build context files) in bytes")
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
+	if c.rateLimit < 0 || c.rateBurst < 1 {
+		return fmt.Errorf("--rate-limit %g, --rate-burst %d: want a rate of 0 (no limit) or more and a burst of 1 or more", c.rateLimit, c.rateBurst)
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
+	}
+	if c.usageInterval < 100*time.Millisecond {
+		return fmt.Errorf("--usage-interval %s: must be at least 100ms", c.usageInterval)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
@@ -100,6 +126,15 @@ func serve(ctx context.Context, args []string) error {
 	defer st.Close()
 	if err := firstStart(ctx, st, os.Stdout); err != nil {
 		return err
+	}
+	apiKeys, err := apikey.Open(ctx, apikey.Config{Store: st, Logger: log.With("component", "apikey")})
+	if err != nil {
+		return err
+	}
+	defer apiKeys.Close()
+	var limiter api.Limiter
+	if c.rateLimit > 0 {
+		limiter = ratelimit.New(c.rateLimit, c.rateBurst, 0, nil)
 	}
 
 	reap, err := reaper.Start(ctx)
@@ -134,6 +169,7 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	mets := metrics.New()
 	reg := template.NewRegistry(c.templateDir)
 	reg.Mirror = c.build.mirror
 	// Templates of the older layout become versions before any sandbox is
@@ -156,13 +192,17 @@ func serve(ctx context.Context, args []string) error {
 		Runtime: rt, Store: st, Templates: reg, Volumes: vols,
 		SnapshotDir: filepath.Join(c.dataDir, "snapshots"), ReadyDir: filepath.Join(c.dataDir, "ready"),
 		LogDir: filepath.Join(c.dataDir, "logs"), MaxSandboxes: c.maxSandboxes,
-		Logger: log.With("component", "sandbox"),
+		Logger: log.With("component", "sandbox"), Observer: mets,
 	})
 	defer svc.Close()
 	if err := svc.Recover(ctx); err != nil {
 		log.Error("recovery left some sandboxes behind; they are retried at next start", "err", err)
 	}
 	go svc.Watch(ctx, 5*time.Second)
+	go svc.SampleUsage(ctx, c.usageInterval)
+	if err := mets.Register(metrics.NewStateCollector(metrics.StateConfig{Inventory: svc, DataDir: c.dataDir, MaxSandboxes: c.maxSandboxes})); err != nil {
+		return err
+	}
 	// Templates built by the CLI get their start command's ready state
 	// within seconds; template versions left by rebuilds go once nothing
 	// uses them (builds through the API do both right away).
@@ -189,21 +229,34 @@ func serve(ctx context.Context, args []string) error {
 		ln.Close()
 		return fmt.Errorf("--proxy-listen: %w", err)
 	}
+	var mln net.Listener
+	if c.metricsListen != "" {
+		if mln, err = net.Listen("tcp", c.metricsListen); err != nil {
+			ln.Close()
+			pln.Close()
+			return fmt.Errorf("--metrics-listen: %w", err)
+		}
+	}
 	useTLS := c.tlsCert != "" && c.tlsKey != ""
 	previews := previewURLs(c.domain, pln.Addr().String(), useTLS)
 	srv := &http.Server{
-		Handler: api.Handler(api.Config{Projects: st, Sandboxes: svc, Templates: reg, Previews: previews, Volumes: vols,
-			Builder: &templateBuilder{reg: reg, runsc: runsc, run: reap.Run, dns: c.dnsUpstream, build: buildOpts, sandboxes: svc,
+		Handler: api.Handler(api.Config{Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Templates: reg, Previews: previews, Volumes: vols,
+			Builder: &templateBuilder{reg: reg, runsc: runsc, run: reap.Run, dns: c.dnsUpstream, build: buildOpts, sandboxes: svc, metrics: mets,
 				log: log.With("component", "template")},
-			MaxBuildContext: c.maxBuildContext, Logger: log.With("component", "api")}),
+			MaxBuildContext: c.maxBuildContext, Logger: log.With("component", "api"),
+			Metrics: mets, ServeMetrics: mln == nil, Ready: readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm)}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	psrv := &http.Server{
-		Handler:           proxy.Handler(proxy.Config{Domain: c.domain, TLS: useTLS, Previews: svc, Logger: log.With("component", "proxy")}),
+		Handler:           proxy.Handler(proxy.Config{Domain: c.domain, TLS: useTLS, Previews: svc, Logger: log.With("component", "proxy"), Metrics: mets}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
-	errc := make(chan error, 2)
+	msrv := &http.Server{Handler: mets.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 3)
 	go func() { errc <- srv.Serve(ln) }()
+	if mln != nil {
+		go func() { errc <- msrv.Serve(mln) }()
+	}
 	go func() {
 		if useTLS {
 			errc <- psrv.ServeTLS(pln, c.tlsCert, c.tlsKey)
@@ -221,7 +274,27 @@ func serve(ctx context.Context, args []string) error {
 	log.Info("shutting down; sandboxes keep running")
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return errors.Join(srv.Shutdown(sctx), psrv.Shutdown(sctx))
+	return errors.Join(srv.Shutdown(sctx), psrv.Shutdown(sctx), msrv.Shutdown(sctx))
+}
+
+// readyChecks are what GET /readyz checks: the store answers, runsc and
+// the runtime's state directory are there, the bridge is up.
+func readyChecks(st *store.Store, runsc, stateDir string, netm *network.Manager) []api.ReadyCheck {
+	return []api.ReadyCheck{
+		{Name: "store", Check: st.Ping},
+		{Name: "runtime", Check: func(context.Context) error {
+			fi, err := os.Stat(runsc)
+			if err != nil {
+				return err
+			}
+			if fi.Mode()&0o111 == 0 {
+				return fmt.Errorf("%s is not executable", runsc)
+			}
+			_, err = os.ReadDir(stateDir)
+			return err
+		}},
+		{Name: "network", Check: func(context.Context) error { return netm.Ready() }},
+	}
 }
 
 // previewURLs derives how preview URLs look from the proxy's address: the
@@ -247,10 +320,12 @@ type templateBuilder struct {
 	dns       string
 	build     template.DockerfileOptions // the build network and pull policy
 	sandboxes *sandbox.Service
+	metrics   *metrics.Metrics
 	log       *slog.Logger
 }
 
 func (b *templateBuilder) BuildDockerfile(ctx context.Context, project, name string, opts api.BuildOptions, progress io.Writer) (template.Template, error) {
+	start := time.Now()
 	reg, err := b.reg.Project(project)
 	if err != nil {
 		return template.Template{}, err
@@ -270,6 +345,7 @@ func (b *templateBuilder) BuildDockerfile(ctx context.Context, project, name str
 			return err
 		},
 	}, progress)
+	b.metrics.TemplateBuild(time.Since(start), err)
 	if err == nil {
 		pruneTemplates(b.reg, b.sandboxes, b.log)
 	}

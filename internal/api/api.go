@@ -6,28 +6,42 @@ package api
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/lizard-build/lizard/internal/apikey"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
-// Projects is what the API needs of the store for auth and projects.
-type Projects interface {
-	ProjectForKey(ctx context.Context, secret string) (store.Project, error)
+// Keys authenticates API keys.
+type Keys interface {
+	// Lookup returns the key a secret is. An unknown or revoked key is
+	// errdefs.ErrUnauthenticated.
+	Lookup(secret string) (apikey.Key, error)
+}
+
+// Limiter limits the request rate of each API key.
+type Limiter interface {
+	// Allow takes one request of key's allowance; when none is left it
+	// returns false and when the next one will be.
+	Allow(key string) (retryAfter time.Duration, ok bool)
+	// String names the limit.
+	String() string
 }
 
 // Config wires the API.
 type Config struct {
-	Projects  Projects
+	Keys      Keys
+	Limiter   Limiter // nil: no rate limit
 	Sandboxes *sandbox.Service
 	Templates Templates
 	Previews  PreviewURLs
@@ -37,6 +51,12 @@ type Config struct {
 	// and the build context's files); 0 means DefaultMaxBuildContext.
 	MaxBuildContext int64
 	Logger          *slog.Logger
+	// Metrics counts requests; nil counts nothing. With ServeMetrics,
+	// GET /metrics serves them (unauthenticated, like /healthz).
+	Metrics      *metrics.Metrics
+	ServeMetrics bool
+	// Ready are what GET /readyz checks.
+	Ready []ReadyCheck
 }
 
 // DefaultMaxBuildContext is the default cap of a template build's request.
@@ -50,7 +70,8 @@ const (
 )
 
 type server struct {
-	projects  Projects
+	keys      Keys
+	limiter   Limiter
 	sandboxes *sandbox.Service
 	templates Templates
 	previews  PreviewURLs
@@ -58,6 +79,8 @@ type server struct {
 	builder   TemplateBuilder
 	maxBuild  int64
 	log       *slog.Logger
+	metrics   *metrics.Metrics
+	ready     []ReadyCheck
 }
 
 // Handler returns the API's http.Handler.
@@ -65,7 +88,7 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &server{projects: cfg.Projects, sandboxes: cfg.Sandboxes, templates: cfg.Templates, previews: cfg.Previews, volumes: cfg.Volumes, builder: cfg.Builder, maxBuild: cfg.MaxBuildContext, log: cfg.Logger}
+	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, templates: cfg.Templates, previews: cfg.Previews, volumes: cfg.Volumes, builder: cfg.Builder, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready, maxBuild: cfg.MaxBuildContext}
 	if s.maxBuild <= 0 {
 		s.maxBuild = DefaultMaxBuildContext
 	}
@@ -80,6 +103,7 @@ func Handler(cfg Config) http.Handler {
 	route("GET /api/sandboxes", s.listSandboxes)
 	route("GET /api/projects/{pid}/sandboxes", s.listProjectSandboxes)
 	route("GET /api/sandboxes/{id}", s.getSandbox)
+	route("GET /api/sandboxes/{id}/metrics", s.sandboxMetrics)
 	route("DELETE /api/sandboxes/{id}", s.killSandbox)
 	route("POST /api/sandboxes/{id}/timeout", s.setTimeout)
 	route("POST /api/sandboxes/{id}/pause", s.pauseSandbox)
@@ -126,6 +150,12 @@ func Handler(cfg Config) http.Handler {
 	route("POST /api/templates", s.buildTemplate)
 	route("DELETE /api/templates/{name}", s.deleteTemplate)
 
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /readyz", s.readyz)
+	if cfg.ServeMetrics && cfg.Metrics != nil {
+		mux.Handle("GET /metrics", cfg.Metrics.Handler())
+	}
+
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, errdefs.WithCode("route_not_found",
 			fmt.Errorf("no route %s %s: %w", r.Method, r.URL.Path, errdefs.ErrNotFound)))
@@ -133,8 +163,8 @@ func Handler(cfg Config) http.Handler {
 	return s.logged(mux)
 }
 
-// authed resolves the API key to its project and turns a handler's error
-// into the error answer.
+// authed resolves the API key to its project, holds the key to its rate
+// limit, and turns a handler's error into the error answer.
 func (s *server) authed(h func(http.ResponseWriter, *http.Request, store.Project) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("X-API-Key")
@@ -147,7 +177,7 @@ func (s *server) authed(h func(http.ResponseWriter, *http.Request, store.Project
 			writeError(w, r, s.log, errdefs.WithCode("missing_api_key", fmt.Errorf("missing API key: send it in the X-API-Key header: %w", errdefs.ErrUnauthenticated)))
 			return
 		}
-		p, err := s.projects.ProjectForKey(r.Context(), key)
+		k, err := s.keys.Lookup(key)
 		if err != nil {
 			if errors.Is(err, errdefs.ErrUnauthenticated) {
 				err = errdefs.WithCode("invalid_api_key", fmt.Errorf("invalid API key: %w", errdefs.ErrUnauthenticated))
@@ -155,27 +185,19 @@ func (s *server) authed(h func(http.ResponseWriter, *http.Request, store.Project
 			writeError(w, r, s.log, err)
 			return
 		}
-		if err := h(w, r, p); err != nil {
+		noteProject(r.Context(), k.Project.ID)
+		if s.limiter != nil {
+			if wait, ok := s.limiter.Allow(k.ID); !ok {
+				secs := max(1, int((wait+time.Second-1)/time.Second))
+				w.Header().Set("Retry-After", strconv.Itoa(secs))
+				writeError(w, r, s.log, errdefs.WithCode("rate_limited",
+					fmt.Errorf("rate limit of %s exceeded: retry after %d s: %w", s.limiter, secs, errdefs.ErrLimit)))
+				return
+			}
+		}
+		if err := h(w, r, k.Project); err != nil {
 			writeError(w, r, s.log, err)
 		}
-	})
-}
-
-// logged logs each request and turns a panic into a 500 JSON answer.
-func (s *server) logged(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		defer func() {
-			if v := recover(); v != nil {
-				if v == http.ErrAbortHandler {
-					panic(v)
-				}
-				s.log.Error("panic in handler", "method", r.Method, "path", r.URL.Path, "panic", v)
-				writeError(w, r, s.log, fmt.Errorf("panic: %v", v))
-			}
-			s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "took", time.Since(start))
-		}()
-		next.ServeHTTP(w, r)
 	})
 }
 

@@ -33,6 +33,9 @@ type sandboxInfo struct {
 	InternetAccess bool     `json:"internetAccess"`
 	AllowedHosts   []string `json:"allowedHosts"`
 	VolumeID       *string  `json:"volumeId"`
+	// Metrics is the latest usage sample (getInfo only; a lizard
+	// addition).
+	Metrics *usagePoint `json:"metrics,omitempty"`
 }
 
 func infoOf(r sandbox.Record) sandboxInfo {
@@ -147,7 +150,12 @@ func (s *server) getSandbox(w http.ResponseWriter, r *http.Request, p store.Proj
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, infoOf(rec))
+	info := infoOf(rec)
+	if u, ok := s.sandboxes.LatestUsage(rec.ID); ok {
+		pt := pointOf(u)
+		info.Metrics = &pt
+	}
+	writeJSON(w, http.StatusOK, info)
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lizard-build/lizard/internal/apikey"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
@@ -17,11 +18,11 @@ import (
 
 type oneKey struct{}
 
-func (oneKey) ProjectForKey(_ context.Context, secret string) (store.Project, error) {
+func (oneKey) Lookup(secret string) (apikey.Key, error) {
 	if secret != "good" {
-		return store.Project{}, fmt.Errorf("no such key: %w", errdefs.ErrUnauthenticated)
+		return apikey.Key{}, fmt.Errorf("no such key: %w", errdefs.ErrUnauthenticated)
 	}
-	return store.Project{ID: "p1", Slug: "default", Name: "default"}, nil
+	return apikey.Key{ID: "key_1", Project: store.Project{ID: "p1", Slug: "default", Name: "default"}}, nil
 }
 
 type fakeTemplates []template.Template
@@ -39,7 +40,7 @@ func (fakeTemplates) Delete(context.Context, string, string) error {
 
 func TestListTemplates(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	h := Handler(Config{Projects: oneKey{}, Templates: fakeTemplates{
+	h := Handler(Config{Keys: oneKey{}, Templates: fakeTemplates{
 		{Name: "base", Version: "bookworm-1", SizeBytes: 10, BuiltAt: at},
 		{Name: "python", Version: "bookworm-2", SizeBytes: 20, BuiltAt: at, Aliases: []string{"python312"},
 			Versions: map[string]string{"python": "3.11.2"}},

@@ -423,3 +423,15 @@ func EndpointFor(id string) Endpoint {
 	nsName, hostVeth := names(id)
 	return Endpoint{Netns: netnsDir + "/" + nsName, HostVeth: hostVeth}
 }
+
+// Ready checks that the bridge sandboxes hang on exists and is up.
+func (m *Manager) Ready() error {
+	br, err := netlink.LinkByName(m.cfg.Bridge)
+	if err != nil {
+		return fmt.Errorf("bridge %s: %w", m.cfg.Bridge, err)
+	}
+	if br.Attrs().Flags&net.FlagUp == 0 {
+		return fmt.Errorf("bridge %s is down", m.cfg.Bridge)
+	}
+	return nil
+}

@@ -1,16 +1,21 @@
 // Package proxy is the preview proxy: it serves https?://<sandbox>-<port>.<domain>
 // by forwarding to that port of the sandbox, for requests that carry the
-// sandbox's access token (header, one-time query parameter that becomes a
-// host-only cookie). WebSocket upgrades, Server-Sent Events and large bodies
-// stream through. Only cmd/lizard wires it; it asks the sandbox service, by
-// a narrow interface, where a preview goes.
+// port's access token (header, one-time query parameter that becomes a
+// host-only cookie). It authenticates first: the token is checked before
+// anything is resumed, and every refusal looks the same. WebSocket
+// upgrades, Server-Sent Events and large bodies stream through. Only
+// cmd/lizard wires it; it asks the sandbox service, by a narrow interface,
+// for a preview's token and then its address.
 package proxy
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -19,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -31,17 +37,19 @@ const (
 	TokenCookie = "lizard_token"
 )
 
-// Target is where a preview goes.
-type Target struct {
-	Addr  string // host:port of the sandbox's service
-	Token string // the sandbox's access token
-}
-
-// Previews resolves a preview host to its target. It resumes a paused
-// sandbox. An unknown sandbox or a port that is not exposed is
-// errdefs.ErrNotFound.
+// Previews is what the proxy asks the sandbox service, in two steps so
+// that nothing happens for a request before it is authenticated.
 type Previews interface {
-	Preview(ctx context.Context, sandboxID string, port int) (Target, error)
+	// PreviewToken returns the access token that admits requests to port
+	// of a sandbox. It has no side effects: it never resumes, starts or
+	// touches the runtime. An unknown sandbox or a port that is not exposed
+	// is errdefs.ErrNotFound.
+	PreviewToken(sandboxID string, port int) (string, error)
+	// PreviewAddr returns the host:port that serves port of the sandbox,
+	// resuming a paused sandbox first. It is called only for authenticated
+	// requests; its errors may carry runtime detail, which the proxy logs
+	// and never shows.
+	PreviewAddr(ctx context.Context, sandboxID string, port int) (string, error)
 }
 
 // Config wires the proxy.
@@ -50,14 +58,27 @@ type Config struct {
 	TLS      bool   // the proxy is served over TLS: cookies get Secure
 	Previews Previews
 	Logger   *slog.Logger
+	// Metrics counts requests and bytes; nil counts nothing.
+	Metrics Recorder
+}
+
+// Recorder is told of each request: its outcome (forwarded, redirected,
+// unauthorized, unavailable, upstream_error) and the
+// bytes of its body and of its answer. Bytes of an upgraded connection
+// (WebSocket) after the upgrade are not counted.
+type Recorder interface {
+	ProxyRequest(outcome string, in, out int64)
 }
 
 type proxy struct {
 	cfg Config
 	rp  *httputil.ReverseProxy
+	// decoy is compared against when there is no real token (unknown
+	// sandbox or port, bad host), so that the refusal costs the same.
+	decoy string
 }
 
-type targetKey struct{}
+type addrKey struct{}
 
 // bufferPool lends the reverse proxy 64 KiB copy buffers.
 type bufferPool struct{}
@@ -67,16 +88,27 @@ var copyBuffers = sync.Pool{New: func() any { return make([]byte, 64<<10) }}
 func (bufferPool) Get() []byte  { return copyBuffers.Get().([]byte) }
 func (bufferPool) Put(b []byte) { copyBuffers.Put(b) } //nolint:staticcheck // a slice header per Put is fine here
 
+// The answers the proxy gives of its own. Every refusal before
+// authentication is the same 401, whatever the reason (no token, a wrong
+// one, an unknown sandbox or port, a host that is not a preview's), so it
+// tells nothing about which sandboxes and ports exist. Errors after it
+// name no cause; the log has it.
+const (
+	msgUnauthorized = "This preview is private: send its access token in the " + TokenHeader + " header, or open the preview URL with ?" + TokenQuery + "=."
+	msgUnavailable  = "The sandbox of this preview could not be started."
+	msgBadGateway   = "The sandbox's service did not answer on this port."
+)
+
 // Handler returns the preview proxy's handler.
 func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	p := &proxy{cfg: cfg}
+	p := &proxy{cfg: cfg, decoy: rand.Text()}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			t := pr.In.Context().Value(targetKey{}).(Target)
-			pr.SetURL(&url.URL{Scheme: "http", Host: t.Addr})
+			addr := pr.In.Context().Value(addrKey{}).(string)
+			pr.SetURL(&url.URL{Scheme: "http", Host: addr})
 			pr.SetXForwarded()
 			// The app sees the host it was asked for, and no lizard token.
 			pr.Out.Host = pr.In.Host
@@ -95,67 +127,137 @@ func Handler(cfg Config) http.Handler {
 		FlushInterval: 0,
 		BufferPool:    bufferPool{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			cfg.Logger.Debug("preview upstream failed", "host", r.Host, "err", err)
-			http.Error(w, "the sandbox's service did not answer: "+err.Error(), http.StatusBadGateway)
+			if o, ok := r.Context().Value(outcomeKey{}).(*string); ok {
+				*o = "upstream_error"
+			}
+			cfg.Logger.Info("preview upstream failed", "host", r.Host, "err", err)
+			http.Error(w, msgBadGateway, http.StatusBadGateway)
 		},
 	}
 	return p
 }
 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	id, port, err := ParseHost(r.Host, p.cfg.Domain)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusNotFound)
+	if p.cfg.Metrics == nil {
+		p.serve(w, r)
 		return
 	}
-	t, err := p.cfg.Previews.Preview(r.Context(), id, port)
-	if err != nil {
-		status := http.StatusBadGateway
-		if errors.Is(err, errdefs.ErrNotFound) {
-			status = http.StatusNotFound
+	cw := &countingWriter{ResponseWriter: w}
+	body := &countingBody{ReadCloser: r.Body}
+	r.Body = body
+	outcome := p.serve(cw, r)
+	p.cfg.Metrics.ProxyRequest(outcome, body.n.Load(), cw.n)
+}
+
+// serve answers one request and says how it ended.
+func (p *proxy) serve(w http.ResponseWriter, r *http.Request) string {
+	id, port, hostErr := ParseHost(r.Host, p.cfg.Domain)
+	want := p.decoy
+	known := false
+	if hostErr == nil {
+		if tok, err := p.cfg.Previews.PreviewToken(id, port); err == nil && tok != "" {
+			want, known = tok, true
 		}
-		http.Error(w, err.Error(), status)
-		return
 	}
-	q := r.URL.Query()
-	if tok := q.Get(TokenQuery); tok != "" {
-		if !equal(tok, t.Token) {
-			http.Error(w, "wrong access token", http.StatusUnauthorized)
-			return
-		}
+	fromQuery := r.URL.Query().Get(TokenQuery)
+	if !admitted(r, fromQuery, want) || !known {
+		p.cfg.Logger.Debug("preview refused", "host", r.Host, "known", known)
+		unauthorized(w)
+		return "unauthorized"
+	}
+	if fromQuery != "" {
 		// Once: the token becomes a cookie for this host only, and the
-		// browser goes on to the same URL without it.
+		// browser goes on to the same URL without it. Nothing is resumed
+		// for the redirect; the next request does that.
 		http.SetCookie(w, &http.Cookie{
-			Name: TokenCookie, Value: tok, Path: "/", HttpOnly: true,
+			Name: TokenCookie, Value: fromQuery, Path: "/", HttpOnly: true,
 			SameSite: http.SameSiteLaxMode, Secure: p.cfg.TLS,
 		})
+		q := r.URL.Query()
 		q.Del(TokenQuery)
 		u := *r.URL
 		u.RawQuery = q.Encode()
 		http.Redirect(w, r, u.RequestURI(), http.StatusFound)
-		return
+		return "redirected"
 	}
-	if !authorized(r, t.Token) {
-		http.Error(w, "this preview is private: send "+TokenHeader+" or open the URL with ?"+TokenQuery+"=", http.StatusUnauthorized)
-		return
+	addr, err := p.cfg.Previews.PreviewAddr(r.Context(), id, port)
+	if err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			// Killed or unexposed since the token was checked: as if it
+			// never existed.
+			unauthorized(w)
+			return "unauthorized"
+		}
+		p.cfg.Logger.Warn("preview target unavailable", "sandbox", id, "port", port, "err", err)
+		http.Error(w, msgUnavailable, http.StatusServiceUnavailable)
+		return "unavailable"
 	}
-	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)))
+	outcome := "forwarded"
+	ctx := context.WithValue(context.WithValue(r.Context(), addrKey{}, addr), outcomeKey{}, &outcome)
+	p.rp.ServeHTTP(w, r.WithContext(ctx))
+	return outcome
 }
 
-func authorized(r *http.Request, token string) bool {
-	if h := r.Header.Get(TokenHeader); h != "" {
-		return equal(h, token)
+// outcomeKey holds the outcome the error handler changes.
+type outcomeKey struct{}
+
+// countingWriter counts the bytes of an answer; Unwrap lets the reverse
+// proxy's http.ResponseController flush and hijack through it.
+type countingWriter struct {
+	http.ResponseWriter
+	n int64
+}
+
+func (w *countingWriter) Write(b []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(b)
+	w.n += int64(n)
+	return n, err
+}
+
+func (w *countingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// countingBody counts the bytes read of a request body. The transport
+// reads it from a goroutine of its own, which may outlast the answer.
+type countingBody struct {
+	io.ReadCloser
+	n atomic.Int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	return n, err
+}
+
+func unauthorized(w http.ResponseWriter) {
+	w.Header().Set("Cache-Control", "no-store")
+	http.Error(w, msgUnauthorized, http.StatusUnauthorized)
+}
+
+// admitted reports whether the request carries the token want: in the
+// query (which wins, and is then turned into a cookie), the header, or a
+// cookie. Every comparison is constant-time.
+func admitted(r *http.Request, fromQuery, want string) bool {
+	if fromQuery != "" {
+		return equal(fromQuery, want)
 	}
+	if h := r.Header.Get(TokenHeader); h != "" {
+		return equal(h, want)
+	}
+	ok := false
 	for _, c := range r.Cookies() {
-		if c.Name == TokenCookie && equal(c.Value, token) {
-			return true
+		if c.Name == TokenCookie && equal(c.Value, want) {
+			ok = true
 		}
 	}
-	return false
+	return ok
 }
 
-func equal(a, b string) bool {
-	return b != "" && subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
+// equal compares in constant time, also in the lengths: both sides are
+// hashed first.
+func equal(got, want string) bool {
+	a, b := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
+	return want != "" && subtle.ConstantTimeCompare(a[:], b[:]) == 1
 }
 
 // stripTokenCookie removes lizard's cookie from what the app receives.

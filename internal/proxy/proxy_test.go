@@ -3,8 +3,11 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -43,22 +46,49 @@ func TestParseHost(t *testing.T) {
 	}
 }
 
-type fakePreviews struct{ t Target }
-
-func (f fakePreviews) Preview(_ context.Context, id string, port int) (Target, error) {
-	if id != "sb" || port != 80 {
-		return Target{}, errdefs.ErrNotFound
-	}
-	return f.t, nil
+// fakePreviews serves sandbox "sb": port 80 by the sandbox's token, 6081
+// by a token of its own, and "paused" whose resume fails with runsc's
+// words. It counts the calls that would resume.
+type fakePreviews struct {
+	addr      string
+	addrCalls int
 }
 
-// TestAdmission checks who gets through, against a real upstream.
-func TestAdmission(t *testing.T) {
+var fakeTokens = map[string]map[int]string{
+	"sb":     {80: "secret-token", 6081: "view-token"},
+	"paused": {80: "paused-token"},
+	"down":   {80: "down-token"},
+}
+
+func (f *fakePreviews) PreviewToken(id string, port int) (string, error) {
+	tok, ok := fakeTokens[id][port]
+	if !ok {
+		return "", errdefs.ErrNotFound
+	}
+	return tok, nil
+}
+
+func (f *fakePreviews) PreviewAddr(_ context.Context, id string, port int) (string, error) {
+	f.addrCalls++
+	switch id {
+	case "paused":
+		return "", fmt.Errorf("runsc restore: exit status 128: loading checkpoint: /var/lib/lizard/sandboxes/paused: %w", errdefs.ErrUnavailable)
+	case "down":
+		return "127.0.0.1:1", nil // nothing listens on port 1
+	}
+	return f.addr, nil
+}
+
+// TestDecisions: every request that is not authenticated gets the same
+// answer and resumes nothing; authenticated ones are served, or told of a
+// failure without its cause.
+func TestDecisions(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("app saw host " + r.Host + " cookie " + r.Header.Get("Cookie") + " token " + r.Header.Get(TokenHeader)))
 	}))
 	defer up.Close()
-	h := Handler(Config{Domain: "d.test", Previews: fakePreviews{Target{Addr: strings.TrimPrefix(up.URL, "http://"), Token: "secret-token"}}})
+	f := &fakePreviews{addr: strings.TrimPrefix(up.URL, "http://")}
+	h := Handler(Config{Domain: "d.test", Previews: f})
 	do := func(host, path string, hdr map[string]string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest("GET", "http://"+host+path, nil)
 		for k, v := range hdr {
@@ -68,24 +98,118 @@ func TestAdmission(t *testing.T) {
 		h.ServeHTTP(rec, req)
 		return rec
 	}
-	if r := do("sb-80.d.test", "/", nil); r.Code != 401 {
-		t.Errorf("no token: %d", r.Code)
+	tok := func(v string) map[string]string { return map[string]string{TokenHeader: v} }
+
+	ref := do("nosuch-80.d.test", "/", nil)
+	if ref.Code != http.StatusUnauthorized {
+		t.Fatalf("unknown sandbox: %d", ref.Code)
 	}
-	if r := do("sb-81.d.test", "/", map[string]string{TokenHeader: "secret-token"}); r.Code != 404 {
-		t.Errorf("unexposed port: %d", r.Code)
+	refused := []struct {
+		name, host, path string
+		hdr              map[string]string
+	}{
+		{"no token", "sb-80.d.test", "/", nil},
+		{"wrong header", "sb-80.d.test", "/", tok("wrong")},
+		{"wrong cookie", "sb-80.d.test", "/", map[string]string{"Cookie": "lizard_token=wrong"}},
+		{"wrong query", "sb-80.d.test", "/?lizard_token=wrong", nil},
+		{"empty header", "sb-80.d.test", "/", tok("")},
+		{"right cookie, wrong header", "sb-80.d.test", "/", map[string]string{TokenHeader: "wrong", "Cookie": "lizard_token=secret-token"}},
+		{"unknown sandbox with a real token", "nosuch-80.d.test", "/", tok("secret-token")},
+		{"unexposed port with the sandbox's token", "sb-81.d.test", "/", tok("secret-token")},
+		{"a port with its own token, sandbox token", "sb-6081.d.test", "/", tok("secret-token")},
+		{"a port's own token on another port", "sb-80.d.test", "/", tok("view-token")},
+		{"paused, no token", "paused-80.d.test", "/", nil},
+		{"paused, wrong token", "paused-80.d.test", "/", tok("secret-token")},
+		{"paused, unknown port", "paused-81.d.test", "/", tok("paused-token")},
+		{"foreign host", "example.com", "/", tok("secret-token")},
+		{"no port", "sb.d.test", "/", tok("secret-token")},
+		{"bad port", "sb-99999.d.test", "/", tok("secret-token")},
+		{"empty host", "", "/", nil},
 	}
-	if r := do("nope", "/", nil); r.Code != 404 {
-		t.Errorf("foreign host: %d", r.Code)
+	for _, c := range refused {
+		r := do(c.host, c.path, c.hdr)
+		if r.Code != ref.Code || r.Body.String() != ref.Body.String() || !reflect.DeepEqual(r.Header(), ref.Header()) {
+			t.Errorf("%s: %d %v %q, want the same as an unknown sandbox: %d %v %q", c.name, r.Code, r.Header(), r.Body, ref.Code, ref.Header(), ref.Body)
+		}
 	}
+	if f.addrCalls != 0 {
+		t.Fatalf("refused requests asked for an address (resumed) %d times", f.addrCalls)
+	}
+
 	r := do("sb-80.d.test", "/x", map[string]string{TokenHeader: "secret-token", "Cookie": "lizard_token=secret-token; keep=1"})
 	if r.Code != 200 || r.Body.String() != "app saw host sb-80.d.test cookie keep=1 token " {
 		t.Errorf("with token: %d %q", r.Code, r.Body.String())
 	}
+	if r := do("sb-6081.d.test", "/", map[string]string{"Cookie": "other=1; lizard_token=view-token"}); r.Code != 200 {
+		t.Errorf("port token by cookie: %d", r.Code)
+	}
+	calls := f.addrCalls
 	r = do("sb-80.d.test", "/x?a=1&lizard_token=secret-token", nil)
 	if r.Code != 302 || r.Header().Get("Location") != "/x?a=1" || !strings.Contains(r.Header().Get("Set-Cookie"), "HttpOnly") {
 		t.Errorf("query token: %d %v", r.Code, r.Header())
 	}
-	if r := do("sb-80.d.test", "/", map[string]string{"Cookie": "lizard_token=wrong"}); r.Code != 401 {
-		t.Errorf("wrong cookie: %d", r.Code)
+	if f.addrCalls != calls {
+		t.Error("the redirect that sets the cookie resumed the sandbox")
+	}
+
+	r = do("paused-80.d.test", "/", tok("paused-token"))
+	if r.Code != http.StatusServiceUnavailable || strings.Contains(r.Body.String(), "runsc") || strings.Contains(r.Body.String(), "/var/lib") {
+		t.Errorf("resume failed: %d %q", r.Code, r.Body)
+	}
+	r = do("down-80.d.test", "/", tok("down-token"))
+	if r.Code != http.StatusBadGateway || strings.Contains(r.Body.String(), "127.0.0.1") || strings.Contains(r.Body.String(), "refused") {
+		t.Errorf("app not listening: %d %q", r.Code, r.Body)
+	}
+}
+
+type countRecorder struct {
+	outcomes map[string]int
+	in, out  int64
+}
+
+func (c *countRecorder) ProxyRequest(outcome string, in, out int64) {
+	c.outcomes[outcome]++
+	c.in += in
+	c.out += out
+}
+
+// TestMetrics checks the outcome and the bytes of each kind of request.
+func TestMetrics(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Write(append([]byte("got "), b...))
+	}))
+	defer up.Close()
+	rec := &countRecorder{outcomes: map[string]int{}}
+	h := Handler(Config{Domain: "d.test", Previews: &fakePreviews{addr: strings.TrimPrefix(up.URL, "http://")}, Metrics: rec})
+	for _, tc := range []struct {
+		host, path, token, body string
+		outcome                 string
+	}{
+		{"sb-80.d.test", "/", "secret-token", "hello", "forwarded"},
+		{"sb-80.d.test", "/", "", "", "unauthorized"},
+		{"sb-80.d.test", "/", "wrong", "", "unauthorized"},
+		{"sb-81.d.test", "/", "secret-token", "", "unauthorized"},
+		{"elsewhere", "/", "secret-token", "", "unauthorized"},
+		{"sb-80.d.test", "/?lizard_token=secret-token", "", "", "redirected"},
+		{"paused-80.d.test", "/", "paused-token", "", "unavailable"},
+		{"down-80.d.test", "/", "down-token", "", "upstream_error"},
+	} {
+		req := httptest.NewRequest("POST", "http://"+tc.host+tc.path, strings.NewReader(tc.body))
+		if tc.token != "" {
+			req.Header.Set(TokenHeader, tc.token)
+		}
+		before := rec.outcomes[tc.outcome]
+		h.ServeHTTP(httptest.NewRecorder(), req)
+		if rec.outcomes[tc.outcome] != before+1 {
+			t.Errorf("%s %s: outcomes %v, want one more %s", tc.host, tc.path, rec.outcomes, tc.outcome)
+		}
+	}
+	// Only the forwarded request's body was read; its answer was "got hello".
+	if rec.in != int64(len("hello")) {
+		t.Errorf("bytes in %d, want %d", rec.in, len("hello"))
+	}
+	if rec.out < int64(len("got hello")) {
+		t.Errorf("bytes out %d, want at least %d", rec.out, len("got hello"))
 	}
 }

@@ -123,3 +123,23 @@ type OOMReporter interface {
 	// It must be asked before Destroy, which forgets the sandbox.
 	OOMKilled(id string) bool
 }
+
+// Usage is what a running sandbox uses now: counters since it started
+// (CPU time, network bytes) and current amounts (memory, disk).
+type Usage struct {
+	CPUNanos    uint64
+	MemoryBytes int64
+	MemoryLimit int64 // 0: none
+	DiskBytes   int64 // its writable layer on the host's disk
+	DiskLimit   int64 // 0: none
+	RxBytes     uint64
+	TxBytes     uint64
+}
+
+// UsageReporter is implemented by backends that can tell what a sandbox
+// uses (its cgroup, its network interface, its writable layer).
+type UsageReporter interface {
+	// Usage reports a running sandbox's usage; an unknown or stopped id
+	// is an error.
+	Usage(id string) (Usage, error)
+}

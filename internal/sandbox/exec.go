@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/lizard-build/lizard/internal/agent"
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -28,7 +29,8 @@ type ExecRequest struct {
 
 // Exec runs a command in the sandbox, handing each agent event to onEvent as
 // it arrives. Create-time envs apply first; the request's win.
-func (s *Service) Exec(ctx context.Context, projectID, id string, req ExecRequest, onEvent func(agent.Event) error) error {
+func (s *Service) Exec(ctx context.Context, projectID, id string, req ExecRequest, onEvent func(agent.Event) error) (err error) {
+	defer s.observe(opExec, time.Now(), &err)
 	if len(req.Cmd) == 0 || (req.Shell && req.Cmd[0] == "") {
 		return fmt.Errorf("cmd: must be a non-empty string or argv array: %w", errdefs.ErrInvalid)
 	}

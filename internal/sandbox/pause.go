@@ -19,7 +19,8 @@ func (s *Service) checkpointer(feature string) error {
 // Pause checkpoints the sandbox — memory, processes, files — and frees its
 // processes and memory. Its deadline stops until Resume. Pausing a paused
 // sandbox is a no-op. A failed pause leaves it running with pauseError set.
-func (s *Service) Pause(ctx context.Context, projectID, id string) error {
+func (s *Service) Pause(ctx context.Context, projectID, id string) (err error) {
+	defer s.observe(opPause, time.Now(), &err)
 	if err := s.checkpointer("pause"); err != nil {
 		return err
 	}
@@ -84,7 +85,8 @@ func (s *Service) setStatus(e *entry, status, pauseError string) {
 // Resume restores a paused sandbox where it stopped: same processes and
 // pids, files, network address and agent token. Resuming a running sandbox
 // is a no-op (the Python client's connect() relies on it).
-func (s *Service) Resume(ctx context.Context, projectID, id string) (Record, error) {
+func (s *Service) Resume(ctx context.Context, projectID, id string) (_ Record, err error) {
+	defer s.observe(opResume, time.Now(), &err)
 	e, err := s.lockLive(projectID, id)
 	if err != nil {
 		return Record{}, err

@@ -107,34 +107,55 @@ func (s *Service) Unexpose(ctx context.Context, projectID, id string, port int) 
 	return s.persist(ctx, rec)
 }
 
-// Preview implements proxy.Previews: the address of an exposed port and the
-// token that admits requests to it. A paused sandbox is resumed: whoever
-// opens a preview should not have to know.
-func (s *Service) Preview(ctx context.Context, id string, port int) (proxy.Target, error) {
+// exposed returns the record of a sandbox whose port is exposed on the
+// preview proxy. An unknown sandbox, one being removed, a pooled copy and
+// a port that is not exposed are all ErrNotFound.
+func (s *Service) exposed(id string, port int) (Record, error) {
 	s.mu.Lock()
 	e, ok := s.sandboxes[id]
 	var rec Record
 	if ok {
 		rec = e.rec
 	}
+	gone := ok && e.gone
 	s.mu.Unlock()
-	if !ok || e.gone || rec.Status == StatusPooled {
-		return proxy.Target{}, notFound(id)
+	if !ok || gone || rec.Status == StatusPooled {
+		return Record{}, notFound(id)
 	}
 	if !slices.Contains(rec.Ports, port) {
-		return proxy.Target{}, errdefs.WithCode("port_not_exposed", fmt.Errorf("port %d of sandbox %q is not exposed: %w", port, id, errdefs.ErrNotFound))
+		return Record{}, errdefs.WithCode("port_not_exposed", fmt.Errorf("port %d of sandbox %q is not exposed: %w", port, id, errdefs.ErrNotFound))
+	}
+	return rec, nil
+}
+
+// PreviewToken implements proxy.Previews: the token that admits requests
+// to an exposed port. It only reads the live table.
+func (s *Service) PreviewToken(id string, port int) (string, error) {
+	rec, err := s.exposed(id, port)
+	if err != nil {
+		return "", err
+	}
+	return rec.previewTokenOf(port), nil
+}
+
+// PreviewAddr implements proxy.Previews: the address of an exposed port. A
+// paused sandbox is resumed: whoever opens a preview should not have to
+// know. The proxy calls it only once the request's token is checked.
+func (s *Service) PreviewAddr(ctx context.Context, id string, port int) (string, error) {
+	rec, err := s.exposed(id, port)
+	if err != nil {
+		return "", err
 	}
 	if rec.Status == StatusPaused {
-		var err error
 		if rec, err = s.Resume(ctx, rec.ProjectID, id); err != nil {
-			return proxy.Target{}, err
+			return "", err
 		}
 	}
 	host, _, err := net.SplitHostPort(rec.AgentAddr)
 	if err != nil {
-		return proxy.Target{}, fmt.Errorf("sandbox %q has no address: %w", id, errdefs.ErrUnavailable)
+		return "", fmt.Errorf("sandbox %q has no address: %w", id, errdefs.ErrUnavailable)
 	}
-	return proxy.Target{Addr: net.JoinHostPort(host, strconv.Itoa(port)), Token: rec.previewTokenOf(port)}, nil
+	return net.JoinHostPort(host, strconv.Itoa(port)), nil
 }
 
 // previewToken is 256 random bits, URL-safe.

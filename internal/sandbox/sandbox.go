@@ -64,6 +64,9 @@ type Config struct {
 	MaxSandboxes int
 	// AgentReadyTimeout bounds the wait for a new sandbox's agent.
 	AgentReadyTimeout time.Duration
+	// Observer is told of lifecycle operations and agent round trips; nil
+	// tells no one.
+	Observer Observer
 }
 
 // DefaultMaxSandboxes is the cap on live sandboxes unless configured.
@@ -98,6 +101,7 @@ type Service struct {
 	scanning    bool                   // PrepareTemplates is under way
 	closed      bool
 	bg          sync.WaitGroup
+	usage       usageRings // what SampleUsage saw of each sandbox
 	// bgCtx is the context of background work; Close cancels it.
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
@@ -198,7 +202,8 @@ type CreateRequest struct {
 }
 
 // Create starts a sandbox and returns once its agent answers.
-func (s *Service) Create(ctx context.Context, req CreateRequest) (Record, error) {
+func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Record, err error) {
+	defer s.observe(opCreate, time.Now(), &err)
 	if req.Template == "" {
 		req.Template = "base"
 	}
@@ -444,7 +449,8 @@ func (s *Service) List(projectID string) []Record {
 }
 
 // Kill destroys the sandbox and frees everything it held.
-func (s *Service) Kill(ctx context.Context, projectID, id string) error {
+func (s *Service) Kill(ctx context.Context, projectID, id string) (err error) {
+	defer s.observe(opKill, time.Now(), &err)
 	e, err := s.lookup(projectID, id)
 	if err != nil {
 		return err

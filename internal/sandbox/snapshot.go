@@ -84,7 +84,8 @@ func validPoolSize(n int) error {
 // TakeSnapshot saves a running sandbox as a snapshot; the sandbox keeps
 // running (frozen for the moment of the save). The snapshot is ready when
 // this returns.
-func (s *Service) TakeSnapshot(ctx context.Context, projectID, id, name string, poolSize int) (SnapshotInfo, error) {
+func (s *Service) TakeSnapshot(ctx context.Context, projectID, id, name string, poolSize int) (_ SnapshotInfo, err error) {
+	defer s.observe(opSnapshot, time.Now(), &err)
 	if err := s.checkpointer("snapshots"); err != nil {
 		return SnapshotInfo{}, err
 	}
@@ -395,7 +396,8 @@ func (s *Service) UsesRootfs(rootfs string) bool {
 
 // Restore starts a new sandbox from a snapshot of the project: a warm copy
 // when the pool has one, else a fresh restore.
-func (s *Service) Restore(ctx context.Context, projectID, snapID string, timeoutMs int64) (Record, error) {
+func (s *Service) Restore(ctx context.Context, projectID, snapID string, timeoutMs int64) (_ Record, err error) {
+	defer s.observe(opRestore, time.Now(), &err)
 	if err := s.checkpointer("restoring snapshots"); err != nil {
 		return Record{}, err
 	}
@@ -459,7 +461,8 @@ const MaxFork = 10
 // Fork snapshots a running sandbox and restores count copies of it; the
 // source keeps running. timeoutMs 0 gives each copy the source's lifetime.
 // Copies that fail are reported in place, never dropped.
-func (s *Service) Fork(ctx context.Context, projectID, id string, count int, timeoutMs int64) ([]ForkResult, error) {
+func (s *Service) Fork(ctx context.Context, projectID, id string, count int, timeoutMs int64) (_ []ForkResult, err error) {
+	defer s.observe(opFork, time.Now(), &err)
 	if err := s.checkpointer("fork"); err != nil {
 		return nil, err
 	}

@@ -6,12 +6,11 @@ package store
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -23,7 +22,9 @@ import (
 
 // Store is the SQLite-backed state. It is safe for concurrent use.
 type Store struct {
-	db *sql.DB
+	db   *sql.DB
+	path string
+	file os.FileInfo // the database file as opened, for Ping
 }
 
 const schema = `
@@ -82,7 +83,34 @@ func Open(path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("migrate %s: %w", path, err)
 	}
-	return &Store{db: db}, nil
+	if err := migrateKeys(db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("migrate %s: %w", path, err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &Store{db: db, path: path, file: fi}, nil
+}
+
+// Ping checks that the database answers a query and that its file is still
+// the one opened: a file removed or replaced underneath would take every
+// later write with it.
+func (s *Store) Ping(ctx context.Context) error {
+	var n int
+	if err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM projects").Scan(&n); err != nil {
+		return fmt.Errorf("query: %w", err)
+	}
+	fi, err := os.Stat(s.path)
+	if err != nil {
+		return err
+	}
+	if !os.SameFile(fi, s.file) {
+		return fmt.Errorf("%s was replaced since it was opened", s.path)
+	}
+	return nil
 }
 
 // Close closes the database.
@@ -181,47 +209,10 @@ func (s *Store) ProjectByRef(ctx context.Context, ref string) (Project, error) {
 	return p, err
 }
 
-// CreateKey makes an API key for a project and returns its secret, which is
-// stored only as a hash. A non-empty secret is used as given.
-func (s *Store) CreateKey(ctx context.Context, projectID, secret string) (string, error) {
-	if secret == "" {
-		secret = NewID("lz_", 40)
-	}
-	if len(secret) < 16 {
-		return "", fmt.Errorf("API key: must be at least 16 characters: %w", errdefs.ErrInvalid)
-	}
-	_, err := s.db.ExecContext(ctx, `INSERT INTO api_keys(id, project_id, hash, prefix, created_at) VALUES(?,?,?,?,?)`,
-		NewID("key_", 16), projectID, hashKey(secret), secret[:6], now())
-	if err != nil {
-		if isUnique(err) {
-			return "", fmt.Errorf("API key: %w", errdefs.ErrConflict)
-		}
-		return "", err
-	}
-	return secret, nil
-}
-
-// ProjectForKey returns the project an API key belongs to, or
-// ErrUnauthenticated.
-func (s *Store) ProjectForKey(ctx context.Context, secret string) (Project, error) {
-	var p Project
-	err := s.db.QueryRowContext(ctx, `SELECT p.id, p.slug, p.name FROM api_keys k JOIN projects p ON p.id = k.project_id WHERE k.hash = ?`,
-		hashKey(secret)).Scan(&p.ID, &p.Slug, &p.Name)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Project{}, fmt.Errorf("API key: %w", errdefs.ErrUnauthenticated)
-	}
-	return p, err
-}
-
 // isUnique reports whether err is SQLite refusing a duplicate key.
 func isUnique(err error) bool {
 	var se *sqlite.Error
 	return errors.As(err, &se) && (se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
-}
-
-func hashKey(secret string) string {
-	h := sha256.Sum256([]byte(secret))
-	return hex.EncodeToString(h[:])
 }
 
 // Sandbox is the durable record of one sandbox. Spec holds what the sandbox

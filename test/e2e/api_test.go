@@ -184,16 +184,8 @@ func TestBadInput(t *testing.T) {
 // TestProjectIsolation: a key of one project sees no sandbox of another.
 func TestProjectIsolation(t *testing.T) {
 	s := startServer(t, "")
-	lz := filepath.Join(s.bin, "lizard")
-	if out, err := exec.Command(lz, "projects", "create", "Other Team", "--data-dir", s.dataDir).CombinedOutput(); err != nil {
-		t.Fatalf("projects create: %v %s", err, out)
-	}
-	out, err := exec.Command(lz, "keys", "create", "--project", "other-team", "--data-dir", s.dataDir).CombinedOutput()
-	if err != nil {
-		t.Fatalf("keys create: %v %s", err, out)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	other := lines[len(lines)-1]
+	s.cli(t, "projects", "create", "Other Team")
+	other := s.newKey(t, "other-team")
 	var projects []map[string]string
 	s.doKey(other, "GET", "/api/projects", nil, &projects)
 	if len(projects) != 1 || projects[0]["slug"] != "other-team" {

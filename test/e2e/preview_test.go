@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -37,6 +38,19 @@ func (s *server) startApp(t *testing.T, id string, port int) {
 	}
 	s.sh(t, id, fmt.Sprintf(`nohup python3 /tmp/app.py %d > /tmp/app.log 2>&1 &
 for i in $(seq 1 100); do curl -s -o /dev/null http://127.0.0.1:%d/ && exit 0; sleep 0.05; done; cat /tmp/app.log; exit 1`, port, port))
+}
+
+// exposedApp creates a sandbox running testdata/app.py on port 8000 and
+// exposes that port.
+func (s *server) exposedApp(t *testing.T) (string, exposed) {
+	t.Helper()
+	id := s.create(t)
+	s.startApp(t, id, 8000)
+	var ex exposed
+	if code, body := s.do("POST", "/api/sandboxes/"+id+"/expose/8000", nil, &ex); code != 200 {
+		t.Fatalf("expose: %d %s", code, body)
+	}
+	return id, ex
 }
 
 // previewGet sends a request to the preview proxy for host, without
@@ -72,12 +86,7 @@ func readAll(t *testing.T, resp *http.Response) string {
 // TestPreview: private preview URLs through the proxy, end to end.
 func TestPreview(t *testing.T) {
 	s := startServer(t, "")
-	id := s.create(t)
-	s.startApp(t, id, 8000)
-	var ex exposed
-	if code, body := s.do("POST", "/api/sandboxes/"+id+"/expose/8000", nil, &ex); code != 200 {
-		t.Fatalf("expose: %d %s", code, body)
-	}
+	id, ex := s.exposedApp(t)
 	_, proxyPort, _ := net.SplitHostPort(s.proxy)
 	if want := fmt.Sprintf("%s-8000.sandbox.localhost:%s", id, proxyPort); ex.Hostname != want || ex.Port != 8000 {
 		t.Fatalf("expose: %+v, want hostname %s", ex, want)
@@ -169,9 +178,9 @@ func TestPreview(t *testing.T) {
 			t.Fatalf("websocket: %q", got)
 		}
 	})
-	t.Run("unexposed and unknown ports are 404, the agent port cannot be exposed", func(t *testing.T) {
+	t.Run("unexposed and unknown ports are 401, the agent port cannot be exposed", func(t *testing.T) {
 		other := strings.Replace(ex.Hostname, "-8000.", "-8001.", 1)
-		if r := s.preview(t, "GET", other, "/", tok, nil); r.StatusCode != 404 {
+		if r := s.preview(t, "GET", other, "/", tok, nil); r.StatusCode != 401 {
 			t.Fatalf("port not exposed: %d", r.StatusCode)
 		}
 		if code, _ := s.do("POST", "/api/sandboxes/"+id+"/expose/49983", nil, nil); code != 400 {
@@ -193,19 +202,82 @@ func TestPreview(t *testing.T) {
 			t.Fatalf("status after a preview request: %s", st)
 		}
 	})
-	t.Run("unexpose takes effect at once; a killed sandbox is 404", func(t *testing.T) {
+	t.Run("unexpose takes effect at once; a killed sandbox is 401", func(t *testing.T) {
 		if code, _ := s.do("DELETE", "/api/sandboxes/"+id+"/expose/8000", nil, nil); code != 204 {
 			t.Fatalf("unexpose: %d", code)
 		}
-		if r := s.preview(t, "GET", ex.Hostname, "/", tok, nil); r.StatusCode != 404 {
+		if r := s.preview(t, "GET", ex.Hostname, "/", tok, nil); r.StatusCode != 401 {
 			t.Fatalf("after unexpose: %d", r.StatusCode)
 		}
 		s.do("POST", "/api/sandboxes/"+id+"/expose/8000", nil, nil)
 		s.do("DELETE", "/api/sandboxes/"+id, nil, nil)
-		if r := s.preview(t, "GET", ex.Hostname, "/", tok, nil); r.StatusCode != 404 {
+		if r := s.preview(t, "GET", ex.Hostname, "/", tok, nil); r.StatusCode != 401 {
 			t.Fatalf("after kill: %d", r.StatusCode)
 		}
 	})
+	s.waitNoLeaks(t)
+}
+
+// refusal is what a preview request was answered, but for the Date header.
+type refusal struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (s *server) refusal(t *testing.T, host, path string, hdr http.Header) refusal {
+	t.Helper()
+	r := s.preview(t, "GET", host, path, hdr, nil)
+	body := readAll(t, r)
+	r.Header.Del("Date")
+	return refusal{r.StatusCode, r.Header, body}
+}
+
+// TestPreviewAuthenticatesFirst: requests without the right token get the
+// answer a sandbox that does not exist gets, byte for byte, and leave a
+// paused sandbox paused; the right token resumes it and is served.
+func TestPreviewAuthenticatesFirst(t *testing.T) {
+	s := startServer(t, "")
+	id, ex := s.exposedApp(t)
+	if code, body := s.do("POST", "/api/sandboxes/"+id+"/pause", nil, nil); code != 200 {
+		t.Fatalf("pause: %d %s", code, body)
+	}
+	_, proxyPort, _ := net.SplitHostPort(s.proxy)
+	host := func(label string) string { return label + ".sandbox.localhost:" + proxyPort }
+	want := s.refusal(t, host("nosandbox0123-8000"), "/page", nil)
+	if want.status != http.StatusUnauthorized {
+		t.Fatalf("a sandbox that does not exist: %d %s", want.status, want.body)
+	}
+	tok := func(v string) http.Header { return http.Header{"X-Lizard-Access-Token": {v}} }
+	for _, c := range []struct {
+		name, host, path string
+		hdr              http.Header
+	}{
+		{"no token", ex.Hostname, "/page", nil},
+		{"a wrong token", ex.Hostname, "/page", tok("wrong-token")},
+		{"a wrong cookie", ex.Hostname, "/page", http.Header{"Cookie": {"lizard_token=wrong-token"}}},
+		{"a wrong query token", ex.Hostname, "/page?lizard_token=wrong-token", nil},
+		{"an unknown sandbox with the real token", host("nosandbox0123-8000"), "/page", tok(ex.AccessToken)},
+		{"an unexposed port with the real token", host(id + "-8001"), "/page", tok(ex.AccessToken)},
+		{"the agent's port with the real token", host(id + "-49983"), "/", tok(ex.AccessToken)},
+		{"a malformed host", id + ".sandbox.localhost:" + proxyPort, "/page", tok(ex.AccessToken)},
+		{"a foreign host", "example.com", "/page", tok(ex.AccessToken)},
+	} {
+		if got := s.refusal(t, c.host, c.path, c.hdr); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: %+v\nwant the same as for a sandbox that does not exist: %+v", c.name, got, want)
+		}
+	}
+	if st := s.status(t, id); st != "paused" {
+		t.Fatalf("after unauthenticated requests the sandbox is %s, want paused", st)
+	}
+	r := s.preview(t, "GET", ex.Hostname, "/page", tok(ex.AccessToken), nil)
+	if body := readAll(t, r); r.StatusCode != 200 || !strings.Contains(body, "hello from the sandbox") {
+		t.Fatalf("with the token: %d %s", r.StatusCode, body)
+	}
+	if st := s.status(t, id); st != "running" {
+		t.Fatalf("after an authenticated request the sandbox is %s, want running", st)
+	}
+	s.do("DELETE", "/api/sandboxes/"+id, nil, nil)
 	s.waitNoLeaks(t)
 }
 

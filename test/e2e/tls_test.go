@@ -24,12 +24,7 @@ func TestPreviewTLS(t *testing.T) {
 	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	writeSelfSigned(t, certFile, keyFile, "*.sandbox.localhost")
 	s := startServer(t, "", "--tls-cert", certFile, "--tls-key", keyFile)
-	id := s.create(t)
-	s.startApp(t, id, 8000)
-	var ex exposed
-	if code, body := s.do("POST", "/api/sandboxes/"+id+"/expose/8000", nil, &ex); code != 200 {
-		t.Fatalf("expose: %d %s", code, body)
-	}
+	id, ex := s.exposedApp(t)
 	if !strings.HasPrefix(ex.URL, "https://") {
 		t.Fatalf("preview url %q is not https", ex.URL)
 	}

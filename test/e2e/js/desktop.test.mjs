@@ -312,7 +312,7 @@ test('desktop: start, input, screenshots, noVNC through the proxy, view-only, st
     assert.equal(stopped.running, false)
     assert.equal(stopped.url, d.url)
     assert.equal(stopped.viewOnlyUrl, d.viewOnlyUrl)
-    assert.equal((await proxyGet(url.host, '/vnc.html', { 'X-Lizard-Access-Token': token })).status, 404)
+    assert.equal((await proxyGet(url.host, '/vnc.html', { 'X-Lizard-Access-Token': token })).status, 401)
     await assert.rejects(sb.desktop.screenshot(), /not running/)
 
     const restarted = await sb.desktop.start()

@@ -49,6 +49,6 @@ test('exposePort, getHost, accessToken and unexpose', async () => {
 
     await sb.unexpose(3000)
     const gone = await get(exposed.hostname, '/page', { 'X-Lizard-Access-Token': sb.accessToken })
-    assert.equal(gone.status, 404)
+    assert.equal(gone.status, 401)
   })
 })

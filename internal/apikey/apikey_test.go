@@ -1,0 +1,148 @@
+package apikey
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// counting is the real store, counting the calls that reach it.
+type counting struct {
+	*store.Store
+	calls atomic.Int64
+}
+
+func (c *counting) KeyGeneration(ctx context.Context) (int64, error) {
+	c.calls.Add(1)
+	return c.Store.KeyGeneration(ctx)
+}
+
+func (c *counting) ActiveKeys(ctx context.Context) ([]store.ActiveKey, error) {
+	c.calls.Add(1)
+	return c.Store.ActiveKeys(ctx)
+}
+
+func (c *counting) TouchKeys(ctx context.Context, used map[string]time.Time) error {
+	c.calls.Add(1)
+	return c.Store.TouchKeys(ctx, used)
+}
+
+func TestSet(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := store.Open(filepath.Join(dir, "lizard.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	p, _ := st.CreateProject(ctx, "p", "")
+	secret, err := st.CreateKey(ctx, p.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := &counting{Store: st}
+	// Polls and flushes only when the test says: a long period, and
+	// refresh/flush called directly.
+	set, err := Open(ctx, Config{Store: cs, Poll: time.Hour, Flush: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+
+	k, err := set.Lookup(secret)
+	if err != nil || k.Project != p {
+		t.Fatalf("lookup: %+v %v", k, err)
+	}
+	before := cs.calls.Load()
+	for _, bad := range []string{"", "lz_unknown_0123456789", secret + "x"} {
+		if _, err := set.Lookup(bad); !errors.Is(err, errdefs.ErrUnauthenticated) {
+			t.Fatalf("lookup %q: %v", bad, err)
+		}
+	}
+	if _, err := set.Lookup(secret); err != nil {
+		t.Fatal(err)
+	}
+	if n := cs.calls.Load() - before; n != 0 {
+		t.Fatalf("lookups made %d store calls, want none", n)
+	}
+
+	// Another process (the CLI) revokes on the same database.
+	cli, err := store.Open(filepath.Join(dir, "lizard.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if err := set.refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := cs.calls.Load() - before; n != 1 {
+		t.Fatalf("a refresh without changes made %d store calls, want 1 (the generation)", n)
+	}
+	if err := cli.RevokeKey(ctx, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	second, err := cli.CreateKey(ctx, p.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := set.refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := set.Lookup(secret); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Fatalf("revoked key: %v", err)
+	}
+	k2, err := set.Lookup(second)
+	if err != nil {
+		t.Fatalf("new key: %v", err)
+	}
+
+	set.flush(ctx)
+	ks, _ := cli.Keys(ctx, p.ID)
+	if len(ks) != 2 || ks[0].LastUsed == nil || ks[1].ID != k2.ID || ks[1].LastUsed == nil {
+		t.Fatalf("last used not recorded: %+v", ks)
+	}
+}
+
+// TestSetFollows: the running poller picks up a revocation by itself.
+func TestSetFollows(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(filepath.Join(t.TempDir(), "lizard.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	p, _ := st.CreateProject(ctx, "p", "")
+	secret, _ := st.CreateKey(ctx, p.ID, "")
+	set, err := Open(ctx, Config{Store: st, Poll: 10 * time.Millisecond, Flush: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := set.Lookup(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RevokeKey(ctx, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := set.Lookup(secret); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the revocation was not picked up")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	set.Close()
+	ks, _ := st.Keys(ctx, p.ID)
+	if ks[0].LastUsed == nil {
+		t.Fatal("Close did not write the last use")
+	}
+}

@@ -1,0 +1,70 @@
+package sandbox
+
+import (
+	"time"
+
+	"github.com/lizard-build/lizard/internal/metrics"
+)
+
+// Observer is told what the service did, for metrics. Its methods must be
+// quick and safe for concurrent use.
+type Observer interface {
+	// Operation reports one lifecycle operation (the op* names), how long
+	// it took and its error (nil when it succeeded).
+	Operation(op string, took time.Duration, err error)
+	// AgentRoundTrip reports one health call's round trip to an agent.
+	AgentRoundTrip(took time.Duration)
+}
+
+// Lifecycle operations as Observer sees them.
+const (
+	opCreate   = "create"
+	opExec     = "exec"
+	opPause    = "pause"
+	opResume   = "resume"
+	opSnapshot = "snapshot"
+	opRestore  = "restore"
+	opFork     = "fork"
+	opKill     = "kill"
+)
+
+// observe reports an operation that began at start and ended with *err;
+// it is deferred at the top of each lifecycle method.
+func (s *Service) observe(op string, start time.Time, err *error) {
+	if s.cfg.Observer != nil {
+		s.cfg.Observer.Operation(op, time.Since(start), *err)
+	}
+}
+
+var _ metrics.Inventory = (*Service)(nil)
+
+// Sandboxes implements metrics.Inventory: every live sandbox, warm pool
+// copies and ones being made included.
+func (s *Service) Sandboxes() []metrics.Sandbox {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]metrics.Sandbox, 0, len(s.sandboxes))
+	for _, e := range s.sandboxes {
+		out = append(out, metrics.Sandbox{State: e.rec.Status, Template: e.rec.Template, CPUs: e.rec.CPUs, MemoryMB: e.rec.MemoryMB})
+	}
+	return out
+}
+
+// WarmPools implements metrics.Inventory: each snapshot that keeps a pool,
+// with its ready copies. A paused pool wants none.
+func (s *Service) WarmPools() []metrics.Pool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []metrics.Pool
+	for id, se := range s.snapshots {
+		if se.gone || se.snap.PoolSize == 0 {
+			continue
+		}
+		p := metrics.Pool{Ready: len(s.pooledLocked(id)), Target: se.snap.PoolSize}
+		if se.snap.PoolPaused {
+			p.Target = 0
+		}
+		out = append(out, p)
+	}
+	return out
+}
