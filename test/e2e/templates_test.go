@@ -7,8 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -16,19 +14,11 @@ import (
 )
 
 // projectKey creates project name and a key of it with the CLI against
-// the server's data dir, and returns the key.
+// the server's data dir, and returns the key once the server admits it.
 func (s *server) projectKey(t *testing.T, name string) string {
 	t.Helper()
-	lz := filepath.Join(s.bin, "lizard")
-	if out, err := exec.Command(lz, "projects", "create", name, "--data-dir", s.dataDir).CombinedOutput(); err != nil {
-		t.Fatalf("projects create: %v %s", err, out)
-	}
-	out, err := exec.Command(lz, "keys", "create", "--project", name, "--data-dir", s.dataDir).CombinedOutput()
-	if err != nil {
-		t.Fatalf("keys create: %v %s", err, out)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	return lines[len(lines)-1]
+	s.cli(t, "projects", "create", name)
+	return s.newKey(t, name)
 }
 
 // listedTemplates returns the names GET /api/templates gives key.
@@ -136,10 +126,8 @@ func TestTemplatesBelongToProjects(t *testing.T) {
 	}
 
 	// The CLI works on a project's templates too.
-	out, err := exec.Command(filepath.Join(s.bin, "lizard"), "template", "ls", "--project", "team-b",
-		"--template-dir", s.templateDir, "--data-dir", s.dataDir).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "myapp") {
-		t.Fatalf("lizard template ls --project team-b: %v\n%s", err, out)
+	if out := s.cli(t, "template", "ls", "--project", "team-b", "--template-dir", s.templateDir); !strings.Contains(out, "myapp") {
+		t.Fatalf("lizard template ls --project team-b:\n%s", out)
 	}
 
 	// a deletes its myapp: its running sandbox keeps the files, new
@@ -160,11 +148,7 @@ func TestTemplatesBelongToProjects(t *testing.T) {
 	if idB2 == "" || s.shKey(t, b, idB2, "cat /who.txt") != "b\n" {
 		t.Fatalf("b's myapp after a's delete: %d %s", code, body)
 	}
-	out, err = exec.Command(filepath.Join(s.bin, "lizard"), "template", "rm", "myapp", "--project", "team-b",
-		"--template-dir", s.templateDir, "--data-dir", s.dataDir).CombinedOutput()
-	if err != nil {
-		t.Fatalf("lizard template rm: %v\n%s", err, out)
-	}
+	s.cli(t, "template", "rm", "myapp", "--project", "team-b", "--template-dir", s.templateDir)
 	if got := s.listedTemplates(t, b); contains(got, "myapp") {
 		t.Fatalf("b lists myapp after lizard template rm: %v", got)
 	}
