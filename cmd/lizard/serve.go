@@ -137,6 +137,25 @@ func serve(ctx context.Context, args []string) error {
 		limiter = ratelimit.New(c.rateLimit, c.rateBurst, 0, nil)
 	}
 
+	reg := template.NewRegistry(c.templateDir)
+	reg.Mirror = c.build.mirror
+	// Templates of the older layout become versions before any sandbox is
+	// made from them, so that sandboxes record paths a rebuild keeps.
+	if migrated, err := reg.Migrate(); err != nil {
+		log.Warn("template layout migration", "err", err)
+	} else if len(migrated) > 0 {
+		log.Info("templates moved to the versioned layout", "templates", migrated)
+	}
+	// Custom templates from before templates belonged to projects become
+	// the default project's (before the reaper starts: the copy runs cp,
+	// whose status a child subreaper could take).
+	if def, err := defaultProject(ctx, st); err != nil {
+		log.Warn("custom template migration: no default project", "err", err)
+	} else if migrated, err := reg.MigrateCustom(def.ID); err != nil {
+		log.Warn("custom template migration", "project", def.Slug, "err", err)
+	} else if len(migrated) > 0 {
+		log.Info("custom templates given to the default project", "project", def.Slug, "templates", migrated)
+	}
 	reap, err := reaper.Start(ctx)
 	if err != nil {
 		return fmt.Errorf("become child subreaper: %w", err)
@@ -170,24 +189,6 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	}
 	mets := metrics.New()
-	reg := template.NewRegistry(c.templateDir)
-	reg.Mirror = c.build.mirror
-	// Templates of the older layout become versions before any sandbox is
-	// made from them, so that sandboxes record paths a rebuild keeps.
-	if migrated, err := reg.Migrate(); err != nil {
-		log.Warn("template layout migration", "err", err)
-	} else if len(migrated) > 0 {
-		log.Info("templates moved to the versioned layout", "templates", migrated)
-	}
-	// Custom templates from before templates belonged to projects become
-	// the default project's.
-	if def, err := defaultProject(ctx, st); err != nil {
-		log.Warn("custom template migration: no default project", "err", err)
-	} else if migrated, err := reg.MigrateCustom(def.ID); err != nil {
-		log.Warn("custom template migration", "project", def.Slug, "err", err)
-	} else if len(migrated) > 0 {
-		log.Info("custom templates given to the default project", "project", def.Slug, "templates", migrated)
-	}
 	svc := sandbox.New(sandbox.Config{
 		Runtime: rt, Store: st, Templates: reg, Volumes: vols,
 		SnapshotDir: filepath.Join(c.dataDir, "snapshots"), ReadyDir: filepath.Join(c.dataDir, "ready"),

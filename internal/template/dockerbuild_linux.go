@@ -341,7 +341,7 @@ func (b *dbuild) makeLayer(ctx context.Context, from, parentKey, key string, st 
 	} else {
 		// A real copy (not hard links): RUN writes into it in place.
 		cp := exec.CommandContext(ctx, "cp", "-a", "--reflink=auto", from, rootfs)
-		if out, err := cp.CombinedOutput(); err != nil {
+		if out, err := b.combinedOutput(cp); err != nil {
 			return "", fmt.Errorf("copy the previous layer: %v: %s", err, strings.TrimSpace(string(out)))
 		}
 	}
@@ -414,7 +414,7 @@ func (b *dbuild) install(ctx context.Context, plan *dfPlan, base Template, layer
 	}
 	rootfs := filepath.Join(tmp, rootfsDir)
 	cp := exec.CommandContext(ctx, "cp", "-a", "--link", layer, rootfs)
-	if out, err := cp.CombinedOutput(); err != nil {
+	if out, err := b.combinedOutput(cp); err != nil {
 		return Template{}, fmt.Errorf("copy the last layer: %v: %s", err, strings.TrimSpace(string(out)))
 	}
 	if plan.Workdir != "" {
@@ -659,6 +659,20 @@ func (b *dbuild) run(ctx context.Context, rootfs string, st dfStep) (err error) 
 		msg += "; last output: " + strings.Join(last, " ⏎ ")
 	}
 	return fmt.Errorf("%s: %w", msg, errdefs.ErrInvalid)
+}
+
+// combinedOutput runs cmd with opts.RunCommand, like cmd.CombinedOutput:
+// in a server that is a child subreaper, a command not run through its
+// reaper could have its exit status reaped from under it ("waitid: no child
+// processes").
+func (b *dbuild) combinedOutput(cmd *exec.Cmd) ([]byte, error) {
+	if b.opts.RunCommand == nil {
+		return cmd.CombinedOutput()
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := b.opts.RunCommand(cmd)
+	return out.Bytes(), err
 }
 
 // runsc runs one runsc command against the build's runsc state directory.
