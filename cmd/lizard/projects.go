@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"strconv"
-	"text/tabwriter"
 
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
@@ -110,7 +109,7 @@ func listProjects(ctx context.Context, st *store.Store, out io.Writer, ids ...st
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	tw := newTabWriter(out)
 	fmt.Fprintln(tw, "ID\tSLUG\tNAME\tSANDBOXES\tVCPUS\tMEMORY_GB\tVOLUME_GB\tSNAPSHOTS")
 	for _, p := range ps {
 		if len(ids) > 0 && p.ID != ids[0] {

@@ -48,7 +48,10 @@ type Config struct {
 	Previews  PreviewURLs
 	Volumes   Volumes
 	Builder   TemplateBuilder
-	Logger    *slog.Logger
+	// MaxBuildContext caps the body of POST /api/templates (the Dockerfile
+	// and the build context's files); 0 means DefaultMaxBuildContext.
+	MaxBuildContext int64
+	Logger          *slog.Logger
 	// Disk refuses file uploads when the data directory's disk is low
 	// (the sandboxes' writable layers live there); nil: no check.
 	Disk *disk.Guard
@@ -59,6 +62,9 @@ type Config struct {
 	// Ready are what GET /readyz checks.
 	Ready []ReadyCheck
 }
+
+// DefaultMaxBuildContext is the default cap of a template build's request.
+const DefaultMaxBuildContext = 256 << 20
 
 // Body size limits. A file write carries its content in JSON (base64 for
 // bytes), so it may be larger than other requests.
@@ -75,6 +81,7 @@ type server struct {
 	previews  PreviewURLs
 	volumes   Volumes
 	builder   TemplateBuilder
+	maxBuild  int64
 	log       *slog.Logger
 	disk      *disk.Guard
 	metrics   *metrics.Metrics
@@ -86,7 +93,10 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, templates: cfg.Templates, previews: cfg.Previews, volumes: cfg.Volumes, builder: cfg.Builder, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready, disk: cfg.Disk}
+	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, templates: cfg.Templates, previews: cfg.Previews, volumes: cfg.Volumes, builder: cfg.Builder, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready, maxBuild: cfg.MaxBuildContext, disk: cfg.Disk}
+	if s.maxBuild <= 0 {
+		s.maxBuild = DefaultMaxBuildContext
+	}
 	mux := http.NewServeMux()
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request, store.Project) error) {
 		mux.Handle(pattern, s.authed(h))
@@ -130,6 +140,7 @@ func Handler(cfg Config) http.Handler {
 	route("POST /api/sandboxes/{id}/exec", s.exec)
 	route("GET /api/sandboxes/{id}/processes", s.listProcesses)
 	route("POST /api/sandboxes/{id}/processes/signal", s.signalProcess)
+	mux.Handle("GET /api/sandboxes/{id}/terminal", browserKey(s.authed(s.terminal)))
 
 	route("POST /api/sandboxes/{id}/files", s.writeFile)
 	route("GET /api/sandboxes/{id}/files", s.readFile)
@@ -143,6 +154,7 @@ func Handler(cfg Config) http.Handler {
 
 	route("GET /api/templates", s.listTemplates)
 	route("POST /api/templates", s.buildTemplate)
+	route("DELETE /api/templates/{name}", s.deleteTemplate)
 
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
