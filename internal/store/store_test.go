@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -144,41 +143,5 @@ func TestLimits(t *testing.T) {
 	err = LimitVCPUs.Exceeded(8, 8, 2)
 	if !errors.Is(err, errdefs.ErrQuota) || errdefs.Code(err) != "quota_exceeded" || !strings.Contains(err.Error(), "project quota: vcpus 8 of 8 in use, this needs 2") {
 		t.Fatalf("exceeded: %v", err)
-	}
-}
-
-// TestOpenOlderDatabase: a database of schema version 1 (before limits)
-// opens, keeps its data and takes limits.
-func TestOpenOlderDatabase(t *testing.T) {
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "lizard.db")
-	db, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	migs, err := migrations()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec(migs[0] + `PRAGMA user_version = 1;
-		INSERT INTO projects(id, slug, name, created_at) VALUES('prj_old', 'old', 'old', '2025-01-01T00:00:00Z');`); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
-	st, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	p, err := st.ProjectByRef(ctx, "old")
-	if err != nil {
-		t.Fatal(err)
-	}
-	three := 3
-	if err := st.SetProjectLimit(ctx, p.ID, LimitVCPUs, &three); err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := st.ProjectLimits(ctx, p.ID, Limits{}); got.VCPUs != 3 {
-		t.Fatalf("limits on an older database: %+v", got)
 	}
 }
