@@ -23,6 +23,8 @@ func (s *Service) Pause(ctx context.Context, projectID, id string) error {
 	if err := s.checkpointer("pause"); err != nil {
 		return err
 	}
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	e, err := s.lockLive(projectID, id)
 	if err != nil {
 		return err
@@ -85,6 +87,8 @@ func (s *Service) setStatus(e *entry, status, pauseError string) {
 // pids, files, network address and agent token. Resuming a running sandbox
 // is a no-op (the Python client's connect() relies on it).
 func (s *Service) Resume(ctx context.Context, projectID, id string) (Record, error) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	e, err := s.lockLive(projectID, id)
 	if err != nil {
 		return Record{}, err
@@ -108,8 +112,11 @@ func (s *Service) Resume(ctx context.Context, projectID, id string) (Record, err
 			return Record{}, fmt.Errorf("resume sandbox %q: mount its volume: %w", id, err)
 		}
 	}
-	s.setStatus(e, StatusResuming, "")
 	start := time.Now()
+	s.mu.Lock()
+	e.since = start
+	s.mu.Unlock()
+	s.setStatus(e, StatusResuming, "")
 	if err := s.cp.Resume(ctx, id); err != nil {
 		s.log.Error("resume failed; the sandbox stays paused", "sandbox", id, "err", err)
 		s.setStatus(e, StatusPaused, "")
@@ -125,6 +132,7 @@ func (s *Service) Resume(ctx context.Context, projectID, id string) (Record, err
 		return Record{}, fmt.Errorf("resume sandbox %q: agent did not answer: %w", id, err)
 	}
 	s.mu.Lock()
+	e.rec.AgentVersion = ag.Version()
 	e.rec.Status = StatusRunning
 	e.rec.EndAt = nil
 	if e.rec.RemainingMs > 0 {

@@ -64,6 +64,9 @@ func (r *Runtime) save(ctx context.Context, id, image string) error {
 	os.RemoveAll(tmp)
 	err := r.runsc(ctx, nil, "checkpoint", "--leave-running", "--image-path", tmp, id)
 	if err == nil {
+		err = r.writeManifest(ctx, tmp)
+	}
+	if err == nil {
 		err = os.Rename(tmp, image)
 	}
 	if err != nil {
@@ -112,6 +115,10 @@ func (r *Runtime) Resume(ctx context.Context, id string) error {
 		}
 		return nil
 	}
+	image := filepath.Join(r.dir(id), checkpointDir)
+	if err := r.compatible(ctx, image); err != nil {
+		return err
+	}
 	// Whatever a pause or an earlier resume cut short left goes first — a
 	// container, stray processes, a half-made cgroup (whose empty cpuset
 	// would refuse the new sandbox): the image is the state.
@@ -130,7 +137,6 @@ func (r *Runtime) Resume(ctx context.Context, id string) error {
 		return err
 	}
 	defer console.Close()
-	image := filepath.Join(r.dir(id), checkpointDir)
 	if err := r.restore(ctx, st, image, console); err != nil {
 		return err
 	}
@@ -192,6 +198,9 @@ func (r *Runtime) notRunning(ctx context.Context, id string, err error) error {
 func (r *Runtime) Restore(ctx context.Context, spec runtime.Spec, dir string) (runtime.Sandbox, error) {
 	if _, err := os.Stat(filepath.Join(dir, "checkpoint.img")); err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("image %s: %w", dir, errdefs.ErrNotFound)
+	}
+	if err := r.compatible(ctx, dir); err != nil {
+		return runtime.Sandbox{}, err
 	}
 	return r.make(ctx, spec, dir)
 }

@@ -43,7 +43,8 @@ type Config struct {
 
 // Runtime implements runtime.Runtime with runsc.
 type Runtime struct {
-	cfg Config
+	cfg   Config
+	build build // what checkpoints record of this server's runsc and CPU
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -288,6 +289,26 @@ func (r *Runtime) List(ctx context.Context) ([]runtime.Sandbox, error) {
 		out = append(out, sb)
 	}
 	return out, nil
+}
+
+var _ runtime.Stater = (*Runtime)(nil)
+
+// State implements runtime.Stater: paused by its state.json, else what
+// runsc says now.
+func (r *Runtime) State(ctx context.Context, id string) (runtime.State, error) {
+	st, err := r.readState(id)
+	if err != nil {
+		return "", err
+	}
+	if st.Paused {
+		return runtime.StatePaused, nil
+	}
+	s, err := r.status(ctx, id)
+	if err == nil && ctx.Err() != nil {
+		// runsc state killed by the context says nothing of the sandbox.
+		return "", ctx.Err()
+	}
+	return s, err
 }
 
 // status reads one sandbox's state from runsc.
