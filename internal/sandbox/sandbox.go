@@ -135,11 +135,11 @@ type Record struct {
 	// AgentVersion is the protocol version the sandbox's agent reported
 	// when it last came up (see agent.ProtocolVersion); 0 in records of
 	// older servers, and 1 for agents that report none.
-	AgentVersion int `json:"agentVersion,omitempty"`
-	StartedAt  time.Time         `json:"startedAt"`
-	EndAt      *time.Time        `json:"endAt,omitempty"`
-	TimeoutMs  int64             `json:"timeoutMs"`
-	Status     string            `json:"status"`
+	AgentVersion int        `json:"agentVersion,omitempty"`
+	StartedAt    time.Time  `json:"startedAt"`
+	EndAt        *time.Time `json:"endAt,omitempty"`
+	TimeoutMs    int64      `json:"timeoutMs"`
+	Status       string     `json:"status"`
 	// RemainingMs is what was left of the deadline when a pause began; a
 	// paused sandbox's deadline does not run. 0 with no deadline.
 	RemainingMs int64  `json:"remainingMs,omitempty"`
