@@ -35,6 +35,7 @@ type serveConfig struct {
 	domain, proxyListen, tlsCert, tlsKey       string
 	dnsUpstream                                string
 	maxVolumeGB                                int
+	watchInterval                              time.Duration
 }
 
 // serve is the one wiring function of the server: it builds every part,
@@ -58,8 +59,12 @@ func serve(ctx context.Context, args []string) error {
 	fs.StringVar(&c.dnsUpstream, "dns-upstream", "", "where the sandboxes' DNS resolver forwards (host:port; default: the host's first nameserver)")
 	fs.IntVar(&c.maxVolumeGB, "max-volume-gb", 50, "largest volume size in GB")
 	fs.IntVar(&c.maxSandboxes, "max-sandboxes", sandbox.DefaultMaxSandboxes, "most sandboxes running at once (warm pool copies included)")
+	fs.DurationVar(&c.watchInterval, "watch-interval", 5*time.Second, "how often to look for sandboxes that died on their own")
 	if _, err := parse(fs, args); err != nil {
 		return err
+	}
+	if c.watchInterval <= 0 {
+		return fmt.Errorf("--watch-interval %s: must be positive", c.watchInterval)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
@@ -141,7 +146,7 @@ func serve(ctx context.Context, args []string) error {
 	if err := svc.Recover(ctx); err != nil {
 		log.Error("recovery left some sandboxes behind; they are retried at next start", "err", err)
 	}
-	go svc.Watch(ctx, 5*time.Second)
+	go svc.Watch(ctx, c.watchInterval)
 	// Templates built by the CLI get their start command's ready state
 	// within seconds; template versions left by rebuilds go once nothing
 	// uses them (builds through the API do both right away).

@@ -302,12 +302,14 @@ func (s *Service) fillPool(se *snapEntry) {
 	se.filling = true
 	s.bg.Add(1)
 	s.mu.Unlock()
+	s.log.Debug("warm pool: filling", "snapshot", se.snap.ID)
 	go func() {
 		defer s.bg.Done()
 		defer func() {
 			s.mu.Lock()
 			se.filling = false
 			s.mu.Unlock()
+			s.log.Debug("warm pool: filled", "snapshot", se.snap.ID)
 		}()
 		for {
 			s.mu.Lock()

@@ -134,7 +134,26 @@ func startServer(t *testing.T, dataDir string, extraArgs ...string) *server {
 	return s
 }
 
+// start starts the server and waits until it answers and its recovery
+// (reattaching the sandboxes of the last one, in the background) is done.
 func (s *server) start() {
+	done := strings.Count(s.logs(), recoveryDone)
+	s.startAnswering()
+	deadline := time.Now().Add(90 * time.Second)
+	for strings.Count(s.logs(), recoveryDone) <= done {
+		if time.Now().After(deadline) {
+			s.t.Fatalf("recovery did not finish within 90 s:\n%s", s.logs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// recoveryDone is what the server logs once recovery is over.
+const recoveryDone = `msg="recover: done"`
+
+// startAnswering starts the server and returns once it answers, recovery
+// possibly still under way.
+func (s *server) startAnswering() {
 	t := s.t
 	// The ports are free when picked but another process may take one
 	// before the server binds it: pick again then.
@@ -265,6 +284,16 @@ func (s *server) do(method, path string, body any, out any) (int, []byte) {
 
 func (s *server) doKey(key, method, path string, body any, out any) (int, []byte) {
 	s.t.Helper()
+	code, raw, err := s.request(context.Background(), key, method, path, body, out)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return code, raw
+}
+
+// request is do without the test: for goroutines, and for requests cut
+// short by ctx. An answer of 300 or more is not an error.
+func (s *server) request(ctx context.Context, key, method, path string, body any, out any) (int, []byte, error) {
 	var r io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -276,21 +305,27 @@ func (s *server) doKey(key, method, path string, body any, out any) (int, []byte
 		j, _ := json.Marshal(b)
 		r = bytes.NewReader(j)
 	}
-	req, _ := http.NewRequest(method, s.url+path, r)
+	req, err := http.NewRequestWithContext(ctx, method, s.url+path, r)
+	if err != nil {
+		return 0, nil, err
+	}
 	req.Header.Set("X-API-Key", key)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		s.t.Fatalf("%s %s: %v", method, path, err)
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, raw, err
+	}
 	if out != nil && resp.StatusCode < 300 {
 		if err := json.Unmarshal(raw, out); err != nil {
-			s.t.Fatalf("%s %s: decode %q: %v", method, path, raw, err)
+			return resp.StatusCode, raw, fmt.Errorf("decode %q: %w", raw, err)
 		}
 	}
-	return resp.StatusCode, raw
+	return resp.StatusCode, raw, nil
 }
 
 // runNode runs node's test runner on the given SDK test files with the
