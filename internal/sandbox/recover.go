@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lizard-build/lizard/internal/agent"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/runtime"
 )
@@ -207,7 +208,7 @@ func (s *Service) reattach(ctx context.Context, rec Record, st runtime.State) er
 			rec.RemainingMs = rec.TimeoutMs
 		}
 	case runtime.StateRunning:
-		if err := waitReady(ctx, ag, recoverProbeTimeout); err != nil {
+		if err := s.probe(ctx, rec.ID, ag); err != nil {
 			return err
 		}
 		rec.AgentVersion = ag.Version()
@@ -235,6 +236,24 @@ func (s *Service) reattach(ctx context.Context, rec Record, st runtime.State) er
 	s.mu.Unlock()
 	s.log.Info("recover: reattached", "sandbox", rec.ID, "status", rec.Status)
 	return nil
+}
+
+// probe waits up to recoverProbeTimeout for the agent of sandbox id to
+// answer, backing off to one try a second; every 10 s without an answer it
+// asks the runtime, and stops waiting for a sandbox that stopped meanwhile.
+func (s *Service) probe(ctx context.Context, id string, ag *agent.Client) error {
+	end := time.Now().Add(recoverProbeTimeout)
+	for {
+		err := waitReady(ctx, ag, min(10*time.Second, time.Until(end)))
+		if err == nil || ctx.Err() != nil || !time.Now().Before(end) {
+			return err
+		}
+		if st, ok := s.cfg.Runtime.(runtime.Stater); ok {
+			if now, serr := st.State(ctx, id); serr == nil && now != runtime.StateRunning {
+				return fmt.Errorf("%w: %s while its agent was probed", errNotLive, now)
+			}
+		}
+	}
 }
 
 // recoverSnapshots loads the snapshot records and removes images that have

@@ -481,7 +481,7 @@ func TestPoolOutlivesSnapshot(t *testing.T) {
 	for deadline := time.Now().Add(60 * time.Second); ; {
 		logs, busy := s.logs(), false
 		for _, id := range snaps {
-			if strings.Count(logs, `msg="warm pool: filling" snapshot=`+id) != strings.Count(logs, `msg="warm pool: filled" snapshot=`+id) {
+			if strings.Count(logs, `msg="warm pool: filling" component=sandbox snapshot=`+id) != strings.Count(logs, `msg="warm pool: filled" component=sandbox snapshot=`+id) {
 				busy = true
 			}
 		}
