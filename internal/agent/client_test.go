@@ -192,8 +192,9 @@ func TestClientExecStream(t *testing.T) {
 	})
 }
 
-// TestClientAgainstServer drives the real server end to end.
-func TestClientAgainstServer(t *testing.T) {
+// realServer is the real agent server with token "secret"; it needs root.
+func realServer(t *testing.T) *server.Server {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("skipping: the agent server needs root (it runs commands and file operations as other users)")
 	}
@@ -201,6 +202,12 @@ func TestClientAgainstServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return srv
+}
+
+// TestClientAgainstServer drives the real server end to end.
+func TestClientAgainstServer(t *testing.T) {
+	srv := realServer(t)
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
 	c := agent.NewClient(ts.URL, "secret", ts.Client())
@@ -210,7 +217,7 @@ func TestClientAgainstServer(t *testing.T) {
 	}
 	var out []string
 	code := -1
-	err = c.Exec(testCtx(t), agent.ExecRequest{Cmd: []string{"echo hi; exit 4"}, Shell: true}, func(ev agent.Event) error {
+	err := c.Exec(testCtx(t), agent.ExecRequest{Cmd: []string{"echo hi; exit 4"}, Shell: true}, func(ev agent.Event) error {
 		if ev.Line != nil {
 			out = append(out, *ev.Line)
 		}
@@ -256,13 +263,7 @@ func TestClientAgainstServer(t *testing.T) {
 // one inside a sandbox paused by an older server) answers health without a
 // version; the client takes it for version 1 and exec and files work.
 func TestClientOlderAgent(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: the agent server needs root (it runs commands and file operations as other users)")
-	}
-	srv, err := server.New(server.Config{Token: "secret", Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := realServer(t)
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/health" {
 			// A version 1 agent's answer.
@@ -280,7 +281,7 @@ func TestClientOlderAgent(t *testing.T) {
 		t.Fatalf("Health = %+v, %v; Version %d, want 1", h, err, c.Version())
 	}
 	var out []string
-	err = c.Exec(testCtx(t), agent.ExecRequest{Cmd: []string{"echo old"}, Shell: true}, func(ev agent.Event) error {
+	err := c.Exec(testCtx(t), agent.ExecRequest{Cmd: []string{"echo old"}, Shell: true}, func(ev agent.Event) error {
 		if ev.Line != nil {
 			out = append(out, *ev.Line)
 		}

@@ -42,9 +42,18 @@ func (s *server) runscContainers(t *testing.T) []string {
 			t.Fatalf("runsc list: %v: %s", err, out)
 		}
 	}
+	return sortedIDs(list, func(c struct {
+		ID string `json:"id"`
+	}) string {
+		return c.ID
+	})
+}
+
+// sortedIDs is the id of each item, sorted.
+func sortedIDs[T any](items []T, id func(T) string) []string {
 	ids := []string{}
-	for _, c := range list {
-		ids = append(ids, c.ID)
+	for _, it := range items {
+		ids = append(ids, id(it))
 	}
 	slices.Sort(ids)
 	return ids
@@ -53,12 +62,7 @@ func (s *server) runscContainers(t *testing.T) []string {
 // sandboxDirs lists the server's sandbox directories, sorted.
 func (s *server) sandboxDirs() []string {
 	ents, _ := os.ReadDir(filepath.Join(s.dataDir, "sandboxes"))
-	ids := []string{}
-	for _, e := range ents {
-		ids = append(ids, e.Name())
-	}
-	slices.Sort(ids)
-	return ids
+	return sortedIDs(ents, os.DirEntry.Name)
 }
 
 // listed lists the ids of the sandboxes the API shows, sorted.
@@ -68,12 +72,7 @@ func (s *server) listed(t *testing.T) []string {
 	if code, body := s.do("GET", "/api/sandboxes", nil, &list); code != http.StatusOK {
 		t.Fatalf("list: %d %s", code, body)
 	}
-	ids := []string{}
-	for _, sb := range list {
-		ids = append(ids, sb.SandboxID)
-	}
-	slices.Sort(ids)
-	return ids
+	return sortedIDs(list, func(sb sandboxInfo) string { return sb.SandboxID })
 }
 
 // createNano makes a nano sandbox; safe in goroutines.
