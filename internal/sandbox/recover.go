@@ -46,10 +46,12 @@ func (s *Service) Recover(ctx context.Context) error {
 	errs = append(errs, s.recoverSnapshots(ctx))
 	recs, err := s.cfg.Store.Sandboxes(ctx)
 	if err != nil {
+		s.log.Error("recover: done, nothing recovered", "err", err)
 		return err
 	}
 	live, err := s.cfg.Runtime.List(ctx)
 	if err != nil {
+		s.log.Error("recover: done, nothing recovered", "err", err)
 		return err
 	}
 	state := map[string]runtime.State{}

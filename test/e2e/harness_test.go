@@ -148,8 +148,8 @@ func (s *server) start() {
 	}
 }
 
-// recoveryDone is what the server logs once recovery is over.
-const recoveryDone = `msg="recover: done"`
+// recoveryDone is what the server logs once recovery is over (or failed).
+const recoveryDone = `msg="recover: done`
 
 // startAnswering starts the server and returns once it answers, recovery
 // possibly still under way.
