@@ -42,17 +42,55 @@ const recoverParallel = 8
 // probing is over, and images without a record (a snapshot or fork cut
 // short) are removed.
 func (s *Service) Recover(ctx context.Context) error {
-	var errs []error
-	errs = append(errs, s.recoverSnapshots(ctx))
+	snapErr := s.recoverSnapshots(ctx)
 	recs, err := s.cfg.Store.Sandboxes(ctx)
 	if err != nil {
 		s.log.Error("recover: done, nothing recovered", "err", err)
 		return err
 	}
-	live, err := s.cfg.Runtime.List(ctx)
-	if err != nil {
-		s.log.Error("recover: done, nothing recovered", "err", err)
-		return err
+	// Asking the runtime takes runsc runs, slow on a busy host: until
+	// then every sandbox with a record answers 503 recovering, none 404.
+	var pending []Record
+	var gone []string
+	for _, r := range recs {
+		var rec Record
+		if err := json.Unmarshal(r.Spec, &rec); err != nil || rec.ID != r.ID {
+			s.log.Warn("recover: unreadable record, destroying", "sandbox", r.ID)
+			gone = append(gone, r.ID)
+			continue
+		}
+		rec.Rootfs = s.knownRootfs(rec.Rootfs, rec.Template)
+		pending = append(pending, rec)
+	}
+	s.mu.Lock()
+	for _, rec := range pending {
+		s.recovering[rec.ID] = rec
+	}
+	s.bg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.bg.Done()
+		s.classify(s.bgCtx, pending, gone)
+	}()
+	return snapErr
+}
+
+// classify maps each pending record to what the runtime holds (asked until
+// it answers): paused sandboxes are reattached at once, running ones are
+// probed by finishRecovery, anything else is destroyed.
+func (s *Service) classify(ctx context.Context, pending []Record, gone []string) {
+	var live []runtime.Sandbox
+	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+		var err error
+		if live, err = s.cfg.Runtime.List(ctx); err == nil {
+			break
+		}
+		s.log.Error("recover: list the runtime's sandboxes; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
 	}
 	state := map[string]runtime.State{}
 	for _, sb := range live {
@@ -60,23 +98,22 @@ func (s *Service) Recover(ctx context.Context) error {
 	}
 	known := map[string]bool{}
 	var probe []Record
-	var gone []string
-	for _, r := range recs {
-		known[r.ID] = true
-		var rec Record
-		if err := json.Unmarshal(r.Spec, &rec); err != nil || rec.ID != r.ID {
-			s.log.Warn("recover: unreadable record, destroying", "sandbox", r.ID)
-			gone = append(gone, r.ID)
-			continue
-		}
-		if state[r.ID] == runtime.StateRunning && rec.Status != StatusCreating {
-			rec.Rootfs = s.knownRootfs(rec.Rootfs, rec.Template)
+	for _, id := range gone {
+		known[id] = true
+	}
+	for _, rec := range pending {
+		known[rec.ID] = true
+		if state[rec.ID] == runtime.StateRunning && rec.Status != StatusCreating {
 			probe = append(probe, rec)
 			continue
 		}
-		if err := s.reattach(ctx, rec, state[r.ID]); err != nil {
-			s.log.Info("recover: sandbox did not survive, cleaning up", "sandbox", r.ID, "state", state[r.ID], "status", rec.Status, "why", err)
-			gone = append(gone, r.ID)
+		err := s.reattach(ctx, rec, state[rec.ID])
+		s.mu.Lock()
+		delete(s.recovering, rec.ID)
+		s.mu.Unlock()
+		if err != nil {
+			s.log.Info("recover: sandbox did not survive, cleaning up", "sandbox", rec.ID, "state", state[rec.ID], "status", rec.Status, "why", err)
+			gone = append(gone, rec.ID)
 		}
 	}
 	var strays []string
@@ -85,17 +122,7 @@ func (s *Service) Recover(ctx context.Context) error {
 			strays = append(strays, sb.ID)
 		}
 	}
-	s.mu.Lock()
-	for _, rec := range probe {
-		s.recovering[rec.ID] = rec
-	}
-	s.bg.Add(1)
-	s.mu.Unlock()
-	go func() {
-		defer s.bg.Done()
-		s.finishRecovery(s.bgCtx, probe, gone, strays)
-	}()
-	return errors.Join(errs...)
+	s.finishRecovery(ctx, probe, gone, strays)
 }
 
 // finishRecovery is the background part of Recover: probes the agents of

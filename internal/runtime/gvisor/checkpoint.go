@@ -207,11 +207,20 @@ func (r *Runtime) Restore(ctx context.Context, spec runtime.Spec, dir string) (r
 
 // reconcile finishes or undoes checkpoint steps that a crash cut short: a
 // paused sandbox whose container is still there loses the container (the
-// image is its state), a frozen one is thawed, and partial images go.
+// image is its state), a frozen one is thawed, and partial images go. It
+// also takes back each sandbox's address and egress policy, so that no new
+// sandbox gets an address in use and the resolver knows every policy before
+// recovery has judged anything. One runsc run for all: on a host busy with
+// its sandboxes each run is slow.
 func (r *Runtime) reconcile(ctx context.Context) {
 	ents, err := os.ReadDir(r.cfg.StateDir)
 	if err != nil {
 		return
+	}
+	raws, err := r.runscListRaw(ctx)
+	if err != nil {
+		r.cfg.Logger.Error("reconcile: runsc list", "err", err)
+		raws = nil
 	}
 	for _, e := range ents {
 		id := e.Name()
@@ -222,8 +231,14 @@ func (r *Runtime) reconcile(ctx context.Context) {
 		if err != nil {
 			continue
 		}
+		if err := r.cfg.Network.Attach(st.Endpoint, st.Egress); err != nil {
+			r.cfg.Logger.Error("re-apply network policy", "sandbox", id, "err", err)
+		}
 		os.RemoveAll(filepath.Join(r.dir(id), checkpointDir+tmpSuffix))
-		switch raw := r.rawStatus(ctx, id); {
+		if raws == nil {
+			continue // nothing known of the containers: leave them be
+		}
+		switch raw := raws[id]; {
 		case st.Paused && raw != "":
 			r.cfg.Logger.Info("reconcile: removing the container of a paused sandbox", "sandbox", id, "status", raw)
 			r.runsc(ctx, nil, "delete", "--force", id)

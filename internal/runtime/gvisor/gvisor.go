@@ -340,6 +340,20 @@ func (r *Runtime) known(ctx context.Context, id string) bool {
 }
 
 func (r *Runtime) runscList(ctx context.Context) (map[string]runtime.State, error) {
+	raw, err := r.runscListRaw(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]runtime.State, len(raw))
+	for id, s := range raw {
+		m[id] = mapStatus(s)
+	}
+	return m, nil
+}
+
+// runscListRaw is runsc's own word for each container it has (see
+// rawStatus), in one runsc run.
+func (r *Runtime) runscListRaw(ctx context.Context) (map[string]string, error) {
 	var out bytes.Buffer
 	if err := r.cfg.Reaper.Run(r.command(ctx, &out, "list", "--format", "json")); err != nil {
 		return nil, fmt.Errorf("runsc list: %w", err)
@@ -353,9 +367,9 @@ func (r *Runtime) runscList(ctx context.Context) (map[string]runtime.State, erro
 			return nil, fmt.Errorf("runsc list: %w", err)
 		}
 	}
-	m := make(map[string]runtime.State, len(list))
+	m := make(map[string]string, len(list))
 	for _, c := range list {
-		m[c.ID] = mapStatus(c.Status)
+		m[c.ID] = c.Status
 	}
 	return m, nil
 }
