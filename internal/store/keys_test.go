@@ -98,6 +98,16 @@ func TestKeysLifecycle(t *testing.T) {
 	if k.Prefix != secret[:10] || k.LastUsed != nil || k.CreatedAt.IsZero() {
 		t.Fatalf("key %+v of %q", k, secret)
 	}
+	// Only the hash and a 10-character prefix are stored: no column holds
+	// the secret.
+	var hash string
+	var leaks int
+	if err := st.db.QueryRowContext(ctx, `SELECT hash FROM api_keys WHERE id = ?`, k.ID).Scan(&hash); err != nil || hash != HashKey(secret) {
+		t.Fatalf("stored hash %q (%v), want HashKey of the secret", hash, err)
+	}
+	if err := st.db.QueryRowContext(ctx, `SELECT count(*) FROM api_keys WHERE instr(id || hash || prefix || project_id, ?) > 0`, secret).Scan(&leaks); err != nil || leaks != 0 {
+		t.Fatalf("rows holding the secret: %d (%v)", leaks, err)
+	}
 	if short, err := st.CreateKey(ctx, p.ID, "0123456789abcdef"); err != nil {
 		t.Fatal(err)
 	} else if ks, _ := st.Keys(ctx, p.ID); ks[1].Prefix != short[:5] {
