@@ -19,6 +19,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/apikey"
+	"github.com/lizard-build/lizard/internal/dashboard"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/proxy"
@@ -42,6 +43,8 @@ type serveConfig struct {
 	usageInterval                              time.Duration
 	rateLimit                                  float64
 	rateBurst                                  int
+	dashboard                                  bool
+	sessionTTL, sessionIdle                    time.Duration
 }
 
 // The default rate limit is far above what a client that waits for its
@@ -78,6 +81,9 @@ func serve(ctx context.Context, args []string) error {
 	fs.IntVar(&c.maxSandboxes, "max-sandboxes", sandbox.DefaultMaxSandboxes, "most sandboxes running at once (warm pool copies included)")
 	fs.Float64Var(&c.rateLimit, "rate-limit", defaultRateLimit, "API requests a second allowed per API key on average (0: no limit)")
 	fs.IntVar(&c.rateBurst, "rate-burst", defaultRateBurst, "API requests per API key allowed at once above --rate-limit")
+	fs.BoolVar(&c.dashboard, "dashboard", true, "serve the web dashboard at / of --listen")
+	fs.DurationVar(&c.sessionTTL, "dashboard-session-ttl", dashboard.DefaultTTL, "how long a dashboard sign-in lasts")
+	fs.DurationVar(&c.sessionIdle, "dashboard-session-idle", dashboard.DefaultIdle, "a dashboard session ends after this long without a request (at most --dashboard-session-ttl)")
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
@@ -87,6 +93,9 @@ func serve(ctx context.Context, args []string) error {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
+	}
+	if c.sessionTTL < time.Second || c.sessionIdle < time.Second {
+		return fmt.Errorf("--dashboard-session-ttl %s, --dashboard-session-idle %s: must be at least 1s", c.sessionTTL, c.sessionIdle)
 	}
 	if c.usageInterval < 100*time.Millisecond {
 		return fmt.Errorf("--usage-interval %s: must be at least 100ms", c.usageInterval)
@@ -199,6 +208,17 @@ func serve(ctx context.Context, args []string) error {
 		}
 	}()
 
+	var (
+		sessions api.Sessions
+		assets   http.Handler
+	)
+	if c.dashboard {
+		a, err := dashboard.NewAssets()
+		if err != nil {
+			return fmt.Errorf("dashboard: %w", err)
+		}
+		sessions, assets = dashboard.NewSessions(c.sessionTTL, c.sessionIdle), a
+	}
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return err
@@ -221,7 +241,8 @@ func serve(ctx context.Context, args []string) error {
 	srv := &http.Server{
 		Handler: api.Handler(api.Config{Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Templates: reg, Previews: previews, Volumes: vols,
 			Builder: &templateBuilder{reg: reg, runsc: runsc, run: reap.Run, dns: c.dnsUpstream, sandboxes: svc, metrics: mets, log: log.With("component", "template")}, Logger: log.With("component", "api"),
-			Metrics: mets, ServeMetrics: mln == nil, Ready: readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm)}),
+			Metrics: mets, ServeMetrics: mln == nil, Ready: readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm),
+			KeyStore: st, Sessions: sessions, Dashboard: assets}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	psrv := &http.Server{
