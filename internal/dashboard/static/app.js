@@ -38,7 +38,10 @@ async function api (method, path, body, opts = {}) {
   if (!res.ok) {
     const err = new APIError(res.status, (data && data.code) || `http_${res.status}`,
       (data && (data.message || data.error)) || text || `${method} ${path}: HTTP ${res.status}`)
-    if (res.status === 401 && !opts.noLogout) signedOut(err.message)
+    if (res.status === 401 && !opts.noLogout) {
+      // The browser drops the cookie when the session's lifetime is over.
+      signedOut(err.code === 'missing_api_key' && state.session ? 'Your session has expired: sign in again.' : err.message)
+    }
     throw err
   }
   return data
