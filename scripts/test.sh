@@ -5,6 +5,10 @@
 # Packages run one at a time (-p 1): the runtime and end-to-end tests share
 # the host's cgroup tree and namespace directory and count its leftovers.
 #
+# Then the packages that need neither runsc nor the host's network run again
+# under the race detector, and each fuzz target for $LIZARD_FUZZTIME (default
+# 30s; 0 skips fuzzing).
+#
 # `make test` runs this after deps, build and templates, with
 # LIZARD_TEMPLATE_DIR and LIZARD_RUNSC set. GO_TEST_FLAGS adds flags to
 # go test (e.g. GO_TEST_FLAGS=-v).
@@ -23,6 +27,38 @@ echo "[test] go test ./... (LIZARD_TEMPLATE_DIR=${LIZARD_TEMPLATE_DIR:-} LIZARD_
 go test -count=1 -p 1 -timeout 40m ${GO_TEST_FLAGS:-} ./... 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 
+# No runsc, sandboxes or host networking in these (the agent server's tests
+# run commands as other users, which needs root but nothing shared).
+race_pkgs=(
+	./internal/agent
+	./internal/agent/server
+	./internal/api
+	./internal/network
+	./internal/proxy
+	./internal/sandbox
+	./internal/store
+)
+echo "[test] go test -race ${race_pkgs[*]}"
+# shellcheck disable=SC2086
+go test -count=1 -race ${GO_TEST_FLAGS:-} "${race_pkgs[@]}" 2>&1 | tee -a "$log"
+race_status=${PIPESTATUS[0]}
+[ "$race_status" -eq 0 ] || status=$race_status
+
+# Each fuzz target: package and name.
+fuzz_targets=(
+	"./internal/api FuzzAPI"
+)
+fuzztime=${LIZARD_FUZZTIME:-30s}
+if [ "$fuzztime" != 0 ]; then
+	for target in "${fuzz_targets[@]}"; do
+		read -r pkg name <<<"$target"
+		echo "[test] fuzz $name in $pkg for $fuzztime"
+		go test -run '^$' -fuzz "^$name\$" -fuzztime "$fuzztime" "$pkg" 2>&1 | grep -v '^fuzz: elapsed' | tee -a "$log"
+		fuzz_status=${PIPESTATUS[0]}
+		[ "$fuzz_status" -eq 0 ] || status=$fuzz_status
+	done
+fi
+
 echo
 echo "==================== test summary ===================="
 grep -E '^(ok|FAIL|panic:)|--- FAIL' "$log" || true
@@ -30,5 +66,6 @@ if [ "$status" -eq 0 ]; then
 	echo "[test] all packages passed"
 else
 	echo "[test] FAILED (go test exit status $status); full log: $log"
+	echo "[test] a fuzz failure's input is in testdata/fuzz/ of its package: go test -run=<Target>/<file> replays it"
 fi
 exit "$status"

@@ -199,7 +199,7 @@ type FileStat struct {
 	Owner         string `json:"owner"`
 	Group         string `json:"group"`
 	ModTime       int64  `json:"modTime"`    // unix ms
-	ModifiedAt    string `json:"modifiedAt"` // RFC 3339
+	ModifiedAt    int64  `json:"modifiedAt"` // unix ms, the same as ModTime (the SDK's type)
 	SymlinkTarget string `json:"symlinkTarget,omitempty"`
 }
 

@@ -52,6 +52,7 @@ type Manager struct {
 	bridge  netlink.Link
 
 	fw  *firewall
+	fwd *hostForward // accepts the bridge's traffic in iptables FORWARD chains
 	dns *resolver
 
 	mu       sync.Mutex
@@ -110,11 +111,17 @@ func New(cfg Config) (*Manager, error) {
 	if m.fw, err = newFirewall(cfg.Bridge, cfg.Subnet, gw); err != nil {
 		return nil, fmt.Errorf("firewall: %w", err)
 	}
+	// After the table: the iptables rules only accept, and lizard's table
+	// must already reject what policies do not allow.
+	if m.fwd, err = allowForward(cfg.Bridge, cfg.Logger); err != nil {
+		return nil, fmt.Errorf("firewall: %w", err)
+	}
 	upstream := cfg.DNSUpstream
 	if upstream == "" {
 		upstream = hostUpstream()
 	}
 	if m.dns, err = startResolver(gw, upstream, m.policy, m.fw.allowRanges, cfg.Logger); err != nil {
+		m.fwd.close()
 		return nil, fmt.Errorf("DNS resolver on %s: %w", gw, err)
 	}
 	return m, nil
@@ -151,9 +158,13 @@ func checkSubnetFree(bridge string, subnet netip.Prefix) error {
 	return nil
 }
 
-// Close stops the sandboxes' resolver. The firewall stays: sandboxes keep
+// Close stops the sandboxes' resolver and takes lizard's rules out of the
+// host's iptables FORWARD chains. The nftables table stays: sandboxes keep
 // running, and the next Manager re-applies every policy.
-func (m *Manager) Close() error { return m.dns.close() }
+func (m *Manager) Close() error {
+	m.fwd.close()
+	return m.dns.close()
+}
 
 func (m *Manager) policy(a netip.Addr) Egress {
 	m.mu.Lock()

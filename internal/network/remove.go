@@ -16,6 +16,7 @@ func (m *Manager) Remove() error {
 	if err := m.dns.close(); err != nil {
 		errs = append(errs, fmt.Errorf("resolver: %w", err))
 	}
+	m.fwd.close()
 	if err := m.fw.close(); err != nil {
 		errs = append(errs, fmt.Errorf("nftables table: %w", err))
 	}

@@ -18,7 +18,14 @@ import (
 	"time"
 )
 
-const realTemplates = "/var/cache/lizard/templates"
+// realTemplateDir is the built templates' cache, as the e2e tests find it:
+// LIZARD_TEMPLATE_DIR (make test sets it), else the default cache.
+func realTemplateDir() string {
+	if d := os.Getenv("LIZARD_TEMPLATE_DIR"); d != "" {
+		return d
+	}
+	return "/var/cache/lizard/templates"
+}
 
 // TestDockerfileBuildReal builds a Dockerfile on the real base template with
 // RUN steps in gVisor, rebuilds it after a one-line change (all but the
@@ -151,6 +158,7 @@ func realBaseRegistry(t *testing.T) (*Registry, string) {
 			t.Skip("runsc (gVisor) not installed")
 		}
 	}
+	realTemplates := realTemplateDir()
 	if _, err := os.Stat(filepath.Join(realTemplates, "base", metadataFile)); err != nil {
 		t.Skipf("the base template is not built in %s (lizard template build base)", realTemplates)
 	}

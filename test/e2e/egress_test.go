@@ -114,13 +114,31 @@ type sandboxInfoEgress struct {
 	AllowedHosts   []string `json:"allowedHosts"`
 }
 
+// curl's exit statuses that mean "the network did not let me through":
+// the name did not resolve, the connection was refused or reset, or it
+// timed out. Any other status (curl missing, a bad option, an HTTP error
+// with --fail, …) is a broken test, not a blocked sandbox.
+var curlBlocked = map[int]string{6: "could not resolve host", 7: "could not connect", 28: "timed out", 56: "connection reset"}
+
 // reach runs curl in the sandbox and returns the body, or "" when the
-// connection failed.
+// network kept it from connecting. It fails the test when the exec itself
+// fails or curl fails for another reason, so that "no access" is never a
+// broken exec.
 func (s *server) reach(t *testing.T, id, url string) string {
 	t.Helper()
 	var out execReply
-	s.do("POST", "/api/sandboxes/"+id+"/exec", map[string]any{"cmd": []string{"curl", "-s", "-m", "3", url}}, &out)
-	return out.Stdout
+	if code, raw := s.do("POST", "/api/sandboxes/"+id+"/exec", map[string]any{"cmd": []string{"curl", "-sS", "-m", "3", url}}, &out); code != 200 {
+		t.Fatalf("exec curl %s in %s: %d %s", url, id, code, raw)
+	}
+	if out.ExitCode == 0 {
+		return out.Stdout
+	}
+	why, ok := curlBlocked[out.ExitCode]
+	if !ok {
+		t.Fatalf("curl %s in %s: exit %d, which is not a blocked connection: %s", url, id, out.ExitCode, out.Stderr)
+	}
+	t.Logf("curl %s: %s (exit %d)", url, why, out.ExitCode)
+	return ""
 }
 
 // TestEgress: sandboxes reach the (fake) internet through NAT by default;

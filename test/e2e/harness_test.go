@@ -12,11 +12,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -40,6 +42,7 @@ type server struct {
 	extra   []string
 	key     string
 	cmd     *exec.Cmd
+	node    *testNode // the network namespace it runs in; nil: the host's
 	logMu   sync.Mutex
 	log     bytes.Buffer
 }
@@ -112,12 +115,20 @@ func removeLeftoverTemplates() {
 // to restart over existing state) and waits until it answers.
 func startServer(t *testing.T, dataDir string, extraArgs ...string) *server {
 	t.Helper()
+	return startServerOn(t, nil, dataDir, extraArgs...)
+}
+
+// startServerOn is startServer inside node's network namespace (the host's
+// when node is nil): its bridge, nftables table, iptables rules and
+// listeners are the node's; the test reaches it at the node's address.
+func startServerOn(t *testing.T, node *testNode, dataDir string, extraArgs ...string) *server {
+	t.Helper()
 	requirements(t)
 	bin := build(t)
 	if dataDir == "" {
 		dataDir = t.TempDir()
 	}
-	s := &server{t: t, bin: bin, dataDir: dataDir, key: "lz_e2e_test_key_0123456789abcdef", extra: extraArgs}
+	s := &server{t: t, bin: bin, dataDir: dataDir, key: "lz_e2e_test_key_0123456789abcdef", extra: extraArgs, node: node}
 	s.start()
 	t.Cleanup(func() {
 		s.stop()
@@ -152,6 +163,10 @@ func (s *server) start() {
 // launch starts lizard serve on fresh ports and waits until it answers.
 func (s *server) launch() error {
 	addr, proxyAddr := freeAddr(s.t), freeAddr(s.t)
+	if s.node != nil {
+		// A namespace of the test's own: every port is free.
+		addr, proxyAddr = s.node.addr.String()+":8080", s.node.addr.String()+":8081"
+	}
 	s.url, s.proxy = "http://"+addr, proxyAddr
 	args := []string{"serve", "--listen", addr, "--proxy-listen", proxyAddr, "--data-dir", s.dataDir, "--template-dir", templateDir(),
 		"--bridge", "lizarde0", "--subnet", "10.252.0.0/16", "--log-level", "debug"}
@@ -160,6 +175,12 @@ func (s *server) launch() error {
 	}
 	args = append(args, s.extra...)
 	s.cmd = exec.Command(filepath.Join(s.bin, "lizard"), args...)
+	if s.node != nil {
+		// nsenter joins only the network namespace and execs lizard, so
+		// the server's mounts are the host's (leak checks see them) and
+		// signals reach lizard itself.
+		s.cmd = exec.Command("nsenter", append([]string{"--net=" + s.node.path, "--", filepath.Join(s.bin, "lizard")}, args...)...)
+	}
 	s.cmd.Env = append(os.Environ(), "LIZARD_API_KEY="+s.key)
 	s.cmd.Stdout = &logWriter{s: s}
 	s.cmd.Stderr = &logWriter{s: s}
@@ -225,10 +246,9 @@ func (s *server) scrub() {
 	ents, _ := os.ReadDir(filepath.Join(s.dataDir, "sandboxes"))
 	for _, e := range ents {
 		ep := network.EndpointFor(e.Name())
-		exec.Command("ip", "link", "del", ep.HostVeth).Run()
+		exec.Command("ip", s.node.ipArgs("link", "del", ep.HostVeth)...).Run()
 		exec.Command("ip", "netns", "del", filepath.Base(ep.Netns)).Run()
-		cgs, _ := filepath.Glob("/sys/fs/cgroup/*/lizard/" + e.Name())
-		for _, c := range cgs {
+		for _, c := range gvisor.CgroupDirs(cgroupRoot, e.Name()) {
 			os.Remove(c)
 		}
 	}
@@ -265,6 +285,25 @@ func (s *server) do(method, path string, body any, out any) (int, []byte) {
 
 func (s *server) doKey(key, method, path string, body any, out any) (int, []byte) {
 	s.t.Helper()
+	code, raw, err := s.request(key, method, path, body)
+	if code == 0 {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	// A body cut short after the status (a server killed under it) is
+	// returned as far as it came, as before; decoding it into out fails.
+	if out != nil && code < 300 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			s.t.Fatalf("%s %s: decode %q: %v", method, path, raw, err)
+		}
+	}
+	return code, raw
+}
+
+// request sends one API request and returns the status (0 when there was
+// no answer) and the raw body. It never touches the test, so goroutines may
+// call it (t.Fatal may not be called from a goroutine other than the
+// test's).
+func (s *server) request(key, method, path string, body any) (int, []byte, error) {
 	var r io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -276,21 +315,19 @@ func (s *server) doKey(key, method, path string, body any, out any) (int, []byte
 		j, _ := json.Marshal(b)
 		r = bytes.NewReader(j)
 	}
-	req, _ := http.NewRequest(method, s.url+path, r)
+	req, err := http.NewRequest(method, s.url+path, r)
+	if err != nil {
+		return 0, nil, err
+	}
 	req.Header.Set("X-API-Key", key)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		s.t.Fatalf("%s %s: %v", method, path, err)
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if out != nil && resp.StatusCode < 300 {
-		if err := json.Unmarshal(raw, out); err != nil {
-			s.t.Fatalf("%s %s: decode %q: %v", method, path, raw, err)
-		}
-	}
-	return resp.StatusCode, raw
+	raw, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, raw, err
 }
 
 // runNode runs node's test runner on the given SDK test files with the
@@ -307,16 +344,24 @@ func (s *server) runNode(ctx context.Context, files ...string) error {
 	cmd.Env = append(os.Environ(), "LIZARD_API_URL="+s.url, "LIZARD_API_KEY="+s.key, "LIZARD_TEST_PROXY="+s.proxy)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
+	logged := make(chan struct{})
 	go func() {
+		defer close(logged)
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
 			s.t.Log(sc.Text())
 		}
+		io.Copy(io.Discard, pr) // a line too long for the scanner must not block node
 	}()
 	err := cmd.Run()
 	pw.Close()
+	<-logged // no t.Log after the test returns
 	return err
 }
+
+// cgroupRoot is where the host mounts cgroups (v1: a directory per
+// controller below it; v2: the single hierarchy itself).
+var cgroupRoot = "/sys/fs/cgroup"
 
 // leaks lists host resources held by lizard sandboxes of this server: what
 // is left after every sandbox is gone must be nothing.
@@ -336,18 +381,17 @@ func (s *server) leaks() []string {
 			}
 		}
 	}
-	if ents, err := os.ReadDir("/sys/class/net"); err == nil {
-		for _, e := range ents {
-			if strings.HasPrefix(e.Name(), "lzv") {
-				out = append(out, "veth "+e.Name())
-			}
+	names, err := s.links()
+	if err != nil {
+		out = append(out, "(cannot list links: "+err.Error()+")")
+	}
+	for _, name := range names {
+		if strings.HasPrefix(name, "lzv") {
+			out = append(out, "veth "+name)
 		}
 	}
-	cg, _ := filepath.Glob("/sys/fs/cgroup/*/lizard/*")
-	for _, c := range cg {
-		if fi, err := os.Stat(c); err == nil && fi.IsDir() {
-			out = append(out, "cgroup "+c)
-		}
+	for _, c := range gvisor.CgroupDirs(cgroupRoot, "") {
+		out = append(out, "cgroup "+c)
 	}
 	if ents, err := os.ReadDir(filepath.Join(s.dataDir, "sandboxes")); err == nil {
 		for _, e := range ents {
@@ -377,4 +421,20 @@ func (s *server) waitNoLeaks(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("left behind: %v", l)
+}
+
+// testRand returns the randomness of a test that picks random points (when
+// to crash a server, …): seeded from LIZARD_TEST_SEED when set, to replay a
+// failure, else from the clock. The seed is logged either way.
+func testRand(t *testing.T) *rand.Rand {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("LIZARD_TEST_SEED"); v != "" {
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("LIZARD_TEST_SEED=%q: want an unsigned integer: %v", v, err)
+		}
+	}
+	t.Logf("random seed %d (replay with LIZARD_TEST_SEED=%d)", seed, seed)
+	return rand.New(rand.NewPCG(seed, seed))
 }

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
@@ -117,6 +116,7 @@ func TestPauseResumeCycles(t *testing.T) {
 // counter process and files are intact; nothing leaks at the end.
 func TestCrashDuringCheckpoints(t *testing.T) {
 	s := startServer(t, "")
+	rnd := testRand(t)
 	id := s.create(t)
 	s.sh(t, id, counterScript)
 	pid, _ := s.counter(t, id)
@@ -140,7 +140,7 @@ func TestCrashDuringCheckpoints(t *testing.T) {
 				resp.Body.Close()
 			}
 		}()
-		time.Sleep(time.Duration(rand.IntN(150)) * time.Millisecond)
+		time.Sleep(time.Duration(rnd.IntN(150)) * time.Millisecond)
 		s.crash()
 		<-done
 		s.start()

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -280,7 +279,7 @@ func statPath(p string) (agent.FileStat, error) {
 		Owner:       userName(st.Uid),
 		Group:       groupName(st.Gid),
 		ModTime:     fi.ModTime().UnixMilli(),
-		ModifiedAt:  fi.ModTime().UTC().Format(time.RFC3339),
+		ModifiedAt:  fi.ModTime().UnixMilli(),
 	}
 	if out.Type == "symlink" {
 		if out.SymlinkTarget, err = os.Readlink(p); err != nil {

@@ -444,12 +444,9 @@ func (r *Runtime) killStray(id string) error {
 // delete; this covers a create that failed half-way.
 func removeCgroups(id string) error {
 	var errs []error
-	for _, pattern := range []string{"/sys/fs/cgroup/*" + cgroupPath(id), "/sys/fs/cgroup" + cgroupPath(id)} {
-		matches, _ := filepath.Glob(pattern)
-		for _, m := range matches {
-			if err := stray.RemoveDir(m); err != nil {
-				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", m, err))
-			}
+	for _, m := range CgroupDirs(cgroupRoot, id) {
+		if err := stray.RemoveDir(m); err != nil {
+			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", m, err))
 		}
 	}
 	return errors.Join(errs...)

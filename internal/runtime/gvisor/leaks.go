@@ -42,13 +42,8 @@ func (r *Runtime) Leaks(id string) []string {
 			}
 		}
 	}
-	for _, pattern := range []string{"/sys/fs/cgroup/*/lizard/*", "/sys/fs/cgroup/lizard/*"} {
-		ms, _ := filepath.Glob(pattern)
-		for _, m := range ms {
-			if fi, err := os.Stat(m); err == nil && fi.IsDir() && match(filepath.Base(m)) {
-				out = append(out, "cgroup "+m)
-			}
-		}
+	for _, m := range CgroupDirs(cgroupRoot, id) {
+		out = append(out, "cgroup "+m)
 	}
 	if ents, err := os.ReadDir("/proc"); err == nil {
 		for _, e := range ents {
@@ -67,6 +62,30 @@ func (r *Runtime) Leaks(id string) []string {
 		for _, e := range ents {
 			if match(e.Name()) {
 				out = append(out, "dir "+filepath.Join(r.cfg.StateDir, e.Name()))
+			}
+		}
+	}
+	return out
+}
+
+const cgroupRoot = "/sys/fs/cgroup"
+
+// CgroupDirs lists the cgroup directories of sandbox id, or of every
+// sandbox when id is "", under root (the cgroup mount, /sys/fs/cgroup), in
+// both layouts: cgroup v1 has one hierarchy per controller
+// (root/<controller>/lizard/<id>, and root/unified/lizard/<id> in the
+// hybrid layout), cgroup v2 a single one (root/lizard/<id>).
+func CgroupDirs(root, id string) []string {
+	name := id
+	if name == "" {
+		name = "*"
+	}
+	var out []string
+	for _, pattern := range []string{filepath.Join(root, "*", cgroupPath(name)), filepath.Join(root, cgroupPath(name))} {
+		ms, _ := filepath.Glob(pattern)
+		for _, m := range ms {
+			if fi, err := os.Stat(m); err == nil && fi.IsDir() {
+				out = append(out, m)
 			}
 		}
 	}

@@ -29,6 +29,8 @@ test('files: write, read, bytes, list, stat, move, remove', async () => {
     assert.equal(st.owner, 'root')
     assert.equal(typeof st.mode, 'number')
     assert.ok(Math.abs(st.modTime - Date.now()) < 120_000)
+    assert.equal(typeof st.modifiedAt, 'number', 'modifiedAt is unix milliseconds, as the SDK types it')
+    assert.equal(st.modifiedAt, st.modTime)
     assert.equal((await sb.fs.stat('/work')).type, 'dir')
     await sb.process.exec('ln -s /work/blob.bin /work/link')
     const link = await sb.fs.stat('/work/link')

@@ -1,0 +1,188 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"github.com/lizard-build/lizard/internal/apikey"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/template"
+	"github.com/lizard-build/lizard/internal/volume"
+)
+
+// fuzzRoutes are the requests FuzzAPI sends, {id} replaced by the fuzzed
+// id. Left out: POST /api/templates (a valid one runs a build, which needs
+// runsc) and volume creation (a valid one makes and mounts a filesystem).
+var fuzzRoutes = []struct{ method, path string }{
+	{"POST", "/api/sandboxes"},
+	{"GET", "/api/sandboxes"},
+	{"GET", "/api/sandboxes/{id}"},
+	{"DELETE", "/api/sandboxes/{id}"},
+	{"POST", "/api/sandboxes/{id}/timeout"},
+	{"POST", "/api/sandboxes/{id}/pause"},
+	{"POST", "/api/sandboxes/{id}/resume"},
+	{"POST", "/api/sandboxes/{id}/fork"},
+	{"POST", "/api/sandboxes/{id}/snapshot"},
+	{"POST", "/api/sandboxes/{id}/expose/{id}"},
+	{"DELETE", "/api/sandboxes/{id}/expose/{id}"},
+	{"POST", "/api/sandboxes/{id}/exec"},
+	{"GET", "/api/sandboxes/{id}/processes"},
+	{"POST", "/api/sandboxes/{id}/processes/signal"},
+	{"GET", "/api/sandboxes/{id}/logs"},
+	{"POST", "/api/sandboxes/{id}/files"},
+	{"GET", "/api/sandboxes/{id}/files"},
+	{"DELETE", "/api/sandboxes/{id}/files"},
+	{"GET", "/api/sandboxes/{id}/files/list"},
+	{"GET", "/api/sandboxes/{id}/files/stat"},
+	{"POST", "/api/sandboxes/{id}/files/move"},
+	{"POST", "/api/sandboxes/{id}/files/watch"},
+	{"GET", "/api/sandboxes/{id}/files/watch/events"},
+	{"DELETE", "/api/sandboxes/{id}/files/watch"},
+	{"POST", "/api/sandboxes/{id}/desktop"},
+	{"GET", "/api/sandboxes/{id}/desktop"},
+	{"DELETE", "/api/sandboxes/{id}/desktop"},
+	{"GET", "/api/sandbox-snapshots/{id}"},
+	{"PATCH", "/api/sandbox-snapshots/{id}"},
+	{"DELETE", "/api/sandbox-snapshots/{id}"},
+	{"POST", "/api/sandbox-snapshots/{id}/pause"},
+	{"POST", "/api/sandbox-snapshots/{id}/resume"},
+	{"GET", "/api/projects/{id}"},
+	{"GET", "/api/projects/{id}/sandboxes"},
+	{"GET", "/api/projects/{id}/snapshots"},
+	{"GET", "/api/projects/{id}/volumes/{id}"},
+	{"PATCH", "/api/projects/{id}/volumes/{id}"},
+	{"DELETE", "/api/projects/{id}/volumes/{id}"},
+	{"GET", "/api/templates"},
+	// Any path: route is beyond the table, the path is /api/<id>.
+}
+
+const fuzzKey = "lz_fuzz_key_0123456789abcdef"
+
+// newFuzzHandler is the API as the server wires it, over a real store, a
+// real template registry, volume manager and sandbox service in a
+// temporary directory. It holds no template, snapshot, volume or sandbox,
+// so every request ends in validation or a lookup and none reaches a
+// runtime: there is none, and the service needs no root.
+func newFuzzHandler(f *testing.F) http.Handler {
+	dir := f.TempDir()
+	st, err := store.Open(filepath.Join(dir, "lizard.db"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { st.Close() })
+	ctx := context.Background()
+	p, err := st.CreateProject(ctx, "default", "default")
+	if err != nil {
+		f.Fatal(err)
+	}
+	if _, err := st.CreateKey(ctx, p.ID, fuzzKey); err != nil {
+		f.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	vols, err := volume.New(volume.Config{Dir: filepath.Join(dir, "volumes"), Store: st, Logger: log})
+	if err != nil {
+		f.Fatal(err)
+	}
+	keys, err := apikey.Open(ctx, apikey.Config{Store: st, Logger: log})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { keys.Close() })
+	reg := template.NewRegistry(filepath.Join(dir, "templates"))
+	svc := sandbox.New(sandbox.Config{Store: st, Templates: reg, Volumes: vols, Logger: log,
+		SnapshotDir: filepath.Join(dir, "snapshots"), LogDir: filepath.Join(dir, "logs")})
+	return Handler(Config{Keys: keys, Sandboxes: svc, Templates: reg, Volumes: vols,
+		Previews: PreviewURLs{Domain: "sandbox.localhost", Scheme: "http"}, Logger: log})
+}
+
+// FuzzAPI sends arbitrary ids, queries, bodies and headers to the routes
+// and asserts that the API never panics or answers 5xx (a panic becomes a
+// 500), and that every refusal is a JSON error with a code and a message.
+func FuzzAPI(f *testing.F) {
+	h := newFuzzHandler(f)
+	route := func(method, path string) uint8 {
+		for i, r := range fuzzRoutes {
+			if r.method == method && r.path == path {
+				return uint8(i)
+			}
+		}
+		panic("no route " + method + " " + path)
+	}
+	create, exec, write := route("POST", "/api/sandboxes"), route("POST", "/api/sandboxes/{id}/exec"), route("POST", "/api/sandboxes/{id}/files")
+	for _, seed := range []struct {
+		route uint8
+		body  string
+	}{
+		{create, `{"template":"base","timeoutMs":300000,"envs":{"A":"1"},"metadata":{"k":"v"}}`},
+		{create, `{"template":"base","internetAccess":false,"allowedHosts":["pypi.org","*.github.com","10.0.0.0/8"]}`},
+		{create, `{"template":"base","size":"huge","timeoutMs":-1}`},
+		{create, `{"snapshotId":"snap_x","poolSize":3}`},
+		{create, `{"volumeName":"v","template":"../../etc"}`},
+		{create, `{"timeoutMs":1e400}`},
+		{create, `[`}, {create, `null`}, {create, ``}, {create, `{"template":1}`},
+		{exec, `{"cmd":"echo hi","timeout":30,"envs":{"X":"y"},"user":"root","cwd":"/tmp"}`},
+		{exec, `{"cmd":["ls","-l"],"timeout":0}`},
+		{exec, `{"cmd":{"a":1}}`},
+		{write, `{"path":"/tmp/a","content":"aGk=","encoding":"base64"}`},
+		{route("POST", "/api/sandboxes/{id}/files/move"), `{"from":"/a","to":"/b"}`},
+		{route("POST", "/api/sandboxes/{id}/processes/signal"), `{"pid":1,"signal":"SIGKILL"}`},
+		{route("POST", "/api/sandboxes/{id}/timeout"), `{"timeout":-5}`},
+		{route("POST", "/api/sandboxes/{id}/fork"), `{"count":100000}`},
+		{route("POST", "/api/sandboxes/{id}/files/watch"), `{"path":"/","recursive":true}`},
+	} {
+		f.Add(seed.route, "sb1", "path=/tmp&user=root&tail=5", []byte(seed.body), false)
+	}
+	f.Add(uint8(0), "", "", []byte(`{}`), true)
+	f.Add(exec, "x", "", []byte(`{"cmd":"true"}`), true)
+	f.Add(uint8(200), "sandboxes/../projects", "a=%zz", []byte(`{}`), false)
+	f.Fuzz(func(t *testing.T, route uint8, id, query string, body []byte, sse bool) {
+		var method, path string
+		if int(route) < len(fuzzRoutes) {
+			r := fuzzRoutes[route]
+			method, path = r.method, strings.ReplaceAll(r.path, "{id}", id)
+		} else {
+			method, path = []string{"GET", "POST", "DELETE", "PATCH", "PUT"}[int(route)%5], "/api/"+id
+			if (method == "POST" || method == "PUT") && (strings.Contains(path, "volumes") || strings.Contains(path, "templates")) {
+				t.Skip("volume creation and template builds are not fuzzed")
+			}
+		}
+		req := httptest.NewRequest(method, "/", bytes.NewReader(body))
+		req.URL.Path, req.URL.RawQuery = path, query
+		req.Header.Set("X-API-Key", fuzzKey)
+		req.Header.Set("Content-Type", "application/json")
+		if sse {
+			req.Header.Set("Accept", "text/event-stream")
+		}
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		w := httptest.NewRecorder()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			h.ServeHTTP(w, req.WithContext(ctx))
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s %q ?%q %q: no answer within 10 s", method, path, query, body)
+		}
+		if w.Code >= 500 {
+			t.Fatalf("%s %q ?%q %q: %d %s", method, path, query, body, w.Code, w.Body)
+		}
+		if w.Code >= 400 {
+			if !strings.HasPrefix(w.Header().Get("Content-Type"), "application/json") ||
+				!strings.Contains(w.Body.String(), `"code":`) || !strings.Contains(w.Body.String(), `"message":`) {
+				t.Fatalf("%s %q: %d without a JSON error: %q", method, path, w.Code, w.Body)
+			}
+		}
+	})
+}
