@@ -22,7 +22,7 @@ TEMPLATES     ?= base python node interpreter desktop
 
 TEST_ENV := LIZARD_TEMPLATE_DIR=$(TEMPLATE_DIR) LIZARD_RUNSC=$(RUNSC)
 
-.PHONY: deps build templates run test bench clean
+.PHONY: deps build templates run test bench clean dashboard-vendor
 
 deps:
 	CACHE=$(CACHE) RUNSC_VERSION=$(RUNSC_VERSION) scripts/install-deps.sh
@@ -47,3 +47,14 @@ bench: build templates
 
 clean:
 	rm -rf $(BIN)
+
+# The dashboard's vendored front-end files (xterm.js and its fit addon) are
+# committed, so `build` needs no npm; this refreshes them from the versions
+# pinned in internal/dashboard/vendor-src/package-lock.json.
+DASH := internal/dashboard
+dashboard-vendor:
+	cd $(DASH)/vendor-src && npm ci --no-audit --no-fund
+	cp $(DASH)/vendor-src/node_modules/@xterm/xterm/lib/xterm.js $(DASH)/vendor-src/node_modules/@xterm/xterm/css/xterm.css \
+		$(DASH)/vendor-src/node_modules/@xterm/addon-fit/lib/addon-fit.js $(DASH)/static/vendor/
+	cp $(DASH)/vendor-src/node_modules/@xterm/xterm/LICENSE $(DASH)/static/vendor/LICENSE.xterm
+	sed -i '/^\/\/# sourceMappingURL=/d' $(DASH)/static/vendor/*.js
