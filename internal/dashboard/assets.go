@@ -36,8 +36,7 @@ type asset struct {
 // Assets serves the app: "/" is index.html, "/dashboard/static/NAME" the
 // other files. Files are revalidated by ETag (names carry no hash) and
 // sent gzipped to clients that accept it. The page's Content-Security-Policy
-// admits nothing from another origin but frames (the desktop's noVNC page,
-// served by the preview proxy).
+// admits nothing from another origin.
 type Assets struct {
 	files map[string]*asset
 }
@@ -80,7 +79,7 @@ func (a *Assets) CompressedSize() int {
 }
 
 const csp = "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; " +
-	"connect-src 'self'; frame-src http: https:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+	"connect-src 'self'; frame-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 
 func (a *Assets) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	name := "index.html"

@@ -667,6 +667,10 @@ function portsTab (el, id, p, getInfo) {
   el.addEventListener('shown', () => { if (!loaded) { loaded = true; load().catch(report) } })
 }
 
+// desktopTab links the desktop's noVNC pages rather than framing them: the
+// preview proxy admits a browser by a SameSite=Lax cookie of the preview's
+// host, which a frame inside this page (another site) may neither set nor
+// send. A screenshot shows the screen here.
 function desktopTab (el, id, p) {
   const box = h('div')
   el.append(box)
@@ -683,11 +687,23 @@ function desktopTab (el, id, p) {
       box.replaceChildren(h('p', null, 'The desktop is not running. '), start)
       return
     }
+    const img = h('img', { alt: 'the desktop', id: 'desktop-shot', style: 'max-width:100%;border:1px solid #263040;border-radius:6px' })
+    const shoot = h('button', {
+      onclick: () => act(shoot, async () => {
+        const r = await api('POST', `${p}/exec`, { cmd: 'lizard-desktop screenshot', user: 'root' })
+        if (r.exitCode !== 0) throw new Error(`lizard-desktop screenshot: exit ${r.exitCode}: ${r.stderr}`)
+        const path = r.stdout.trim().split('\n').pop()
+        const blob = await (await api('GET', `${p}/files?path=${encodeURIComponent(path)}`, undefined, { raw: true })).blob()
+        if (img.src) URL.revokeObjectURL(img.src)
+        img.src = URL.createObjectURL(blob)
+        await api('DELETE', `${p}/files?path=${encodeURIComponent(path)}`, { path, user: 'root' })
+      })
+    }, 'Screenshot')
     const stop = h('button', { class: 'danger', onclick: () => act(stop, () => api('DELETE', `${p}/desktop`).then(load), 'Desktop stopped') }, 'Stop desktop')
-    box.replaceChildren(h('div', { class: 'row', style: 'gap:8px;margin-bottom:8px' }, h('span', null, `${d.width}×${d.height}`),
-      h('a', { href: d.url, target: '_blank', rel: 'noopener noreferrer' }, 'open in a new tab'),
-      h('a', { href: d.viewOnlyUrl, target: '_blank', rel: 'noopener noreferrer' }, 'view-only link'), stop),
-    h('iframe', { class: 'desktop', src: d.url, title: 'desktop' }))
+    box.replaceChildren(h('div', { class: 'row', style: 'gap:12px;margin-bottom:8px' }, h('span', null, `running at ${d.width}×${d.height}`),
+      h('a', { href: d.url, target: '_blank', rel: 'noopener noreferrer', id: 'desktop-link' }, 'Open the desktop (noVNC)'),
+      h('a', { href: d.viewOnlyUrl, target: '_blank', rel: 'noopener noreferrer' }, 'view-only link'), shoot, stop), img)
+    shoot.click()
   }
   let loaded = false
   el.addEventListener('shown', () => { if (!loaded) { loaded = true; load().catch(report) } })
