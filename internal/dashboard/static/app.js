@@ -166,7 +166,7 @@ function viewLogin (main, msg) {
       }
     }
   },
-  h('h1', null, '🦎 lizard'),
+  h('h1', null, h('span', { class: 'logo' }), 'lizard'),
   h('p', { class: 'dim' }, 'Sign in with an API key of your project. The key stays on the server; this browser gets a session cookie.'),
   h('label', { for: 'apikey', style: 'display:block' }, 'API key', input),
   note,

@@ -18,6 +18,7 @@ const SHOTS = process.env.LIZARD_SCREENSHOTS
 
 async function shot (page, name) {
   if (!SHOTS) return
+  await page.evaluate(() => { for (const t of document.querySelectorAll('.toast')) t.remove() })
   await page.screenshot({ path: join(SHOTS, `dashboard-${name}.png`) })
 }
 
@@ -116,7 +117,11 @@ test('the dashboard: sign in, sandboxes, terminal, files, preview, pause and res
     const [rows, cols] = (await size.jsonValue()).split(' ').map(Number)
     assert.ok(rows > 5 && cols > 40 && cols < 140, `stty size after resize: ${rows} ${cols}`)
     await page.setViewportSize({ width: 1400, height: 900 })
-    await shot(page, 'terminal')
+    if (SHOTS) {
+      await page.keyboard.type('clear; uname -sr; ls --color=always -F /; printf "\\033[1;32m%s\\033[0m\\n" "hello from the dashboard"\n')
+      await page.waitForFunction(() => document.getElementById('terminal').textContent.includes('hello from the dashboardroot@'))
+      await shot(page, 'terminal')
+    }
 
     // Files: drop a file on the browser, find it with the SDK.
     await page.click('button[data-tab="files"]')
@@ -159,6 +164,7 @@ test('the dashboard: sign in, sandboxes, terminal, files, preview, pause and res
     // Charts and logs.
     await page.click('button[data-tab="metrics"]')
     await page.waitForFunction(() => /samples/.test(document.querySelector('#tab-metrics p').textContent))
+    await shot(page, 'metrics')
     await page.click('button[data-tab="logs"]')
     await page.waitForFunction(() => document.getElementById('logs').textContent.includes('echo hello') || document.getElementById('logs').childElementCount > 0)
     await shot(page, 'logs')
