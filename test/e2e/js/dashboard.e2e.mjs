@@ -119,7 +119,7 @@ test('the dashboard: sign in, sandboxes, terminal, files, preview, pause and res
     await page.setViewportSize({ width: 1400, height: 900 })
     if (SHOTS) {
       await page.keyboard.type('clear; uname -sr; ls --color=always -F /; printf "\\033[1;32m%s\\033[0m\\n" "hello from the dashboard"\n')
-      await page.waitForFunction(() => document.getElementById('terminal').textContent.includes('hello from the dashboardroot@'))
+      await page.waitForFunction(() => [...document.querySelectorAll('#terminal .xterm-rows > div')].some((d) => d.textContent.trim() === 'hello from the dashboard'))
       await shot(page, 'terminal')
     }
 
