@@ -131,6 +131,16 @@ function parsePairs (text, what) {
   return out
 }
 
+// fileBase64 reads a File (an upload, a build's context file) as base64.
+function fileBase64 (file) {
+  return new Promise((resolve, reject) => {
+    const r = new FileReader()
+    r.onload = () => resolve(String(r.result).replace(/^data:[^,]*,/, ''))
+    r.onerror = () => reject(r.error)
+    r.readAsDataURL(file)
+  })
+}
+
 // ---- session -------------------------------------------------------------
 
 function signedOut (msg) {
@@ -584,13 +594,7 @@ function filesTab (el, id, p) {
     for (const file of files) {
       const path = join(dir, file.name)
       await act(null, async () => {
-        const b64 = await new Promise((resolve, reject) => {
-          const r = new FileReader()
-          r.onload = () => resolve(String(r.result).replace(/^data:[^,]*,/, ''))
-          r.onerror = () => reject(r.error)
-          r.readAsDataURL(file)
-        })
-        await api('POST', `${p}/files`, { path, content: b64, encoding: 'base64' })
+        await api('POST', `${p}/files`, { path, content: await fileBase64(file), encoding: 'base64' })
       }, `Uploaded ${path}`)
     }
     upload.value = ''
@@ -771,7 +775,7 @@ function viewTemplates (main) {
     const btn = h('button', { class: 'primary', type: 'submit', id: 'build' }, 'Build')
     const build = async () => {
       const ctx = {}
-      for (const f of files.files) ctx[f.name] = await new Promise((resolve, reject) => { const r = new FileReader(); r.onload = () => resolve(String(r.result).replace(/^data:[^,]*,/, '')); r.onerror = () => reject(r.error); r.readAsDataURL(f) })
+      for (const f of files.files) ctx[f.name] = await fileBase64(f)
       log.hidden = false
       log.textContent = ''
       ac = new AbortController()
