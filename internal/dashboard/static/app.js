@@ -525,6 +525,11 @@ function logsTab (el, id, p) {
   return () => src && src.close()
 }
 
+// onFirstShow loads a tab the first time it is shown.
+function onFirstShow (el, load) {
+  el.addEventListener('shown', () => load().catch(report), { once: true })
+}
+
 const IMAGE = /\.(png|jpe?g|gif|webp|svg|bmp|ico)$/i
 
 function filesTab (el, id, p) {
@@ -603,8 +608,7 @@ function filesTab (el, id, p) {
   drop.addEventListener('dragover', (e) => { e.preventDefault(); drop.classList.add('over') })
   drop.addEventListener('dragleave', () => drop.classList.remove('over'))
   drop.addEventListener('drop', (e) => { e.preventDefault(); drop.classList.remove('over'); uploadAll([...e.dataTransfer.files]) })
-  let loaded = false
-  el.addEventListener('shown', () => { if (!loaded) { loaded = true; load().catch(report) } })
+  onFirstShow(el, load)
 }
 
 // drawChart draws one series on a canvas: a filled line, the last value,
@@ -667,8 +671,7 @@ function portsTab (el, id, p, getInfo) {
       h('a', { href: u.url, target: '_blank', rel: 'noopener noreferrer', class: 'preview-link' }, `${u.port} → http(s)://${u.hostname}`), ' ',
       h('button', { class: 'danger', onclick: (e) => act(e.target, () => api('DELETE', `${p}/expose/${u.port}`).then(load), `Port ${u.port} unexposed`) }, 'Unexpose'))))
   }
-  let loaded = false
-  el.addEventListener('shown', () => { if (!loaded) { loaded = true; load().catch(report) } })
+  onFirstShow(el, load)
 }
 
 // desktopTab links the desktop's noVNC pages rather than framing them: the
@@ -709,8 +712,7 @@ function desktopTab (el, id, p) {
       h('a', { href: d.viewOnlyUrl, target: '_blank', rel: 'noopener noreferrer' }, 'view-only link'), shoot, stop), img)
     shoot.click()
   }
-  let loaded = false
-  el.addEventListener('shown', () => { if (!loaded) { loaded = true; load().catch(report) } })
+  onFirstShow(el, load)
 }
 
 // ---- snapshots, volumes, templates, keys ------------------------------------
