@@ -2,7 +2,7 @@
 #
 #   make run     install what is needed, build, build the templates, serve
 #   make test    the same setup, then every test (scripts/test.sh)
-#   make deps | build | templates | bench | clean
+#   make deps | build | templates | bench | package | clean
 SHELL := /bin/bash
 .DEFAULT_GOAL := build
 
@@ -22,7 +22,15 @@ TEMPLATES     ?= base python node interpreter desktop
 
 TEST_ENV := LIZARD_TEMPLATE_DIR=$(TEMPLATE_DIR) LIZARD_RUNSC=$(RUNSC)
 
-.PHONY: deps build templates run test bench clean dashboard-vendor
+# `make package`: the Debian package, built with nfpm at a pinned version
+# (installed once into the cache with go install).
+DIST          ?= dist
+NFPM_VERSION  ?= v2.45.2
+NFPM          := $(CACHE)/tools/nfpm-$(NFPM_VERSION)/nfpm
+VERSION       ?= 0.0.0+git$(shell git log -1 --format=%cd.%h --date=format:%Y%m%d 2>/dev/null || echo unknown)
+DEB_ARCH      ?= $(shell $(GO) env GOARCH)
+
+.PHONY: deps build templates run test bench package clean dashboard-vendor
 
 deps:
 	CACHE=$(CACHE) RUNSC_VERSION=$(RUNSC_VERSION) scripts/install-deps.sh
@@ -45,8 +53,15 @@ test: deps build templates
 bench: build templates
 	$(TEST_ENV) $(GO) run ./bench
 
+$(NFPM):
+	GOBIN=$(dir $(NFPM)) $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
+
+package: build $(NFPM)
+	mkdir -p $(DIST)
+	LIZARD_VERSION=$(VERSION) LIZARD_ARCH=$(DEB_ARCH) $(NFPM) package --config deploy/nfpm.yaml --packager deb --target $(DIST)/
+
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) $(DIST)
 
 # The dashboard's vendored front-end files (xterm.js and its fit addon) are
 # committed, so `build` needs no npm; this refreshes them from the versions
