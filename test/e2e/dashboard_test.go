@@ -11,7 +11,8 @@ import (
 // and resume, keys, and a sandbox of another project that never shows.
 // LIZARD_SCREENSHOTS=DIR saves the main pages there (docs/img).
 func TestDashboard(t *testing.T) {
-	s := startServer(t, "")
+	// Usage every 500 ms: the charts have a few points within seconds.
+	s := startServer(t, "", "--usage-interval", "500ms")
 	s.cli(t, "projects", "create", "Dashboard Other")
 	other := s.newKey(t, "dashboard-other")
 	var sb sandboxInfo

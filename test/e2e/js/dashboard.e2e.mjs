@@ -163,7 +163,7 @@ test('the dashboard: sign in, sandboxes, terminal, files, preview, pause and res
 
     // Charts and logs.
     await page.click('button[data-tab="metrics"]')
-    await page.waitForFunction(() => /samples/.test(document.querySelector('#tab-metrics p').textContent))
+    await page.waitForFunction(() => Number(document.querySelector('#tab-metrics p').textContent.match(/(\d+) samples/)?.[1]) >= 4, null, { timeout: 60_000 })
     await shot(page, 'metrics')
     await page.click('button[data-tab="logs"]')
     await page.waitForFunction(() => document.getElementById('logs').textContent.includes('echo hello') || document.getElementById('logs').childElementCount > 0)
