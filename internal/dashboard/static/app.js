@@ -611,9 +611,9 @@ function filesTab (el, id, p) {
   onFirstShow(el, load)
 }
 
-// drawChart draws one series on a canvas: a filled line, the last value,
-// and the range of the y axis.
-function drawChart (canvas, points, max, label, fmt) {
+// drawChart draws one series on a canvas: a filled line scaled to max, the
+// last value, and what the series' ceiling is (note).
+function drawChart (canvas, points, max, label, fmt, note) {
   const dpr = window.devicePixelRatio || 1
   const w = canvas.clientWidth; const hgt = canvas.clientHeight
   canvas.width = w * dpr; canvas.height = hgt * dpr
@@ -624,7 +624,7 @@ function drawChart (canvas, points, max, label, fmt) {
   for (let i = 1; i < 4; i++) { const y = Math.round(hgt * i / 4) + 0.5; c.beginPath(); c.moveTo(0, y); c.lineTo(w, y); c.stroke() }
   c.fillStyle = '#8a94a6'; c.font = '12px system-ui'
   const last = points.length ? points[points.length - 1].v : null
-  c.fillText(`${label}: ${last == null ? '—' : fmt(last)}  (max ${fmt(max)})`, 8, 16)
+  c.fillText(`${label}: ${last == null ? '—' : fmt(last)}  (${note})`, 8, 16)
   if (points.length < 2) return
   const t0 = points[0].t; const t1 = points[points.length - 1].t
   const x = (t) => (t1 === t0 ? w : (t - t0) / (t1 - t0) * w)
@@ -644,10 +644,11 @@ function metricsTab (el, id, p) {
   const draw = () => {
     if (el.hidden) return
     const pts = (f) => samples.map((s) => ({ t: s.timestampUnix, v: f(s) }))
-    drawChart(cpu, pts((s) => s.cpuUsedPct), 100, 'CPU', (v) => v.toFixed(1) + ' %')
-    const memMax = samples.length ? samples[samples.length - 1].memTotal : 0
-    drawChart(mem, pts((s) => s.memUsed), memMax, 'Memory', fmtBytes)
     const l = samples[samples.length - 1]
+    drawChart(cpu, pts((s) => s.cpuUsedPct), 100, 'CPU', (v) => v.toFixed(1) + ' %', `of ${l ? l.cpuCount : '?'} CPUs`)
+    // Memory is scaled to its peak: a sandbox rarely comes near its limit.
+    const peak = Math.max(1, ...samples.map((s) => s.memUsed))
+    drawChart(mem, pts((s) => s.memUsed), peak * 1.25, 'Memory', fmtBytes, `limit ${l ? fmtBytes(l.memTotal) : '?'}`)
     note.textContent = l ? `disk ${fmtBytes(l.diskUsed)} of ${fmtBytes(l.diskTotal)} · network in ${fmtBytes(l.netRxBytes)}, out ${fmtBytes(l.netTxBytes)} · ${samples.length} samples` : 'no samples yet'
   }
   el.addEventListener('shown', () => setTimeout(draw, 0))
