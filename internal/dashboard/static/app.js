@@ -643,7 +643,8 @@ function metricsTab (el, id, p) {
   let samples = []
   const draw = () => {
     if (el.hidden) return
-    const pts = (f) => samples.map((s) => ({ t: s.timestampUnix, v: f(s) }))
+    // Samples are stamped to the second: of two in one second the later wins.
+    const pts = (f) => samples.filter((s, i) => samples[i + 1]?.timestampUnix !== s.timestampUnix).map((s) => ({ t: s.timestampUnix, v: f(s) }))
     const l = samples[samples.length - 1]
     drawChart(cpu, pts((s) => s.cpuUsedPct), 100, 'CPU', (v) => v.toFixed(1) + ' %', `of ${l ? l.cpuCount : '?'} CPUs`)
     // Memory is scaled to its peak: a sandbox rarely comes near its limit.
@@ -810,11 +811,15 @@ function viewTemplates (main) {
     return [h('form', { class: 'panel', onsubmit: (e) => { e.preventDefault(); act(btn, build, (t) => `Built ${t.name} ${t.version || ''}`) } },
       h('div', { class: 'row' }, h('label', null, 'Name', name), h('label', null, 'Context files', files), h('label', null, '\u00a0', btn)),
       h('label', { style: 'display:flex' }, 'Dockerfile', df), log)]
-  }, ['Name', 'Aliases', 'Version', 'Software', 'Size', 'Built', 'Status'],
+  }, ['Name', 'Aliases', 'Version', 'Software', 'Size', 'Built', 'Status', ''],
   () => api('GET', '/api/templates'),
-  (t) => h('tr', null, h('td', null, t.name), h('td', null, (t.aliases || []).join(', ')), h('td', { class: 'mono' }, t.version || '—'),
-    h('td', { class: 'meta', html: Object.entries(t.versions || {}).map(([k, x]) => `<span>${esc(k)} ${esc(x)}</span>`).join('') }),
-    h('td', null, fmtBytes(t.sizeBytes)), h('td', null, fmtTime(t.builtAt)), h('td', null, t.status)),
+  (t) => {
+    // Built-in templates are not the project's: the API refuses, and says why.
+    const del = h('button', { class: 'danger', onclick: () => confirm(`Delete template ${t.name}? Sandboxes of it keep running.`) && act(del, () => api('DELETE', `/api/templates/${encodeURIComponent(t.name)}`).then(v.refresh), `Deleted template ${t.name}`) }, 'Delete')
+    return h('tr', null, h('td', null, t.name), h('td', null, (t.aliases || []).join(', ')), h('td', { class: 'mono' }, t.version || '—'),
+      h('td', { class: 'meta', html: Object.entries(t.versions || {}).map(([k, x]) => `<span>${esc(k)} ${esc(x)}</span>`).join('') }),
+      h('td', null, fmtBytes(t.sizeBytes)), h('td', null, fmtTime(t.builtAt)), h('td', null, t.status), h('td', { class: 'acts' }, del))
+  },
   'No templates.')
   return () => { v.stop(); if (ac) ac.abort() }
 }
