@@ -181,6 +181,19 @@ test('the dashboard: sign in, sandboxes, terminal, files, preview, pause and res
     await page.goto(BASE + '/#/templates')
     await page.waitForSelector('#app td:text-is("base")')
     await shot(page, 'templates')
+    // An API refusal is shown as the API words it: a built-in template is
+    // not the project's to delete.
+    page.once('dialog', (d) => d.accept())
+    await page.click('#app tr:has(td:text-is("base")) button.danger')
+    const refusal = await page.waitForSelector('.toast:not(.ok)')
+    const [status, code] = (await refusal.$eval('.code', (e) => e.textContent)).split(' ')
+    assert.match(status, /^4\d\d$/)
+    const direct = await apiFrom(page, 'DELETE', '/api/templates/base', { 'X-API-Key': KEY })
+    assert.equal(String(direct.status), status)
+    const body = JSON.parse(direct.body)
+    assert.equal(body.code, code)
+    assert.ok((await refusal.textContent()).includes(body.message), `toast ${await refusal.textContent()} vs ${body.message}`)
+    await refusal.$eval('button', (b) => b.click())
 
     // API keys: create one (shown once), sign in with it elsewhere, revoke
     // it: its next call is refused and its session ends.
