@@ -115,24 +115,33 @@ func prefixOf(secret string) string {
 // CreateKey makes an API key for a project and returns its secret, which is
 // stored only as a hash. A non-empty secret is used as given.
 func (s *Store) CreateKey(ctx context.Context, projectID, secret string) (string, error) {
+	_, secret, err := s.NewKey(ctx, projectID, secret)
+	return secret, err
+}
+
+// NewKey is CreateKey that also returns the key as listed.
+func (s *Store) NewKey(ctx context.Context, projectID, secret string) (Key, string, error) {
 	if secret == "" {
 		secret = NewID("lz_", 40)
 	}
 	if len(secret) < 16 {
-		return "", fmt.Errorf("API key: must be at least 16 characters: %w", errdefs.ErrInvalid)
+		return Key{}, "", fmt.Errorf("API key: must be at least 16 characters: %w", errdefs.ErrInvalid)
 	}
+	k := Key{ID: NewID("key_", 16), ProjectID: projectID, Prefix: prefixOf(secret)}
+	created := now()
 	err := s.keyChange(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO api_keys(id, project_id, hash, prefix, created_at) VALUES(?,?,?,?,?)`,
-			NewID("key_", 16), projectID, HashKey(secret), prefixOf(secret), now())
+			k.ID, projectID, HashKey(secret), k.Prefix, created)
 		return err
 	})
 	if err != nil {
 		if isUnique(err) {
-			return "", fmt.Errorf("API key: %w", errdefs.ErrConflict)
+			return Key{}, "", fmt.Errorf("API key: %w", errdefs.ErrConflict)
 		}
-		return "", err
+		return Key{}, "", err
 	}
-	return secret, nil
+	k.CreatedAt, _ = time.Parse(time.RFC3339Nano, created)
+	return k, secret, nil
 }
 
 // RevokeKey revokes a key by id: servers refuse it once they next poll
