@@ -215,7 +215,7 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("become child subreaper: %w", err)
 	}
-	netm, err := network.New(network.Config{Bridge: c.bridge, Subnet: subnet, DNSUpstream: c.dnsUpstream, Logger: log.With("component", "network")})
+	netm, err := network.New(network.Config{Bridge: c.bridge, Subnet: subnet, DNSUpstream: c.dnsUpstream, Run: reap.Run, Logger: log.With("component", "network")})
 	if err != nil {
 		return err
 	}
