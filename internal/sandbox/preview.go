@@ -166,3 +166,36 @@ func previewToken() string {
 	}
 	return base64.RawURLEncoding.EncodeToString(b)
 }
+
+var _ proxy.E2BTargets = (*Service)(nil)
+
+// E2BTarget implements proxy.E2BTargets: where E2B-addressed traffic to
+// port of a sandbox goes. It only reads the live table: a sandbox that is
+// not running (paused, pausing, resuming) is ErrUnavailable and is never
+// resumed by traffic, as in E2B; an unknown one is ErrNotFound.
+func (s *Service) E2BTarget(id string, port int) (proxy.E2BTarget, error) {
+	if port < 1 || port > 65535 {
+		return proxy.E2BTarget{}, fmt.Errorf("port %d: %w", port, errdefs.ErrNotFound)
+	}
+	s.mu.Lock()
+	e, ok := s.sandboxes[id]
+	var rec Record
+	if ok {
+		rec = e.rec
+	}
+	gone := ok && e.gone
+	s.mu.Unlock()
+	if !ok || gone || rec.Status == StatusPooled || !rec.E2B {
+		return proxy.E2BTarget{}, notFound(id)
+	}
+	if rec.Status != StatusRunning {
+		return proxy.E2BTarget{}, fmt.Errorf("sandbox %q is %s: %w", id, rec.Status, errdefs.ErrUnavailable)
+	}
+	host, _, err := net.SplitHostPort(rec.AgentAddr)
+	if err != nil {
+		return proxy.E2BTarget{}, fmt.Errorf("sandbox %q has no address: %w", id, errdefs.ErrUnavailable)
+	}
+	return proxy.E2BTarget{
+		Addr: net.JoinHostPort(host, strconv.Itoa(port)), Envd: port == agent.Port, TrafficToken: rec.TrafficToken,
+	}, nil
+}
