@@ -132,7 +132,7 @@ func (lq listQuery) before(a, b cursor) bool {
 	if !a.started.Equal(b.started) {
 		return a.started.Before(b.started) == lq.asc
 	}
-	return (a.id < b.id) == lq.asc
+	return a.id != b.id && (a.id < b.id) == lq.asc
 }
 
 func (lq listQuery) match(rec sandbox.Record) bool {
@@ -153,15 +153,10 @@ func (lq listQuery) match(rec sandbox.Record) bool {
 	return true
 }
 
-// list answers a page of the project's E2B sandboxes, newest first unless
-// order=asc; X-Next-Token names the next page when there is one.
-func (s *server) list(w http.ResponseWriter, r *http.Request, p store.Project) error {
-	lq, err := parseList(r)
-	if err != nil {
-		return err
-	}
-	var recs []sandbox.Record
-	for _, rec := range s.sandboxes.List(p.ID) {
+// page picks the sandboxes lq matches, in its order, after its cursor, at
+// most its limit; next is the token of the page after, "" if none.
+func (lq listQuery) page(all []sandbox.Record) (recs []sandbox.Record, next string) {
+	for _, rec := range all {
 		if lq.match(rec) {
 			recs = append(recs, rec)
 		}
@@ -182,7 +177,21 @@ func (s *server) list(w http.ResponseWriter, r *http.Request, p store.Project) e
 	}
 	if lq.limit > 0 && len(recs) > lq.limit {
 		recs = recs[:lq.limit]
-		w.Header().Set("X-Next-Token", pos(recs[len(recs)-1]).token())
+		next = pos(recs[len(recs)-1]).token()
+	}
+	return recs, next
+}
+
+// list answers a page of the project's E2B sandboxes, newest first unless
+// order=asc; X-Next-Token names the next page when there is one.
+func (s *server) list(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	lq, err := parseList(r)
+	if err != nil {
+		return err
+	}
+	recs, next := lq.page(s.sandboxes.List(p.ID))
+	if next != "" {
+		w.Header().Set("X-Next-Token", next)
 	}
 	out := make([]detail, len(recs))
 	for i, rec := range recs {
