@@ -171,9 +171,13 @@ func state(rec sandbox.Record) string {
 func (s *server) connect(w http.ResponseWriter, r *http.Request, p store.Project) error {
 	var req struct {
 		Timeout *int64 `json:"timeout"`
+		Memory  *bool  `json:"memory"`
 	}
 	if err := api.Decode(w, r, maxBody, &req); err != nil {
 		return err
+	}
+	if req.Memory != nil && !*req.Memory {
+		return invalid("memory: false (onResume: 'reboot') is not supported by lizard: a resume always restores memory")
 	}
 	var timeout int64
 	if req.Timeout != nil {
