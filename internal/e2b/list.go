@@ -217,29 +217,15 @@ type metric struct {
 // metrics answers the sandbox's usage samples (the service's, as GET
 // /api/sandboxes/{id}/metrics) between start and end, unix seconds.
 func (s *server) metrics(w http.ResponseWriter, r *http.Request, p store.Project) error {
-	var bounds [2]time.Time
-	for i, name := range []string{"start", "end"} {
-		v := r.URL.Query().Get(name)
-		if v == "" {
-			continue
-		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 || n > 1<<40 {
-			return invalid("%s %q: must be unix seconds", name, v)
-		}
-		bounds[i] = time.Unix(n, 0)
-	}
-	if !bounds[1].IsZero() {
-		if bounds[1].Before(bounds[0]) {
-			return invalid("end is before start")
-		}
-		bounds[1] = bounds[1].Add(time.Second - 1)
+	start, end, err := api.UsageWindow(r)
+	if err != nil {
+		return err
 	}
 	rec, err := s.e2bSandbox(p, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	samples, err := s.sandboxes.Usage(p.ID, rec.ID, bounds[0], bounds[1])
+	samples, err := s.sandboxes.Usage(p.ID, rec.ID, start, end)
 	if err != nil {
 		return err
 	}

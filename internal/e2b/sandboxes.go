@@ -90,6 +90,24 @@ func timeoutMs(field string, secs *int64, def int64) (int64, error) {
 	return t * 1000, nil
 }
 
+// timeoutBody is the body of the calls that take only a timeout.
+type timeoutBody struct {
+	Timeout *int64 `json:"timeout"`
+}
+
+// optionalTimeout decodes a timeoutBody: the timeout in milliseconds, 0
+// when the body names none.
+func optionalTimeout(w http.ResponseWriter, r *http.Request) (int64, error) {
+	var req timeoutBody
+	if err := api.Decode(w, r, maxBody, &req); err != nil {
+		return 0, err
+	}
+	if req.Timeout == nil {
+		return 0, nil
+	}
+	return timeoutMs("timeout", req.Timeout, 0)
+}
+
 func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project) error {
 	var req newSandbox
 	if err := api.Decode(w, r, maxBody, &req); err != nil {
@@ -209,10 +227,8 @@ func (s *server) connect(w http.ResponseWriter, r *http.Request, p store.Project
 
 // resume is the deprecated POST /sandboxes/{id}/resume: 409 when running.
 func (s *server) resume(w http.ResponseWriter, r *http.Request, p store.Project) error {
-	var req struct {
-		Timeout *int64 `json:"timeout"`
-	}
-	if err := api.Decode(w, r, maxBody, &req); err != nil {
+	timeout, err := optionalTimeout(w, r)
+	if err != nil {
 		return err
 	}
 	rec, err := s.e2bSandbox(p, r.PathValue("id"))
@@ -225,12 +241,8 @@ func (s *server) resume(w http.ResponseWriter, r *http.Request, p store.Project)
 	if rec, err = s.sandboxes.Resume(r.Context(), p.ID, rec.ID); err != nil {
 		return err
 	}
-	if req.Timeout != nil {
-		t, err := timeoutMs("timeout", req.Timeout, 0)
-		if err != nil {
-			return err
-		}
-		if err := s.sandboxes.SetTimeout(r.Context(), p.ID, rec.ID, t); err != nil {
+	if timeout > 0 {
+		if err := s.sandboxes.SetTimeout(r.Context(), p.ID, rec.ID, timeout); err != nil {
 			return err
 		}
 	}
@@ -324,18 +336,12 @@ func (s *server) kill(w http.ResponseWriter, r *http.Request, p store.Project) e
 }
 
 func (s *server) setTimeout(w http.ResponseWriter, r *http.Request, p store.Project) error {
-	var req struct {
-		Timeout *int64 `json:"timeout"`
-	}
-	if err := api.Decode(w, r, maxBody, &req); err != nil {
-		return err
-	}
-	if req.Timeout == nil {
-		return invalid("timeout: required, 1 to %d seconds", maxTimeout)
-	}
-	t, err := timeoutMs("timeout", req.Timeout, 0)
+	t, err := optionalTimeout(w, r)
 	if err != nil {
 		return err
+	}
+	if t == 0 {
+		return invalid("timeout: required, 1 to %d seconds", maxTimeout)
 	}
 	rec, err := s.e2bSandbox(p, r.PathValue("id"))
 	if err != nil {

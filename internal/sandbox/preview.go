@@ -111,21 +111,26 @@ func (s *Service) Unexpose(ctx context.Context, projectID, id string, port int) 
 // preview proxy. An unknown sandbox, one being removed, a pooled copy and
 // a port that is not exposed are all ErrNotFound.
 func (s *Service) exposed(id string, port int) (Record, error) {
-	s.mu.Lock()
-	e, ok := s.sandboxes[id]
-	var rec Record
-	if ok {
-		rec = e.rec
-	}
-	gone := ok && e.gone
-	s.mu.Unlock()
-	if !ok || gone || rec.Status == StatusPooled {
+	rec, ok := s.live(id)
+	if !ok {
 		return Record{}, notFound(id)
 	}
 	if !slices.Contains(rec.Ports, port) {
 		return Record{}, errdefs.WithCode("port_not_exposed", fmt.Errorf("port %d of sandbox %q is not exposed: %w", port, id, errdefs.ErrNotFound))
 	}
 	return rec, nil
+}
+
+// live returns the record of a sandbox of any project that is in the live
+// table, not being removed and not a pooled copy.
+func (s *Service) live(id string) (Record, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.sandboxes[id]
+	if !ok || e.gone || e.rec.Status == StatusPooled {
+		return Record{}, false
+	}
+	return e.rec, true
 }
 
 // PreviewToken implements proxy.Previews: the token that admits requests
@@ -177,15 +182,8 @@ func (s *Service) E2BTarget(id string, port int) (proxy.E2BTarget, error) {
 	if port < 1 || port > 65535 {
 		return proxy.E2BTarget{}, fmt.Errorf("port %d: %w", port, errdefs.ErrNotFound)
 	}
-	s.mu.Lock()
-	e, ok := s.sandboxes[id]
-	var rec Record
-	if ok {
-		rec = e.rec
-	}
-	gone := ok && e.gone
-	s.mu.Unlock()
-	if !ok || gone || rec.Status == StatusPooled || !rec.E2B {
+	rec, ok := s.live(id)
+	if !ok || !rec.E2B {
 		return proxy.E2BTarget{}, notFound(id)
 	}
 	if rec.Status != StatusRunning {
