@@ -59,8 +59,10 @@ type Config struct {
 	E2B http.Handler
 }
 
-// E2BPaths are the path patterns of E2B's REST API; none is under /api/.
-var E2BPaths = []string{"/sandboxes", "/sandboxes/", "/v2/sandboxes", "/v2/sandboxes/", "/templates", "/templates/", "/snapshots"}
+// E2BPaths are the path patterns of E2B's REST API, including those lizard
+// does not serve (which then answer E2B's 404); none is under /api/.
+var E2BPaths = []string{"/sandboxes", "/sandboxes/", "/v2/", "/v3/", "/templates", "/templates/", "/snapshots", "/snapshots/",
+	"/volumes", "/volumes/", "/volumecontent/", "/secrets", "/secrets/"}
 
 // Body size limits. A file write carries its content in JSON (base64 for
 // bytes), so it may be larger than other requests.
