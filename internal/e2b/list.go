@@ -267,7 +267,7 @@ func (s *server) listTemplates(w http.ResponseWriter, r *http.Request, _ store.P
 	if err != nil {
 		return fmt.Errorf("list templates: %w", err)
 	}
-	size, err := sandbox.LookupSize("")
+	size, err := sandbox.LookupSize(sandboxSize)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,10 @@ import (
 // (e2b 2.51 sends none; 2.50 sends this): the SDKs' documented default.
 const defaultTimeout = 300
 
+// sandboxSize is the lizard size of E2B sandboxes: E2B's templates default
+// to 2 vCPUs, and E2B's create names no size.
+const sandboxSize = "small"
+
 // maxTimeout is the largest timeout in seconds the service takes.
 const maxTimeout = sandbox.MaxTimeoutMs / 1000
 
@@ -153,7 +157,7 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project)
 		return err
 	}
 	rec, err := s.sandboxes.Create(r.Context(), sandbox.CreateRequest{
-		ProjectID: p.ID, Template: tpl, TimeoutMs: timeout, Metadata: req.Metadata, Envs: req.EnvVars,
+		ProjectID: p.ID, Template: tpl, Size: sandboxSize, TimeoutMs: timeout, Metadata: req.Metadata, Envs: req.EnvVars,
 		Egress: egress, E2B: true, Secure: req.Secure != nil && *req.Secure, PrivateTraffic: private,
 		AutoPause: req.AutoPause != nil && *req.AutoPause,
 	})
