@@ -250,6 +250,12 @@ func (t *trackingWriter) ReadFrom(r io.Reader) (int64, error) {
 
 func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
 
+// Flush is for handlers that assert http.Flusher (connect-go's streams).
+func (t *trackingWriter) Flush() {
+	t.wrote = true
+	_ = http.NewResponseController(t.ResponseWriter).Flush()
+}
+
 // setToken replaces the token. A sandbox restored from a snapshot wakes up
 // with its source's token; the node gives each copy its own at once.
 func (s *Server) setToken(w http.ResponseWriter, r *http.Request) error {
