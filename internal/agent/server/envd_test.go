@@ -624,13 +624,17 @@ func TestEnvdAuth(t *testing.T) {
 		t.Errorf("signed download with user and expiration: %d", c)
 	}
 	for name, q := range map[string]url.Values{
-		"expired":       sign(dir+"/f", "read", "", token, time.Now().Unix()-1),
-		"write op":      sign(dir+"/f", "write", "", token, 0),
-		"other token":   sign(dir+"/f", "read", "", token+"x", 0),
-		"unsigned":      {"path": {dir + "/f"}},
-		"other path":    func() url.Values { q := sign(dir+"/g", "read", "", token, 0); q.Set("path", dir+"/f"); return q }(),
-		"other user":    func() url.Values { q := sign(dir+"/f", "read", "", token, 0); q.Set("username", "root"); return q }(),
-		"moved expires": func() url.Values { q := sign(dir+"/f", "read", "", token, 100); q.Set("signature_expiration", "99999999999"); return q }(),
+		"expired":     sign(dir+"/f", "read", "", token, time.Now().Unix()-1),
+		"write op":    sign(dir+"/f", "write", "", token, 0),
+		"other token": sign(dir+"/f", "read", "", token+"x", 0),
+		"unsigned":    {"path": {dir + "/f"}},
+		"other path":  func() url.Values { q := sign(dir+"/g", "read", "", token, 0); q.Set("path", dir+"/f"); return q }(),
+		"other user":  func() url.Values { q := sign(dir+"/f", "read", "", token, 0); q.Set("username", "root"); return q }(),
+		"moved expires": func() url.Values {
+			q := sign(dir+"/f", "read", "", token, 100)
+			q.Set("signature_expiration", "99999999999")
+			return q
+		}(),
 	} {
 		if c := get(q); c != 401 {
 			t.Errorf("%s: %d, want 401", name, c)
