@@ -52,7 +52,7 @@ test('commands: output, exit codes, envs, cwd, user, timeouts', async () => {
   })
 })
 
-test('commands: background, connect, stdin, kill, list', async () => {
+test('commands: background, list, stdin, disconnect and connect', async () => {
   await withSandbox(async (sbx) => {
     const got = []
     const h = await sbx.commands.run('read a; echo "got $a"; read b; echo "got $b"', { background: true, stdin: true, onStdout: (d) => got.push(d) })
@@ -71,14 +71,22 @@ test('commands: background, connect, stdin, kill, list', async () => {
     const r = await again.wait()
     assert.equal(r.exitCode, 0)
     assert.match(r.stdout, /got two/)
+  })
+})
 
+test('commands: kill', async () => {
+  await withSandbox(async (sbx) => {
     const sleeper = await sbx.commands.run('sleep 600', { background: true })
     assert.equal(await sbx.commands.kill(sleeper.pid), true)
     const killed = await sleeper.wait().catch((e) => e)
     assert.ok(killed instanceof sdk.CommandExitError, `want CommandExitError, got ${killed}`)
+    assert.equal(killed.exitCode, -1)
     assert.equal(await sbx.commands.kill(999999), false)
+  })
+})
 
-    // closeStdin: cat sees EOF.
+test('commands: closeStdin', async () => {
+  await withSandbox(async (sbx) => {
     const cat = await sbx.commands.run('cat', { background: true, stdin: true })
     await sbx.commands.sendStdin(cat.pid, 'abc')
     await sbx.commands.closeStdin(cat.pid)
