@@ -58,8 +58,11 @@ func parseCursor(tok string) (*cursor, error) {
 // parseList reads the query of GET /sandboxes (v1: running sandboxes, no
 // pages) and GET /v2/sandboxes.
 func parseList(r *http.Request) (listQuery, error) {
-	q := r.URL.Query()
 	lq := listQuery{limit: defaultLimit, states: []string{"running", "paused"}}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return lq, invalid("query %q: %v", r.URL.RawQuery, err)
+	}
 	v2 := strings.HasPrefix(r.URL.Path, "/v2/")
 	if !v2 {
 		lq.states, lq.limit = []string{"running"}, 0

@@ -140,3 +140,22 @@ test('templates list the built ones with E2B names', async () => {
   const interp = res.json.find((t) => t.templateID === 'interpreter')
   if (interp) assert.ok(interp.names.includes('code-interpreter-v1'))
 })
+
+test('onTimeout pause (autoPause) pauses at the deadline; connect resumes', async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 2_000, lifecycle: { onTimeout: 'pause' }, metadata: { run, kind: 'autopause' } })
+  try {
+    assert.equal((await sbx.getInfo()).lifecycle?.onTimeout, 'pause')
+    let state = 'running'
+    for (let i = 0; i < 100 && state !== 'paused'; i++) {
+      await sleep(200)
+      state = (await sbx.getInfo()).state
+    }
+    assert.equal(state, 'paused')
+    await Sandbox.connect(sbx.sandboxId, { timeoutMs: 60_000 })
+    const info = await sbx.getInfo()
+    assert.equal(info.state, 'running')
+    assert.ok(info.endAt.getTime() - Date.now() > 30_000, `endAt ${info.endAt}`)
+  } finally {
+    await sbx.kill()
+  }
+})
