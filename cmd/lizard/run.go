@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/lizard-build/lizard/internal/store"
@@ -24,7 +23,12 @@ const usage = `usage:
   lizard keys revoke ID [--data-dir DIR]
   lizard template build NAME [--if-missing] [--template-dir DIR]
   lizard template build NAME -f DOCKERFILE [CONTEXT] [--build-arg K=V]... [--runsc PATH] [--template-dir DIR]
-  lizard template ls [--template-dir DIR]`
+  lizard template ls [--template-dir DIR]
+  lizard backup FILE [--data-dir DIR]
+  lizard restore FILE --data-dir NEWDIR
+  lizard config docs|example
+  lizard sandbox ls|create|info|exec|shell|logs|cp|pause|resume|snapshot|kill ...  (lizard sandbox help)
+every command but sandbox also takes --config FILE (default /etc/lizard/lizard.toml) and LIZARD_* variables: docs/CONFIG.md`
 
 // Defaults shared by the subcommands.
 const (
@@ -46,6 +50,14 @@ func Run(ctx context.Context, args []string) error {
 		return keys(ctx, args[1:])
 	case "template", "templates":
 		return templates(ctx, args[1:])
+	case "config":
+		return config(args[1:])
+	case "backup":
+		return backupCmd(ctx, args[1:])
+	case "restore":
+		return restoreCmd(ctx, args[1:])
+	case "sandbox", "sandboxes":
+		return sandboxCmd(ctx, args[1:])
 	case "help", "-h", "--help":
 		fmt.Println(usage)
 		return nil
@@ -79,7 +91,7 @@ func openStore(dataDir string) (*store.Store, error) {
 func projects(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("projects", flag.ContinueOnError)
 	dataDir := fs.String("data-dir", defaultDataDir, "state directory")
-	pos, err := parse(fs, args)
+	pos, err := configure(fs, args)
 	if err != nil {
 		return err
 	}
@@ -101,7 +113,7 @@ func projects(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		tw := newTabWriter(os.Stdout)
 		fmt.Fprintln(tw, "ID\tSLUG\tNAME")
 		for _, p := range ps {
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", p.ID, p.Slug, p.Name)
@@ -115,7 +127,7 @@ func keys(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("keys", flag.ContinueOnError)
 	dataDir := fs.String("data-dir", defaultDataDir, "state directory")
 	project := fs.String("project", "", "project id or slug")
-	pos, err := parse(fs, args)
+	pos, err := configure(fs, args)
 	if err != nil {
 		return err
 	}
@@ -159,7 +171,7 @@ func keys(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	tw := newTabWriter(os.Stdout)
 	fmt.Fprintln(tw, "ID\tPREFIX\tCREATED\tLAST USED\tREVOKED")
 	for _, k := range ks {
 		fmt.Fprintf(tw, "%s\t%s…\t%s\t%s\t%s\n", k.ID, k.Prefix, fmtTime(&k.CreatedAt), fmtTime(k.LastUsed), fmtTime(k.RevokedAt))
@@ -184,7 +196,7 @@ func templates(ctx context.Context, args []string) error {
 	readyCmd := fs.String("ready-cmd", "", "shell command that passes once the start command (CMD) is ready; replaces the Dockerfile's HEALTHCHECK")
 	var buildArgs buildArgFlag
 	fs.Var(&buildArgs, "build-arg", "NAME=VALUE for an ARG of the Dockerfile (repeatable)")
-	pos, err := parse(fs, args)
+	pos, err := configure(fs, args)
 	if err != nil {
 		return err
 	}
@@ -201,9 +213,6 @@ func templates(ctx context.Context, args []string) error {
 		context := filepath.Dir(*dockerfile)
 		if len(pos) == 3 {
 			context = pos[2]
-		}
-		if *runsc == "" {
-			*runsc = os.Getenv("LIZARD_RUNSC")
 		}
 		rs, err := findRunsc(*runsc)
 		if err != nil {
@@ -238,7 +247,7 @@ func templates(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		tw := newTabWriter(os.Stdout)
 		fmt.Fprintln(tw, "NAME\tALIASES\tVERSION\tSIZE\tBUILT\tSOFTWARE")
 		for _, t := range ts {
 			aliases := strings.Join(t.Aliases, ",")

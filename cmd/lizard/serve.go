@@ -54,11 +54,9 @@ const (
 	defaultRateBurst = 2000
 )
 
-// serve is the one wiring function of the server: it builds every part,
-// serves until ctx is done, and closes them in reverse order. Sandboxes keep
-// running across a restart; the next serve reattaches to them.
-func serve(ctx context.Context, args []string) error {
-	var c serveConfig
+// serveFlags defines the flags of `lizard serve` into c. They are also the
+// keys of the config file and the LIZARD_* variables (config.go).
+func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "API listen address")
 	fs.StringVar(&c.dataDir, "data-dir", defaultDataDir, "state directory (database, sandboxes)")
@@ -79,7 +77,15 @@ func serve(ctx context.Context, args []string) error {
 	fs.IntVar(&c.maxSandboxes, "max-sandboxes", sandbox.DefaultMaxSandboxes, "most sandboxes running at once (warm pool copies included)")
 	fs.Float64Var(&c.rateLimit, "rate-limit", defaultRateLimit, "API requests a second allowed per API key on average (0: no limit)")
 	fs.IntVar(&c.rateBurst, "rate-burst", defaultRateBurst, "API requests per API key allowed at once above --rate-limit")
-	if _, err := parse(fs, args); err != nil {
+	return fs
+}
+
+// serve is the one wiring function of the server: it builds every part,
+// serves until ctx is done, and closes them in reverse order. Sandboxes keep
+// running across a restart; the next serve reattaches to them.
+func serve(ctx context.Context, args []string) error {
+	var c serveConfig
+	if _, err := configure(serveFlags(&c), args); err != nil {
 		return err
 	}
 	if c.rateLimit < 0 || c.rateBurst < 1 {
