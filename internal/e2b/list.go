@@ -263,10 +263,10 @@ type templateInfo struct {
 	BuildStatus   string   `json:"buildStatus"`
 }
 
-// listTemplates answers the built templates; E2B's names of lizard's
+// listTemplates answers the built templates the project sees; E2B's names of lizard's
 // templates (code-interpreter-v1) are among their aliases.
-func (s *server) listTemplates(w http.ResponseWriter, r *http.Request, _ store.Project) error {
-	ts, err := s.templates.List()
+func (s *server) listTemplates(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	ts, err := s.templates.ListFor(p.ID)
 	if err != nil {
 		return fmt.Errorf("list templates: %w", err)
 	}
