@@ -62,6 +62,7 @@ test('list filters by metadata and state and pages with X-Next-Token', async () 
 
 test('pause, pause again, isRunning, connect resumes', async () => {
   await withSandbox(async (sbx) => {
+    assert.equal(await sbx.isRunning(), true)
     assert.equal(await sbx.pause(), true)
     assert.equal(await Sandbox.pause(sbx.sandboxId), false)
     assert.equal((await sbx.getInfo()).state, 'paused')
@@ -73,6 +74,7 @@ test('pause, pause again, isRunning, connect resumes', async () => {
     const again = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 90_000 })
     assert.equal(again.sandboxId, sbx.sandboxId)
     assert.equal((await sbx.getInfo()).state, 'running')
+    assert.equal(await again.isRunning(), true)
     // Connecting to a running sandbox answers it as it is.
     await Sandbox.connect(sbx.sandboxId)
   }, { metadata: { run, kind: 'pause' } })
