@@ -83,6 +83,7 @@ func TestErrors(t *testing.T) {
 		{testKey, "POST", "/v2/sandboxes", `{"timeout":"300"}`, 400, "timeout"},
 		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","network":{"denyOut":["0.0.0.0/0"]}}`, 400, "denyOut"},
 		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","autoResume":{"enabled":true}}`, 400, "autoResume"},
+		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","mcp":{"github":{}}}`, 400, "mcp"},
 		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","volumeMounts":[{"name":"v","path":"/v"}]}`, 400, "volumeMounts"},
 		{testKey, "POST", "/v2/sandboxes", `{`, 400, "JSON"},
 		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base"}`, 404, "base"},

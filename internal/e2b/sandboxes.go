@@ -43,6 +43,7 @@ type newSandbox struct {
 	Metadata     map[string]string `json:"metadata"`
 	EnvVars      map[string]string `json:"envVars"`
 	VolumeMounts []any             `json:"volumeMounts"`
+	Mcp          any               `json:"mcp"`
 }
 
 // sandboxInfo is E2B's Sandbox: what create, connect and fork answer.
@@ -127,6 +128,9 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project)
 	timeout, err := timeoutMs("timeout", req.Timeout, defaultTimeout)
 	if err != nil {
 		return err
+	}
+	if req.Mcp != nil {
+		return invalid("mcp: MCP gateways are not supported by lizard")
 	}
 	if len(req.VolumeMounts) > 0 {
 		return invalid("volumeMounts: E2B volumes are not supported by lizard (use the Lizard API's volumes)")
