@@ -81,7 +81,22 @@ type proxy struct {
 	decoy string
 }
 
+// addrKey holds the target of a request the proxy forwards.
 type addrKey struct{}
+
+// target is where a request goes: the sandbox and the address serving the
+// port.
+type target struct{ sandbox, addr string }
+
+// dial connects to the address of the request's target; the address in
+// the URL only names the pool.
+func dial(ctx context.Context, network, _ string) (net.Conn, error) {
+	t, ok := ctx.Value(addrKey{}).(target)
+	if !ok {
+		return nil, errors.New("proxy: dial without a target")
+	}
+	return (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext(ctx, network, t.addr)
+}
 
 // bufferPool lends the reverse proxy 64 KiB copy buffers.
 type bufferPool struct{}
@@ -110,8 +125,13 @@ func Handler(cfg Config) http.Handler {
 	p := &proxy{cfg: cfg, decoy: rand.Text()}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			addr := pr.In.Context().Value(addrKey{}).(string)
-			pr.SetURL(&url.URL{Scheme: "http", Host: addr})
+			t := pr.In.Context().Value(addrKey{}).(target)
+			// Connections are pooled per sandbox, not per address: a new
+			// sandbox may get the address of one just killed, whose pooled
+			// connections must not carry its requests. dial connects to
+			// the address.
+			_, port, _ := net.SplitHostPort(t.addr)
+			pr.SetURL(&url.URL{Scheme: "http", Host: net.JoinHostPort(t.sandbox+".sandbox.invalid", port)})
 			pr.SetXForwarded()
 			// The app sees the host it was asked for, and no lizard token.
 			pr.Out.Host = pr.In.Host
@@ -127,7 +147,7 @@ func Handler(cfg Config) http.Handler {
 			}
 		},
 		Transport: &http.Transport{
-			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			DialContext:         dial,
 			MaxIdleConnsPerHost: 32,
 			IdleConnTimeout:     90 * time.Second,
 		},
@@ -213,7 +233,7 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request) string {
 		return "unavailable"
 	}
 	outcome := "forwarded"
-	ctx := context.WithValue(context.WithValue(r.Context(), addrKey{}, addr), outcomeKey{}, &outcome)
+	ctx := context.WithValue(context.WithValue(r.Context(), addrKey{}, target{id, addr}), outcomeKey{}, &outcome)
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
 	return outcome
 }
