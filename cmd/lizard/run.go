@@ -22,6 +22,8 @@ const usage = `usage:
         [--debian-mirror URL] [--max-build-context BYTES]   (lizard serve -h: all flags)
   lizard projects create NAME [--data-dir DIR]
   lizard projects ls [--data-dir DIR]
+  lizard projects set P [--max-sandboxes N] [--max-vcpus N] [--max-memory-gb N] [--max-volume-gb N] [--max-snapshots N] [--data-dir DIR]
+      (N: a number, 0 for no limit, or "default" for the server's default)
   lizard keys create --project P [--data-dir DIR]
   lizard keys ls --project P [--data-dir DIR]
   lizard keys revoke ID [--data-dir DIR]
@@ -93,41 +95,6 @@ func openStore(dataDir string) (*store.Store, error) {
 		return nil, err
 	}
 	return store.Open(dataDir + "/lizard.db")
-}
-
-func projects(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("projects", flag.ContinueOnError)
-	dataDir := fs.String("data-dir", defaultDataDir, "state directory")
-	pos, err := configure(fs, args)
-	if err != nil {
-		return err
-	}
-	st, err := openStore(*dataDir)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	switch {
-	case len(pos) == 2 && pos[0] == "create":
-		p, err := st.CreateProject(ctx, pos[1], "")
-		if err != nil {
-			return err
-		}
-		fmt.Printf("project %s created (id %s, slug %s)\n", p.Name, p.ID, p.Slug)
-		return nil
-	case len(pos) == 1 && (pos[0] == "ls" || pos[0] == "list"):
-		ps, err := st.Projects(ctx)
-		if err != nil {
-			return err
-		}
-		tw := newTabWriter(os.Stdout)
-		fmt.Fprintln(tw, "ID\tSLUG\tNAME")
-		for _, p := range ps {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", p.ID, p.Slug, p.Name)
-		}
-		return tw.Flush()
-	}
-	return errors.New(usage)
 }
 
 func keys(ctx context.Context, args []string) error {

@@ -101,6 +101,21 @@ func (s *Service) TakeSnapshot(ctx context.Context, projectID, id, name string, 
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
+	if err := s.cfg.Disk.Check(); err != nil {
+		return SnapshotInfo{}, err
+	}
+	s.mu.Lock()
+	// The pool's copies will be of this sandbox: they must fit first.
+	like := Snapshot{ProjectID: e.rec.ProjectID, CPUs: e.rec.CPUs, MemoryMB: e.rec.MemoryMB, VolumeID: e.rec.VolumeID}
+	s.mu.Unlock()
+	if err := s.checkPool(ctx, like, poolSize); err != nil {
+		return SnapshotInfo{}, err
+	}
+	release, err := s.reserveSnapshot(ctx, projectID)
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	defer release()
 	snap, err := s.save(ctx, e, s.snapshotDir, "snap_")
 	if err != nil {
 		return SnapshotInfo{}, err
@@ -109,7 +124,7 @@ func (s *Service) TakeSnapshot(ctx context.Context, projectID, id, name string, 
 		name = "Snapshot " + id
 	}
 	snap.Name, snap.PoolSize = name, poolSize
-	if err := s.putSnapshot(ctx, snap); err != nil {
+	if err := s.putSnapshot(context.WithoutCancel(ctx), snap); err != nil {
 		os.RemoveAll(s.snapshotDir(snap.ID))
 		return SnapshotInfo{}, err
 	}
@@ -117,6 +132,7 @@ func (s *Service) TakeSnapshot(ctx context.Context, projectID, id, name string, 
 	s.mu.Lock()
 	s.snapshots[snap.ID] = se
 	s.mu.Unlock()
+	release()
 	s.log.Info("snapshot taken", "snapshot", snap.ID, "sandbox", id)
 	s.logs.event(id, "snapshot %s taken", snap.ID)
 	s.fillPool(se)
@@ -126,6 +142,8 @@ func (s *Service) TakeSnapshot(ctx context.Context, projectID, id, name string, 
 // save checkpoints e into dirOf(newID) and returns the snapshot's record
 // (not yet stored).
 func (s *Service) save(ctx context.Context, e *entry, dirOf func(string) string, prefix string) (Snapshot, error) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s.mu.Lock()
@@ -213,12 +231,20 @@ func (s *Service) Snapshots(projectID string) []SnapshotInfo {
 // UpdateSnapshot changes the warm pool: its size, or whether it is paused
 // (a paused pool releases its copies; the saved state stays).
 func (s *Service) UpdateSnapshot(ctx context.Context, projectID, id string, poolSize *int, poolPaused *bool) (SnapshotInfo, error) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	se, err := s.lookupSnapshot(projectID, id)
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
 	if poolSize != nil {
 		if err := validPoolSize(*poolSize); err != nil {
+			return SnapshotInfo{}, err
+		}
+		s.mu.Lock()
+		snap := se.snap
+		s.mu.Unlock()
+		if err := s.checkPool(ctx, snap, *poolSize); err != nil {
 			return SnapshotInfo{}, err
 		}
 	}
@@ -242,6 +268,8 @@ func (s *Service) UpdateSnapshot(ctx context.Context, projectID, id string, pool
 // DeleteSnapshot releases the pool and removes the image. Sandboxes
 // restored from it are independent and keep running.
 func (s *Service) DeleteSnapshot(ctx context.Context, projectID, id string) error {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	se, err := s.lookupSnapshot(projectID, id)
 	if err != nil {
 		return err
@@ -303,12 +331,14 @@ func (s *Service) fillPool(se *snapEntry) {
 	se.filling = true
 	s.bg.Add(1)
 	s.mu.Unlock()
+	s.log.Debug("warm pool: filling", "snapshot", se.snap.ID)
 	go func() {
 		defer s.bg.Done()
 		defer func() {
 			s.mu.Lock()
 			se.filling = false
 			s.mu.Unlock()
+			s.log.Debug("warm pool: filled", "snapshot", se.snap.ID)
 		}()
 		for {
 			s.mu.Lock()
@@ -322,7 +352,13 @@ func (s *Service) fillPool(se *snapEntry) {
 			}
 			rec := s.copyRecord(snap, 0)
 			rec.Status, rec.PoolOf = StatusPooled, snap.ID
-			if _, err := s.restoreCopy(context.Background(), rec, snap, s.snapshotDir(snap.ID)); err != nil {
+			_, err := s.restoreCopy(context.Background(), rec, snap, s.snapshotDir(snap.ID))
+			// The snapshot may have been deleted, or its pool shrunk or
+			// paused, while this copy was being restored: the copy goes
+			// then, it never outlives them (nor holds its place in the
+			// project's quota for ever).
+			s.trimPool(context.Background(), se)
+			if err != nil {
 				s.log.Warn("warm pool: restore failed; pool left short", "snapshot", snap.ID, "err", err)
 				return
 			}
@@ -396,6 +432,11 @@ func (s *Service) UsesRootfs(rootfs string) bool {
 	}
 	for _, r := range s.launching {
 		if r == rootfs {
+			return true
+		}
+	}
+	for _, rec := range s.recovering {
+		if rec.Rootfs == rootfs {
 			return true
 		}
 	}
@@ -490,10 +531,18 @@ func (s *Service) Fork(ctx context.Context, projectID, id string, count int, tim
 		return nil, err
 	}
 	s.mu.Lock()
-	vol := e.rec.VolumeID
+	vol, need := e.rec.VolumeID, holds(StatusRunning, e.rec.CPUs, e.rec.MemoryMB).times(count)
 	s.mu.Unlock()
 	if vol != "" {
 		return nil, errdefs.WithCode("sandbox_has_volume", fmt.Errorf("sandbox %q has volume %s attached; a volume is attached to one sandbox at a time, so it cannot be forked: %w", id, vol, errdefs.ErrConflict))
+	}
+	// All the copies must fit before the checkpoint is made; each then
+	// takes its own place as it is restored (see launch).
+	if err := s.admit(ctx, projectID, need); err != nil {
+		return nil, fmt.Errorf("fork of %d: %w", count, err)
+	}
+	if err := s.cfg.Disk.Check(); err != nil {
+		return nil, err
 	}
 	forkDir := func(snapID string) string { return filepath.Join(s.cfg.SnapshotDir, "forks", snapID) }
 	snap, err := s.save(ctx, e, forkDir, "fork_")

@@ -4,19 +4,27 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
 )
 
-func TestStore(t *testing.T) {
-	ctx := context.Background()
+// openTemp opens a new database in a temporary directory.
+func openTemp(t *testing.T) *Store {
+	t.Helper()
 	st, err := Open(filepath.Join(t.TempDir(), "lizard.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func TestStore(t *testing.T) {
+	ctx := context.Background()
+	st := openTemp(t)
 	p, err := st.CreateProject(ctx, "My Team", "")
 	if err != nil || p.Slug != "my-team" {
 		t.Fatalf("create project: %+v %v", p, err)
@@ -83,5 +91,57 @@ func TestNewID(t *testing.T) {
 			t.Fatalf("bad or repeated id %q", id)
 		}
 		seen[id] = true
+	}
+}
+
+func TestLimits(t *testing.T) {
+	ctx := context.Background()
+	st := openTemp(t)
+	p, err := st.CreateProject(ctx, "limited", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defaults := Limits{Sandboxes: 50, VCPUs: 64, MemoryGB: 128, VolumeGB: 500, Snapshots: 100}
+	if got, err := st.ProjectLimits(ctx, p.ID, defaults); err != nil || got != defaults {
+		t.Fatalf("no overrides: %+v %v", got, err)
+	}
+	five, zero := 5, 0
+	if err := st.SetProjectLimit(ctx, p.ID, LimitSandboxes, &five); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetProjectLimit(ctx, p.ID, LimitSnapshots, &zero); err != nil {
+		t.Fatal(err)
+	}
+	want := defaults
+	want.Sandboxes, want.Snapshots = 5, 0
+	if got, err := st.ProjectLimits(ctx, p.ID, defaults); err != nil || got != want {
+		t.Fatalf("overrides: %+v %v, want %+v", got, err, want)
+	}
+	if err := st.SetProjectLimit(ctx, p.ID, LimitSandboxes, nil); err != nil {
+		t.Fatal(err)
+	}
+	want.Sandboxes = 50
+	if got, _ := st.ProjectLimits(ctx, p.ID, defaults); got != want {
+		t.Fatalf("back to default: %+v, want %+v", got, want)
+	}
+	minus := -1
+	if err := st.SetProjectLimit(ctx, p.ID, LimitVCPUs, &minus); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("negative: %v", err)
+	}
+	if err := st.SetProjectLimit(ctx, p.ID, Limit("cores"), &five); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("unknown limit: %v", err)
+	}
+	if _, ok, err := st.DefaultLimits(ctx); ok || err != nil {
+		t.Fatalf("defaults before any server: %v %v", ok, err)
+	}
+	if err := st.SetDefaultLimits(ctx, defaults); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := st.DefaultLimits(ctx); !ok || err != nil || got != defaults {
+		t.Fatalf("defaults: %+v %v %v", got, ok, err)
+	}
+	err = LimitVCPUs.Exceeded(8, 8, 2)
+	if !errors.Is(err, errdefs.ErrQuota) || errdefs.Code(err) != "quota_exceeded" || !strings.Contains(err.Error(), "project quota: vcpus 8 of 8 in use, this needs 2") {
+		t.Fatalf("exceeded: %v", err)
 	}
 }
