@@ -76,6 +76,19 @@ func (c *Client) SetToken(ctx context.Context, token string) error {
 	return nil
 }
 
+// SetEnvdToken gives envd (E2B's protocol, served beside the agent's own)
+// the access token it must require in X-Access-Token when secure; without
+// secure it requires none. It keeps the command defaults envd was given.
+func (c *Client) SetEnvdToken(ctx context.Context, token string, secure bool) error {
+	return c.SetEnvd(ctx, EnvdRequest{Token: token, Secure: secure, KeepDefaults: true})
+}
+
+// SetEnvd configures envd: its access token and the sandbox's command
+// defaults (user, workdir, envs) for E2B clients.
+func (c *Client) SetEnvd(ctx context.Context, req EnvdRequest) error {
+	return c.call(ctx, http.MethodPost, "/envd/token", nil, req, nil)
+}
+
 // Exec runs a command and calls fn with each event as it arrives: {pid}
 // first, then output lines, then the exit code. It returns after the exit
 // event, or fn's error as soon as fn returns one (the command keeps running

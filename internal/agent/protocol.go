@@ -16,6 +16,7 @@
 //	                                        exec's stream ended
 //	POST   /token         TokenRequest    → 204; from then on only the new
 //	                                        token is accepted
+//	POST   /envd/token    EnvdRequest     → 204: configures envd (below)
 //	POST   /exec          ExecRequest     → 200, NDJSON stream of Event:
 //	                                        {pid} first, then {stream,line}
 //	                                        per output line, {exitCode} last.
@@ -41,6 +42,17 @@
 //	                                        last call ([] when none)
 //	DELETE /watch?watcherId=              → 204; an unknown id is 404 (on
 //	                                        events too)
+//
+// # envd
+//
+// The agent also speaks E2B's envd protocol on the same port, for requests
+// carrying EnvdHeader: 1 (the node's proxy adds it to E2B traffic and never
+// forwards TokenHeader). Those never reach the routes above; they are the
+// Connect services process.Process and filesystem.Filesystem (JSON or
+// binary protobuf, internal/envd), GET and POST /files, GET /health and GET
+// /envs. When envd was configured secure, each needs the access token in
+// X-Access-Token (or, for /files, E2B's signature parameters). The sandbox
+// user comes from Basic auth (E2B's "user:"), else EnvdRequest.User.
 //
 // user is a name from the sandbox's /etc/passwd; empty means root. File
 // operations run with that user's uid, gid and groups, so the sandbox's own
@@ -278,6 +290,26 @@ type LogLine struct {
 type LogsReply struct {
 	Next  int64     `json:"next"`
 	Lines []LogLine `json:"lines"`
+}
+
+// EnvdHeader marks a request for envd rather than the agent's own routes.
+const EnvdHeader = "X-Lizard-Envd"
+
+// EnvdRequest configures envd (POST /envd/token).
+type EnvdRequest struct {
+	// Token is the access token; with Secure, every envd request must
+	// carry it (at least 16 characters then).
+	Token  string `json:"token,omitempty"`
+	Secure bool   `json:"secure,omitempty"`
+	// KeepDefaults leaves User, Workdir and Env as they were.
+	KeepDefaults bool `json:"keepDefaults,omitempty"`
+	// User, Workdir and Env are the template's command defaults: commands
+	// and files of E2B clients that name no user are the User's ("" is
+	// root), commands run in Workdir (else the user's home) with Env under
+	// the request's envs.
+	User    string            `json:"user,omitempty"`
+	Workdir string            `json:"workdir,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
 }
 
 // TokenRequest replaces the agent's token (at least 16 characters).

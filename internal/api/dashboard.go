@@ -50,12 +50,7 @@ func requestKeyID(ctx context.Context) string {
 // session's CSRF token. A session whose key was revoked ends. sid is the
 // session's id when a cookie authenticated the request.
 func (s *server) authenticate(r *http.Request) (k apikey.Key, sid string, err error) {
-	secret := r.Header.Get("X-API-Key")
-	if secret == "" {
-		if a, ok := cutBearer(r.Header.Get("Authorization")); ok {
-			secret = a
-		}
-	}
+	secret := requestKey(r)
 	if secret == "" && s.sessions != nil {
 		if c, cerr := r.Cookie(SessionCookie); cerr == nil && c.Value != "" {
 			if err := sameOrigin(r); err != nil {
@@ -86,6 +81,16 @@ func (s *server) authenticate(r *http.Request) (k apikey.Key, sid string, err er
 		return apikey.Key{}, "", errdefs.WithCode("invalid_api_key", fmt.Errorf("invalid API key: %w", errdefs.ErrUnauthenticated))
 	}
 	return k, sid, nil
+}
+
+// requestKey is the API key a request carries: X-API-Key, or
+// Authorization: Bearer.
+func requestKey(r *http.Request) string {
+	if k := r.Header.Get("X-API-Key"); k != "" {
+		return k
+	}
+	k, _ := cutBearer(r.Header.Get("Authorization"))
+	return k
 }
 
 func cutBearer(h string) (string, bool) {

@@ -36,6 +36,9 @@ type procIO struct {
 
 	exitedAt atomic.Int64 // unix ns of the exit; 0 while it runs
 	timedOut atomic.Bool
+	// status is the wait status, set before the output log's finish (whose
+	// lock publishes it to readers that saw the exit).
+	status syscall.WaitStatus
 }
 
 // ioTable holds the interactive processes, running or exited within
@@ -77,24 +80,35 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, maxExecBody, &req); err != nil {
 		return err
 	}
+	p, err := s.startIO(req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, agent.StartReply{Pid: p.pid})
+	return nil
+}
+
+// startIO starts an interactive process and enters it in the tables; the
+// agent's own POST /processes and envd's Start share it.
+func (s *Server) startIO(req agent.StartRequest) (*procIO, error) {
 	if p := req.Pty; p != nil && (p.Cols < 1 || p.Cols > 65535 || p.Rows < 1 || p.Rows > 65535) {
-		return errInvalid("pty size %dx%d: cols and rows must be 1 to 65535", p.Cols, p.Rows)
+		return nil, errInvalid("pty size %dx%d: cols and rows must be 1 to 65535", p.Cols, p.Rows)
 	}
 	spec, err := prepareExec(req.ExecRequest)
 	var se *startError
 	if errors.As(err, &se) {
 		// No stream to report an exit code in: the start itself fails.
-		return errInvalid("%s", se.msg)
+		return nil, errInvalid("%s", se.msg)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	p, pumps, status, err := s.spawnIO(spec, req)
 	if errors.As(err, &se) {
-		return errInvalid("%s", se.msg)
+		return nil, errInvalid("%s", se.msg)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s.ios.put(p)
 	s.procs.add(agent.Process{
@@ -109,8 +123,7 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) error {
 	})
 	s.log.Info("process started", "pid", p.pid, "user", spec.acct.name, "pty", req.Pty != nil, "stdin", req.Stdin)
 	go s.superviseIO(p, pumps, status, spec.timeout)
-	writeJSON(w, http.StatusOK, agent.StartReply{Pid: p.pid})
-	return nil
+	return p, nil
 }
 
 // spawnIO starts the process on a new pty, or on pipes, and returns it with
@@ -226,6 +239,7 @@ func (s *Server) superviseIO(p *procIO, pumps map[string]*os.File, status <-chan
 	if p.timedOut.Load() {
 		code, errMsg = 124, "timeout"
 	}
+	p.status = ws
 	p.out.finish(code, errMsg)
 	s.log.Info("process ended", "pid", p.pid, "exitCode", code, "error", errMsg)
 	time.AfterFunc(agent.ExitedKeepSeconds*time.Second, func() { s.ios.forget(p) })
@@ -315,6 +329,15 @@ func (s *Server) writeStdin(w http.ResponseWriter, r *http.Request) error {
 		}
 		return errInvalid("reading stdin data: %v", err)
 	}
+	if err := p.write(data); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// write sends data to the process's pty or stdin pipe.
+func (p *procIO) write(data []byte) error {
 	p.inMu.Lock()
 	defer p.inMu.Unlock()
 	in := p.pty
@@ -330,7 +353,6 @@ func (s *Server) writeStdin(w http.ResponseWriter, r *http.Request) error {
 	if _, err := in.Write(data); err != nil {
 		return errConflict("writing to process %d: %v", p.pid, err)
 	}
-	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
@@ -339,6 +361,16 @@ func (s *Server) closeStdin(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := p.closeStdin(); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// closeStdin closes the stdin pipe; closing twice, or after the exit,
+// leaves it closed.
+func (p *procIO) closeStdin() error {
 	p.inMu.Lock()
 	defer p.inMu.Unlock()
 	switch {
@@ -348,8 +380,6 @@ func (s *Server) closeStdin(w http.ResponseWriter, r *http.Request) error {
 		p.stdin.Close()
 		p.stdin = nil
 	}
-	// Closing twice, or after the exit, leaves it closed: done.
-	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
@@ -362,8 +392,17 @@ func (s *Server) resize(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, 4096, &req); err != nil {
 		return err
 	}
-	if req.Cols < 1 || req.Cols > 65535 || req.Rows < 1 || req.Rows > 65535 {
-		return errInvalid("size %dx%d: cols and rows must be 1 to 65535", req.Cols, req.Rows)
+	if err := p.resize(req.Cols, req.Rows); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// resize sets the pty's window size.
+func (p *procIO) resize(cols, rows int) error {
+	if cols < 1 || cols > 65535 || rows < 1 || rows > 65535 {
+		return errInvalid("size %dx%d: cols and rows must be 1 to 65535", cols, rows)
 	}
 	p.inMu.Lock()
 	defer p.inMu.Unlock()
@@ -373,10 +412,9 @@ func (s *Server) resize(w http.ResponseWriter, r *http.Request) error {
 	case p.ended:
 		return errConflict("process %d has exited", p.pid)
 	}
-	if err := pty.Setsize(p.pty, &pty.Winsize{Cols: uint16(req.Cols), Rows: uint16(req.Rows)}); err != nil {
+	if err := pty.Setsize(p.pty, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)}); err != nil {
 		return errConflict("resizing the pty of process %d: %v", p.pid, err)
 	}
-	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 

@@ -47,6 +47,7 @@ type Server struct {
 	ios      *ioTable
 	watches  *watchHub
 	bg       *bgLog
+	envd     *envd
 	handler  http.Handler
 }
 
@@ -79,7 +80,16 @@ func New(cfg Config) (*Server, error) {
 		watches:  newWatchHub(log),
 		bg:       &bgLog{},
 	}
-	s.handler = s.recoverer(s.authenticate(s.routes()))
+	s.envd = s.newEnvd()
+	own := s.authenticate(s.routes())
+	// E2B's envd beside the agent's own routes, for what the proxy marks.
+	s.handler = s.recoverer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(agent.EnvdHeader) == "1" {
+			s.envd.handler.ServeHTTP(w, r)
+			return
+		}
+		own.ServeHTTP(w, r)
+	}))
 	return s, nil
 }
 
@@ -128,6 +138,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET /health", s.handle(s.health))
 	mux.Handle("GET /logs", s.handle(s.backgroundLogs))
 	mux.Handle("POST /token", s.handle(s.setToken))
+	mux.Handle("POST /envd/token", s.handle(s.setEnvd))
 	mux.Handle("POST /exec", s.handle(s.exec))
 	mux.Handle("GET /processes", s.handle(s.listProcesses))
 	mux.Handle("POST /processes/signal", s.handle(s.signalProcess))
@@ -238,6 +249,12 @@ func (t *trackingWriter) ReadFrom(r io.Reader) (int64, error) {
 }
 
 func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
+
+// Flush is for handlers that assert http.Flusher (connect-go's streams).
+func (t *trackingWriter) Flush() {
+	t.wrote = true
+	_ = http.NewResponseController(t.ResponseWriter).Flush()
+}
 
 // setToken replaces the token. A sandbox restored from a snapshot wakes up
 // with its source's token; the node gives each copy its own at once.
