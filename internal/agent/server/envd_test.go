@@ -175,6 +175,8 @@ func TestEnvdProcessRun(t *testing.T) {
 	}
 }
 
+// must returns v, or panics (failing the test with its stack) when a call
+// the test is not about fails.
 func must[T any](v T, err error) T {
 	if err != nil {
 		panic(err)
