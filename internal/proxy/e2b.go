@@ -108,6 +108,12 @@ func (p *proxy) serveE2B(w http.ResponseWriter, r *http.Request, id string, port
 	// The routing headers are the proxy's, not the app's.
 	r.Header.Del(E2BSandboxIDHeader)
 	r.Header.Del(E2BSandboxPortHeader)
+	// envd answers (and ends streams) once it has read a call's message,
+	// while the SDK may still be sending the end of a streamed body. By
+	// default the server would consume that rest before writing the
+	// answer's headers, racing the upstream copy for it, which then cuts
+	// the answer short ("terminated" in the SDK).
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
 	return outcome
 }

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
 )
@@ -158,5 +159,61 @@ func TestE2BStreams(t *testing.T) {
 	buf := make([]byte, 5)
 	if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != "first" {
 		t.Fatalf("first chunk before the upstream finished: %q %v", buf, err)
+	}
+}
+
+// TestE2BAnswerBeforeRequestEnds: envd answers a Connect call (and may end
+// its stream) once it has read the message, while the client (undici with
+// a streamed body) may still be finishing the request. The proxy must let
+// the answer through meanwhile rather than first wait for, or race its
+// upstream copy to consume, the rest of the request.
+func TestE2BAnswerBeforeRequestEnds(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// An upstream that answers at once (the agent's Go server waits
+		// for the rest of a body, which is short, before its headers).
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		buf := make([]byte, 5)
+		if _, err := io.ReadFull(r.Body, buf); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Write([]byte("got " + string(buf)))
+	}))
+	defer up.Close()
+	front := httptest.NewServer(Handler(Config{Domain: "d.test", Previews: &fakePreviews{}, E2B: fakeE2B{addr: strings.TrimPrefix(up.URL, "http://")}}))
+	defer front.Close()
+
+	pr, pw := io.Pipe()
+	req, _ := http.NewRequest("POST", front.URL+"/process.Process/Start", pr)
+	req.Host = "49983-pub.d.test"
+	type result struct {
+		resp *http.Response
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		done <- result{resp, err}
+	}()
+	if _, err := pw.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(10 * time.Second):
+		pw.Close()
+		t.Fatal("no answer while the request body is still open")
+	}
+	// The rest of the request comes after the answer began.
+	pw.Write([]byte(" and more"))
+	pw.Close()
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	defer res.resp.Body.Close()
+	body, err := io.ReadAll(res.resp.Body)
+	if err != nil || string(body) != "got hello" {
+		t.Fatalf("answer %q %v, want \"got hello\" whole", body, err)
 	}
 }

@@ -175,6 +175,8 @@ func TestEnvdProcessRun(t *testing.T) {
 	}
 }
 
+// must returns v, or panics (failing the test with its stack) when a call
+// the test is not about fails.
 func must[T any](v T, err error) T {
 	if err != nil {
 		panic(err)
@@ -669,5 +671,59 @@ func TestEnvdAuth(t *testing.T) {
 	}
 	if _, err := e.process(e.http).List(ctx, connect.NewRequest(&pb.ListRequest{})); err != nil {
 		t.Errorf("List after secure was turned off: %v", err)
+	}
+}
+
+func TestEnvdStreamInputAndKeepalive(t *testing.T) {
+	e := newEnvd(t)
+	ctx := testContext(t)
+	pc := e.process(e.http)
+
+	// Keepalives come at the client's interval while the process is quiet.
+	req := startReq("read line; echo got $line")
+	stdin := true
+	req.Msg.Stdin = &stdin
+	req.Header().Set("Keepalive-Ping-Interval", "1")
+	st, err := pc.Start(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Receive() {
+		t.Fatalf("no start event: %v", st.Err())
+	}
+	pid := st.Msg().Event.GetStart().GetPid()
+	killAtEnd(t, int(pid))
+	if !st.Receive() || st.Msg().Event.GetKeepalive() == nil {
+		t.Fatalf("second event of a quiet process: %v (%v), want a keepalive", st.Msg(), st.Err())
+	}
+
+	// StreamInput: a start event names the process, data events follow.
+	in := pc.StreamInput(ctx)
+	sel := &pb.ProcessSelector{Selector: &pb.ProcessSelector_Pid{Pid: pid}}
+	if err := in.Send(&pb.StreamInputRequest{Event: &pb.StreamInputRequest_Start{Start: &pb.StreamInputRequest_StartEvent{Process: sel}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, part := range []string{"stre", "amed\n"} {
+		ev := &pb.StreamInputRequest{Event: &pb.StreamInputRequest_Data{Data: &pb.StreamInputRequest_DataEvent{Input: &pb.ProcessInput{Input: &pb.ProcessInput_Stdin{Stdin: []byte(part)}}}}}
+		if err := in.Send(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := in.CloseAndReceive(); err != nil {
+		t.Fatalf("StreamInput: %v", err)
+	}
+	r := &procRun{first: "start"}
+	for st.Receive() {
+		r.add(st.Msg().Event)
+	}
+	if r.stdout != "got streamed\n" || r.end.GetExitCode() != 0 {
+		t.Errorf("stdout %q end %v, want \"got streamed\" and exit 0", r.stdout, r.end)
+	}
+
+	// Data before a start event is refused.
+	in = pc.StreamInput(ctx)
+	_ = in.Send(&pb.StreamInputRequest{Event: &pb.StreamInputRequest_Data{Data: &pb.StreamInputRequest_DataEvent{Input: &pb.ProcessInput{Input: &pb.ProcessInput_Stdin{Stdin: []byte("x")}}}}})
+	if _, err := in.CloseAndReceive(); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Errorf("StreamInput data before start: %v, want invalid_argument", err)
 	}
 }
