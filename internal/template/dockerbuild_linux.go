@@ -94,7 +94,7 @@ func (r *Registry) buildDockerfile(ctx context.Context, name string, opts Docker
 	if !validName(name) {
 		return Template{}, fmt.Errorf("not a valid template name (letters, digits, '.', '_', '-'): %w", errdefs.ErrInvalid)
 	}
-	if _, ok := builtins[Resolve(name)]; ok || Resolve(name) != name {
+	if isBuiltin(Resolve(name)) || Resolve(name) != name {
 		return Template{}, fmt.Errorf("%s is a built-in template; give the Dockerfile's template another name: %w", name, errdefs.ErrConflict)
 	}
 	if os.Geteuid() != 0 {
@@ -225,8 +225,8 @@ func (b *dbuild) resolveBase(ctx context.Context) baseResolver {
 	return func(from string, line int) (baseInfo, error) {
 		t, err := b.r.Get(from)
 		if errors.Is(err, errdefs.ErrNotFound) {
-			switch _, builtin := builtins[Resolve(from)]; {
-			case builtin:
+			switch {
+			case isBuiltin(Resolve(from)):
 				b.out.printf("FROM %s: building the built-in template first", from)
 				t, err = b.r.EnsureBuilt(ctx, from, b.out.w)
 			case looksLikeImage(from):

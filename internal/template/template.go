@@ -180,6 +180,9 @@ const versionsDir = ".v"
 // an error wrapping errdefs.ErrNotFound with code "template_not_found".
 func (r *Registry) Get(name string) (Template, error) {
 	name = Resolve(name)
+	if d, ok := derived[name]; ok {
+		return r.getDerived(name, d)
+	}
 	if !validName(name) {
 		return Template{}, notFound(name, "")
 	}
@@ -267,20 +270,27 @@ func (r *Registry) List() ([]Template, error) {
 		if !linkOrDir || !validName(e.Name()) || Resolve(e.Name()) != e.Name() {
 			continue
 		}
+		if _, ok := derived[e.Name()]; ok {
+			continue // a directory in the way of a derived template
+		}
 		t, err := r.Get(e.Name())
 		if err != nil {
 			continue // unfinished, broken or not a template
 		}
 		out = append(out, t)
 	}
+	out = withDerived(out)
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
 
 // Builtins returns the names of the templates Build can build, sorted.
 func (r *Registry) Builtins() []string {
-	names := make([]string, 0, len(builtins))
+	names := make([]string, 0, len(builtins)+len(derived))
 	for n := range builtins {
+		names = append(names, n)
+	}
+	for n := range derived {
 		names = append(names, n)
 	}
 	sort.Strings(names)
@@ -302,6 +312,9 @@ func (r *Registry) EnsureBuilt(ctx context.Context, name string, progress io.Wri
 	} else if !errors.Is(err, errdefs.ErrNotFound) {
 		return Template{}, err
 	}
+	if d, ok := derived[name]; ok {
+		return r.buildDerived(ctx, name, d, progress, true)
+	}
 	if _, ok := builtins[name]; !ok {
 		return Template{}, r.notBuiltin(name)
 	}
@@ -315,6 +328,9 @@ func (r *Registry) EnsureBuilt(ctx context.Context, name string, progress io.Wri
 // cancelled build leaves nothing behind.
 func (r *Registry) Build(ctx context.Context, name string, progress io.Writer) (Template, error) {
 	name = Resolve(name)
+	if d, ok := derived[name]; ok {
+		return r.buildDerived(ctx, name, d, progress, false)
+	}
 	if _, ok := builtins[name]; !ok {
 		return Template{}, r.notBuiltin(name)
 	}
