@@ -65,6 +65,7 @@ func (d derivation) apply(name string, t Template) Template {
 	t.StartCommand = d.StartCommand
 	t.ReadyCommand = d.ReadyCommand
 	t.Entrypoint, t.Cmd = nil, d.StartCommand
+	t.OnDemand = true
 	return t
 }
 

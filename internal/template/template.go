@@ -103,6 +103,10 @@ type Template struct {
 	// (a Dockerfile's HEALTHCHECK CMD, or the build's ready command). nil:
 	// ready once the command listens on a new TCP port.
 	ReadyCommand []string `json:"readyCommand,omitempty"`
+	// OnDemand: the ready state of the start command is made by the
+	// template's first create, which waits for it, not in the background
+	// when a server starts (derived built-ins, which every server has).
+	OnDemand bool `json:"-"`
 }
 
 // metadata is the on-disk form of template.json. The rootfs path is not
