@@ -35,7 +35,9 @@
 // "node" (base with nodejs and npm) and "interpreter" (what the SDKs'
 // CodeSandbox needs: Jupyter's ipykernel with numpy, pandas and matplotlib,
 // and nodejs). Some have aliases ("python312", "node22") that Get, Build and
-// EnsureBuilt accept in place of the name.
+// EnsureBuilt accept in place of the name. Derived built-ins (derived.go,
+// "code-interpreter-v1") are another built-in's rootfs with a start
+// command of their own; building one builds its base.
 package template
 
 import (
