@@ -47,6 +47,7 @@ race_status=${PIPESTATUS[0]}
 # Each fuzz target: package and name.
 fuzz_targets=(
 	"./internal/api FuzzAPI"
+	"./internal/e2b FuzzE2B"
 )
 fuzztime=${LIZARD_FUZZTIME:-30s}
 if [ "$fuzztime" != 0 ]; then

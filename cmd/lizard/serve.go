@@ -20,6 +20,7 @@ import (
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/apikey"
 	"github.com/lizard-build/lizard/internal/codeinterp"
+	"github.com/lizard-build/lizard/internal/e2b"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/proxy"
@@ -224,14 +225,21 @@ func serve(ctx context.Context, args []string) error {
 	}
 	useTLS := c.tlsCert != "" && c.tlsKey != ""
 	previews := previewURLs(c.domain, pln.Addr().String(), useTLS)
+	// E2B's SDKs reach port P of sandbox S at P-S.<domain>[:proxy port].
+	e2bDomain := c.domain
+	if previews.Port != "" {
+		e2bDomain = net.JoinHostPort(c.domain, previews.Port)
+	}
+	e2bAPI := e2b.Handler(e2b.Config{Auth: api.Auth{Keys: apiKeys, Limiter: limiter}, Sandboxes: svc, Templates: reg,
+		Domain: e2bDomain, Logger: log.With("component", "e2b")})
 	srv := &http.Server{
-		Handler: api.Handler(api.Config{Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Templates: reg, Previews: previews, Volumes: vols,
+		Handler: api.Handler(api.Config{E2B: e2bAPI, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Templates: reg, Previews: previews, Volumes: vols,
 			Builder: &templateBuilder{reg: reg, runsc: runsc, run: reap.Run, dns: c.dnsUpstream, sandboxes: svc, metrics: mets, log: log.With("component", "template")}, Logger: log.With("component", "api"),
 			Metrics: mets, ServeMetrics: mln == nil, Ready: readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm)}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	psrv := &http.Server{
-		Handler:           proxy.Handler(proxy.Config{Domain: c.domain, TLS: useTLS, Previews: svc, Logger: log.With("component", "proxy"), Metrics: mets}),
+		Handler:           proxy.Handler(proxy.Config{Domain: c.domain, TLS: useTLS, Previews: svc, E2B: svc, Logger: log.With("component", "proxy"), Metrics: mets}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	msrv := &http.Server{Handler: mets.Handler(), ReadHeaderTimeout: 10 * time.Second}

@@ -54,7 +54,15 @@ type Config struct {
 	ServeMetrics bool
 	// Ready are what GET /readyz checks.
 	Ready []ReadyCheck
+	// E2B serves E2B's REST API (internal/e2b) beside this one, under
+	// E2BPaths; nil serves none.
+	E2B http.Handler
 }
+
+// E2BPaths are the path patterns of E2B's REST API, including those lizard
+// does not serve (which then answer E2B's 404); none is under /api/.
+var E2BPaths = []string{"/sandboxes", "/sandboxes/", "/v2/", "/v3/", "/templates", "/templates/", "/snapshots", "/snapshots/",
+	"/volumes", "/volumes/", "/volumecontent/", "/secrets", "/secrets/"}
 
 // Body size limits. A file write carries its content in JSON (base64 for
 // bytes), so it may be larger than other requests.
@@ -139,6 +147,12 @@ func Handler(cfg Config) http.Handler {
 	route("GET /api/templates", s.listTemplates)
 	route("POST /api/templates", s.buildTemplate)
 
+	if cfg.E2B != nil {
+		for _, p := range E2BPaths {
+			mux.Handle(p, cfg.E2B)
+		}
+	}
+
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	if cfg.ServeMetrics && cfg.Metrics != nil {
@@ -155,39 +169,63 @@ func Handler(cfg Config) http.Handler {
 // authed resolves the API key to its project, holds the key to its rate
 // limit, and turns a handler's error into the error answer.
 func (s *server) authed(h func(http.ResponseWriter, *http.Request, store.Project) error) http.Handler {
+	auth := Auth{Keys: s.keys, Limiter: s.limiter}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key := r.Header.Get("X-API-Key")
-		if key == "" {
-			if a := r.Header.Get("Authorization"); strings.HasPrefix(a, "Bearer ") {
-				key = strings.TrimPrefix(a, "Bearer ")
-			}
+		p, err := auth.Project(w, r)
+		if err == nil {
+			err = h(w, r, p)
 		}
-		if key == "" {
-			writeError(w, r, s.log, errdefs.WithCode("missing_api_key", fmt.Errorf("missing API key: send it in the X-API-Key header: %w", errdefs.ErrUnauthenticated)))
-			return
-		}
-		k, err := s.keys.Lookup(key)
 		if err != nil {
-			if errors.Is(err, errdefs.ErrUnauthenticated) {
-				err = errdefs.WithCode("invalid_api_key", fmt.Errorf("invalid API key: %w", errdefs.ErrUnauthenticated))
-			}
-			writeError(w, r, s.log, err)
-			return
-		}
-		noteProject(r.Context(), k.Project.ID)
-		if s.limiter != nil {
-			if wait, ok := s.limiter.Allow(k.ID); !ok {
-				secs := max(1, int((wait+time.Second-1)/time.Second))
-				w.Header().Set("Retry-After", strconv.Itoa(secs))
-				writeError(w, r, s.log, errdefs.WithCode("rate_limited",
-					fmt.Errorf("rate limit of %s exceeded: retry after %d s: %w", s.limiter, secs, errdefs.ErrLimit)))
-				return
-			}
-		}
-		if err := h(w, r, k.Project); err != nil {
 			writeError(w, r, s.log, err)
 		}
 	})
+}
+
+// Auth authenticates API keys and holds each key to its rate limit. The
+// Lizard API and the E2B control plane (internal/e2b) share it, so a key
+// and its allowance are the same on both.
+type Auth struct {
+	Keys    Keys
+	Limiter Limiter // nil: no rate limit
+}
+
+// Project returns the project of the request's API key (X-API-Key, or
+// Authorization: Bearer), having taken one request of the key's allowance.
+// Its errors are classed for StatusOf; when the allowance is used up it
+// sets Retry-After on w.
+func (a Auth) Project(w http.ResponseWriter, r *http.Request) (store.Project, error) {
+	key := r.Header.Get("X-API-Key")
+	if key == "" {
+		if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
+			key = strings.TrimPrefix(h, "Bearer ")
+		}
+	}
+	if key == "" {
+		return store.Project{}, errdefs.WithCode("missing_api_key", fmt.Errorf("missing API key: send it in the X-API-Key header: %w", errdefs.ErrUnauthenticated))
+	}
+	k, err := a.Keys.Lookup(key)
+	if err != nil {
+		if errors.Is(err, errdefs.ErrUnauthenticated) {
+			err = errdefs.WithCode("invalid_api_key", fmt.Errorf("invalid API key: %w", errdefs.ErrUnauthenticated))
+		}
+		return store.Project{}, err
+	}
+	noteProject(r.Context(), k.Project.ID)
+	if a.Limiter != nil {
+		if wait, ok := a.Limiter.Allow(k.ID); !ok {
+			secs := max(1, int((wait+time.Second-1)/time.Second))
+			w.Header().Set("Retry-After", strconv.Itoa(secs))
+			return store.Project{}, errdefs.WithCode("rate_limited",
+				fmt.Errorf("rate limit of %s exceeded: retry after %d s: %w", a.Limiter, secs, errdefs.ErrLimit))
+		}
+	}
+	return k.Project, nil
+}
+
+// Decode reads a JSON body of at most limit bytes into v, as the Lizard
+// API does (for internal/e2b).
+func Decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	return decode(w, r, limit, v)
 }
 
 // decode reads a JSON body of at most limit bytes into v. An empty body is

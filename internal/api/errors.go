@@ -50,6 +50,13 @@ func statusOf(err error) (status int, code, msg string) {
 	return http.StatusInternalServerError, "internal", "internal error"
 }
 
+// StatusOf is statusOf for the E2B edge (internal/e2b), which answers in
+// E2B's error shape but maps errors exactly as this API does.
+func StatusOf(err error) (status int, code, msg string) { return statusOf(err) }
+
+// WriteJSON answers v as JSON with status.
+func WriteJSON(w http.ResponseWriter, status int, v any) { writeJSON(w, status, v) }
+
 // writeError answers with err mapped by statusOf.
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	status, code, msg := statusOf(err)

@@ -37,19 +37,9 @@ func pointOf(u sandbox.UsageSample) usagePoint {
 // sandboxMetrics is GET /api/sandboxes/{id}/metrics?start=&end= (unix
 // seconds, both optional): the samples of the last hour, oldest first.
 func (s *server) sandboxMetrics(w http.ResponseWriter, r *http.Request, p store.Project) error {
-	start, err := unixParam(r, "start")
+	start, end, err := UsageWindow(r)
 	if err != nil {
 		return err
-	}
-	end, err := unixParam(r, "end")
-	if err != nil {
-		return err
-	}
-	if !start.IsZero() && !end.IsZero() && end.Before(start) {
-		return fmt.Errorf("end %d is before start %d: %w", end.Unix(), start.Unix(), errdefs.ErrInvalid)
-	}
-	if !end.IsZero() {
-		end = end.Add(time.Second - 1) // the whole second end names
 	}
 	samples, err := s.sandboxes.Usage(p.ID, r.PathValue("id"), start, end)
 	if err != nil {
@@ -61,6 +51,25 @@ func (s *server) sandboxMetrics(w http.ResponseWriter, r *http.Request, p store.
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// UsageWindow reads the query parameters start and end (unix seconds, both
+// optional) of a usage request: the window for sandbox.Service.Usage, end
+// covering the whole second it names. internal/e2b reads E2B's the same way.
+func UsageWindow(r *http.Request) (start, end time.Time, err error) {
+	if start, err = unixParam(r, "start"); err != nil {
+		return
+	}
+	if end, err = unixParam(r, "end"); err != nil {
+		return
+	}
+	if !start.IsZero() && !end.IsZero() && end.Before(start) {
+		return start, end, fmt.Errorf("end %d is before start %d: %w", end.Unix(), start.Unix(), errdefs.ErrInvalid)
+	}
+	if !end.IsZero() {
+		end = end.Add(time.Second - 1)
+	}
+	return start, end, nil
 }
 
 // unixParam reads a query parameter of unix seconds; absent is zero time.

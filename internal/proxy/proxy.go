@@ -57,7 +57,10 @@ type Config struct {
 	Domain   string // e.g. "sandbox.localhost"
 	TLS      bool   // the proxy is served over TLS: cookies get Secure
 	Previews Previews
-	Logger   *slog.Logger
+	// E2B routes E2B-addressed requests (e2b.go); nil serves only
+	// lizard-addressed ones.
+	E2B    E2BTargets
+	Logger *slog.Logger
 	// Metrics counts requests and bytes; nil counts nothing.
 	Metrics Recorder
 }
@@ -114,6 +117,14 @@ func Handler(cfg Config) http.Handler {
 			pr.Out.Host = pr.In.Host
 			pr.Out.Header.Del(TokenHeader)
 			stripTokenCookie(pr.Out)
+			// Nothing from outside speaks to the agent as the server does,
+			// nor claims to be envd traffic: only e2b.go sets that header.
+			pr.Out.Header.Del(AgentTokenHeader)
+			pr.Out.Header.Del(EnvdHeader)
+			pr.Out.Header.Del(TrafficTokenHeader)
+			if envd, _ := pr.In.Context().Value(envdKey{}).(bool); envd {
+				pr.Out.Header.Set(EnvdHeader, "1")
+			}
 		},
 		Transport: &http.Transport{
 			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -131,6 +142,10 @@ func Handler(cfg Config) http.Handler {
 				*o = "upstream_error"
 			}
 			cfg.Logger.Info("preview upstream failed", "host", r.Host, "err", err)
+			if id, ok := r.Context().Value(e2bKey{}).(string); ok {
+				e2bBadGateway(w, id, "The sandbox is running but nothing answers on this port.")
+				return
+			}
 			http.Error(w, msgBadGateway, http.StatusBadGateway)
 		},
 	}
@@ -152,6 +167,11 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serve answers one request and says how it ended.
 func (p *proxy) serve(w http.ResponseWriter, r *http.Request) string {
 	id, port, hostErr := ParseHost(r.Host, p.cfg.Domain)
+	if hostErr != nil && p.cfg.E2B != nil {
+		if id, port, ok := e2bAddress(r, p.cfg.Domain); ok {
+			return p.serveE2B(w, r, id, port)
+		}
+	}
 	want := p.decoy
 	known := false
 	if hostErr == nil {
@@ -274,21 +294,34 @@ func stripTokenCookie(r *http.Request) {
 // ParseHost splits "<sandbox>-<port>.<domain>[:listen port]" into the
 // sandbox id and port.
 func ParseHost(host, domain string) (id string, port int, err error) {
+	label, err := previewLabel(host, domain)
+	if err != nil {
+		return "", 0, err
+	}
+	i := strings.LastIndexByte(label, '-')
+	if i <= 0 {
+		return "", 0, hostError(host, "want <sandbox>-<port>."+domain)
+	}
+	port, err = strconv.Atoi(label[i+1:])
+	if err != nil || port < 1 || port > 65535 {
+		return "", 0, hostError(host, "bad port")
+	}
+	return label[:i], port, nil
+}
+
+// previewLabel is the one label a preview host has before the domain.
+func previewLabel(host, domain string) (string, error) {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
 	label, ok := strings.CutSuffix(host, "."+strings.ToLower(domain))
 	if !ok || strings.Contains(label, ".") {
-		return "", 0, fmt.Errorf("%q is not a preview host of %s: %w", host, domain, errdefs.ErrNotFound)
+		return "", fmt.Errorf("%q is not a preview host of %s: %w", host, domain, errdefs.ErrNotFound)
 	}
-	i := strings.LastIndexByte(label, '-')
-	if i <= 0 {
-		return "", 0, fmt.Errorf("%q: want <sandbox>-<port>.%s: %w", host, domain, errdefs.ErrNotFound)
-	}
-	port, err = strconv.Atoi(label[i+1:])
-	if err != nil || port < 1 || port > 65535 {
-		return "", 0, fmt.Errorf("%q: bad port: %w", host, errdefs.ErrNotFound)
-	}
-	return label[:i], port, nil
+	return label, nil
+}
+
+func hostError(host, why string) error {
+	return fmt.Errorf("%q: %s: %w", host, why, errdefs.ErrNotFound)
 }

@@ -111,21 +111,26 @@ func (s *Service) Unexpose(ctx context.Context, projectID, id string, port int) 
 // preview proxy. An unknown sandbox, one being removed, a pooled copy and
 // a port that is not exposed are all ErrNotFound.
 func (s *Service) exposed(id string, port int) (Record, error) {
-	s.mu.Lock()
-	e, ok := s.sandboxes[id]
-	var rec Record
-	if ok {
-		rec = e.rec
-	}
-	gone := ok && e.gone
-	s.mu.Unlock()
-	if !ok || gone || rec.Status == StatusPooled {
+	rec, ok := s.live(id)
+	if !ok {
 		return Record{}, notFound(id)
 	}
 	if !slices.Contains(rec.Ports, port) {
 		return Record{}, errdefs.WithCode("port_not_exposed", fmt.Errorf("port %d of sandbox %q is not exposed: %w", port, id, errdefs.ErrNotFound))
 	}
 	return rec, nil
+}
+
+// live returns the record of a sandbox of any project that is in the live
+// table, not being removed and not a pooled copy.
+func (s *Service) live(id string) (Record, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.sandboxes[id]
+	if !ok || e.gone || e.rec.Status == StatusPooled {
+		return Record{}, false
+	}
+	return e.rec, true
 }
 
 // PreviewToken implements proxy.Previews: the token that admits requests
@@ -165,4 +170,30 @@ func previewToken() string {
 		panic(err)
 	}
 	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+var _ proxy.E2BTargets = (*Service)(nil)
+
+// E2BTarget implements proxy.E2BTargets: where E2B-addressed traffic to
+// port of a sandbox goes. It only reads the live table: a sandbox that is
+// not running (paused, pausing, resuming) is ErrUnavailable and is never
+// resumed by traffic, as in E2B; an unknown one is ErrNotFound.
+func (s *Service) E2BTarget(id string, port int) (proxy.E2BTarget, error) {
+	if port < 1 || port > 65535 {
+		return proxy.E2BTarget{}, fmt.Errorf("port %d: %w", port, errdefs.ErrNotFound)
+	}
+	rec, ok := s.live(id)
+	if !ok || !rec.E2B {
+		return proxy.E2BTarget{}, notFound(id)
+	}
+	if rec.Status != StatusRunning {
+		return proxy.E2BTarget{}, fmt.Errorf("sandbox %q is %s: %w", id, rec.Status, errdefs.ErrUnavailable)
+	}
+	host, _, err := net.SplitHostPort(rec.AgentAddr)
+	if err != nil {
+		return proxy.E2BTarget{}, fmt.Errorf("sandbox %q has no address: %w", id, errdefs.ErrUnavailable)
+	}
+	return proxy.E2BTarget{
+		Addr: net.JoinHostPort(host, strconv.Itoa(port)), Envd: port == agent.Port, TrafficToken: rec.TrafficToken,
+	}, nil
 }

@@ -166,6 +166,24 @@ type Record struct {
 	// on; a rebuild of the template keeps it while the sandbox (or a
 	// snapshot of it) is there. "" in records of older servers.
 	Rootfs string `json:"rootfs,omitempty"`
+	// E2B: made through the E2B API. Only such sandboxes take
+	// E2B-addressed proxy traffic, whose ports are public as in E2B; the
+	// others keep lizard's private previews.
+	E2B bool `json:"e2b,omitempty"`
+	// EnvdToken is what E2B's envd in the sandbox's agent requires in
+	// X-Access-Token; set only for sandboxes created with E2B's secure
+	// option (otherwise envd accepts requests without one).
+	EnvdToken string `json:"envdToken,omitempty"`
+	// Secure: made with E2B's secure option (EnvdToken is required).
+	Secure bool `json:"secure,omitempty"`
+	// TrafficToken, when set, must come in E2B's traffic access token
+	// header for E2B-addressed requests to the sandbox's ports (E2B's
+	// network.allowPublicTraffic false); "" leaves them public to E2B
+	// clients. Lizard-addressed previews keep their own tokens.
+	TrafficToken string `json:"trafficToken,omitempty"`
+	// AutoPause pauses the sandbox at its deadline instead of killing it
+	// (E2B's autoPause).
+	AutoPause bool `json:"autoPause,omitempty"`
 }
 
 // New builds the service. Call Recover before serving.
@@ -197,6 +215,10 @@ type CreateRequest struct {
 	Egress    network.Egress
 	// Volume names (or ids) a volume of the project to attach at /workspace.
 	Volume string
+	// E2B marks a sandbox made through the E2B API; Secure gives it an E2B
+	// envd access token, PrivateTraffic an E2B traffic access token;
+	// AutoPause pauses it at its deadline.
+	E2B, Secure, PrivateTraffic, AutoPause bool
 }
 
 // Create starts a sandbox and returns once its agent answers.
@@ -222,6 +244,13 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Record, err 
 	rec := s.newRecord(req.ProjectID, req.Template, size, req.TimeoutMs)
 	rec.Region, rec.Metadata, rec.Envs, rec.Egress = req.Region, req.Metadata, mergeEnv(tpl.Env, req.Envs), req.Egress
 	rec.User, rec.Workdir, rec.Rootfs = tpl.User, tpl.Workdir, tpl.Rootfs
+	rec.E2B, rec.Secure, rec.AutoPause = req.E2B, req.Secure, req.AutoPause
+	if req.Secure {
+		rec.EnvdToken = randomToken()
+	}
+	if req.PrivateTraffic {
+		rec.TrafficToken = randomToken()
+	}
 	// A template with a start command starts from its ready state: the
 	// command already running. A volume changes the sandbox's mounts, which
 	// a restore cannot, so those boot and start the command.
@@ -293,6 +322,18 @@ func (s *Service) newRecord(projectID, tpl string, size Size, timeoutMs int64) R
 	}
 }
 
+// giveEnvdToken tells the agent's envd the token it must require in
+// X-Access-Token ("" for none): a copy restored from a snapshot or a ready
+// state wakes up with the token of the sandbox it was taken from.
+//
+// E2B-ENVD CALL SITE: the agent client method that hands envd its token is
+// built by the e2b-envd part (agent endpoint POST /envd/token); until it is
+// merged the agent serves no envd routes, so there is nothing to give.
+func giveEnvdToken(ctx context.Context, ag *agent.Client, rec Record) error {
+	_, _, _ = ctx, ag, rec
+	return nil
+}
+
 func validTimeout(ms int64) error {
 	if ms < 0 || ms > MaxTimeoutMs {
 		return fmt.Errorf("timeoutMs %d: must be 0 (no deadline) to %d: %w", ms, MaxTimeoutMs, errdefs.ErrInvalid)
@@ -334,6 +375,9 @@ func (s *Service) launch(ctx context.Context, rec Record, boot func(context.Cont
 		if err := ag.SetToken(ctx, rec.AgentToken); err != nil {
 			return fail(fmt.Errorf("give the copy its own agent token: %w", err))
 		}
+	}
+	if err := giveEnvdToken(ctx, ag, rec); err != nil {
+		return fail(err)
 	}
 	rec.Status = want
 	if err := s.persist(ctx, rec); err != nil {
@@ -590,19 +634,41 @@ func (s *Service) armLocked(e *entry) {
 	e.timer = time.AfterFunc(time.Until(*e.rec.EndAt), func() { s.expire(id, e) })
 }
 
-// expire kills a sandbox whose deadline passed.
+// expire kills a sandbox whose deadline passed, or pauses it when it was
+// made with AutoPause; a resume then gives it its whole timeout again, as
+// E2B does.
 func (s *Service) expire(id string, e *entry) {
+	s.mu.Lock()
+	autoPause := !e.gone && e.rec.AutoPause && s.cp != nil
+	projectID, timeoutMs := e.rec.ProjectID, e.rec.TimeoutMs
+	s.mu.Unlock()
+	if autoPause && s.due(e) {
+		s.log.Info("sandbox timed out: pausing it (autoPause)", "sandbox", id)
+		s.logs.event(id, "timed out: pausing")
+		err := s.Pause(context.Background(), projectID, id)
+		if err == nil {
+			err = s.SetTimeout(context.Background(), projectID, id, max(timeoutMs, 1000))
+		}
+		if err == nil || errors.Is(err, errdefs.ErrNotFound) {
+			return
+		}
+		s.log.Error("autoPause failed: the sandbox is killed", "sandbox", id, "err", err)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	s.mu.Lock()
-	due := !e.gone && e.rec.EndAt != nil && e.rec.Status == StatusRunning && !time.Now().Before(*e.rec.EndAt)
-	s.mu.Unlock()
-	if !due || !s.take(e) {
+	if !s.due(e) || !s.take(e) {
 		return
 	}
 	s.log.Info("sandbox timed out", "sandbox", id)
 	s.logs.event(id, "timed out")
 	s.destroy(context.Background(), id)
+}
+
+// due reports whether e is running past its deadline.
+func (s *Service) due(e *entry) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !e.gone && e.rec.EndAt != nil && e.rec.Status == StatusRunning && !time.Now().Before(*e.rec.EndAt)
 }
 
 func (s *Service) persist(ctx context.Context, rec Record) error {

@@ -50,6 +50,11 @@ type Snapshot struct {
 	// Rootfs is the template version the source ran on ("" from older
 	// servers: the template's current version).
 	Rootfs string `json:"rootfs,omitempty"`
+	// E2B, Secure and PrivateTraffic are the source's E2B options: copies
+	// get them with tokens of their own.
+	E2B            bool `json:"e2b,omitempty"`
+	Secure         bool `json:"secure,omitempty"`
+	PrivateTraffic bool `json:"privateTraffic,omitempty"`
 }
 
 // SnapshotInfo is a snapshot with its pool's state.
@@ -138,6 +143,7 @@ func (s *Service) save(ctx context.Context, e *entry, dirOf func(string) string,
 		TimeoutMs: rec.TimeoutMs, CreatedAt: time.Now().UTC(), AgentToken: rec.AgentToken,
 		Envs: rec.Envs, Metadata: rec.Metadata, Egress: rec.Egress, VolumeID: rec.VolumeID,
 		User: rec.User, Workdir: rec.Workdir, Rootfs: rec.Rootfs,
+		E2B: rec.E2B, Secure: rec.Secure, PrivateTraffic: rec.TrafficToken != "",
 	}
 	start := time.Now()
 	if err := s.cp.Snapshot(ctx, rec.ID, dirOf(snap.ID)); err != nil {
@@ -330,6 +336,13 @@ func (s *Service) copyRecord(snap Snapshot, timeoutMs int64) Record {
 	rec := s.newRecord(snap.ProjectID, snap.Template, size, timeoutMs)
 	rec.Region, rec.Envs, rec.Metadata, rec.SnapshotID, rec.Egress = snap.Region, snap.Envs, snap.Metadata, snap.ID, snap.Egress
 	rec.User, rec.Workdir, rec.Rootfs = snap.User, snap.Workdir, snap.Rootfs
+	rec.E2B, rec.Secure = snap.E2B, snap.Secure
+	if snap.Secure {
+		rec.EnvdToken = randomToken()
+	}
+	if snap.PrivateTraffic {
+		rec.TrafficToken = randomToken()
+	}
 	return rec
 }
 

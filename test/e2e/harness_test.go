@@ -333,6 +333,11 @@ func (s *server) request(key, method, path string, body any) (int, []byte, error
 // runNode runs node's test runner on the given SDK test files with the
 // server's URL and key, streaming its output into the test log.
 func (s *server) runNode(ctx context.Context, files ...string) error {
+	return s.runNodeEnv(ctx, nil, files...)
+}
+
+// runNodeEnv is runNode with more environment variables.
+func (s *server) runNodeEnv(ctx context.Context, env []string, files ...string) error {
 	if _, err := exec.LookPath("node"); err != nil {
 		s.t.Skip("node not installed")
 	}
@@ -342,6 +347,7 @@ func (s *server) runNode(ctx context.Context, files ...string) error {
 	args := append([]string{"--test", "--test-concurrency=2", "--test-reporter=spec"}, files...)
 	cmd := exec.CommandContext(ctx, "node", args...)
 	cmd.Env = append(os.Environ(), "LIZARD_API_URL="+s.url, "LIZARD_API_KEY="+s.key, "LIZARD_TEST_PROXY="+s.proxy)
+	cmd.Env = append(cmd.Env, env...)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	logged := make(chan struct{})

@@ -1,0 +1,432 @@
+package e2b
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/api"
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/network"
+	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// defaultTimeout is a new sandbox's lifetime when the request names none
+// (e2b 2.51 sends none; 2.50 sends this): the SDKs' documented default.
+const defaultTimeout = 300
+
+// sandboxSize is the lizard size of E2B sandboxes: E2B's templates default
+// to 2 vCPUs, and E2B's create names no size.
+const sandboxSize = "small"
+
+// maxTimeout is the largest timeout in seconds the service takes.
+const maxTimeout = sandbox.MaxTimeoutMs / 1000
+
+// newSandbox is E2B's NewSandbox. Fields the SDKs send that lizard does
+// not act on (mcp, iam, volumeMounts, autoResume) are refused when set to
+// something that would need them.
+type newSandbox struct {
+	TemplateID          string                  `json:"templateID"`
+	Timeout             *int64                  `json:"timeout"`
+	AutoPause           *bool                   `json:"autoPause"`
+	AutoPauseMemory     *bool                   `json:"autoPauseMemory"`
+	AutoResume          *struct{ Enabled bool } `json:"autoResume"`
+	Secure              *bool                   `json:"secure"`
+	AllowInternetAccess *bool                   `json:"allow_internet_access"`
+	Network             *struct {
+		AllowPublicTraffic *bool    `json:"allowPublicTraffic"`
+		AllowOut           []string `json:"allowOut"`
+		DenyOut            []string `json:"denyOut"`
+	} `json:"network"`
+	Metadata     map[string]string `json:"metadata"`
+	EnvVars      map[string]string `json:"envVars"`
+	VolumeMounts []any             `json:"volumeMounts"`
+}
+
+// sandboxInfo is E2B's Sandbox: what create, connect and fork answer.
+type sandboxInfo struct {
+	TemplateID         string  `json:"templateID"`
+	SandboxID          string  `json:"sandboxID"`
+	Alias              string  `json:"alias,omitempty"`
+	ClientID           string  `json:"clientID"`
+	EnvdVersion        string  `json:"envdVersion"`
+	EnvdAccessToken    string  `json:"envdAccessToken,omitempty"`
+	TrafficAccessToken *string `json:"trafficAccessToken"`
+	Domain             *string `json:"domain"`
+}
+
+func (s *server) infoOf(r sandbox.Record) sandboxInfo {
+	info := sandboxInfo{
+		TemplateID: r.Template, SandboxID: r.ID, Alias: aliasOf(r.Template), ClientID: "lizard",
+		EnvdVersion: EnvdVersion, EnvdAccessToken: r.EnvdToken,
+	}
+	if r.TrafficToken != "" {
+		info.TrafficAccessToken = &r.TrafficToken
+	}
+	if s.domain != "" {
+		info.Domain = &s.domain
+	}
+	return info
+}
+
+// aliasOf is the E2B name of a lizard template, when it has one.
+func aliasOf(tpl string) string {
+	for e2b, lz := range templateAliases {
+		if lz == tpl {
+			return e2b
+		}
+	}
+	return ""
+}
+
+// timeoutMs turns E2B's seconds (nil: def) into the service's
+// milliseconds; E2B refuses 0 and less.
+func timeoutMs(field string, secs *int64, def int64) (int64, error) {
+	t := def
+	if secs != nil {
+		t = *secs
+	}
+	if t < 1 || t > maxTimeout {
+		return 0, invalid("%s %d: must be 1 to %d seconds", field, t, maxTimeout)
+	}
+	return t * 1000, nil
+}
+
+// timeoutBody is the body of the calls that take only a timeout.
+type timeoutBody struct {
+	Timeout *int64 `json:"timeout"`
+}
+
+// optionalTimeout decodes a timeoutBody: the timeout in milliseconds, 0
+// when the body names none.
+func optionalTimeout(w http.ResponseWriter, r *http.Request) (int64, error) {
+	var req timeoutBody
+	if err := api.Decode(w, r, maxBody, &req); err != nil {
+		return 0, err
+	}
+	if req.Timeout == nil {
+		return 0, nil
+	}
+	return timeoutMs("timeout", req.Timeout, 0)
+}
+
+func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	var req newSandbox
+	if err := api.Decode(w, r, maxBody, &req); err != nil {
+		return err
+	}
+	tpl := req.TemplateID
+	if tpl == "" {
+		tpl = "base"
+	}
+	if lz, ok := templateAliases[tpl]; ok {
+		tpl = lz
+	}
+	timeout, err := timeoutMs("timeout", req.Timeout, defaultTimeout)
+	if err != nil {
+		return err
+	}
+	if len(req.VolumeMounts) > 0 {
+		return invalid("volumeMounts: E2B volumes are not supported by lizard (use the Lizard API's volumes)")
+	}
+	if req.AutoResume != nil && req.AutoResume.Enabled {
+		return invalid("autoResume: not supported by lizard: resume a paused sandbox with Sandbox.connect()")
+	}
+	if req.AutoPauseMemory != nil && !*req.AutoPauseMemory {
+		return invalid("autoPauseMemory: false is not supported by lizard: a pause always keeps memory")
+	}
+	allow := req.AllowInternetAccess
+	var allowed []string
+	private := false
+	if n := req.Network; n != nil {
+		if len(n.DenyOut) > 0 {
+			return invalid("network.denyOut: not supported by lizard: set allow_internet_access false and list what may be reached in network.allowOut")
+		}
+		if len(n.AllowOut) > 0 {
+			if allow == nil || *allow {
+				return invalid("network.allowOut: needs allow_internet_access false (lizard restricts egress to a list)")
+			}
+			allowed = n.AllowOut
+		}
+		private = n.AllowPublicTraffic != nil && !*n.AllowPublicTraffic
+	}
+	egress, err := network.ParseEgress(allow, allowed)
+	if err != nil {
+		return err
+	}
+	rec, err := s.sandboxes.Create(r.Context(), sandbox.CreateRequest{
+		ProjectID: p.ID, Template: tpl, Size: sandboxSize, TimeoutMs: timeout, Metadata: req.Metadata, Envs: req.EnvVars,
+		Egress: egress, E2B: true, Secure: req.Secure != nil && *req.Secure, PrivateTraffic: private,
+		AutoPause: req.AutoPause != nil && *req.AutoPause,
+	})
+	if err != nil {
+		return err
+	}
+	api.WriteJSON(w, http.StatusCreated, s.infoOf(rec))
+	return nil
+}
+
+// e2bSandbox returns the project's sandbox made through the E2B API;
+// others are not found here, as their ports are not E2B's to open.
+func (s *server) e2bSandbox(p store.Project, id string) (sandbox.Record, error) {
+	rec, err := s.sandboxes.Get(p.ID, id)
+	if err == nil && !rec.E2B {
+		err = fmt.Errorf("sandbox %q was not made through the E2B API: %w", id, errdefs.ErrNotFound)
+	}
+	return rec, err
+}
+
+// state is E2B's state of a sandbox: running or paused.
+func state(rec sandbox.Record) string {
+	switch rec.Status {
+	case sandbox.StatusPaused, sandbox.StatusPausing:
+		return "paused"
+	default:
+		return "running"
+	}
+}
+
+// connect answers 200 for a running sandbox and 201 for one it resumed. A
+// timeout only ever extends the sandbox's life.
+func (s *server) connect(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	var req struct {
+		Timeout *int64 `json:"timeout"`
+		Memory  *bool  `json:"memory"`
+	}
+	if err := api.Decode(w, r, maxBody, &req); err != nil {
+		return err
+	}
+	if req.Memory != nil && !*req.Memory {
+		return invalid("memory: false (onResume: 'reboot') is not supported by lizard: a resume always restores memory")
+	}
+	var timeout int64
+	if req.Timeout != nil {
+		t, err := timeoutMs("timeout", req.Timeout, 0)
+		if err != nil {
+			return err
+		}
+		timeout = t
+	}
+	rec, err := s.e2bSandbox(p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if rec.Status != sandbox.StatusRunning {
+		if rec, err = s.sandboxes.Resume(r.Context(), p.ID, rec.ID); err != nil {
+			return err
+		}
+		status = http.StatusCreated
+	}
+	if timeout > 0 && (rec.EndAt != nil && time.Until(*rec.EndAt) < time.Duration(timeout)*time.Millisecond) {
+		if err := s.sandboxes.SetTimeout(r.Context(), p.ID, rec.ID, timeout); err != nil {
+			return err
+		}
+	}
+	api.WriteJSON(w, status, s.infoOf(rec))
+	return nil
+}
+
+// resume is the deprecated POST /sandboxes/{id}/resume: 409 when running.
+func (s *server) resume(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	timeout, err := optionalTimeout(w, r)
+	if err != nil {
+		return err
+	}
+	rec, err := s.e2bSandbox(p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if rec.Status == sandbox.StatusRunning {
+		return fmt.Errorf("sandbox %q is already running: %w", rec.ID, errdefs.ErrConflict)
+	}
+	if rec, err = s.sandboxes.Resume(r.Context(), p.ID, rec.ID); err != nil {
+		return err
+	}
+	if timeout > 0 {
+		if err := s.sandboxes.SetTimeout(r.Context(), p.ID, rec.ID, timeout); err != nil {
+			return err
+		}
+	}
+	api.WriteJSON(w, http.StatusCreated, s.infoOf(rec))
+	return nil
+}
+
+// detail is E2B's SandboxDetail (GET /sandboxes/{id}) and, without the
+// token and domain, ListedSandbox.
+type detail struct {
+	TemplateID          string            `json:"templateID"`
+	Alias               string            `json:"alias,omitempty"`
+	SandboxID           string            `json:"sandboxID"`
+	ClientID            string            `json:"clientID"`
+	StartedAt           string            `json:"startedAt"`
+	EndAt               string            `json:"endAt"`
+	CPUCount            int               `json:"cpuCount"`
+	MemoryMB            int64             `json:"memoryMB"`
+	DiskSizeMB          int64             `json:"diskSizeMB"`
+	Metadata            map[string]string `json:"metadata"`
+	State               string            `json:"state"`
+	EnvdVersion         string            `json:"envdVersion"`
+	VolumeMounts        []any             `json:"volumeMounts"`
+	EnvdAccessToken     string            `json:"envdAccessToken,omitempty"`
+	Domain              *string           `json:"domain,omitempty"`
+	AllowInternetAccess *bool             `json:"allowInternetAccess,omitempty"`
+	Lifecycle           *lifecycle        `json:"lifecycle,omitempty"`
+}
+
+type lifecycle struct {
+	OnTimeout  string `json:"onTimeout"`
+	AutoResume bool   `json:"autoResume"`
+}
+
+// listed is rec as E2B lists it; its disk size is what the latest usage
+// sample saw of the sandbox's disk limit (0 before the first).
+func (s *server) listed(rec sandbox.Record) detail {
+	var disk int64
+	if u, ok := s.sandboxes.LatestUsage(rec.ID); ok {
+		disk = u.DiskTotal >> 20
+	}
+	end := rec.StartedAt.Add(time.Duration(rec.TimeoutMs) * time.Millisecond)
+	switch {
+	case rec.EndAt != nil:
+		end = *rec.EndAt
+	case rec.RemainingMs > 0:
+		end = time.Now().Add(time.Duration(rec.RemainingMs) * time.Millisecond)
+	}
+	md := rec.Metadata
+	if md == nil {
+		md = map[string]string{}
+	}
+	return detail{
+		TemplateID: rec.Template, Alias: aliasOf(rec.Template), SandboxID: rec.ID, ClientID: "lizard",
+		StartedAt: rec.StartedAt.UTC().Format(time.RFC3339Nano), EndAt: end.UTC().Format(time.RFC3339Nano),
+		CPUCount: int(math.Ceil(rec.CPUs)), MemoryMB: rec.MemoryMB, DiskSizeMB: disk,
+		Metadata: md, State: state(rec), EnvdVersion: EnvdVersion, VolumeMounts: []any{},
+	}
+}
+
+func (s *server) get(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	rec, err := s.e2bSandbox(p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	d := s.listed(rec)
+	d.EnvdAccessToken = rec.EnvdToken
+	if s.domain != "" {
+		d.Domain = &s.domain
+	}
+	internet := !rec.Egress.Restricted
+	d.AllowInternetAccess = &internet
+	d.Lifecycle = &lifecycle{OnTimeout: "kill"}
+	if rec.AutoPause {
+		d.Lifecycle.OnTimeout = "pause"
+	}
+	api.WriteJSON(w, http.StatusOK, d)
+	return nil
+}
+
+func (s *server) kill(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	rec, err := s.e2bSandbox(p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if err := s.sandboxes.Kill(r.Context(), p.ID, rec.ID); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *server) setTimeout(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	t, err := optionalTimeout(w, r)
+	if err != nil {
+		return err
+	}
+	if t == 0 {
+		return invalid("timeout: required, 1 to %d seconds", maxTimeout)
+	}
+	rec, err := s.e2bSandbox(p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if err := s.sandboxes.SetTimeout(r.Context(), p.ID, rec.ID, t); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// pause answers 409 for a sandbox that is already paused: the SDK's pause()
+// then returns false.
+func (s *server) pause(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	var req struct {
+		Memory *bool `json:"memory"`
+	}
+	if err := api.Decode(w, r, maxBody, &req); err != nil {
+		return err
+	}
+	if req.Memory != nil && !*req.Memory {
+		return invalid("memory: false is not supported by lizard: a pause always keeps memory")
+	}
+	rec, err := s.e2bSandbox(p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if rec.Status != sandbox.StatusRunning {
+		return fmt.Errorf("sandbox %q is %s: %w", rec.ID, rec.Status, errdefs.ErrConflict)
+	}
+	if err := s.sandboxes.Pause(r.Context(), p.ID, rec.ID); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// fork answers one result per copy: {sandbox} or {error: {code, message}}.
+func (s *server) fork(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	var req struct {
+		Timeout *int64 `json:"timeout"`
+		Count   *int   `json:"count"`
+	}
+	if err := api.Decode(w, r, maxBody, &req); err != nil {
+		return err
+	}
+	count := 1
+	if req.Count != nil {
+		count = *req.Count
+	}
+	var timeout int64 // the source's
+	if req.Timeout != nil {
+		t, err := timeoutMs("timeout", req.Timeout, 0)
+		if err != nil {
+			return err
+		}
+		timeout = t
+	}
+	rec, err := s.e2bSandbox(p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	results, err := s.sandboxes.Fork(r.Context(), p.ID, rec.ID, count, timeout)
+	if err != nil {
+		return err
+	}
+	type result struct {
+		Sandbox *sandboxInfo `json:"sandbox,omitempty"`
+		Error   *errorBody   `json:"error,omitempty"`
+	}
+	out := make([]result, len(results))
+	for i, res := range results {
+		if res.Err != nil {
+			status, _, msg := api.StatusOf(res.Err)
+			out[i].Error = &errorBody{Code: status, Message: msg}
+			continue
+		}
+		info := s.infoOf(*res.Sandbox)
+		out[i].Sandbox = &info
+	}
+	api.WriteJSON(w, http.StatusCreated, out)
+	return nil
+}

@@ -1,0 +1,122 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// Headers of E2B-addressed traffic.
+const (
+	// E2BSandboxIDHeader and E2BSandboxPortHeader route a request sent to
+	// the proxy's own address (E2B_SANDBOX_URL) instead of by its host.
+	E2BSandboxIDHeader   = "E2b-Sandbox-Id"
+	E2BSandboxPortHeader = "E2b-Sandbox-Port"
+	// TrafficTokenHeader admits E2B-addressed requests to the ports of a
+	// sandbox whose traffic is not public.
+	TrafficTokenHeader = "E2b-Traffic-Access-Token"
+	// EnvdHeader tells the sandbox's agent that a request is E2B envd
+	// traffic (its envd routes, which check envd's own access token).
+	EnvdHeader = "X-Lizard-Envd"
+	// AgentTokenHeader is the agent's own token: never taken from outside.
+	AgentTokenHeader = "X-Lizard-Agent-Token"
+)
+
+// E2BTargets is what the proxy asks the sandbox service about
+// E2B-addressed requests: <port>-<sandbox>.<domain>, or the
+// E2b-Sandbox-Id and E2b-Sandbox-Port headers.
+type E2BTargets interface {
+	// E2BTarget returns where a request to port of a sandbox made through
+	// the E2B API goes. It has no side effects: a paused sandbox is not
+	// resumed (errdefs.ErrUnavailable), and an unknown sandbox, or one not
+	// made through the E2B API, is errdefs.ErrNotFound.
+	E2BTarget(sandboxID string, port int) (E2BTarget, error)
+}
+
+// E2BTarget is where an E2B-addressed request goes.
+type E2BTarget struct {
+	Addr string // host:port
+	// Envd: the port is envd's (the agent's): the request is marked with
+	// EnvdHeader and envd checks its own access token.
+	Envd bool
+	// TrafficToken, when not "", must come in TrafficTokenHeader (not for
+	// envd, which has its own token).
+	TrafficToken string
+}
+
+type e2bKey struct{}
+type envdKey struct{}
+
+// e2bAddress reads an E2B address: the host in E2B's order
+// <port>-<sandbox>.<domain>, else the routing headers. Lizard's order is
+// <sandbox>-<port> and sandbox ids start with a letter, so a host is never
+// both.
+func e2bAddress(r *http.Request, domain string) (id string, port int, ok bool) {
+	if id, port, err := ParseE2BHost(r.Host, domain); err == nil {
+		return id, port, true
+	}
+	id = r.Header.Get(E2BSandboxIDHeader)
+	port, err := strconv.Atoi(r.Header.Get(E2BSandboxPortHeader))
+	if id == "" || err != nil || port < 1 || port > 65535 {
+		return "", 0, false
+	}
+	return id, port, true
+}
+
+// ParseE2BHost splits "<port>-<sandbox>.<domain>[:listen port]" into the
+// sandbox id and port.
+func ParseE2BHost(host, domain string) (id string, port int, err error) {
+	label, err := previewLabel(host, domain)
+	if err != nil {
+		return "", 0, err
+	}
+	p, id, ok := strings.Cut(label, "-")
+	if !ok || id == "" || id[0] < 'a' || id[0] > 'z' || strings.Contains(id, "-") {
+		return "", 0, hostError(host, "want <port>-<sandbox>."+domain)
+	}
+	if port, err = strconv.Atoi(p); err != nil || port < 1 || port > 65535 || p[0] == '0' {
+		return "", 0, hostError(host, "bad port")
+	}
+	return id, port, nil
+}
+
+// serveE2B forwards an E2B-addressed request as E2B's proxy does: ports
+// are public unless the sandbox's traffic needs its token; envd's port
+// goes to the agent's envd routes; an unknown or paused sandbox and a
+// closed port are a 502 with E2B's error body, and nothing is resumed.
+func (p *proxy) serveE2B(w http.ResponseWriter, r *http.Request, id string, port int) string {
+	t, err := p.cfg.E2B.E2BTarget(id, port)
+	if err != nil {
+		p.cfg.Logger.Debug("e2b traffic refused", "sandbox", id, "port", port, "err", err)
+		e2bBadGateway(w, id, "The sandbox was not found or is not running.")
+		return "unavailable"
+	}
+	if t.TrafficToken != "" && !t.Envd && !equal(r.Header.Get(TrafficTokenHeader), t.TrafficToken) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		json.NewEncoder(w).Encode(map[string]any{"code": http.StatusForbidden, "sandboxId": id,
+			"message": "This sandbox's traffic is private: send its traffic access token in the " + TrafficTokenHeader + " header."})
+		return "unauthorized"
+	}
+	outcome := "forwarded"
+	ctx := context.WithValue(r.Context(), addrKey{}, t.Addr)
+	ctx = context.WithValue(ctx, outcomeKey{}, &outcome)
+	ctx = context.WithValue(ctx, e2bKey{}, id)
+	ctx = context.WithValue(ctx, envdKey{}, t.Envd)
+	// The routing headers are the proxy's, not the app's.
+	r.Header.Del(E2BSandboxIDHeader)
+	r.Header.Del(E2BSandboxPortHeader)
+	p.rp.ServeHTTP(w, r.WithContext(ctx))
+	return outcome
+}
+
+// e2bBadGateway is E2B's answer for a sandbox or port it cannot reach:
+// the SDK reads a 502 as "not running".
+func e2bBadGateway(w http.ResponseWriter, id, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusBadGateway)
+	json.NewEncoder(w).Encode(map[string]any{"code": http.StatusBadGateway, "sandboxId": id, "message": msg})
+}

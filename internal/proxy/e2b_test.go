@@ -1,0 +1,133 @@
+package proxy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+)
+
+func TestParseE2BHost(t *testing.T) {
+	tests := []struct {
+		host    string
+		id      string
+		port    int
+		wantErr bool
+	}{
+		{"8000-abc123.sandbox.localhost", "abc123", 8000, false},
+		{"49983-abc123.sandbox.localhost:8081", "abc123", 49983, false},
+		{"3000-ABC.Sandbox.Localhost.", "abc", 3000, false},
+		{"abc123-8000.sandbox.localhost", "", 0, true}, // lizard's order
+		{"8000-123abc.sandbox.localhost", "", 0, true}, // ids start with a letter
+		{"8000-a-b.sandbox.localhost", "", 0, true},
+		{"0-abc.sandbox.localhost", "", 0, true},
+		{"080-abc.sandbox.localhost", "", 0, true},
+		{"70000-abc.sandbox.localhost", "", 0, true},
+		{"8000-.sandbox.localhost", "", 0, true},
+		{"8000-abc.other.example", "", 0, true},
+		{"x.8000-abc.sandbox.localhost", "", 0, true},
+	}
+	for _, tt := range tests {
+		id, port, err := ParseE2BHost(tt.host, "sandbox.localhost")
+		if tt.wantErr {
+			if !errors.Is(err, errdefs.ErrNotFound) {
+				t.Errorf("%q: %q %d %v, want ErrNotFound", tt.host, id, port, err)
+			}
+			continue
+		}
+		if err != nil || id != tt.id || port != tt.port {
+			t.Errorf("%q: %q %d %v, want %q %d", tt.host, id, port, err, tt.id, tt.port)
+		}
+		// A host is never both orders.
+		if _, _, err := ParseHost(tt.host, "sandbox.localhost"); err == nil {
+			t.Errorf("%q parses in lizard's order too", tt.host)
+		}
+	}
+}
+
+// fakeE2B knows "pub" (public ports), "priv" (traffic token "tt") and
+// "paused"; every port of theirs goes to addr.
+type fakeE2B struct{ addr string }
+
+func (f fakeE2B) E2BTarget(id string, port int) (E2BTarget, error) {
+	switch id {
+	case "pub":
+		return E2BTarget{Addr: f.addr, Envd: port == 49983}, nil
+	case "priv":
+		return E2BTarget{Addr: f.addr, Envd: port == 49983, TrafficToken: "tt"}, nil
+	case "closed":
+		return E2BTarget{Addr: "127.0.0.1:1"}, nil
+	case "paused":
+		return E2BTarget{}, fmt.Errorf("paused: %w", errdefs.ErrUnavailable)
+	}
+	return E2BTarget{}, errdefs.ErrNotFound
+}
+
+// TestE2BRouting: E2B-addressed requests by host and by header, public and
+// private ports, envd's marking, and the 502s.
+func TestE2BRouting(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "host=%s envd=%q agent=%q traffic=%q route=%q", r.Host, r.Header.Get(EnvdHeader),
+			r.Header.Get(AgentTokenHeader), r.Header.Get(TrafficTokenHeader), r.Header.Get(E2BSandboxIDHeader))
+	}))
+	defer up.Close()
+	prev := &fakePreviews{addr: strings.TrimPrefix(up.URL, "http://")}
+	h := Handler(Config{Domain: "d.test", Previews: prev, E2B: fakeE2B{addr: strings.TrimPrefix(up.URL, "http://")}})
+	do := func(host string, hdr map[string]string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("GET", "http://"+host+"/", nil)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	route := func(id, port string) map[string]string {
+		return map[string]string{E2BSandboxIDHeader: id, E2BSandboxPortHeader: port}
+	}
+	tests := []struct {
+		name   string
+		host   string
+		hdr    map[string]string
+		status int
+		body   string
+	}{
+		{"public port by host", "3000-pub.d.test", nil, 200, `envd="" agent="" traffic="" route=""`},
+		{"public port by header", "127.0.0.1:8081", route("pub", "3000"), 200, `envd="" agent="" traffic="" route=""`},
+		{"envd is marked, agent token stripped", "49983-pub.d.test", map[string]string{AgentTokenHeader: "x", EnvdHeader: "1"}, 200, `envd="1" agent=""`},
+		{"a client cannot claim envd", "3000-pub.d.test", map[string]string{EnvdHeader: "1"}, 200, `envd="" agent=""`},
+		{"private without token", "3000-priv.d.test", nil, 403, `"code":403`},
+		{"private wrong token", "3000-priv.d.test", map[string]string{TrafficTokenHeader: "no"}, 403, `"code":403`},
+		{"private with token", "3000-priv.d.test", map[string]string{TrafficTokenHeader: "tt"}, 200, `traffic=""`},
+		{"private envd needs no traffic token", "49983-priv.d.test", nil, 200, `envd="1"`},
+		{"unknown sandbox", "3000-nosuch.d.test", nil, 502, `"code":502`},
+		{"unknown by header", "127.0.0.1:8081", route("nosuch", "3000"), 502, `"code":502`},
+		{"paused", "49983-paused.d.test", nil, 502, `"code":502`},
+		{"closed port", "3000-closed.d.test", nil, 502, `"code":502`},
+		{"bad header port is lizard's 401", "127.0.0.1:8081", route("pub", "x"), 401, ""},
+		{"lizard order stays lizard's", "sb-80.d.test", route("pub", "3000"), 401, ""},
+	}
+	for _, tt := range tests {
+		r := do(tt.host, tt.hdr)
+		if r.Code != tt.status || !strings.Contains(r.Body.String(), tt.body) {
+			t.Errorf("%s: %d %q, want %d with %q", tt.name, r.Code, r.Body, tt.status, tt.body)
+		}
+		if r.Code == 502 {
+			var body struct {
+				Code    int    `json:"code"`
+				Message string `json:"message"`
+			}
+			if err := json.Unmarshal(r.Body.Bytes(), &body); err != nil || body.Message == "" || strings.Contains(body.Message, "127.0.0.1") {
+				t.Errorf("%s: 502 body %q", tt.name, r.Body)
+			}
+		}
+	}
+	if prev.addrCalls != 0 {
+		t.Errorf("E2B traffic asked the lizard previews for an address (a resume) %d times", prev.addrCalls)
+	}
+}

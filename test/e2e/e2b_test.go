@@ -1,0 +1,40 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// e2bSDKs are the versions of E2B's JS SDK the E2B tests run with: npm
+// aliases in package.json (2.50 creates and connects at /sandboxes, 2.51
+// at /v2/sandboxes, and sends fewer defaults).
+var e2bSDKs = []string{"e2b-250", "e2b-251"}
+
+// TestE2B runs the E2B SDK test files (js/e2b/*.test.mjs) against one
+// server, once per SDK version, set up as the README tells E2B users:
+// E2B_API_URL is lizard's API, E2B_API_KEY a lizard key, E2B_SANDBOX_URL
+// the preview proxy (no wildcard DNS here).
+func TestE2B(t *testing.T) {
+	files, _ := filepath.Glob("js/e2b/*.test.mjs")
+	if len(files) == 0 {
+		t.Fatal("no E2B test files")
+	}
+	s := startServer(t, "", "--usage-interval", "250ms")
+	for _, sdk := range e2bSDKs {
+		t.Run(sdk, func(t *testing.T) {
+			if _, err := os.Stat(filepath.Join("node_modules", sdk)); err != nil {
+				t.Fatalf("%s is not installed: run `npm install` in test/e2e (make test does)", sdk)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			defer cancel()
+			env := []string{"E2B_SDK=" + sdk, "E2B_API_URL=" + s.url, "E2B_API_KEY=" + s.key, "E2B_SANDBOX_URL=http://" + s.proxy}
+			if err := s.runNodeEnv(ctx, env, files...); err != nil {
+				t.Fatalf("E2B tests with %s failed: %v", sdk, err)
+			}
+		})
+	}
+	s.waitNoLeaks(t)
+}

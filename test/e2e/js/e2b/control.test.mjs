@@ -1,0 +1,145 @@
+// The E2B control plane through the E2B SDK: create, info, list with
+// filters and pages, timeouts, kill, pause and connect, metrics, errors.
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { sdk, Sandbox, withSandbox, api, sleep } from './helpers.mjs'
+
+const run = Math.random().toString(36).slice(2)
+console.log(`e2b control tests: run ${run}, sdk ${process.env.E2B_SDK}`)
+
+test('create, getInfo and kill', async () => {
+  const sbx = await Sandbox.create({ metadata: { run, kind: 'info' }, timeoutMs: 60_000 })
+  const info = await sbx.getInfo()
+  assert.equal(info.sandboxId, sbx.sandboxId)
+  assert.equal(info.templateId, 'base')
+  assert.equal(info.state, 'running')
+  assert.deepEqual(info.metadata, { run, kind: 'info' })
+  assert.equal(info.envdVersion, '0.5.7')
+  assert.equal(info.cpuCount, 2)
+  assert.ok(info.memoryMB > 0)
+  const left = info.endAt.getTime() - Date.now()
+  assert.ok(left > 50_000 && left <= 60_000, `endAt ${info.endAt} is not about 60 s away`)
+  assert.equal(await sbx.kill(), true)
+  assert.equal(await Sandbox.kill(sbx.sandboxId), false)
+  await assert.rejects(Sandbox.getInfo(sbx.sandboxId), sdk.SandboxNotFoundError)
+  await assert.rejects(Sandbox.connect(sbx.sandboxId), sdk.SandboxNotFoundError)
+})
+
+test('setTimeout moves the deadline', async () => {
+  await withSandbox(async (sbx) => {
+    await sbx.setTimeout(600_000)
+    const info = await sbx.getInfo()
+    const left = info.endAt.getTime() - Date.now()
+    assert.ok(left > 590_000 && left <= 600_000, `endAt ${info.endAt}`)
+    await assert.rejects(Sandbox.setTimeout('nosuchsandbox', 10_000), sdk.SandboxNotFoundError)
+  })
+})
+
+test('list filters by metadata and state and pages with X-Next-Token', async () => {
+  const tag = `${run}-list`
+  const sbxs = await Promise.all([1, 2, 3].map((i) => Sandbox.create({ metadata: { tag, i: String(i) }, timeoutMs: 120_000 })))
+  try {
+    const pager = Sandbox.list({ query: { metadata: { tag } }, limit: 2 })
+    const first = await pager.nextItems()
+    assert.equal(first.length, 2)
+    assert.equal(pager.hasNext, true)
+    const second = await pager.nextItems()
+    assert.equal(second.length, 1)
+    assert.equal(pager.hasNext, false)
+    const ids = [...first, ...second].map((s) => s.sandboxId).sort()
+    assert.deepEqual(ids, sbxs.map((s) => s.sandboxId).sort())
+    // Newest first.
+    assert.ok(first[0].startedAt >= first[1].startedAt && first[1].startedAt >= second[0].startedAt)
+    const one = await Sandbox.list({ query: { metadata: { tag, i: '2' } } }).nextItems()
+    assert.deepEqual(one.map((s) => s.sandboxId), [sbxs[1].sandboxId])
+    assert.equal(one[0].state, 'running')
+    const paused = await Sandbox.list({ query: { metadata: { tag }, state: ['paused'] } }).nextItems()
+    assert.deepEqual(paused, [])
+  } finally {
+    await Promise.all(sbxs.map((s) => s.kill()))
+  }
+})
+
+test('pause, pause again, isRunning, connect resumes', async () => {
+  await withSandbox(async (sbx) => {
+    assert.equal(await sbx.pause(), true)
+    assert.equal(await Sandbox.pause(sbx.sandboxId), false)
+    assert.equal((await sbx.getInfo()).state, 'paused')
+    const listed = await Sandbox.list({ query: { metadata: { run, kind: 'pause' }, state: ['paused'] } }).nextItems()
+    assert.deepEqual(listed.map((s) => s.sandboxId), [sbx.sandboxId])
+    // envd traffic to a paused sandbox is a 502: not running, not resumed.
+    assert.equal(await sbx.isRunning(), false)
+    assert.equal((await sbx.getInfo()).state, 'paused')
+    const again = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 90_000 })
+    assert.equal(again.sandboxId, sbx.sandboxId)
+    assert.equal((await sbx.getInfo()).state, 'running')
+    // Connecting to a running sandbox answers it as it is.
+    await Sandbox.connect(sbx.sandboxId)
+  }, { metadata: { run, kind: 'pause' } })
+})
+
+test('getMetrics returns usage samples', async () => {
+  await withSandbox(async (sbx) => {
+    let metrics = []
+    for (let i = 0; i < 50 && metrics.length === 0; i++) {
+      metrics = await sbx.getMetrics()
+      if (metrics.length === 0) await sleep(200)
+    }
+    assert.ok(metrics.length > 0, 'no metrics sample')
+    const m = metrics.at(-1)
+    assert.ok(m.timestamp instanceof Date && !isNaN(m.timestamp))
+    assert.equal(m.cpuCount, 2)
+    assert.ok(m.memTotal > 0 && m.memUsed > 0)
+    await assert.rejects(Sandbox.getMetrics('nosuchsandbox'), sdk.SandboxNotFoundError)
+  })
+})
+
+test('a wrong API key is an authentication error', async () => {
+  await assert.rejects(Sandbox.create({ apiKey: 'lz_not_a_key' }), sdk.AuthenticationError)
+})
+
+test('bad input is a 4xx in E2B error shape, never a 500', async () => {
+  const cases = [
+    ['POST', '/v2/sandboxes', { templateID: 'base', timeout: -1 }, 400],
+    ['POST', '/v2/sandboxes', { templateID: 'base', timeout: 'x' }, 400],
+    ['POST', '/v2/sandboxes', '{not json', 400],
+    ['POST', '/sandboxes', { templateID: 'no-such-template' }, 404],
+    ['POST', '/v2/sandboxes', { templateID: 'base', envVars: { 'A=B': 'x' } }, 400],
+    ['POST', '/v2/sandboxes', { templateID: 'base', volumeMounts: [{ name: 'v', path: '/v' }] }, 400],
+    ['GET', '/v2/sandboxes?state=sleeping', undefined, 400],
+    ['GET', '/v2/sandboxes?limit=0', undefined, 400],
+    ['GET', '/v2/sandboxes?nextToken=%%%', undefined, 400],
+    ['GET', '/v2/sandboxes?metadata=%zz', undefined, 400],
+    ['GET', '/sandboxes/nosuch', undefined, 404],
+    ['DELETE', '/sandboxes/nosuch', undefined, 404],
+    ['POST', '/sandboxes/nosuch/timeout', { timeout: 10 }, 404],
+    ['POST', '/sandboxes/nosuch/timeout', {}, 400],
+    ['POST', '/sandboxes/nosuch/pause', undefined, 404],
+    ['POST', '/v2/sandboxes/nosuch/connect', { timeout: 10 }, 404],
+    ['GET', '/sandboxes/nosuch/metrics?start=abc', undefined, 400],
+    ['GET', '/no/such/route', undefined, 404],
+  ]
+  for (const [method, path, body, want] of cases) {
+    const res = await api(method, path, body)
+    assert.equal(res.status, want, `${method} ${path}: ${res.text}`)
+    assert.equal(res.json?.code, want, `${method} ${path}: ${res.text}`)
+    assert.equal(typeof res.json?.message, 'string')
+  }
+  const unauth = await api('GET', '/v2/sandboxes', undefined, '')
+  assert.equal(unauth.status, 401)
+  assert.equal(unauth.json.code, 401)
+})
+
+test('templates list the built ones with E2B names', async () => {
+  const res = await api('GET', '/templates')
+  assert.equal(res.status, 200)
+  const base = res.json.find((t) => t.templateID === 'base')
+  assert.ok(base, res.text)
+  assert.equal(base.buildStatus, 'ready')
+  assert.equal(base.envdVersion, '0.5.7')
+  // code-interpreter-v1 is listed whenever its base, interpreter, is built.
+  const interp = res.json.find((t) => t.templateID === 'interpreter')
+  const ci = res.json.find((t) => t.templateID === 'code-interpreter-v1')
+  assert.equal(Boolean(ci), Boolean(interp), res.text)
+  if (ci) assert.ok(ci.names.includes('code-interpreter-v1'))
+})

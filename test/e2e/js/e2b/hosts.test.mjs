@@ -1,0 +1,66 @@
+// getHost(port) and fetch of a server in the sandbox through the preview
+// proxy in E2B's host order; traffic tokens; what answers 502.
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { Sandbox, withSandbox, startServer, get, api, apiUrl, apiKey } from './helpers.mjs'
+
+test('getHost(port) reaches a server in the sandbox; ports are public', async () => {
+  await withSandbox(async (sbx) => {
+    await startServer(sbx.sandboxId, 8000)
+    const host = sbx.getHost(8000)
+    assert.match(host, new RegExp(`^8000-${sbx.sandboxId}\\.`))
+    const res = await get(host)
+    assert.equal(res.status, 200, res.body)
+    assert.equal(res.body.trim(), `hello-from-${sbx.sandboxId}`)
+    // The same by the routing headers of E2B_SANDBOX_URL.
+    const byHeader = await get('127.0.0.1', { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '8000' })
+    assert.equal(byHeader.status, 200)
+    // A closed port and an unknown sandbox are 502s, as E2B answers.
+    const closed = await get(sbx.getHost(8001))
+    assert.equal(closed.status, 502)
+    assert.equal(JSON.parse(closed.body).code, 502)
+    const unknown = await get(host.replace(sbx.sandboxId, 'nosuchsandbox'))
+    assert.equal(unknown.status, 502)
+    // Paused: 502, and traffic does not resume it.
+    await sbx.pause()
+    assert.equal((await get(host)).status, 502)
+    assert.equal((await sbx.getInfo()).state, 'paused')
+    await Sandbox.connect(sbx.sandboxId)
+    assert.equal((await get(host)).status, 200)
+  })
+})
+
+test('private traffic needs the traffic access token', async () => {
+  await withSandbox(async (sbx) => {
+    assert.ok(sbx.trafficAccessToken, 'no traffic access token')
+    await startServer(sbx.sandboxId, 8000)
+    const host = sbx.getHost(8000)
+    assert.equal((await get(host)).status, 403)
+    assert.equal((await get(host, { 'e2b-traffic-access-token': 'wrong' })).status, 403)
+    assert.equal((await get(host, { 'e2b-traffic-access-token': sbx.trafficAccessToken })).status, 200)
+  }, { network: { allowPublicTraffic: false } })
+})
+
+test('secure sandboxes get an envd access token', async () => {
+  await withSandbox(async (sbx) => {
+    assert.match(sbx.envdAccessToken ?? '', /^[0-9a-f]{64}$/)
+  }, { secure: true })
+})
+
+test('sandboxes of the Lizard API stay private to E2B addressing', async () => {
+  const res = await fetch(`${apiUrl}/api/sandboxes`, {
+    method: 'POST', headers: { 'Content-Type': 'application/json', 'X-API-Key': apiKey },
+    body: JSON.stringify({ template: 'base', timeoutMs: 60_000 }),
+  })
+  const lz = await res.json()
+  try {
+    await startServer(lz.sandboxId, 8000)
+    await fetch(`${apiUrl}/api/sandboxes/${lz.sandboxId}/expose/8000`, { method: 'POST', headers: { 'X-API-Key': apiKey } })
+    assert.equal((await get(`8000-${lz.sandboxId}.sandbox.localhost`)).status, 502)
+    assert.equal((await get('127.0.0.1', { 'E2b-Sandbox-Id': lz.sandboxId, 'E2b-Sandbox-Port': '8000' })).status, 502)
+    // Nor does the E2B API show or touch it.
+    assert.equal((await api('GET', `/sandboxes/${lz.sandboxId}`)).status, 404)
+  } finally {
+    await fetch(`${apiUrl}/api/sandboxes/${lz.sandboxId}`, { method: 'DELETE', headers: { 'X-API-Key': apiKey } })
+  }
+})
