@@ -2,7 +2,7 @@
 #
 #   make run     install what is needed, build, build the templates, serve
 #   make test    the same setup, then every test (scripts/test.sh)
-#   make deps | build | templates | bench | clean
+#   make deps | build | templates | bench | package | proto | clean
 SHELL := /bin/bash
 .DEFAULT_GOAL := build
 
@@ -22,7 +22,21 @@ TEMPLATES     ?= base python node interpreter desktop
 
 TEST_ENV := LIZARD_TEMPLATE_DIR=$(TEMPLATE_DIR) LIZARD_RUNSC=$(RUNSC)
 
-.PHONY: deps build templates run test bench clean
+# `make package`: the Debian package, built with nfpm at a pinned version
+# (installed once into the cache with go install).
+DIST          ?= dist
+NFPM_VERSION  ?= v2.45.2
+NFPM          := $(CACHE)/tools/nfpm-$(NFPM_VERSION)/nfpm
+VERSION       ?= 0.0.0+git$(shell git log -1 --format=%cd.%h --date=format:%Y%m%d 2>/dev/null || echo unknown)
+DEB_ARCH      ?= $(shell $(GO) env GOARCH)
+
+.PHONY: deps build templates run test bench package proto clean
+
+# `make proto`: regenerates the envd Connect code (internal/envd) from its
+# .proto files with Debian's protoc and pinned Go plugins.
+PROTOC_GEN_GO_VERSION      ?= v1.36.12
+PROTOC_GEN_CONNECT_VERSION ?= v1.19.1
+PROTO_TOOLS                := $(CACHE)/tools/proto-$(PROTOC_GEN_GO_VERSION)-$(PROTOC_GEN_CONNECT_VERSION)
 
 deps:
 	CACHE=$(CACHE) RUNSC_VERSION=$(RUNSC_VERSION) scripts/install-deps.sh
@@ -45,5 +59,23 @@ test: deps build templates
 bench: build templates
 	$(TEST_ENV) $(GO) run ./bench
 
+$(NFPM):
+	GOBIN=$(dir $(NFPM)) $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
+
+package: build $(NFPM)
+	mkdir -p $(DIST)
+	LIZARD_VERSION=$(VERSION) LIZARD_ARCH=$(DEB_ARCH) $(NFPM) package --config deploy/nfpm.yaml --packager deb --target $(DIST)/
+
+$(PROTO_TOOLS)/protoc-gen-connect-go:
+	command -v protoc >/dev/null || apt-get install -y protobuf-compiler
+	GOBIN=$(PROTO_TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	GOBIN=$(PROTO_TOOLS) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_VERSION)
+
+proto: $(PROTO_TOOLS)/protoc-gen-connect-go
+	cd internal/envd && PATH=$(PROTO_TOOLS):$$PATH protoc -I . \
+	  --go_out=. --go_opt=paths=source_relative \
+	  --connect-go_out=. --connect-go_opt=paths=source_relative \
+	  process/process.proto filesystem/filesystem.proto
+
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) $(DIST)

@@ -5,10 +5,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/lizard-build/lizard/internal/store"
@@ -17,14 +18,24 @@ import (
 
 const usage = `usage:
   lizard serve [--listen ADDR] [--data-dir DIR] [--template-dir DIR] [--runsc PATH]
+        [--build-bridge BR] [--build-subnet CIDR] [--registry-allow HOST[:PORT]]... [--registry-auth FILE]
+        [--debian-mirror URL] [--max-build-context BYTES]   (lizard serve -h: all flags)
   lizard projects create NAME [--data-dir DIR]
   lizard projects ls [--data-dir DIR]
   lizard keys create --project P [--data-dir DIR]
   lizard keys ls --project P [--data-dir DIR]
   lizard keys revoke ID [--data-dir DIR]
-  lizard template build NAME [--if-missing] [--template-dir DIR]
-  lizard template build NAME -f DOCKERFILE [CONTEXT] [--build-arg K=V]... [--runsc PATH] [--template-dir DIR]
-  lizard template ls [--template-dir DIR]`
+  lizard template build NAME [--if-missing] [--debian-mirror URL] [--template-dir DIR]
+  lizard template build NAME -f DOCKERFILE [CONTEXT] [--project P] [--build-arg K=V]... [--runsc PATH]
+        [--registry-allow HOST[:PORT]]... [--registry-auth FILE] [--build-bridge BR] [--build-subnet CIDR]
+        [--template-dir DIR] [--data-dir DIR]
+  lizard template ls [--project P] [--template-dir DIR] [--data-dir DIR]
+  lizard template rm NAME [--project P] [--template-dir DIR] [--data-dir DIR]
+  lizard backup FILE [--data-dir DIR]
+  lizard restore FILE --data-dir NEWDIR
+  lizard config docs|example
+  lizard sandbox ls|create|info|exec|shell|logs|cp|pause|resume|snapshot|kill ...  (lizard sandbox help)
+every command but sandbox also takes --config FILE (default /etc/lizard/lizard.toml) and LIZARD_* variables: docs/CONFIG.md`
 
 // Defaults shared by the subcommands.
 const (
@@ -46,6 +57,14 @@ func Run(ctx context.Context, args []string) error {
 		return keys(ctx, args[1:])
 	case "template", "templates":
 		return templates(ctx, args[1:])
+	case "config":
+		return config(args[1:])
+	case "backup":
+		return backupCmd(ctx, args[1:])
+	case "restore":
+		return restoreCmd(ctx, args[1:])
+	case "sandbox", "sandboxes":
+		return sandboxCmd(ctx, args[1:])
 	case "help", "-h", "--help":
 		fmt.Println(usage)
 		return nil
@@ -79,7 +98,7 @@ func openStore(dataDir string) (*store.Store, error) {
 func projects(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("projects", flag.ContinueOnError)
 	dataDir := fs.String("data-dir", defaultDataDir, "state directory")
-	pos, err := parse(fs, args)
+	pos, err := configure(fs, args)
 	if err != nil {
 		return err
 	}
@@ -101,7 +120,7 @@ func projects(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		tw := newTabWriter(os.Stdout)
 		fmt.Fprintln(tw, "ID\tSLUG\tNAME")
 		for _, p := range ps {
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", p.ID, p.Slug, p.Name)
@@ -115,7 +134,7 @@ func keys(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("keys", flag.ContinueOnError)
 	dataDir := fs.String("data-dir", defaultDataDir, "state directory")
 	project := fs.String("project", "", "project id or slug")
-	pos, err := parse(fs, args)
+	pos, err := configure(fs, args)
 	if err != nil {
 		return err
 	}
@@ -159,7 +178,7 @@ func keys(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	tw := newTabWriter(os.Stdout)
 	fmt.Fprintln(tw, "ID\tPREFIX\tCREATED\tLAST USED\tREVOKED")
 	for _, k := range ks {
 		fmt.Fprintf(tw, "%s\t%s…\t%s\t%s\t%s\n", k.ID, k.Prefix, fmtTime(&k.CreatedAt), fmtTime(k.LastUsed), fmtTime(k.RevokedAt))
@@ -178,17 +197,36 @@ func fmtTime(t *time.Time) string {
 func templates(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("template", flag.ContinueOnError)
 	dir := fs.String("template-dir", defaultTemplateDir, "template cache directory")
+	dataDir := fs.String("data-dir", defaultDataDir, "state directory (to find the project)")
+	project := fs.String("project", "default", "project id or slug whose templates a Dockerfile build, ls and rm work on")
+	sandboxSubnet := fs.String("subnet", defaultSubnet, "the sandboxes' subnet, which RUN steps may not reach")
+	var bf buildFlags
+	bf.register(fs)
 	ifMissing := fs.Bool("if-missing", false, "build only when not built yet")
 	dockerfile := fs.String("f", "", "build from this Dockerfile (context: CONTEXT, default the Dockerfile's directory)")
 	runsc := fs.String("runsc", "", "runsc binary for RUN steps (default: $LIZARD_RUNSC, else runsc in PATH)")
 	readyCmd := fs.String("ready-cmd", "", "shell command that passes once the start command (CMD) is ready; replaces the Dockerfile's HEALTHCHECK")
 	var buildArgs buildArgFlag
 	fs.Var(&buildArgs, "build-arg", "NAME=VALUE for an ARG of the Dockerfile (repeatable)")
-	pos, err := parse(fs, args)
+	pos, err := configure(fs, args)
 	if err != nil {
 		return err
 	}
 	reg := template.NewRegistry(*dir)
+	reg.Mirror = bf.mirror
+	// projectReg is the registry of --project's own templates.
+	projectReg := func() (*template.Registry, error) {
+		st, err := openStore(*dataDir)
+		if err != nil {
+			return nil, err
+		}
+		defer st.Close()
+		p, err := st.ProjectByRef(ctx, *project)
+		if err != nil {
+			return nil, fmt.Errorf("--project %s (in %s): %w", *project, *dataDir, err)
+		}
+		return reg.Project(p.ID)
+	}
 	switch {
 	case *dockerfile != "" && (len(pos) == 2 || len(pos) == 3) && pos[0] == "build":
 		if *ifMissing {
@@ -202,21 +240,26 @@ func templates(ctx context.Context, args []string) error {
 		if len(pos) == 3 {
 			context = pos[2]
 		}
-		if *runsc == "" {
-			*runsc = os.Getenv("LIZARD_RUNSC")
-		}
 		rs, err := findRunsc(*runsc)
 		if err != nil {
 			return err
 		}
-		t, err := reg.BuildDockerfile(ctx, pos[1], template.DockerfileOptions{
-			Dockerfile:     data,
-			DockerfileName: *dockerfile,
-			Context:        context,
-			BuildArgs:      buildArgs.m,
-			ReadyCommand:   *readyCmd,
-			Runsc:          rs,
-		}, os.Stdout)
+		subnet, err := netip.ParsePrefix(*sandboxSubnet)
+		if err != nil {
+			return fmt.Errorf("--subnet: %w", err)
+		}
+		opts, err := bf.options(subnet)
+		if err != nil {
+			return err
+		}
+		preg, err := projectReg()
+		if err != nil {
+			return err
+		}
+		opts.Dockerfile, opts.DockerfileName, opts.Context = data, *dockerfile, context
+		opts.BuildArgs, opts.ReadyCommand, opts.Runsc = buildArgs.m, *readyCmd, rs
+		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+		t, err := preg.BuildDockerfile(ctx, pos[1], opts, os.Stdout)
 		if err == nil && len(t.StartCommand) > 0 {
 			// The ready state is a checkpoint the server takes with its own
 			// runtime and network; `lizard serve` looks for new templates
@@ -233,12 +276,26 @@ func templates(ctx context.Context, args []string) error {
 		}
 		_, err := build(ctx, pos[1], os.Stdout)
 		return err
-	case len(pos) == 1 && (pos[0] == "ls" || pos[0] == "list"):
-		ts, err := reg.List()
+	case len(pos) == 2 && (pos[0] == "rm" || pos[0] == "remove"):
+		preg, err := projectReg()
 		if err != nil {
 			return err
 		}
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		if err := preg.Remove(ctx, pos[1]); err != nil {
+			return err
+		}
+		fmt.Printf("template %s removed; sandboxes and snapshots of it keep the version they run on until they go\n", pos[1])
+		return nil
+	case len(pos) == 1 && (pos[0] == "ls" || pos[0] == "list"):
+		preg, err := projectReg()
+		if err != nil {
+			return err
+		}
+		ts, err := reg.ListFor(preg.ProjectID())
+		if err != nil {
+			return err
+		}
+		tw := newTabWriter(os.Stdout)
 		fmt.Fprintln(tw, "NAME\tALIASES\tVERSION\tSIZE\tBUILT\tSOFTWARE")
 		for _, t := range ts {
 			aliases := strings.Join(t.Aliases, ",")

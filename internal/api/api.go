@@ -47,7 +47,10 @@ type Config struct {
 	Previews  PreviewURLs
 	Volumes   Volumes
 	Builder   TemplateBuilder
-	Logger    *slog.Logger
+	// MaxBuildContext caps the body of POST /api/templates (the Dockerfile
+	// and the build context's files); 0 means DefaultMaxBuildContext.
+	MaxBuildContext int64
+	Logger          *slog.Logger
 	// Metrics counts requests; nil counts nothing. With ServeMetrics,
 	// GET /metrics serves them (unauthenticated, like /healthz).
 	Metrics      *metrics.Metrics
@@ -64,6 +67,9 @@ type Config struct {
 var E2BPaths = []string{"/sandboxes", "/sandboxes/", "/v2/", "/v3/", "/templates", "/templates/", "/snapshots", "/snapshots/",
 	"/volumes", "/volumes/", "/volumecontent/", "/secrets", "/secrets/"}
 
+// DefaultMaxBuildContext is the default cap of a template build's request.
+const DefaultMaxBuildContext = 256 << 20
+
 // Body size limits. A file write carries its content in JSON (base64 for
 // bytes), so it may be larger than other requests.
 const (
@@ -79,6 +85,7 @@ type server struct {
 	previews  PreviewURLs
 	volumes   Volumes
 	builder   TemplateBuilder
+	maxBuild  int64
 	log       *slog.Logger
 	metrics   *metrics.Metrics
 	ready     []ReadyCheck
@@ -89,7 +96,10 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, templates: cfg.Templates, previews: cfg.Previews, volumes: cfg.Volumes, builder: cfg.Builder, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready}
+	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, templates: cfg.Templates, previews: cfg.Previews, volumes: cfg.Volumes, builder: cfg.Builder, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready, maxBuild: cfg.MaxBuildContext}
+	if s.maxBuild <= 0 {
+		s.maxBuild = DefaultMaxBuildContext
+	}
 	mux := http.NewServeMux()
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request, store.Project) error) {
 		mux.Handle(pattern, s.authed(h))
@@ -133,6 +143,7 @@ func Handler(cfg Config) http.Handler {
 	route("POST /api/sandboxes/{id}/exec", s.exec)
 	route("GET /api/sandboxes/{id}/processes", s.listProcesses)
 	route("POST /api/sandboxes/{id}/processes/signal", s.signalProcess)
+	mux.Handle("GET /api/sandboxes/{id}/terminal", browserKey(s.authed(s.terminal)))
 
 	route("POST /api/sandboxes/{id}/files", s.writeFile)
 	route("GET /api/sandboxes/{id}/files", s.readFile)
@@ -146,6 +157,7 @@ func Handler(cfg Config) http.Handler {
 
 	route("GET /api/templates", s.listTemplates)
 	route("POST /api/templates", s.buildTemplate)
+	route("DELETE /api/templates/{name}", s.deleteTemplate)
 
 	if cfg.E2B != nil {
 		for _, p := range E2BPaths {

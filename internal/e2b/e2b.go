@@ -33,7 +33,9 @@ var templateAliases = map[string]string{}
 
 // Templates is what the control plane needs of the template registry.
 type Templates interface {
-	List() ([]template.Template, error)
+	// ListFor returns the built templates project sees: the built-in ones
+	// and its own.
+	ListFor(project string) ([]template.Template, error)
 }
 
 // Config wires the control plane.

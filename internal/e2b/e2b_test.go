@@ -92,6 +92,7 @@ func TestErrors(t *testing.T) {
 		{testKey, "GET", "/v2/sandboxes?order=up", "", 400, "order"},
 		{testKey, "GET", "/v2/sandboxes?startedAfter=yesterday", "", 400, "startedAfter"},
 		{testKey, "GET", "/v2/sandboxes?nextToken=bm9wZQ", "", 400, "nextToken"},
+		{testKey, "GET", "/v2/sandboxes?nextToken=%%%", "", 400, "query"},
 		{testKey, "GET", "/sandboxes/nosuch", "", 404, "nosuch"},
 		{testKey, "DELETE", "/sandboxes/nosuch", "", 404, "nosuch"},
 		{testKey, "POST", "/sandboxes/nosuch/pause", "", 404, "nosuch"},

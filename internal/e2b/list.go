@@ -58,8 +58,11 @@ func parseCursor(tok string) (*cursor, error) {
 // parseList reads the query of GET /sandboxes (v1: running sandboxes, no
 // pages) and GET /v2/sandboxes.
 func parseList(r *http.Request) (listQuery, error) {
-	q := r.URL.Query()
 	lq := listQuery{limit: defaultLimit, states: []string{"running", "paused"}}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return lq, invalid("query %q: %v", r.URL.RawQuery, err)
+	}
 	v2 := strings.HasPrefix(r.URL.Path, "/v2/")
 	if !v2 {
 		lq.states, lq.limit = []string{"running"}, 0
@@ -260,10 +263,10 @@ type templateInfo struct {
 	BuildStatus   string   `json:"buildStatus"`
 }
 
-// listTemplates answers the built templates; E2B's names of lizard's
+// listTemplates answers the built templates the project sees; E2B's names of lizard's
 // templates (code-interpreter-v1) are among their aliases.
-func (s *server) listTemplates(w http.ResponseWriter, r *http.Request, _ store.Project) error {
-	ts, err := s.templates.List()
+func (s *server) listTemplates(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	ts, err := s.templates.ListFor(p.ID)
 	if err != nil {
 		return fmt.Errorf("list templates: %w", err)
 	}

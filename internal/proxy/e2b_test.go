@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -129,5 +130,33 @@ func TestE2BRouting(t *testing.T) {
 	}
 	if prev.addrCalls != 0 {
 		t.Errorf("E2B traffic asked the lizard previews for an address (a resume) %d times", prev.addrCalls)
+	}
+}
+
+// TestE2BStreams: a streamed answer reaches the client chunk by chunk, not
+// when the upstream is done (envd's process streams, Server-Sent Events).
+func TestE2BStreams(t *testing.T) {
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/connect+json")
+		w.Write([]byte("first"))
+		w.(http.Flusher).Flush()
+		<-release
+		w.Write([]byte("second"))
+	}))
+	defer up.Close()
+	defer close(release)
+	front := httptest.NewServer(Handler(Config{Domain: "d.test", Previews: &fakePreviews{}, E2B: fakeE2B{addr: strings.TrimPrefix(up.URL, "http://")}}))
+	defer front.Close()
+	req, _ := http.NewRequest("POST", front.URL+"/process.Process/Start", strings.NewReader("{}"))
+	req.Host = "49983-pub.d.test"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != "first" {
+		t.Fatalf("first chunk before the upstream finished: %q %v", buf, err)
 	}
 }

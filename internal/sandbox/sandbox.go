@@ -32,7 +32,9 @@ import (
 
 // Templates is what the service needs of the template registry.
 type Templates interface {
-	Get(name string) (template.Template, error)
+	// Lookup returns template name as project sees it: a built-in one or
+	// the project's own.
+	Lookup(project, name string) (template.Template, error)
 }
 
 // Volumes is what the service needs of the volume manager.
@@ -227,7 +229,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Record, err 
 	if req.Template == "" {
 		req.Template = "base"
 	}
-	tpl, err := s.cfg.Templates.Get(req.Template)
+	tpl, err := s.cfg.Templates.Lookup(req.ProjectID, req.Template)
 	if err != nil {
 		return Record{}, err
 	}
@@ -323,14 +325,22 @@ func (s *Service) newRecord(projectID, tpl string, size Size, timeoutMs int64) R
 }
 
 // giveEnvdToken tells the agent's envd the token it must require in
-// X-Access-Token ("" for none): a copy restored from a snapshot or a ready
-// state wakes up with the token of the sandbox it was taken from.
-//
-// E2B-ENVD CALL SITE: the agent client method that hands envd its token is
-// built by the e2b-envd part (agent endpoint POST /envd/token); until it is
-// merged the agent serves no envd routes, so there is nothing to give.
+// X-Access-Token (when secure) and the command defaults E2B clients get
+// (the template's user and workdir, the sandbox's envs): a copy restored
+// from a snapshot or a ready state wakes up with the envd of the sandbox
+// it was taken from. Resume keeps the agent's memory, envd's included.
+// Only E2B sandboxes get envd traffic.
 func giveEnvdToken(ctx context.Context, ag *agent.Client, rec Record) error {
-	_, _, _ = ctx, ag, rec
+	if !rec.E2B {
+		return nil
+	}
+	err := ag.SetEnvd(ctx, agent.EnvdRequest{
+		Token: rec.EnvdToken, Secure: rec.Secure,
+		User: rec.User, Workdir: rec.Workdir, Env: rec.Envs,
+	})
+	if err != nil {
+		return fmt.Errorf("configuring the sandbox's envd: %w", err)
+	}
 	return nil
 }
 

@@ -27,49 +27,6 @@ type Store struct {
 	file os.FileInfo // the database file as opened, for Ping
 }
 
-const schema = `
-CREATE TABLE IF NOT EXISTS projects (
-	id         TEXT PRIMARY KEY,
-	slug       TEXT NOT NULL UNIQUE,
-	name       TEXT NOT NULL,
-	created_at TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS api_keys (
-	id         TEXT PRIMARY KEY,
-	project_id TEXT NOT NULL REFERENCES projects(id),
-	hash       TEXT NOT NULL UNIQUE,
-	prefix     TEXT NOT NULL,
-	created_at TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS sandboxes (
-	id          TEXT PRIMARY KEY,
-	project_id  TEXT NOT NULL REFERENCES projects(id),
-	template    TEXT NOT NULL,
-	size        TEXT NOT NULL,
-	status      TEXT NOT NULL,
-	spec        TEXT NOT NULL,
-	started_at  TEXT NOT NULL,
-	end_at      TEXT,
-	pause_error TEXT
-);
-CREATE INDEX IF NOT EXISTS sandboxes_project ON sandboxes(project_id);
-CREATE TABLE IF NOT EXISTS snapshots (
-	id         TEXT PRIMARY KEY,
-	project_id TEXT NOT NULL REFERENCES projects(id),
-	spec       TEXT NOT NULL,
-	created_at TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS snapshots_project ON snapshots(project_id);
-CREATE TABLE IF NOT EXISTS volumes (
-	id         TEXT PRIMARY KEY,
-	project_id TEXT NOT NULL REFERENCES projects(id),
-	name       TEXT NOT NULL,
-	spec       TEXT NOT NULL,
-	created_at TEXT NOT NULL,
-	UNIQUE(project_id, name)
-);
-`
-
 // Open opens (creating if needed) the database at path.
 func Open(path string) (*Store, error) {
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)")
@@ -79,9 +36,9 @@ func Open(path string) (*Store, error) {
 	// One writer at a time is SQLite's rule; a single connection also keeps
 	// the pragmas above in force for every statement.
 	db.SetMaxOpenConns(1)
-	if _, err := db.Exec(schema); err != nil {
+	if err := migrate(db); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("migrate %s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if err := migrateKeys(db); err != nil {
 		db.Close()

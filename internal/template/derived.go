@@ -36,14 +36,6 @@ var derived = map[string]derivation{
 	},
 }
 
-// isBuiltin reports whether name (not an alias) is a built-in template,
-// built or derived.
-func isBuiltin(name string) bool {
-	_, b := builtins[name]
-	_, d := derived[name]
-	return b || d
-}
-
 // getDerived returns derived template name read from its base's current
 // version.
 func (r *Registry) getDerived(name string, d derivation) (Template, error) {

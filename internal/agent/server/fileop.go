@@ -50,6 +50,9 @@ const (
 	opStat   = "stat"
 	opMove   = "move"
 	opAccess = "access"
+	// opMkdir and opTree serve envd (envd_fs.go).
+	opMkdir = "mkdir"
+	opTree  = "tree"
 )
 
 // fileOp is one file operation for the child.
@@ -57,6 +60,8 @@ type fileOp struct {
 	Op   string `json:"op"`
 	Path string `json:"path"`
 	To   string `json:"to,omitempty"`
+	// Depth is how many levels opTree lists (1: the directory's entries).
+	Depth int `json:"depth,omitempty"`
 }
 
 // fileResult is the child's answer; Status 0 means success.
@@ -66,6 +71,7 @@ type fileResult struct {
 	Message string            `json:"message,omitempty"`
 	Stat    *agent.FileStat   `json:"stat,omitempty"`
 	List    []agent.FileEntry `json:"list,omitempty"`
+	Tree    []agent.FileStat  `json:"tree,omitempty"`
 }
 
 func (r *fileResult) err() error {
@@ -147,6 +153,11 @@ func simpleOp(op fileOp) (fileResult, error) {
 		return fileResult{List: l}, err
 	case opAccess:
 		return fileResult{}, checkReadable(op.Path)
+	case opMkdir:
+		return fileResult{}, makeDir(op.Path)
+	case opTree:
+		t, err := listTree(op.Path, op.Depth)
+		return fileResult{Tree: t}, err
 	}
 	return fileResult{}, fmt.Errorf("unknown file operation %q", op.Op)
 }

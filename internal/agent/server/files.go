@@ -123,6 +123,11 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	return s.sendFile(w, acct, p)
+}
+
+// sendFile answers with the contents of p, read as acct.
+func (s *Server) sendFile(w http.ResponseWriter, acct *account, p string) error {
 	if !acct.isRoot() {
 		return s.readFileAs(w, acct, p)
 	}
@@ -179,17 +184,20 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	body := &bodyReader{r: r.Body}
-	if acct.isRoot() {
-		err = writeFile(p, body)
-	} else {
-		err = s.writeFileAs(acct, p, body)
-	}
-	if err != nil {
+	if err := s.putFile(acct, p, r.Body); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// putFile writes body to p as acct (parents created).
+func (s *Server) putFile(acct *account, p string, body io.Reader) error {
+	body = &bodyReader{r: body}
+	if acct.isRoot() {
+		return writeFile(p, body)
+	}
+	return s.writeFileAs(acct, p, body)
 }
 
 // writeFileAs streams body to a child writing p as acct.

@@ -88,15 +88,23 @@ func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request) error {
 	if !ok {
 		return errInvalid("signal %q is not allowed; use one of %s", req.Signal, allowedSignalNames)
 	}
-	if req.Pid <= 0 {
-		return errInvalid("pid %d is not a valid process id", req.Pid)
-	}
-	// Signalling only while the reaper still holds the pid guarantees the
-	// number was not reused by another process.
-	if !s.procs.has(req.Pid) || !s.reaper.ifAlive(req.Pid, func() { signalTree(req.Pid, sig) }) {
-		return errNotFound("process %d is not running (not in the process table)", req.Pid)
+	if err := s.signalPID(req.Pid, sig); err != nil {
+		return err
 	}
 	s.log.Info("signalled process tree", "pid", req.Pid, "signal", req.Signal)
 	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// signalPID signals the tree of a process in the table.
+func (s *Server) signalPID(pid int, sig syscall.Signal) error {
+	if pid <= 0 {
+		return errInvalid("pid %d is not a valid process id", pid)
+	}
+	// Signalling only while the reaper still holds the pid guarantees the
+	// number was not reused by another process.
+	if !s.procs.has(pid) || !s.reaper.ifAlive(pid, func() { signalTree(pid, sig) }) {
+		return errNotFound("process %d is not running (not in the process table)", pid)
+	}
 	return nil
 }

@@ -2,7 +2,9 @@
 // agent): the HTTP API that lizard-agent, PID 1 of every sandbox, serves to
 // the node. It runs commands, keeps the table of running ones, reaps every
 // process of the sandbox, does file operations as sandbox users, and
-// watches files with inotify.
+// watches files with inotify. Interactive processes (interactive.go) run on
+// a pty or with a stdin pipe and fan their output out to any number of
+// readers.
 package server
 
 import (
@@ -42,8 +44,10 @@ type Server struct {
 	log      *slog.Logger
 	reaper   *reaper
 	procs    *procTable
+	ios      *ioTable
 	watches  *watchHub
 	bg       *bgLog
+	envd     *envd
 	handler  http.Handler
 }
 
@@ -72,10 +76,20 @@ func New(cfg Config) (*Server, error) {
 		log:      log,
 		reaper:   r,
 		procs:    newProcTable(),
+		ios:      newIOTable(),
 		watches:  newWatchHub(log),
 		bg:       &bgLog{},
 	}
-	s.handler = s.recoverer(s.authenticate(s.routes()))
+	s.envd = s.newEnvd()
+	own := s.authenticate(s.routes())
+	// E2B's envd beside the agent's own routes, for what the proxy marks.
+	s.handler = s.recoverer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(agent.EnvdHeader) == "1" {
+			s.envd.handler.ServeHTTP(w, r)
+			return
+		}
+		own.ServeHTTP(w, r)
+	}))
 	return s, nil
 }
 
@@ -124,9 +138,15 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET /health", s.handle(s.health))
 	mux.Handle("GET /logs", s.handle(s.backgroundLogs))
 	mux.Handle("POST /token", s.handle(s.setToken))
+	mux.Handle("POST /envd/token", s.handle(s.setEnvd))
 	mux.Handle("POST /exec", s.handle(s.exec))
 	mux.Handle("GET /processes", s.handle(s.listProcesses))
 	mux.Handle("POST /processes/signal", s.handle(s.signalProcess))
+	mux.Handle("POST /processes", s.handle(s.startProcess))
+	mux.Handle("GET /processes/{pid}/output", s.handle(s.attachOutput))
+	mux.Handle("POST /processes/{pid}/stdin", s.handle(s.writeStdin))
+	mux.Handle("DELETE /processes/{pid}/stdin", s.handle(s.closeStdin))
+	mux.Handle("POST /processes/{pid}/resize", s.handle(s.resize))
 	mux.Handle("GET /files", s.handle(s.readFile))
 	mux.Handle("PUT /files", s.handle(s.writeFile))
 	mux.Handle("DELETE /files", s.handle(s.removeFile))
@@ -229,6 +249,12 @@ func (t *trackingWriter) ReadFrom(r io.Reader) (int64, error) {
 }
 
 func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
+
+// Flush is for handlers that assert http.Flusher (connect-go's streams).
+func (t *trackingWriter) Flush() {
+	t.wrote = true
+	_ = http.NewResponseController(t.ResponseWriter).Flush()
+}
 
 // setToken replaces the token. A sandbox restored from a snapshot wakes up
 // with its source's token; the node gives each copy its own at once.

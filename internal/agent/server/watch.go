@@ -154,7 +154,11 @@ func (s *Server) unwatch(w http.ResponseWriter, r *http.Request) error {
 
 // lookup finds the watcher named by the watcherId query parameter.
 func (h *watchHub) lookup(r *http.Request) (*watcher, error) {
-	id := r.URL.Query().Get("watcherId")
+	return h.get(r.URL.Query().Get("watcherId"))
+}
+
+// get finds the watcher id.
+func (h *watchHub) get(id string) (*watcher, error) {
 	if id == "" {
 		return nil, errInvalid("watcherId is required")
 	}

@@ -62,6 +62,7 @@ test('list filters by metadata and state and pages with X-Next-Token', async () 
 
 test('pause, pause again, isRunning, connect resumes', async () => {
   await withSandbox(async (sbx) => {
+    assert.equal(await sbx.isRunning(), true)
     assert.equal(await sbx.pause(), true)
     assert.equal(await Sandbox.pause(sbx.sandboxId), false)
     assert.equal((await sbx.getInfo()).state, 'paused')
@@ -73,6 +74,7 @@ test('pause, pause again, isRunning, connect resumes', async () => {
     const again = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 90_000 })
     assert.equal(again.sandboxId, sbx.sandboxId)
     assert.equal((await sbx.getInfo()).state, 'running')
+    assert.equal(await again.isRunning(), true)
     // Connecting to a running sandbox answers it as it is.
     await Sandbox.connect(sbx.sandboxId)
   }, { metadata: { run, kind: 'pause' } })
@@ -117,7 +119,8 @@ test('bad input is a 4xx in E2B error shape, never a 500', async () => {
     ['POST', '/sandboxes/nosuch/pause', undefined, 404],
     ['POST', '/v2/sandboxes/nosuch/connect', { timeout: 10 }, 404],
     ['GET', '/sandboxes/nosuch/metrics?start=abc', undefined, 400],
-    ['GET', '/no/such/route', undefined, 404],
+    ['GET', '/sandboxes/nosuch/no/such/route', undefined, 404],
+    ['POST', '/v3/templates', {}, 404],
   ]
   for (const [method, path, body, want] of cases) {
     const res = await api(method, path, body)
@@ -142,4 +145,23 @@ test('templates list the built ones with E2B names', async () => {
   const ci = res.json.find((t) => t.templateID === 'code-interpreter-v1')
   assert.equal(Boolean(ci), Boolean(interp), res.text)
   if (ci) assert.ok(ci.names.includes('code-interpreter-v1'))
+})
+
+test('onTimeout pause (autoPause) pauses at the deadline; connect resumes', async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 2_000, lifecycle: { onTimeout: 'pause' }, metadata: { run, kind: 'autopause' } })
+  try {
+    assert.equal((await sbx.getInfo()).lifecycle?.onTimeout, 'pause')
+    let state = 'running'
+    for (let i = 0; i < 100 && state !== 'paused'; i++) {
+      await sleep(200)
+      state = (await sbx.getInfo()).state
+    }
+    assert.equal(state, 'paused')
+    await Sandbox.connect(sbx.sandboxId, { timeoutMs: 60_000 })
+    const info = await sbx.getInfo()
+    assert.equal(info.state, 'running')
+    assert.ok(info.endAt.getTime() - Date.now() > 30_000, `endAt ${info.endAt}`)
+  } finally {
+    await sbx.kill()
+  }
 })

@@ -42,9 +42,23 @@ test('private traffic needs the traffic access token', async () => {
 })
 
 test('secure sandboxes get an envd access token', async () => {
+  // 2.50 sends secure: true unless told otherwise; 2.51 never sends it.
   await withSandbox(async (sbx) => {
-    assert.match(sbx.envdAccessToken ?? '', /^[0-9a-f]{64}$/)
-  }, { secure: true })
+    if (process.env.E2B_SDK === 'e2b-250') assert.match(sbx.envdAccessToken ?? '', /^[0-9a-f]{64}$/)
+    else assert.equal(sbx.envdAccessToken, undefined)
+  })
+  const made = await api('POST', '/v2/sandboxes', { templateID: 'base', secure: true, timeout: 60 })
+  assert.equal(made.status, 201, made.text)
+  try {
+    assert.match(made.json.envdAccessToken, /^[0-9a-f]{64}$/)
+    const info = await api('GET', `/sandboxes/${made.json.sandboxID}`)
+    assert.equal(info.json.envdAccessToken, made.json.envdAccessToken)
+    const plain = await api('POST', '/v2/sandboxes', { templateID: 'base', timeout: 60 })
+    assert.equal(plain.json.envdAccessToken, undefined)
+    await api('DELETE', `/sandboxes/${plain.json.sandboxID}`)
+  } finally {
+    await api('DELETE', `/sandboxes/${made.json.sandboxID}`)
+  }
 })
 
 test('sandboxes of the Lizard API stay private to E2B addressing', async () => {
