@@ -16,6 +16,8 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"strconv"
+
+	"github.com/lizard-build/lizard/internal/agent"
 )
 
 // Port is where the server listens inside the sandbox (E2B's JUPYTER_PORT).
@@ -25,9 +27,10 @@ const Port = 49999
 const SandboxPath = "/.lizard/code-interpreter.py"
 
 // TokenFile is the file inside the sandbox whose content /execute requires
-// as X-Access-Token (the sandbox's envd access token); while it does not
-// exist, /execute is open, as E2B's is for sandboxes that are not secure.
-const TokenFile = "/run/lizard/envd-token"
+// as X-Access-Token: the envd access token of a secure sandbox, which the
+// agent keeps there. While it does not exist, /execute is open, as E2B's is
+// for sandboxes that are not secure.
+const TokenFile = agent.EnvdTokenFile
 
 //go:embed server.py
 var program []byte
