@@ -4,6 +4,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox } from '@e2b/code-interpreter'
+import { api, proxyUrl } from './helpers.mjs'
 
 test('runCode keeps state, streams output, returns results, charts and errors; contexts', async () => {
   const sbx = await Sandbox.create({ timeoutMs: 300_000 })
@@ -72,11 +73,27 @@ test('runCode keeps state, streams output, returns results, charts and errors; c
   }
 })
 
-test('a secure sandbox: runCode carries the envd access token', async () => {
-  const sbx = await Sandbox.create({ timeoutMs: 120_000, secure: true })
+test('a secure sandbox: /execute needs its envd access token, /contexts does not', async () => {
+  // Made through the API: the SDK of 2.51 no longer sends secure.
+  const res = await api('POST', '/sandboxes', { templateID: 'code-interpreter-v1', secure: true, timeout: 120 })
+  assert.equal(res.status, 201, res.text)
+  const { sandboxID, envdAccessToken } = res.json
+  assert.match(envdAccessToken ?? '', /^[0-9a-f]{64}$/)
   try {
-    assert.equal((await sbx.runCode('6 * 7')).text, '42')
+    const execute = (headers) => fetch(`${proxyUrl.origin}/execute`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', 'E2b-Sandbox-Id': sandboxID, 'E2b-Sandbox-Port': '49999', ...headers },
+      body: JSON.stringify({ code: '6 * 7' }),
+    })
+    assert.equal((await execute({})).status, 401)
+    assert.equal((await execute({ 'X-Access-Token': 'wrong' })).status, 401)
+    const ok = await execute({ 'X-Access-Token': envdAccessToken })
+    const body = await ok.text()
+    assert.equal(ok.status, 200, body)
+    assert.match(body, /"text": "42"/)
+    const ctxs = await fetch(`${proxyUrl.origin}/contexts`, { headers: { 'E2b-Sandbox-Id': sandboxID, 'E2b-Sandbox-Port': '49999' } })
+    assert.equal(ctxs.status, 200)
   } finally {
-    await sbx.kill()
+    await api('DELETE', `/sandboxes/${sandboxID}`)
   }
 })
