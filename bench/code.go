@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -20,6 +22,11 @@ type codeResult struct {
 	// serving) has a ready state → it answers; coldServe: the same server
 	// started by an exec in a new python sandbox → it answers.
 	readyServe, coldServe []time.Duration
+	// ciCreated: create of a code-interpreter-v1 sandbox → its first
+	// /execute answered on 49999 through the preview proxy; ciRoundTrips:
+	// POST /execute {"code": "1+1"} through the proxy (what the E2B SDK's
+	// runCode sends).
+	ciCreated, ciRoundTrips []time.Duration
 }
 
 func benchCode(s *server, cfg config, n int) (codeResult, error) {
@@ -68,7 +75,70 @@ func benchCode(s *server, cfg config, n int) (codeResult, error) {
 			r.rebuild = append(r.rebuild, time.Since(t))
 		}
 	}
-	return r, benchStartCommand(s, cfg, n, &r)
+	if err := benchStartCommand(s, cfg, n, &r); err != nil {
+		return r, err
+	}
+	return r, benchCodeInterpreter(s, n, &r)
+}
+
+// benchCodeInterpreter times the code-interpreter-v1 template's server on
+// 49999 through the preview proxy. The first create makes the template's
+// ready state and is not counted.
+func benchCodeInterpreter(s *server, n int, r *codeResult) error {
+	client := &http.Client{Timeout: time.Minute}
+	execute := func(host, token string) error {
+		req, err := http.NewRequest("POST", "http://"+s.proxy+"/execute", strings.NewReader(`{"code":"1+1"}`))
+		if err != nil {
+			return err
+		}
+		req.Host = host
+		req.Header.Set("X-Lizard-Access-Token", token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode != 200 || !strings.Contains(string(b), `"text": "2"`) || !strings.Contains(string(b), "end_of_execution") {
+			return fmt.Errorf("execute: %d %s", resp.StatusCode, b)
+		}
+		return nil
+	}
+	for i := range max(2, n/4) + 1 {
+		t := time.Now()
+		var sb struct {
+			SandboxID string `json:"sandboxId"`
+		}
+		if err := s.call("POST", "/api/sandboxes", map[string]any{"template": "code-interpreter-v1"}, &sb); err != nil {
+			return fmt.Errorf("create code-interpreter-v1: %w", err)
+		}
+		var ex struct {
+			Hostname    string `json:"hostname"`
+			AccessToken string `json:"accessToken"`
+		}
+		err := s.call("POST", "/api/sandboxes/"+sb.SandboxID+"/expose/49999", nil, &ex)
+		if err == nil {
+			err = execute(ex.Hostname, ex.AccessToken)
+		}
+		if err == nil && i > 0 {
+			r.ciCreated = append(r.ciCreated, time.Since(t))
+		}
+		for j := 0; err == nil && i == 1 && j < n; j++ {
+			t := time.Now()
+			if err = execute(ex.Hostname, ex.AccessToken); err == nil {
+				r.ciRoundTrips = append(r.ciRoundTrips, time.Since(t))
+			}
+		}
+		s.kill(sb.SandboxID)
+		if err != nil {
+			return fmt.Errorf("code-interpreter-v1: %w", err)
+		}
+	}
+	return nil
 }
 
 // serverCmd starts a web server after a second, as slow services do.
@@ -137,6 +207,8 @@ func printCodeTable(w io.Writer, r codeResult) {
 		{"Dockerfile rebuild, every step cached", r.rebuild},
 		{"create → start command serving (ready state)", r.readyServe},
 		{"create → exec starts the same server → serving", r.coldServe},
+		{"code-interpreter-v1 create → first /execute via proxy", r.ciCreated},
+		{"code-interpreter-v1 runCode('1+1') via proxy", r.ciRoundTrips},
 	})
 }
 

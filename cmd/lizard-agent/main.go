@@ -45,5 +45,5 @@ func run(logger *slog.Logger) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	return server.Run(ctx, server.Config{Addr: *addr, Token: token, Logger: logger})
+	return server.Run(ctx, server.Config{Addr: *addr, Token: token, Logger: logger, EnvdTokenFile: agent.EnvdTokenFile})
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/apikey"
+	"github.com/lizard-build/lizard/internal/codeinterp"
 	"github.com/lizard-build/lizard/internal/dashboard"
 	"github.com/lizard-build/lizard/internal/disk"
 	"github.com/lizard-build/lizard/internal/e2b"
@@ -162,6 +163,10 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	codeInterpPath, err := installCodeInterpreter(c.dataDir)
+	if err != nil {
+		return err
+	}
 
 	st, err := openStore(c.dataDir)
 	if err != nil {
@@ -222,13 +227,14 @@ func serve(ctx context.Context, args []string) error {
 	}
 	defer netm.Close()
 	rt, err := gvisor.New(gvisor.Config{
-		Runsc:     runsc,
-		StateDir:  filepath.Join(c.dataDir, "sandboxes"),
-		RunscRoot: gvisor.RunscRootFor(c.dataDir),
-		AgentPath: agentPath,
-		Network:   netm,
-		Reaper:    reap,
-		Logger:    log.With("component", "gvisor"),
+		Runsc:               runsc,
+		StateDir:            filepath.Join(c.dataDir, "sandboxes"),
+		RunscRoot:           gvisor.RunscRootFor(c.dataDir),
+		AgentPath:           agentPath,
+		CodeInterpreterPath: codeInterpPath,
+		Network:             netm,
+		Reaper:              reap,
+		Logger:              log.With("component", "gvisor"),
 	})
 	if err != nil {
 		return err
@@ -572,17 +578,30 @@ func installAgent(flagPath, dataDir string) (string, error) {
 		return "", fmt.Errorf("lizard-agent: %w (build it with `make build` or pass --agent)", err)
 	}
 	sum := sha256.Sum256(b)
-	dir := filepath.Join(dataDir, "agent")
+	return installFile(filepath.Join(dataDir, "agent"), "lizard-agent-"+hex.EncodeToString(sum[:])[:16], b, 0o755)
+}
+
+// installFile writes b as dir/name, unless that file exists already, and
+// returns its path. Names follow the content, so an existing file is the
+// same program; sandboxes bind-mount these files, so they are never
+// rewritten in place.
+func installFile(dir, name string, b []byte, mode os.FileMode) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	dst := filepath.Join(dir, "lizard-agent-"+hex.EncodeToString(sum[:])[:16])
+	dst := filepath.Join(dir, name)
 	if _, err := os.Stat(dst); err == nil {
 		return dst, nil
 	}
 	tmp := dst + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o755); err != nil {
+	if err := os.WriteFile(tmp, b, mode); err != nil {
 		return "", err
 	}
 	return dst, os.Rename(tmp, dst)
+}
+
+// installCodeInterpreter installs the code-interpreter server (see
+// internal/codeinterp) next to the agent.
+func installCodeInterpreter(dataDir string) (string, error) {
+	return installFile(filepath.Join(dataDir, "agent"), "code-interpreter-"+codeinterp.Revision()+".py", codeinterp.Program(), 0o644)
 }

@@ -295,6 +295,12 @@ type LogsReply struct {
 // EnvdHeader marks a request for envd rather than the agent's own routes.
 const EnvdHeader = "X-Lizard-Envd"
 
+// EnvdTokenFile is where the agent keeps a secure envd's access token
+// inside the sandbox (root's, mode 0600; absent when envd is not secure),
+// for the other servers that E2B's SDKs send it to: the code interpreter on
+// port 49999 (internal/codeinterp) checks /execute against it.
+const EnvdTokenFile = "/run/lizard/envd-token"
+
 // EnvdRequest configures envd (POST /envd/token).
 type EnvdRequest struct {
 	// Token is the access token; with Secure, every envd request must

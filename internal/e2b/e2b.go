@@ -26,10 +26,10 @@ import (
 // (0.5.7: octet-stream uploads), so it is never more than implemented.
 const EnvdVersion = "0.5.7"
 
-// templateAliases maps E2B's template names to lizard's.
-var templateAliases = map[string]string{
-	"code-interpreter-v1": "interpreter",
-}
+// templateAliases maps E2B's template names to lizard's. None at present:
+// code-interpreter-v1 is a lizard template of that name (the interpreter
+// rootfs serving port 49999, template/derived.go).
+var templateAliases = map[string]string{}
 
 // Templates is what the control plane needs of the template registry.
 type Templates interface {

@@ -508,7 +508,7 @@ func (s *Service) prepareTemplates(ctx context.Context, list func() ([]template.
 	for _, t := range tpls {
 		k := keyOf(t, DefaultSize)
 		s.pruneReady(k)
-		if _, _, ok := s.readyState(k); ok || len(t.StartCommand) == 0 || s.failedLately(k) {
+		if _, _, ok := s.readyState(k); ok || len(t.StartCommand) == 0 || t.OnDemand || s.failedLately(k) {
 			continue
 		}
 		// One at a time: a server with many templates does not boot them

@@ -279,6 +279,13 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Record, err 
 	// command already running. A volume changes the sandbox's mounts, which
 	// a restore cannot, so those boot and start the command.
 	if len(tpl.StartCommand) > 0 && req.Volume == "" && s.cp != nil {
+		if _, _, ok := s.readyState(keyOf(tpl, size.Name)); !ok && tpl.OnDemand {
+			// Its first create makes the state and waits; one that
+			// fails boots and starts the command as below.
+			if _, err := s.PrepareReady(ctx, tpl, size.Name, nil); err != nil {
+				s.log.Warn("ready state on demand", "template", tpl.Name, "size", size.Name, "err", err)
+			}
+		}
 		out, done, err := s.createFromReady(ctx, rec, tpl, size)
 		if done {
 			return out, err

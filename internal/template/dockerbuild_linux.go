@@ -112,7 +112,7 @@ func (r *Registry) buildDockerfile(ctx context.Context, name string, opts Docker
 	if !validName(name) {
 		return Template{}, fmt.Errorf("not a valid template name (letters, digits, '.', '_', '-'): %w", errdefs.ErrInvalid)
 	}
-	if _, ok := builtins[Resolve(name)]; ok || Resolve(name) != name {
+	if IsBuiltin(name) || Resolve(name) != name {
 		return Template{}, fmt.Errorf("%s is a built-in template; give the Dockerfile's template another name: %w", name, errdefs.ErrConflict)
 	}
 	if os.Geteuid() != 0 {

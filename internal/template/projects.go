@@ -28,10 +28,12 @@ import (
 
 const projectsDir = ".projects"
 
-// IsBuiltin reports whether name (or alias) is a built-in template.
+// IsBuiltin reports whether name (or alias) is a built-in template, built
+// or derived (derived.go).
 func IsBuiltin(name string) bool {
 	_, ok := builtins[Resolve(name)]
-	return ok
+	_, d := derived[Resolve(name)]
+	return ok || d
 }
 
 // Project returns the registry of project's own templates. Its Get, List,

@@ -35,7 +35,9 @@
 // "node" (base with nodejs and npm) and "interpreter" (what the SDKs'
 // CodeSandbox needs: Jupyter's ipykernel with numpy, pandas and matplotlib,
 // and nodejs). Some have aliases ("python312", "node22") that Get, Build and
-// EnsureBuilt accept in place of the name.
+// EnsureBuilt accept in place of the name. Derived built-ins (derived.go,
+// "code-interpreter-v1") are another built-in's rootfs with a start
+// command of their own; building one builds its base.
 package template
 
 import (
@@ -102,6 +104,10 @@ type Template struct {
 	// (a Dockerfile's HEALTHCHECK CMD, or the build's ready command). nil:
 	// ready once the command listens on a new TCP port.
 	ReadyCommand []string `json:"readyCommand,omitempty"`
+	// OnDemand: the ready state of the start command is made by the
+	// template's first create, which waits for it, not in the background
+	// when a server starts (derived built-ins, which every server has).
+	OnDemand bool `json:"-"`
 }
 
 // Key names the template among every project's: its name for a built-in
@@ -194,6 +200,9 @@ const versionsDir = ".v"
 // an error wrapping errdefs.ErrNotFound with code "template_not_found".
 func (r *Registry) Get(name string) (Template, error) {
 	name = Resolve(name)
+	if d, ok := derived[name]; ok {
+		return r.getDerived(name, d)
+	}
 	if !validName(name) {
 		return Template{}, notFound(name, "")
 	}
@@ -291,20 +300,27 @@ func (r *Registry) List() ([]Template, error) {
 		if !linkOrDir || !validName(e.Name()) || Resolve(e.Name()) != e.Name() {
 			continue
 		}
+		if _, ok := derived[e.Name()]; ok {
+			continue // a directory in the way of a derived template
+		}
 		t, err := r.Get(e.Name())
 		if err != nil {
 			continue // unfinished, broken or not a template
 		}
 		out = append(out, t)
 	}
+	out = withDerived(out)
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
 
 // Builtins returns the names of the templates Build can build, sorted.
 func (r *Registry) Builtins() []string {
-	names := make([]string, 0, len(builtins))
+	names := make([]string, 0, len(builtins)+len(derived))
 	for n := range builtins {
+		names = append(names, n)
+	}
+	for n := range derived {
 		names = append(names, n)
 	}
 	sort.Strings(names)
@@ -326,6 +342,9 @@ func (r *Registry) EnsureBuilt(ctx context.Context, name string, progress io.Wri
 	} else if !errors.Is(err, errdefs.ErrNotFound) {
 		return Template{}, err
 	}
+	if d, ok := derived[name]; ok {
+		return r.buildDerived(ctx, name, d, progress, true)
+	}
 	if _, ok := builtins[name]; !ok {
 		return Template{}, r.notBuiltin(name)
 	}
@@ -339,6 +358,9 @@ func (r *Registry) EnsureBuilt(ctx context.Context, name string, progress io.Wri
 // cancelled build leaves nothing behind.
 func (r *Registry) Build(ctx context.Context, name string, progress io.Writer) (Template, error) {
 	name = Resolve(name)
+	if d, ok := derived[name]; ok {
+		return r.buildDerived(ctx, name, d, progress, false)
+	}
 	if _, ok := builtins[name]; !ok {
 		return Template{}, r.notBuiltin(name)
 	}

@@ -5,8 +5,11 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
+	"fmt"
+	"io/fs"
 	"maps"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -26,6 +29,9 @@ import (
 // an adapter: processes are the agent's interactive processes, files go
 // through the same file operations, watches through the same inotify hub.
 type envd struct {
+	// tokenFile: see Config.EnvdTokenFile; set once, before serving.
+	tokenFile string
+
 	mu        sync.RWMutex
 	secure    bool
 	tokenSum  [sha256.Size]byte
@@ -138,6 +144,11 @@ func (s *Server) setEnvd(w http.ResponseWriter, r *http.Request) error {
 		return errInvalid("workdir %q is not absolute", req.Workdir)
 	}
 	e := s.envd
+	if e.tokenFile != "" {
+		if err := writeEnvdToken(e.tokenFile, req.Secure, req.Token); err != nil {
+			return err
+		}
+	}
 	e.mu.Lock()
 	e.secure, e.token, e.tokenSum = req.Secure, req.Token, sha256.Sum256([]byte(req.Token))
 	if !req.KeepDefaults {
@@ -145,6 +156,30 @@ func (s *Server) setEnvd(w http.ResponseWriter, r *http.Request) error {
 	}
 	e.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// writeEnvdToken keeps a secure envd's token in path (see
+// agent.EnvdTokenFile), replaced atomically, or removes the file when envd
+// is not secure.
+func writeEnvdToken(path string, secure bool, token string) error {
+	if !secure {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove %s: %w", path, err)
+		}
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(token), 0o600); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
 	return nil
 }
 

@@ -34,6 +34,10 @@ type Config struct {
 	Token string
 	// Logger receives the agent's log; nil discards it.
 	Logger *slog.Logger
+	// EnvdTokenFile, if not "", is where a secure envd's access token is
+	// kept for the sandbox's other servers (agent.EnvdTokenFile in a
+	// sandbox; tests leave the host's /run alone).
+	EnvdTokenFile string
 }
 
 // Server is the agent's HTTP API. It is an http.Handler.
@@ -81,6 +85,7 @@ func New(cfg Config) (*Server, error) {
 		bg:       &bgLog{},
 	}
 	s.envd = s.newEnvd()
+	s.envd.tokenFile = cfg.EnvdTokenFile
 	own := s.authenticate(s.routes())
 	// E2B's envd beside the agent's own routes, for what the proxy marks.
 	s.handler = s.recoverer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

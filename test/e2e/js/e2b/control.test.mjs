@@ -140,8 +140,11 @@ test('templates list the built ones with E2B names', async () => {
   assert.ok(base, res.text)
   assert.equal(base.buildStatus, 'ready')
   assert.equal(base.envdVersion, '0.5.7')
+  // code-interpreter-v1 is listed whenever its base, interpreter, is built.
   const interp = res.json.find((t) => t.templateID === 'interpreter')
-  if (interp) assert.ok(interp.names.includes('code-interpreter-v1'))
+  const ci = res.json.find((t) => t.templateID === 'code-interpreter-v1')
+  assert.equal(Boolean(ci), Boolean(interp), res.text)
+  if (ci) assert.ok(ci.names.includes('code-interpreter-v1'))
 })
 
 test('onTimeout pause (autoPause) pauses at the deadline; connect resumes', async () => {

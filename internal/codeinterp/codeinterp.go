@@ -1,0 +1,58 @@
+// Package codeinterp ships the code-interpreter server of E2B's
+// code-interpreter API (port 49999: /execute, /contexts) that sandboxes of
+// the template code-interpreter-v1 run.
+//
+// The server is a Python program (server.py: asyncio, tornado and
+// jupyter_client, all in the interpreter template) embedded in the lizard
+// binary. The server writes it into its data directory under a name derived
+// from its content (Revision), and the runtime bind-mounts that file
+// read-only at SandboxPath in every sandbox, as it does with lizard-agent:
+// templates stay made of Debian packages, and a new lizard brings its new
+// server to the templates already built.
+package codeinterp
+
+import (
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"strconv"
+
+	"github.com/lizard-build/lizard/internal/agent"
+)
+
+// Port is where the server listens inside the sandbox (E2B's JUPYTER_PORT).
+const Port = 49999
+
+// SandboxPath is where the program appears inside every sandbox.
+const SandboxPath = "/.lizard/code-interpreter.py"
+
+// TokenFile is the file inside the sandbox whose content /execute requires
+// as X-Access-Token: the envd access token of a secure sandbox, which the
+// agent keeps there. While it does not exist, /execute is open, as E2B's is
+// for sandboxes that are not secure.
+const TokenFile = agent.EnvdTokenFile
+
+//go:embed server.py
+var program []byte
+
+// Program returns the server's source.
+func Program() []byte { return program }
+
+// Revision is a short digest of the program: it changes whenever the
+// program does, so what was made with an older one (a template's ready
+// state) can be told apart.
+func Revision() string {
+	sum := sha256.Sum256(program)
+	return hex.EncodeToString(sum[:])[:12]
+}
+
+// StartCommand is the start command of a template that serves the API.
+func StartCommand() []string {
+	return []string{"python3", SandboxPath, "--port", strconv.Itoa(Port), "--token-file", TokenFile}
+}
+
+// ReadyCommand exits 0 once the server and its default Python kernel are
+// up.
+func ReadyCommand() []string {
+	return []string{"curl", "-sf", "-o", "/dev/null", "http://127.0.0.1:" + strconv.Itoa(Port) + "/health"}
+}
