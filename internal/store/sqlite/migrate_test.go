@@ -1,4 +1,4 @@
-package store
+package sqlite
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"testing"
+
+	"github.com/lizard-build/lizard/internal/store"
 )
 
 func TestMigrations(t *testing.T) {
@@ -47,11 +49,11 @@ func TestMigrations(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	if st, err := Open(path); !errors.Is(err, ErrSchemaNewer) {
+	if st, err := Open(path); !errors.Is(err, store.ErrSchemaNewer) {
 		if err == nil {
 			st.Close()
 		}
-		t.Fatalf("open a newer schema: %v, want ErrSchemaNewer", err)
+		t.Fatalf("open a newer schema: %v, want store.ErrSchemaNewer", err)
 	}
 }
 
@@ -110,7 +112,7 @@ func TestCopyTo(t *testing.T) {
 	}
 	defer cp.Close()
 	keys, err := cp.ActiveKeys(ctx)
-	if err != nil || len(keys) != 1 || keys[0].Hash != HashKey(key) || keys[0].Project.ID != p.ID {
+	if err != nil || len(keys) != 1 || keys[0].Hash != store.HashKey(key) || keys[0].Project.ID != p.ID {
 		t.Errorf("keys in the copy: %+v %v", keys, err)
 	}
 	if v, _ := cp.SchemaVersion(ctx); v != SchemaVersion() {
