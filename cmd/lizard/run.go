@@ -11,17 +11,18 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
 )
 
 const usage = `usage:
   lizard serve [--listen ADDR] [--data-dir DIR] [--template-dir DIR] [--runsc PATH]
-  lizard projects create NAME [--data-dir DIR]
-  lizard projects ls [--data-dir DIR]
-  lizard keys create --project P [--data-dir DIR]
-  lizard keys ls --project P [--data-dir DIR]
-  lizard keys revoke ID [--data-dir DIR]
+  lizard serve ... [--database postgres://…]
+  lizard migrate [--data-dir DIR | --database URL]
+  lizard projects create NAME [--data-dir DIR | --database URL]
+  lizard projects ls [--data-dir DIR | --database URL]
+  lizard keys create --project P [--data-dir DIR | --database URL]
+  lizard keys ls --project P [--data-dir DIR | --database URL]
+  lizard keys revoke ID [--data-dir DIR | --database URL]
   lizard template build NAME [--if-missing] [--template-dir DIR]
   lizard template build NAME -f DOCKERFILE [CONTEXT] [--build-arg K=V]... [--runsc PATH] [--template-dir DIR]
   lizard template ls [--template-dir DIR]
@@ -52,6 +53,8 @@ func Run(ctx context.Context, args []string) error {
 		return templates(ctx, args[1:])
 	case "config":
 		return config(args[1:])
+	case "migrate":
+		return migrateCmd(ctx, args[1:])
 	case "backup":
 		return backupCmd(ctx, args[1:])
 	case "restore":
@@ -79,21 +82,15 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-func openStore(dataDir string) (*store.Store, error) {
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return nil, err
-	}
-	return store.Open(dataDir + "/lizard.db")
-}
-
 func projects(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("projects", flag.ContinueOnError)
 	dataDir := fs.String("data-dir", defaultDataDir, "state directory")
+	database := fs.String("database", "", databaseUsage)
 	pos, err := configure(fs, args)
 	if err != nil {
 		return err
 	}
-	st, err := openStore(*dataDir)
+	st, err := openStore(ctx, *dataDir, *database)
 	if err != nil {
 		return err
 	}
@@ -124,6 +121,7 @@ func projects(ctx context.Context, args []string) error {
 func keys(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("keys", flag.ContinueOnError)
 	dataDir := fs.String("data-dir", defaultDataDir, "state directory")
+	database := fs.String("database", "", databaseUsage)
 	project := fs.String("project", "", "project id or slug")
 	pos, err := configure(fs, args)
 	if err != nil {
@@ -139,7 +137,7 @@ func keys(ctx context.Context, args []string) error {
 	default:
 		return errors.New(usage)
 	}
-	st, err := openStore(*dataDir)
+	st, err := openStore(ctx, *dataDir, *database)
 	if err != nil {
 		return err
 	}

@@ -33,6 +33,7 @@ import (
 
 type serveConfig struct {
 	listen, dataDir, templateDir, runsc, agent string
+	database                                   string
 	bridge, subnet, logLevel                   string
 	maxSandboxes                               int
 	domain, proxyListen, tlsCert, tlsKey       string
@@ -59,6 +60,7 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "API listen address")
 	fs.StringVar(&c.dataDir, "data-dir", defaultDataDir, "state directory (database, sandboxes)")
+	fs.StringVar(&c.database, "database", "", databaseUsage)
 	fs.StringVar(&c.templateDir, "template-dir", defaultTemplateDir, "template cache directory")
 	fs.StringVar(&c.runsc, "runsc", "", "runsc binary (default: runsc in PATH)")
 	fs.StringVar(&c.agent, "agent", "", "lizard-agent binary (default: next to this binary)")
@@ -118,7 +120,7 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	}
 
-	st, err := openStore(c.dataDir)
+	st, err := openStore(ctx, c.dataDir, c.database)
 	if err != nil {
 		return err
 	}
@@ -248,7 +250,7 @@ func serve(ctx context.Context, args []string) error {
 		errc <- psrv.Serve(pln)
 	}()
 	log.Info("lizard serving", "listen", ln.Addr().String(), "proxy", pln.Addr().String(), "previews", previews.Scheme+"://<sandbox>-<port>."+c.domain,
-		"data_dir", c.dataDir, "templates", c.templateDir, "runsc", runsc)
+		"data_dir", c.dataDir, "database", databaseKind(c.database), "templates", c.templateDir, "runsc", runsc)
 	select {
 	case err := <-errc:
 		return err
@@ -262,7 +264,7 @@ func serve(ctx context.Context, args []string) error {
 
 // readyChecks are what GET /readyz checks: the store answers, runsc and
 // the runtime's state directory are there, the bridge is up.
-func readyChecks(st *store.Store, runsc, stateDir string, netm *network.Manager) []api.ReadyCheck {
+func readyChecks(st store.Store, runsc, stateDir string, netm *network.Manager) []api.ReadyCheck {
 	return []api.ReadyCheck{
 		{Name: "store", Check: st.Ping},
 		{Name: "runtime", Check: func(context.Context) error {
@@ -350,7 +352,7 @@ func pruneTemplates(reg *template.Registry, svc *sandbox.Service, log *slog.Logg
 
 // firstStart creates the default project and its API key when the database
 // has no project yet. LIZARD_API_KEY, when set, is the key created.
-func firstStart(ctx context.Context, st *store.Store, out io.Writer) error {
+func firstStart(ctx context.Context, st store.Store, out io.Writer) error {
 	ps, err := st.Projects(ctx)
 	if err != nil || len(ps) > 0 {
 		return err
