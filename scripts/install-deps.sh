@@ -25,7 +25,7 @@ exec 9>"$CACHE/.deps.lock"
 flock 9
 
 # ---- Debian packages ----
-pkgs=(debootstrap iproute2 nftables iptables ca-certificates sqlite3 postgresql-15 chromium curl busybox-static)
+pkgs=(debootstrap iproute2 nftables iptables ca-certificates sqlite3 postgresql-15 chromium curl busybox-static tmux)
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/lizard-build/lizard/internal/template"
@@ -29,7 +28,8 @@ const usage = `usage:
   lizard backup FILE [--data-dir DIR]
   lizard restore FILE --data-dir NEWDIR
   lizard config docs|example
-every command also takes --config FILE (default /etc/lizard/lizard.toml) and LIZARD_* variables: docs/CONFIG.md`
+  lizard sandbox ls|create|info|exec|shell|logs|cp|pause|resume|snapshot|kill ...  (lizard sandbox help)
+every command but sandbox also takes --config FILE (default /etc/lizard/lizard.toml) and LIZARD_* variables: docs/CONFIG.md`
 
 // Defaults shared by the subcommands.
 const (
@@ -59,6 +59,8 @@ func Run(ctx context.Context, args []string) error {
 		return backupCmd(ctx, args[1:])
 	case "restore":
 		return restoreCmd(ctx, args[1:])
+	case "sandbox", "sandboxes":
+		return sandboxCmd(ctx, args[1:])
 	case "help", "-h", "--help":
 		fmt.Println(usage)
 		return nil
@@ -108,7 +110,7 @@ func projects(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		tw := newTabWriter(os.Stdout)
 		fmt.Fprintln(tw, "ID\tSLUG\tNAME")
 		for _, p := range ps {
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", p.ID, p.Slug, p.Name)
@@ -167,7 +169,7 @@ func keys(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	tw := newTabWriter(os.Stdout)
 	fmt.Fprintln(tw, "ID\tPREFIX\tCREATED\tLAST USED\tREVOKED")
 	for _, k := range ks {
 		fmt.Fprintf(tw, "%s\t%s…\t%s\t%s\t%s\n", k.ID, k.Prefix, fmtTime(&k.CreatedAt), fmtTime(k.LastUsed), fmtTime(k.RevokedAt))
@@ -243,7 +245,7 @@ func templates(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		tw := newTabWriter(os.Stdout)
 		fmt.Fprintln(tw, "NAME\tALIASES\tVERSION\tSIZE\tBUILT\tSOFTWARE")
 		for _, t := range ts {
 			aliases := strings.Join(t.Aliases, ",")

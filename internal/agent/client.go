@@ -77,27 +77,79 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, fn func(Event) error
 	if err != nil {
 		return err
 	}
+	return readStream(resp, "exec", func(ev Event) (bool, error) { return ev.ExitCode != nil, fn(ev) })
+}
+
+// readStream decodes an NDJSON stream of T into fn until fn says the last
+// event came (then it reads the stream's end, so the connection can be
+// reused) or returns an error. A stream that ends before is ErrUnavailable.
+func readStream[T any](resp *http.Response, what string, fn func(T) (last bool, err error)) error {
 	defer resp.Body.Close()
 	// A Decoder has no line-length limit: output lines can be long.
 	dec := json.NewDecoder(resp.Body)
 	for {
-		var ev Event
+		var ev T
 		if err := dec.Decode(&ev); err != nil {
 			if errors.Is(err, io.EOF) {
-				return fmt.Errorf("agent exec stream ended before the exit code: %w", errdefs.ErrUnavailable)
+				return fmt.Errorf("agent %s stream ended before the exit code: %w", what, errdefs.ErrUnavailable)
 			}
-			return fmt.Errorf("reading agent exec stream: %w: %w", err, errdefs.ErrUnavailable)
+			return fmt.Errorf("reading agent %s stream: %w: %w", what, err, errdefs.ErrUnavailable)
 		}
-		if err := fn(ev); err != nil {
+		last, err := fn(ev)
+		if err != nil {
 			return err
 		}
-		if ev.ExitCode != nil {
-			// The stream ends right after the exit event; reading its end
-			// lets the connection be reused for the next request.
+		if last {
 			io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			return nil
 		}
 	}
+}
+
+// Start starts a process that outlives the call (on a pty with req.Pty,
+// with a stdin pipe with req.Stdin) and returns its pid. Attach to its
+// output with Output.
+func (c *Client) Start(ctx context.Context, req StartRequest) (int, error) {
+	var rep StartReply
+	if err := c.call(ctx, http.MethodPost, "/processes", nil, req, &rep); err != nil {
+		return 0, err
+	}
+	return rep.Pid, nil
+}
+
+// Output attaches to the output of a process of Start and calls fn with
+// each event: the output the agent kept, live output, the exit last. It
+// returns after the exit event, or fn's error (the process runs on; so it
+// does when ctx ends).
+func (c *Client) Output(ctx context.Context, pid int, fn func(Output) error) error {
+	resp, err := c.do(ctx, http.MethodGet, procPath(pid, "output"), nil, nil, "")
+	if err != nil {
+		return err
+	}
+	return readStream(resp, "output", func(o Output) (bool, error) { return o.ExitCode != nil, fn(o) })
+}
+
+// WriteStdin sends data to the stdin (or pty) of a process of Start.
+func (c *Client) WriteStdin(ctx context.Context, pid int, data []byte) error {
+	resp, err := c.do(ctx, http.MethodPost, procPath(pid, "stdin"), nil, bytes.NewReader(data), "application/octet-stream")
+	if err != nil {
+		return err
+	}
+	return drain(resp)
+}
+
+// CloseStdin closes the stdin pipe of a process of Start.
+func (c *Client) CloseStdin(ctx context.Context, pid int) error {
+	return c.call(ctx, http.MethodDelete, procPath(pid, "stdin"), nil, nil, nil)
+}
+
+// Resize sets the pty size of a process of Start.
+func (c *Client) Resize(ctx context.Context, pid, cols, rows int) error {
+	return c.call(ctx, http.MethodPost, procPath(pid, "resize"), nil, ResizeRequest{Cols: cols, Rows: rows}, nil)
+}
+
+func procPath(pid int, op string) string {
+	return "/processes/" + strconv.Itoa(pid) + "/" + op
 }
 
 // Processes lists the running exec-started processes.

@@ -20,6 +20,13 @@
 //	                                        {pid} first, then {stream,line}
 //	                                        per output line, {exitCode} last.
 //	GET    /processes                     → []Process (exec-started, running)
+//	POST   /processes     StartRequest    → 200 StartReply: a process that
+//	                                        outlives the request (see
+//	                                        Interactive processes)
+//	GET    /processes/{pid}/output        → 200, NDJSON stream of Output
+//	POST   /processes/{pid}/stdin raw bytes → 204
+//	DELETE /processes/{pid}/stdin         → 204: closes the stdin pipe
+//	POST   /processes/{pid}/resize ResizeRequest → 204 (pty only)
 //	POST   /processes/signal SignalRequest → 204
 //	GET    /files?path=&user=             → raw bytes of a regular file
 //	PUT    /files?path=&user=   raw bytes → 204; parents created, owned by user
@@ -38,6 +45,36 @@
 // user is a name from the sandbox's /etc/passwd; empty means root. File
 // operations run with that user's uid, gid and groups, so the sandbox's own
 // permission checks apply.
+//
+// # Interactive processes
+//
+// POST /processes starts a process that is not tied to any connection: on a
+// pseudo-terminal (Pty set: stdin, stdout and stderr are the pty's slave, the
+// process leads a new session with it as controlling terminal, so Ctrl-C
+// written as byte 0x03 becomes SIGINT of the foreground job) or on pipes
+// (stdout and stderr apart; stdin a pipe with Stdin, else /dev/null). The
+// agent's process table entry owns the pty master or the stdin pipe, reads
+// the output at once whoever listens, and keeps the last MaxKeptOutput
+// bytes of it.
+//
+// GET /processes/{pid}/output attaches one more reader: the kept output
+// first, then live output, then {exitCode} last. Any number of readers may
+// be attached; a reader that falls more than MaxKeptOutput bytes behind
+// skips ahead and is told how many bytes it missed (Output.Dropped), so a
+// slow reader never holds the process or the other readers. A reader that
+// goes away, or never comes, does not affect the process: it ends by
+// itself, by its deadline (TimeoutMs) or by a signal. After the exit the
+// entry is kept for ExitedKeepSeconds, so a late reader still gets the
+// output and the status; then the pid is 404. A command that cannot be
+// started (not found, not executable) is a 400 of the start.
+//
+// Input goes to POST /processes/{pid}/stdin (raw bytes, at most
+// MaxStdinWrite per call, in order); DELETE …/stdin closes a pipe (the
+// process reads EOF; a pty has no pipe to close: send Ctrl-D, 0x04). Input to
+// a process without stdin is 409, to one that exited 409, to an unknown pid
+// 404. A write to a pty waits while the terminal's input buffer is full
+// (the process reads nothing). Resize changes the pty's window size (the
+// foreground job gets SIGWINCH). POST /processes/signal signals these processes' trees too.
 //
 // # File watching
 //
@@ -142,7 +179,66 @@ type Process struct {
 	Cwd       string   `json:"cwd"`
 	Tag       string   `json:"tag"`
 	StartedAt string   `json:"startedAt"` // RFC 3339, UTC
+	// Pty and Stdin say how a process of POST /processes was started.
+	Pty   bool `json:"pty,omitempty"`
+	Stdin bool `json:"stdin,omitempty"`
 }
+
+// Interactive process limits.
+const (
+	// MaxKeptOutput is how many bytes of a process's latest output the
+	// agent keeps for late or slow readers.
+	MaxKeptOutput = 1 << 20
+	// MaxStdinWrite bounds one POST /processes/{pid}/stdin.
+	MaxStdinWrite = 1 << 20
+	// ExitedKeepSeconds is how long an exited process's output and status
+	// stay readable.
+	ExitedKeepSeconds = 60
+)
+
+// PtySize is a terminal's size in character cells, each 1 to 65535.
+type PtySize struct {
+	Cols int `json:"cols"`
+	Rows int `json:"rows"`
+}
+
+// StartRequest starts a process that outlives the request. The fields of
+// ExecRequest mean what they mean for exec (TimeoutMs too).
+type StartRequest struct {
+	ExecRequest
+	// Pty runs the process on a new pseudo-terminal of this size; stdin,
+	// stdout and stderr are then the terminal (one "pty" output stream).
+	Pty *PtySize `json:"pty,omitempty"`
+	// Stdin gives a process without Pty a stdin pipe; without it, its
+	// stdin is /dev/null.
+	Stdin bool `json:"stdin,omitempty"`
+}
+
+// StartReply names the started process.
+type StartReply struct {
+	Pid int `json:"pid"`
+}
+
+// Output is one event of GET /processes/{pid}/output. Exactly one of the
+// groups is set.
+type Output struct {
+	// Stream is "pty", "stdout" or "stderr"; Data the bytes as they were
+	// read (base64 in JSON), with no line splitting.
+	Stream string `json:"stream,omitempty"`
+	Data   []byte `json:"data,omitempty"`
+
+	// Dropped is how many bytes this reader missed, being too slow or
+	// attaching after they left the kept output.
+	Dropped int64 `json:"dropped,omitempty"`
+
+	ExitCode *int `json:"exitCode,omitempty"`
+	// Error is set with ExitCode when the deadline killed the process
+	// ("timeout").
+	Error string `json:"error,omitempty"`
+}
+
+// ResizeRequest sets a pty's window size.
+type ResizeRequest = PtySize
 
 // SignalRequest signals the whole process tree of Pid.
 type SignalRequest struct {

@@ -125,6 +125,7 @@ func Handler(cfg Config) http.Handler {
 	route("POST /api/sandboxes/{id}/exec", s.exec)
 	route("GET /api/sandboxes/{id}/processes", s.listProcesses)
 	route("POST /api/sandboxes/{id}/processes/signal", s.signalProcess)
+	mux.Handle("GET /api/sandboxes/{id}/terminal", browserKey(s.authed(s.terminal)))
 
 	route("POST /api/sandboxes/{id}/files", s.writeFile)
 	route("GET /api/sandboxes/{id}/files", s.readFile)

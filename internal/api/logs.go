@@ -13,7 +13,7 @@ import (
 
 // sandboxLogs streams the sandbox's log as Server-Sent Events: the last
 // tail lines first, then each new one, until the client goes or the
-// sandbox does.
+// sandbox does; with follow=false the stream ends after the tail.
 func (s *server) sandboxLogs(w http.ResponseWriter, r *http.Request, p store.Project) error {
 	tail := 0
 	if t := r.URL.Query().Get("tail"); t != "" {
@@ -30,6 +30,14 @@ func (s *server) sandboxLogs(w http.ResponseWriter, r *http.Request, p store.Pro
 	if tail < 0 || tail > sandbox.MaxLogTail {
 		return fmt.Errorf("tail %d: must be 0 to %d: %w", tail, sandbox.MaxLogTail, errdefs.ErrInvalid)
 	}
+	var lines []sandbox.LogLine
+	follow := r.URL.Query().Get("follow") != "false"
+	if !follow {
+		var err error
+		if lines, err = s.sandboxes.LogTail(r.Context(), p.ID, id, tail); err != nil {
+			return err
+		}
+	}
 	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -38,7 +46,7 @@ func (s *server) sandboxLogs(w http.ResponseWriter, r *http.Request, p store.Pro
 	w.WriteHeader(http.StatusOK)
 	fmt.Fprint(w, ": lizard sandbox log\n\n")
 	rc.Flush()
-	err := s.sandboxes.Logs(r.Context(), p.ID, id, tail, func(line sandbox.LogLine) error {
+	send := func(line sandbox.LogLine) error {
 		b, err := json.Marshal(line)
 		if err != nil {
 			return err
@@ -47,7 +55,16 @@ func (s *server) sandboxLogs(w http.ResponseWriter, r *http.Request, p store.Pro
 			return err
 		}
 		return rc.Flush()
-	})
+	}
+	if !follow {
+		for _, line := range lines {
+			if send(line) != nil {
+				break
+			}
+		}
+		return nil
+	}
+	err := s.sandboxes.Logs(r.Context(), p.ID, id, tail, send)
 	if err != nil {
 		s.log.Debug("log stream ended", "sandbox", id, "err", err)
 	}

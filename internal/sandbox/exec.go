@@ -47,21 +47,7 @@ func (s *Service) Exec(ctx context.Context, projectID, id string, req ExecReques
 	if err != nil {
 		return err
 	}
-	// A template built from a Dockerfile sets who commands run as, and
-	// where, unless the request says.
-	if req.User == "" {
-		req.User = rec.User
-	}
-	if req.Workdir == "" {
-		req.Workdir = rec.Workdir
-	}
-	env := req.Envs
-	if len(rec.Envs) > 0 {
-		env = mergeEnv(nil, rec.Envs)
-		for k, v := range req.Envs {
-			env[k] = v
-		}
-	}
+	env := commandDefaults(rec, &req.User, &req.Workdir, req.Envs)
 	// Every command's output goes to the sandbox's log too, with its pid.
 	pid := 0
 	return ag.Exec(ctx, agent.ExecRequest{
@@ -78,6 +64,47 @@ func (s *Service) Exec(ctx context.Context, projectID, id string, req ExecReques
 		}
 		return onEvent(ev)
 	})
+}
+
+// commandDefaults fills in the user and workdir a template built from a
+// Dockerfile sets for commands, unless the request says, and returns the
+// create-time envs overridden by the request's.
+func commandDefaults(rec Record, user, workdir *string, envs map[string]string) map[string]string {
+	if *user == "" {
+		*user = rec.User
+	}
+	if *workdir == "" {
+		*workdir = rec.Workdir
+	}
+	if len(rec.Envs) == 0 {
+		return envs
+	}
+	env := mergeEnv(nil, rec.Envs)
+	for k, v := range envs {
+		env[k] = v
+	}
+	return env
+}
+
+// StartProcess starts an interactive process (a pty or a stdin pipe, see
+// agent.StartRequest) with the sandbox's defaults for user, workdir and
+// envs, as Exec does, and returns the agent that runs it with its pid. The
+// process is not tied to ctx; the caller attaches to it through the agent.
+func (s *Service) StartProcess(ctx context.Context, projectID, id string, req agent.StartRequest) (*agent.Client, int, error) {
+	if err := validateEnvs(req.Env); err != nil {
+		return nil, 0, err
+	}
+	ag, rec, err := s.Agent(projectID, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	req.Env = commandDefaults(rec, &req.User, &req.Workdir, req.Env)
+	pid, err := ag.Start(ctx, req)
+	if err != nil {
+		return nil, 0, err
+	}
+	s.logs.add(id, LogLine{Type: "lifecycle", Message: "started " + strings.Join(req.Cmd, " "), Pid: pid})
+	return ag, pid, nil
 }
 
 func sortRecords(rs []Record) {

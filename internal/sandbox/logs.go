@@ -140,17 +140,10 @@ func (s *Service) Logs(ctx context.Context, projectID, id string, tail int, fn f
 	}
 	c, stop := s.logs.follow(id)
 	defer stop()
-	bg, next := s.background(ctx, projectID, id, 0)
-	if tail > 0 {
-		lines := append(s.logs.tail(id, tail), bg...)
-		sort.SliceStable(lines, func(i, j int) bool { return lines[i].Timestamp.Before(lines[j].Timestamp) })
-		if len(lines) > tail {
-			lines = lines[len(lines)-tail:]
-		}
-		for _, line := range lines {
-			if err := fn(line); err != nil {
-				return err
-			}
+	lines, next := s.lastLogs(ctx, projectID, id, tail)
+	for _, line := range lines {
+		if err := fn(line); err != nil {
+			return err
 		}
 	}
 	poll := time.NewTicker(500 * time.Millisecond)
@@ -176,6 +169,34 @@ func (s *Service) Logs(ctx context.Context, projectID, id string, tail int, fn f
 			}
 		}
 	}
+}
+
+// LogTail returns the sandbox's last tail log lines (the ones Logs
+// replays) without following.
+func (s *Service) LogTail(ctx context.Context, projectID, id string, tail int) ([]LogLine, error) {
+	if tail < 0 || tail > MaxLogTail {
+		return nil, fmt.Errorf("tail %d: must be 0 to %d: %w", tail, MaxLogTail, errdefs.ErrInvalid)
+	}
+	if _, err := s.lookup(projectID, id); err != nil {
+		return nil, err
+	}
+	lines, _ := s.lastLogs(ctx, projectID, id, tail)
+	return lines, nil
+}
+
+// lastLogs merges the last tail lines of the service's log and the agent's
+// background output by time, and returns the agent's next line number.
+func (s *Service) lastLogs(ctx context.Context, projectID, id string, tail int) ([]LogLine, int64) {
+	bg, next := s.background(ctx, projectID, id, 0)
+	if tail == 0 {
+		return nil, next
+	}
+	lines := append(s.logs.tail(id, tail), bg...)
+	sort.SliceStable(lines, func(i, j int) bool { return lines[i].Timestamp.Before(lines[j].Timestamp) })
+	if len(lines) > tail {
+		lines = lines[len(lines)-tail:]
+	}
+	return lines, next
 }
 
 // background fetches the agent's background output from line after on; a

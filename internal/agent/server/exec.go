@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -288,21 +289,29 @@ func startFailure(err error, spec *execSpec) *startError {
 // stream once the output is drained.
 func (s *Server) supervise(j *job, timeout time.Duration) {
 	j.startPumps()
-	if timeout > 0 {
-		t := time.AfterFunc(timeout, func() {
-			s.reaper.ifAlive(j.pid, func() {
-				// Set before the reaper can dispatch the status, so
-				// supervise sees it.
-				j.timedOut.Store(true)
-				killTree(j.pid)
-			})
-		})
-		defer t.Stop()
-	}
+	defer s.killAfter(j.pid, timeout, &j.timedOut)()
 	ws := <-j.status
 	s.procs.remove(j.pid)
 	ev := j.finish(ws)
 	s.log.Info("exec ended", "pid", j.pid, "exitCode", *ev.ExitCode, "error", ev.Error)
+}
+
+// killAfter kills pid's process tree once timeout has passed, if it still
+// runs, and sets timedOut then; 0 means never. Call the returned stop once
+// the process has exited.
+func (s *Server) killAfter(pid int, timeout time.Duration, timedOut *atomic.Bool) (stop func()) {
+	if timeout <= 0 {
+		return func() {}
+	}
+	t := time.AfterFunc(timeout, func() {
+		s.reaper.ifAlive(pid, func() {
+			// Set before the reaper can dispatch the status, so the
+			// supervisor sees it.
+			timedOut.Store(true)
+			killTree(pid)
+		})
+	})
+	return func() { t.Stop() }
 }
 
 func writeStartFailure(w http.ResponseWriter, se *startError) {

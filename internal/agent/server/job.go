@@ -88,10 +88,10 @@ func (j *job) finish(ws syscall.WaitStatus) agent.Event {
 // never die of SIGPIPE, and keeps what they write in the background log.
 func (j *job) pump(f *os.File, stream string) {
 	defer f.Close()
-	dr := &drainReader{f: f, j: j}
+	dr := &drainReader{f: f, exitedAt: &j.exitedAt}
 	br := bufio.NewReaderSize(dr, readBuffer)
 	err := splitLines(br, func(line string, partial bool) {
-		dr.send(agent.Event{Stream: stream, Line: &line, Partial: partial})
+		j.send(dr, agent.Event{Stream: stream, Line: &line, Partial: partial})
 	})
 	j.pumps.Done()
 	if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -114,13 +114,13 @@ func (j *job) pump(f *os.File, stream string) {
 // waiting for the client, so that a background child writing without pause
 // cannot hold the stream forever.
 type drainReader struct {
-	f      *os.File
-	j      *job
-	paused time.Duration // time after the exit spent waiting for the client
+	f        *os.File
+	exitedAt *atomic.Int64 // unix ns of the main process's exit; 0 while running
+	paused   time.Duration // time after the exit spent waiting for the client
 }
 
 func (d *drainReader) Read(p []byte) (int, error) {
-	if exited := d.j.exitedAt.Load(); exited != 0 {
+	if exited := d.exitedAt.Load(); exited != 0 {
 		now := time.Now()
 		hard := time.Unix(0, exited).Add(drainMax + d.paused)
 		if !now.Before(hard) {
@@ -135,16 +135,16 @@ func (d *drainReader) Read(p []byte) (int, error) {
 	return d.f.Read(p)
 }
 
-// send hands an event to the stream, accounting for backpressure.
-func (d *drainReader) send(ev agent.Event) {
+// send hands an event to the stream, accounting in d for backpressure.
+func (j *job) send(d *drainReader, ev agent.Event) {
 	select {
-	case d.j.events <- ev:
+	case j.events <- ev:
 		return
 	default:
 	}
 	start := time.Now()
-	exited := d.j.exitedAt.Load() != 0
-	d.j.events <- ev
+	exited := j.exitedAt.Load() != 0
+	j.events <- ev
 	if exited {
 		d.paused += time.Since(start)
 	}

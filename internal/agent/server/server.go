@@ -2,7 +2,9 @@
 // agent): the HTTP API that lizard-agent, PID 1 of every sandbox, serves to
 // the node. It runs commands, keeps the table of running ones, reaps every
 // process of the sandbox, does file operations as sandbox users, and
-// watches files with inotify.
+// watches files with inotify. Interactive processes (interactive.go) run on
+// a pty or with a stdin pipe and fan their output out to any number of
+// readers.
 package server
 
 import (
@@ -42,6 +44,7 @@ type Server struct {
 	log      *slog.Logger
 	reaper   *reaper
 	procs    *procTable
+	ios      *ioTable
 	watches  *watchHub
 	bg       *bgLog
 	handler  http.Handler
@@ -72,6 +75,7 @@ func New(cfg Config) (*Server, error) {
 		log:      log,
 		reaper:   r,
 		procs:    newProcTable(),
+		ios:      newIOTable(),
 		watches:  newWatchHub(log),
 		bg:       &bgLog{},
 	}
@@ -127,6 +131,11 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("POST /exec", s.handle(s.exec))
 	mux.Handle("GET /processes", s.handle(s.listProcesses))
 	mux.Handle("POST /processes/signal", s.handle(s.signalProcess))
+	mux.Handle("POST /processes", s.handle(s.startProcess))
+	mux.Handle("GET /processes/{pid}/output", s.handle(s.attachOutput))
+	mux.Handle("POST /processes/{pid}/stdin", s.handle(s.writeStdin))
+	mux.Handle("DELETE /processes/{pid}/stdin", s.handle(s.closeStdin))
+	mux.Handle("POST /processes/{pid}/resize", s.handle(s.resize))
 	mux.Handle("GET /files", s.handle(s.readFile))
 	mux.Handle("PUT /files", s.handle(s.writeFile))
 	mux.Handle("DELETE /files", s.handle(s.removeFile))
