@@ -33,3 +33,14 @@ func ReadMigrations(fsys fs.FS, dir string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// SchemaVersionOf is the version the migrations in dir of fsys bring a
+// schema to: their number. They are embedded at build time and each
+// backend's tests read them, so an error here is a broken build.
+func SchemaVersionOf(fsys fs.FS, dir string) int {
+	m, err := ReadMigrations(fsys, dir)
+	if err != nil {
+		panic(err)
+	}
+	return len(m)
+}

@@ -21,13 +21,7 @@ var migrationFiles embed.FS
 func migrations() ([]string, error) { return store.ReadMigrations(migrationFiles, "migrations") }
 
 // SchemaVersion is the schema version this binary writes.
-func SchemaVersion() int {
-	m, err := migrations()
-	if err != nil {
-		panic(err) // embedded at build time; TestMigrations checks them
-	}
-	return len(m)
-}
+func SchemaVersion() int { return store.SchemaVersionOf(migrationFiles, "migrations") }
 
 // migrationLock is the key of the advisory lock that servers starting at
 // once on one database take, so that one of them migrates and the others

@@ -20,13 +20,7 @@ var migrationFiles embed.FS
 func migrations() ([]string, error) { return store.ReadMigrations(migrationFiles, "migrations") }
 
 // SchemaVersion is the schema version this binary writes.
-func SchemaVersion() int {
-	m, err := migrations()
-	if err != nil {
-		panic(err) // embedded at build time; TestMigrations checks them
-	}
-	return len(m)
-}
+func SchemaVersion() int { return store.SchemaVersionOf(migrationFiles, "migrations") }
 
 func userVersion(ctx context.Context, q interface {
 	QueryRowContext(context.Context, string, ...any) *sql.Row
