@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,16 +17,20 @@ import (
 
 const usage = `usage:
   lizard serve [--listen ADDR] [--data-dir DIR] [--template-dir DIR] [--runsc PATH]
-  lizard serve ... [--database postgres://…]
+        [--build-bridge BR] [--build-subnet CIDR] [--registry-allow HOST[:PORT]]... [--registry-auth FILE]
+        [--debian-mirror URL] [--max-build-context BYTES]   (lizard serve -h: all flags)
   lizard migrate [--data-dir DIR | --database URL]
   lizard projects create NAME [--data-dir DIR | --database URL]
   lizard projects ls [--data-dir DIR | --database URL]
   lizard keys create --project P [--data-dir DIR | --database URL]
   lizard keys ls --project P [--data-dir DIR | --database URL]
   lizard keys revoke ID [--data-dir DIR | --database URL]
-  lizard template build NAME [--if-missing] [--template-dir DIR]
-  lizard template build NAME -f DOCKERFILE [CONTEXT] [--build-arg K=V]... [--runsc PATH] [--template-dir DIR]
-  lizard template ls [--template-dir DIR]
+  lizard template build NAME [--if-missing] [--debian-mirror URL] [--template-dir DIR]
+  lizard template build NAME -f DOCKERFILE [CONTEXT] [--project P] [--build-arg K=V]... [--runsc PATH]
+        [--registry-allow HOST[:PORT]]... [--registry-auth FILE] [--build-bridge BR] [--build-subnet CIDR]
+        [--template-dir DIR] [--data-dir DIR | --database URL]
+  lizard template ls [--project P] [--template-dir DIR] [--data-dir DIR | --database URL]
+  lizard template rm NAME [--project P] [--template-dir DIR] [--data-dir DIR | --database URL]
   lizard backup FILE [--data-dir DIR]
   lizard restore FILE --data-dir NEWDIR
   lizard config docs|example
@@ -188,6 +194,12 @@ func fmtTime(t *time.Time) string {
 func templates(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("template", flag.ContinueOnError)
 	dir := fs.String("template-dir", defaultTemplateDir, "template cache directory")
+	dataDir := fs.String("data-dir", defaultDataDir, "state directory (to find the project)")
+	database := fs.String("database", "", databaseUsage)
+	project := fs.String("project", "default", "project id or slug whose templates a Dockerfile build, ls and rm work on")
+	sandboxSubnet := fs.String("subnet", defaultSubnet, "the sandboxes' subnet, which RUN steps may not reach")
+	var bf buildFlags
+	bf.register(fs)
 	ifMissing := fs.Bool("if-missing", false, "build only when not built yet")
 	dockerfile := fs.String("f", "", "build from this Dockerfile (context: CONTEXT, default the Dockerfile's directory)")
 	runsc := fs.String("runsc", "", "runsc binary for RUN steps (default: $LIZARD_RUNSC, else runsc in PATH)")
@@ -199,6 +211,20 @@ func templates(ctx context.Context, args []string) error {
 		return err
 	}
 	reg := template.NewRegistry(*dir)
+	reg.Mirror = bf.mirror
+	// projectReg is the registry of --project's own templates.
+	projectReg := func() (*template.Registry, error) {
+		st, err := openStore(ctx, *dataDir, *database)
+		if err != nil {
+			return nil, err
+		}
+		defer st.Close()
+		p, err := st.ProjectByRef(ctx, *project)
+		if err != nil {
+			return nil, fmt.Errorf("--project %s (in %s): %w", *project, *dataDir, err)
+		}
+		return reg.Project(p.ID)
+	}
 	switch {
 	case *dockerfile != "" && (len(pos) == 2 || len(pos) == 3) && pos[0] == "build":
 		if *ifMissing {
@@ -216,14 +242,22 @@ func templates(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		t, err := reg.BuildDockerfile(ctx, pos[1], template.DockerfileOptions{
-			Dockerfile:     data,
-			DockerfileName: *dockerfile,
-			Context:        context,
-			BuildArgs:      buildArgs.m,
-			ReadyCommand:   *readyCmd,
-			Runsc:          rs,
-		}, os.Stdout)
+		subnet, err := netip.ParsePrefix(*sandboxSubnet)
+		if err != nil {
+			return fmt.Errorf("--subnet: %w", err)
+		}
+		opts, err := bf.options(subnet)
+		if err != nil {
+			return err
+		}
+		preg, err := projectReg()
+		if err != nil {
+			return err
+		}
+		opts.Dockerfile, opts.DockerfileName, opts.Context = data, *dockerfile, context
+		opts.BuildArgs, opts.ReadyCommand, opts.Runsc = buildArgs.m, *readyCmd, rs
+		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+		t, err := preg.BuildDockerfile(ctx, pos[1], opts, os.Stdout)
 		if err == nil && len(t.StartCommand) > 0 {
 			// The ready state is a checkpoint the server takes with its own
 			// runtime and network; `lizard serve` looks for new templates
@@ -240,8 +274,22 @@ func templates(ctx context.Context, args []string) error {
 		}
 		_, err := build(ctx, pos[1], os.Stdout)
 		return err
+	case len(pos) == 2 && (pos[0] == "rm" || pos[0] == "remove"):
+		preg, err := projectReg()
+		if err != nil {
+			return err
+		}
+		if err := preg.Remove(ctx, pos[1]); err != nil {
+			return err
+		}
+		fmt.Printf("template %s removed; sandboxes and snapshots of it keep the version they run on until they go\n", pos[1])
+		return nil
 	case len(pos) == 1 && (pos[0] == "ls" || pos[0] == "list"):
-		ts, err := reg.List()
+		preg, err := projectReg()
+		if err != nil {
+			return err
+		}
+		ts, err := reg.ListFor(preg.ProjectID())
 		if err != nil {
 			return err
 		}

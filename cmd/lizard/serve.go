@@ -31,6 +31,9 @@ import (
 	"github.com/lizard-build/lizard/internal/volume"
 )
 
+// defaultSubnet is the sandboxes' subnet unless --subnet says otherwise.
+const defaultSubnet = "10.250.0.0/16"
+
 type serveConfig struct {
 	listen, dataDir, templateDir, runsc, agent string
 	database                                   string
@@ -43,6 +46,8 @@ type serveConfig struct {
 	usageInterval                              time.Duration
 	rateLimit                                  float64
 	rateBurst                                  int
+	build                                      buildFlags
+	maxBuildContext                            int64
 }
 
 // The default rate limit is far above what a client that waits for its
@@ -65,7 +70,7 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs.StringVar(&c.runsc, "runsc", "", "runsc binary (default: runsc in PATH)")
 	fs.StringVar(&c.agent, "agent", "", "lizard-agent binary (default: next to this binary)")
 	fs.StringVar(&c.bridge, "bridge", "lizard0", "host bridge for sandbox networks")
-	fs.StringVar(&c.subnet, "subnet", "10.250.0.0/16", "subnet sandboxes get addresses from")
+	fs.StringVar(&c.subnet, "subnet", defaultSubnet, "subnet sandboxes get addresses from")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.domain, "domain", "sandbox.localhost", "preview URLs are <sandbox>-<port>.DOMAIN (a wildcard DNS name in a real deployment)")
 	fs.StringVar(&c.proxyListen, "proxy-listen", "127.0.0.1:8081", "preview proxy listen address")
@@ -78,6 +83,8 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs.IntVar(&c.maxSandboxes, "max-sandboxes", sandbox.DefaultMaxSandboxes, "most sandboxes running at once (warm pool copies included)")
 	fs.Float64Var(&c.rateLimit, "rate-limit", defaultRateLimit, "API requests a second allowed per API key on average (0: no limit)")
 	fs.IntVar(&c.rateBurst, "rate-burst", defaultRateBurst, "API requests per API key allowed at once above --rate-limit")
+	c.build.register(fs)
+	fs.Int64Var(&c.maxBuildContext, "max-build-context", api.DefaultMaxBuildContext, "largest POST /api/templates request (Dockerfile and build context files) in bytes")
 	return fs
 }
 
@@ -138,6 +145,25 @@ func serve(ctx context.Context, args []string) error {
 		limiter = ratelimit.New(c.rateLimit, c.rateBurst, 0, nil)
 	}
 
+	reg := template.NewRegistry(c.templateDir)
+	reg.Mirror = c.build.mirror
+	// Templates of the older layout become versions before any sandbox is
+	// made from them, so that sandboxes record paths a rebuild keeps.
+	if migrated, err := reg.Migrate(); err != nil {
+		log.Warn("template layout migration", "err", err)
+	} else if len(migrated) > 0 {
+		log.Info("templates moved to the versioned layout", "templates", migrated)
+	}
+	// Custom templates from before templates belonged to projects become
+	// the default project's (before the reaper starts: the copy runs cp,
+	// whose status a child subreaper could take).
+	if def, err := defaultProject(ctx, st); err != nil {
+		log.Warn("custom template migration: no default project", "err", err)
+	} else if migrated, err := reg.MigrateCustom(def.ID); err != nil {
+		log.Warn("custom template migration", "project", def.Slug, "err", err)
+	} else if len(migrated) > 0 {
+		log.Info("custom templates given to the default project", "project", def.Slug, "templates", migrated)
+	}
 	reap, err := reaper.Start(ctx)
 	if err != nil {
 		return fmt.Errorf("become child subreaper: %w", err)
@@ -166,15 +192,11 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	mets := metrics.New()
-	reg := template.NewRegistry(c.templateDir)
-	// Templates of the older layout become versions before any sandbox is
-	// made from them, so that sandboxes record paths a rebuild keeps.
-	if migrated, err := reg.Migrate(); err != nil {
-		log.Warn("template layout migration", "err", err)
-	} else if len(migrated) > 0 {
-		log.Info("templates moved to the versioned layout", "templates", migrated)
+	buildOpts, err := c.build.options(subnet)
+	if err != nil {
+		return err
 	}
+	mets := metrics.New()
 	svc := sandbox.New(sandbox.Config{
 		Runtime: rt, Store: st, Templates: reg, Volumes: vols,
 		SnapshotDir: filepath.Join(c.dataDir, "snapshots"), ReadyDir: filepath.Join(c.dataDir, "ready"),
@@ -195,7 +217,7 @@ func serve(ctx context.Context, args []string) error {
 	// uses them (builds through the API do both right away).
 	go func() {
 		for i := 0; ; i++ {
-			svc.PrepareTemplates(reg.List)
+			svc.PrepareTemplates(reg.ListAll)
 			if i%30 == 0 { // every 5 minutes
 				pruneTemplates(reg, svc, log.With("component", "template"))
 			}
@@ -228,7 +250,9 @@ func serve(ctx context.Context, args []string) error {
 	previews := previewURLs(c.domain, pln.Addr().String(), useTLS)
 	srv := &http.Server{
 		Handler: api.Handler(api.Config{Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Templates: reg, Previews: previews, Volumes: vols,
-			Builder: &templateBuilder{reg: reg, runsc: runsc, run: reap.Run, dns: c.dnsUpstream, sandboxes: svc, metrics: mets, log: log.With("component", "template")}, Logger: log.With("component", "api"),
+			Builder: &templateBuilder{reg: reg, runsc: runsc, run: reap.Run, dns: c.dnsUpstream, build: buildOpts, sandboxes: svc, metrics: mets,
+				log: log.With("component", "template")},
+			MaxBuildContext: c.maxBuildContext, Logger: log.With("component", "api"),
 			Metrics: mets, ServeMetrics: mln == nil, Ready: readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm)}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
@@ -303,16 +327,23 @@ type templateBuilder struct {
 	runsc     string
 	run       func(*exec.Cmd) error
 	dns       string
+	build     template.DockerfileOptions // the build network and pull policy
 	sandboxes *sandbox.Service
 	metrics   *metrics.Metrics
 	log       *slog.Logger
 }
 
-func (b *templateBuilder) BuildDockerfile(ctx context.Context, name string, opts api.BuildOptions, progress io.Writer) (template.Template, error) {
+func (b *templateBuilder) BuildDockerfile(ctx context.Context, project, name string, opts api.BuildOptions, progress io.Writer) (template.Template, error) {
 	start := time.Now()
-	t, err := b.reg.BuildDockerfile(ctx, name, template.DockerfileOptions{
+	reg, err := b.reg.Project(project)
+	if err != nil {
+		return template.Template{}, err
+	}
+	t, err := reg.BuildDockerfile(ctx, name, template.DockerfileOptions{
 		Dockerfile: opts.Dockerfile, DockerfileName: "Dockerfile", Context: opts.ContextDir, BuildArgs: opts.BuildArgs,
 		ReadyCommand: opts.ReadyCommand, Runsc: b.runsc, DNSUpstream: b.dns, RunCommand: b.run,
+		BuildBridge: b.build.BuildBridge, BuildSubnet: b.build.BuildSubnet, BuildDeny: b.build.BuildDeny, Pull: b.build.Pull,
+		Logger: b.log,
 		// The start command's ready state is part of the build: a command
 		// that fails leaves the template as it was.
 		BeforeSwitch: func(ctx context.Context, t template.Template, progress io.Writer) error {
@@ -332,22 +363,46 @@ func (b *templateBuilder) BuildDockerfile(ctx context.Context, name string, opts
 
 // pruneTemplates removes the template versions that no sandbox or snapshot
 // uses and that are not current, and the Dockerfile layers no build used
-// for template.LayerTTL.
+// for template.LayerTTL, of the built-in templates and every project's.
 func pruneTemplates(reg *template.Registry, svc *sandbox.Service, log *slog.Logger) {
-	removed, err := reg.Prune(svc.UsesRootfs)
-	for _, v := range removed {
-		log.Info("removed a template version nothing uses", "dir", v)
-	}
+	regs, err := reg.All()
 	if err != nil {
-		log.Warn("prune template versions", "err", err)
+		log.Warn("prune templates", "err", err)
+		return
 	}
-	n, _, err := reg.PruneLayers(template.LayerTTL)
-	if n > 0 {
-		log.Info("removed Dockerfile layers no build used lately", "layers", n, "unusedFor", template.LayerTTL)
+	for _, r := range regs {
+		log := log.With("project", r.ProjectID())
+		removed, err := r.Prune(svc.UsesRootfs)
+		for _, v := range removed {
+			log.Info("removed a template version nothing uses", "dir", v)
+		}
+		if err != nil {
+			log.Warn("prune template versions", "err", err)
+		}
+		n, _, err := r.PruneLayers(template.LayerTTL)
+		if n > 0 {
+			log.Info("removed Dockerfile layers no build used lately", "layers", n, "unusedFor", template.LayerTTL)
+		}
+		if err != nil {
+			log.Warn("prune Dockerfile layers", "err", err)
+		}
 	}
+}
+
+// defaultProject is the project custom templates of no project go to: the
+// one firstStart made ("default"), else the oldest.
+func defaultProject(ctx context.Context, st store.Store) (store.Project, error) {
+	if p, err := st.ProjectByRef(ctx, "default"); err == nil {
+		return p, nil
+	}
+	ps, err := st.Projects(ctx)
 	if err != nil {
-		log.Warn("prune Dockerfile layers", "err", err)
+		return store.Project{}, err
 	}
+	if len(ps) == 0 {
+		return store.Project{}, errors.New("no project")
+	}
+	return ps[0], nil
 }
 
 // firstStart creates the default project and its API key when the database

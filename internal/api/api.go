@@ -47,7 +47,10 @@ type Config struct {
 	Previews  PreviewURLs
 	Volumes   Volumes
 	Builder   TemplateBuilder
-	Logger    *slog.Logger
+	// MaxBuildContext caps the body of POST /api/templates (the Dockerfile
+	// and the build context's files); 0 means DefaultMaxBuildContext.
+	MaxBuildContext int64
+	Logger          *slog.Logger
 	// Metrics counts requests; nil counts nothing. With ServeMetrics,
 	// GET /metrics serves them (unauthenticated, like /healthz).
 	Metrics      *metrics.Metrics
@@ -55,6 +58,9 @@ type Config struct {
 	// Ready are what GET /readyz checks.
 	Ready []ReadyCheck
 }
+
+// DefaultMaxBuildContext is the default cap of a template build's request.
+const DefaultMaxBuildContext = 256 << 20
 
 // Body size limits. A file write carries its content in JSON (base64 for
 // bytes), so it may be larger than other requests.
@@ -71,6 +77,7 @@ type server struct {
 	previews  PreviewURLs
 	volumes   Volumes
 	builder   TemplateBuilder
+	maxBuild  int64
 	log       *slog.Logger
 	metrics   *metrics.Metrics
 	ready     []ReadyCheck
@@ -81,7 +88,10 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, templates: cfg.Templates, previews: cfg.Previews, volumes: cfg.Volumes, builder: cfg.Builder, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready}
+	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, templates: cfg.Templates, previews: cfg.Previews, volumes: cfg.Volumes, builder: cfg.Builder, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready, maxBuild: cfg.MaxBuildContext}
+	if s.maxBuild <= 0 {
+		s.maxBuild = DefaultMaxBuildContext
+	}
 	mux := http.NewServeMux()
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request, store.Project) error) {
 		mux.Handle(pattern, s.authed(h))
@@ -139,6 +149,7 @@ func Handler(cfg Config) http.Handler {
 
 	route("GET /api/templates", s.listTemplates)
 	route("POST /api/templates", s.buildTemplate)
+	route("DELETE /api/templates/{name}", s.deleteTemplate)
 
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,7 +20,8 @@ import (
 // TemplateBuilder builds a template from a Dockerfile and a context
 // directory, writing progress lines to progress.
 type TemplateBuilder interface {
-	BuildDockerfile(ctx context.Context, name string, opts BuildOptions, progress io.Writer) (template.Template, error)
+	// BuildDockerfile builds project's template name.
+	BuildDockerfile(ctx context.Context, project, name string, opts BuildOptions, progress io.Writer) (template.Template, error)
 }
 
 // BuildOptions is what a build request asks for.
@@ -46,16 +48,24 @@ type buildRequest struct {
 // build -f` does. With Accept: text/event-stream the build's progress
 // streams as events ({"line"}), then {"template"} or {"error"}; otherwise
 // the answer is the template once built.
-func (s *server) buildTemplate(w http.ResponseWriter, r *http.Request, _ store.Project) error {
+func (s *server) buildTemplate(w http.ResponseWriter, r *http.Request, p store.Project) error {
 	if s.builder == nil {
 		return errdefs.WithCode("feature_unavailable", fmt.Errorf("this server cannot build templates: %w", errdefs.ErrInvalid))
 	}
 	var req buildRequest
-	if err := decode(w, r, maxWriteBody, &req); err != nil {
+	if err := decode(w, r, s.maxBuild, &req); err != nil {
+		if errors.Is(err, errdefs.ErrTooLarge) {
+			return errdefs.WithCode("build_context_too_large", fmt.Errorf(
+				"build context: the request (dockerfile and files, base64) is larger than this server's limit of %d bytes (--max-build-context): %w",
+				s.maxBuild, errdefs.ErrTooLarge))
+		}
 		return err
 	}
 	if req.Name == "" || strings.TrimSpace(req.Dockerfile) == "" {
 		return fmt.Errorf("name and dockerfile: required: %w", errdefs.ErrInvalid)
+	}
+	if template.IsBuiltin(req.Name) {
+		return fmt.Errorf("name: %q is a built-in template, which API keys cannot build over; choose another name: %w", req.Name, errdefs.ErrConflict)
 	}
 	dir, err := os.MkdirTemp("", "lizard-build-context-")
 	if err != nil {
@@ -67,7 +77,7 @@ func (s *server) buildTemplate(w http.ResponseWriter, r *http.Request, _ store.P
 	}
 	opts := BuildOptions{Dockerfile: []byte(req.Dockerfile), ContextDir: dir, BuildArgs: req.BuildArgs, ReadyCommand: req.ReadyCmd}
 	if !strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
-		t, err := s.builder.BuildDockerfile(r.Context(), req.Name, opts, io.Discard)
+		t, err := s.builder.BuildDockerfile(r.Context(), p.ID, req.Name, opts, io.Discard)
 		if err != nil {
 			return err
 		}
@@ -83,7 +93,7 @@ func (s *server) buildTemplate(w http.ResponseWriter, r *http.Request, _ store.P
 		fmt.Fprintf(w, "data: %s\n\n", b)
 		rc.Flush()
 	}
-	t, err := s.builder.BuildDockerfile(r.Context(), req.Name, opts, &eventLines{send: send})
+	t, err := s.builder.BuildDockerfile(r.Context(), p.ID, req.Name, opts, &eventLines{send: send})
 	if err != nil {
 		_, code, msg := statusOf(err)
 		send(map[string]string{"error": msg, "code": code})

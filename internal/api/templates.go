@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"sort"
@@ -13,10 +14,14 @@ import (
 
 // Templates is what the API needs of the template registry.
 type Templates interface {
-	// List returns the built templates.
-	List() ([]template.Template, error)
+	// ListFor returns the built templates project sees: the built-in ones
+	// and its own.
+	ListFor(project string) ([]template.Template, error)
 	// Builtins returns the names of the templates the server can build.
 	Builtins() []string
+	// Delete removes project's template name (not a built-in one); its
+	// versions stay while sandboxes or snapshots use them.
+	Delete(ctx context.Context, project, name string) error
 }
 
 // Template statuses in the listing.
@@ -58,13 +63,13 @@ func templateOf(t template.Template) templateInfo {
 
 // listTemplates answers every built template (status "ready") and every
 // built-in template not built yet (status "not_built", which sandboxes
-// cannot boot from until an operator builds it), sorted by name. Templates
-// are the same for every project.
-func (s *server) listTemplates(w http.ResponseWriter, r *http.Request, _ store.Project) error {
+// cannot boot from until an operator builds it), sorted by name: the
+// built-in templates and the caller's project's own.
+func (s *server) listTemplates(w http.ResponseWriter, r *http.Request, p store.Project) error {
 	if s.templates == nil {
 		return fmt.Errorf("this server has no template registry: %w", errdefs.ErrUnavailable)
 	}
-	built, err := s.templates.List()
+	built, err := s.templates.ListFor(p.ID)
 	if err != nil {
 		return err
 	}
@@ -86,6 +91,19 @@ func (s *server) listTemplates(w http.ResponseWriter, r *http.Request, _ store.P
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// deleteTemplate removes one of the caller's templates. Sandboxes and
+// snapshots of it keep running on the version they started with.
+func (s *server) deleteTemplate(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	if s.templates == nil {
+		return fmt.Errorf("this server has no template registry: %w", errdefs.ErrUnavailable)
+	}
+	if err := s.templates.Delete(r.Context(), p.ID, r.PathValue("name")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -26,8 +27,16 @@ func (oneKey) Lookup(secret string) (apikey.Key, error) {
 
 type fakeTemplates []template.Template
 
-func (f fakeTemplates) List() ([]template.Template, error) { return f, nil }
-func (fakeTemplates) Builtins() []string                   { return []string{"base", "node", "python"} }
+func (f fakeTemplates) ListFor(project string) ([]template.Template, error) {
+	if project != "p1" {
+		return nil, fmt.Errorf("listed for project %q, want the caller's", project)
+	}
+	return f, nil
+}
+func (fakeTemplates) Builtins() []string { return []string{"base", "node", "python"} }
+func (fakeTemplates) Delete(context.Context, string, string) error {
+	return fmt.Errorf("not in this test: %w", errdefs.ErrInvalid)
+}
 
 func TestListTemplates(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)

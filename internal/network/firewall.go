@@ -19,8 +19,8 @@ import (
 //
 //	input:   established → accept; DNS to the gateway → accept;
 //	         from the bridge → reject (no host service is reachable)
-//	forward: established → accept; to 169.254.0.0/16 or back to the
-//	         bridge → reject; saddr in @open → accept;
+//	forward: established → accept; to 169.254.0.0/16, to a Config.Deny
+//	         range or back to the bridge → reject; saddr in @open → accept;
 //	         saddr . daddr in @allow → accept; from the bridge → reject
 //	postrouting (nat): from the subnet out of another interface → masquerade
 type firewall struct {
@@ -33,7 +33,7 @@ type firewall struct {
 
 // newFirewall (re)creates the table for bridge and subnet, empty of
 // sandboxes.
-func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr) (*firewall, error) {
+func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr, deny []netip.Prefix) (*firewall, error) {
 	c, err := nftables.New()
 	if err != nil {
 		return nil, err
@@ -77,6 +77,11 @@ func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr) (*firew
 
 	rule(forward, established(), accept)
 	rule(forward, fromBridge, ipv4(), dstIn(netip.MustParsePrefix("169.254.0.0/16")), reject())
+	for _, p := range deny {
+		if p.Addr().Is4() {
+			rule(forward, fromBridge, ipv4(), dstIn(p.Masked()), reject())
+		}
+	}
 	rule(forward, fromBridge, ifname(expr.MetaKeyOIFNAME, bridge, false), reject())
 	rule(forward, fromBridge, ipv4(), []expr.Any{
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},

@@ -32,7 +32,11 @@ type Config struct {
 	// DNSUpstream is where the sandboxes' resolver forwards queries
 	// ("host:port"); "" means the host's first nameserver.
 	DNSUpstream string
-	Logger      *slog.Logger
+	// Deny are destinations no endpoint reaches whatever its policy (the
+	// subnet of another lizard bridge: the build network denies the
+	// sandboxes', so RUN steps reach no sandbox).
+	Deny   []netip.Prefix
+	Logger *slog.Logger
 }
 
 // Endpoint is one sandbox's network identity.
@@ -108,7 +112,7 @@ func New(cfg Config) (*Manager, error) {
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
 		return nil, fmt.Errorf("enable IPv4 forwarding: %w", err)
 	}
-	if m.fw, err = newFirewall(cfg.Bridge, cfg.Subnet, gw); err != nil {
+	if m.fw, err = newFirewall(cfg.Bridge, cfg.Subnet, gw, cfg.Deny); err != nil {
 		return nil, fmt.Errorf("firewall: %w", err)
 	}
 	// After the table: the iptables rules only accept, and lizard's table

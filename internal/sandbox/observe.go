@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/metrics"
+	"github.com/lizard-build/lizard/internal/template"
 )
 
 // Observer is told what the service did, for metrics. Its methods must be
@@ -45,9 +46,19 @@ func (s *Service) Sandboxes() []metrics.Sandbox {
 	defer s.mu.Unlock()
 	out := make([]metrics.Sandbox, 0, len(s.sandboxes))
 	for _, e := range s.sandboxes {
-		out = append(out, metrics.Sandbox{State: e.rec.Status, Template: e.rec.Template, CPUs: e.rec.CPUs, MemoryMB: e.rec.MemoryMB})
+		out = append(out, metrics.Sandbox{State: e.rec.Status, Template: metricsTemplate(e.rec.Template), CPUs: e.rec.CPUs, MemoryMB: e.rec.MemoryMB})
 	}
 	return out
+}
+
+// metricsTemplate is the template label of a sandbox: a built-in's name,
+// or "custom" for a project's own, whose name is that project's business
+// (metrics are unauthenticated) and would make labels unbounded.
+func metricsTemplate(name string) string {
+	if template.IsBuiltin(name) {
+		return template.Resolve(name)
+	}
+	return "custom"
 }
 
 // WarmPools implements metrics.Inventory: each snapshot that keeps a pool,

@@ -76,7 +76,7 @@ type readyKey struct{ template, version, size string }
 
 func keyOf(tpl template.Template, size string) readyKey {
 	sum := sha256.Sum256([]byte(tpl.Rootfs))
-	return readyKey{tpl.Name, tpl.Version + "-" + hex.EncodeToString(sum[:4]), size}
+	return readyKey{tpl.Key(), tpl.Version + "-" + hex.EncodeToString(sum[:4]), size}
 }
 
 // readyJob is a preparation in progress; waiters read st and err once done
@@ -496,7 +496,7 @@ func (s *Service) prepareTemplates(ctx context.Context, list func() ([]template.
 	}
 	current := map[string]string{}
 	for _, t := range tpls {
-		current[t.Name] = keyOf(t, "").version
+		current[t.Key()] = keyOf(t, "").version
 	}
 	ents, _ := os.ReadDir(s.cfg.ReadyDir)
 	for _, e := range ents {

@@ -84,11 +84,11 @@ var errNotLive = errors.New("not running in the runtime")
 // did not keep it: the template's current one, which the sandbox was made
 // from as long as the template was not rebuilt since; from now on it keeps
 // that version from being pruned.
-func (s *Service) knownRootfs(rootfs, tplName string) string {
+func (s *Service) knownRootfs(rootfs, project, tplName string) string {
 	if rootfs != "" {
 		return rootfs
 	}
-	if tpl, err := s.cfg.Templates.Get(tplName); err == nil {
+	if tpl, err := s.cfg.Templates.Lookup(project, tplName); err == nil {
 		return tpl.Rootfs
 	}
 	return ""
@@ -126,7 +126,7 @@ func (s *Service) reattach(ctx context.Context, rec Record, st runtime.State) er
 	default:
 		return errNotLive
 	}
-	rec.Rootfs = s.knownRootfs(rec.Rootfs, rec.Template)
+	rec.Rootfs = s.knownRootfs(rec.Rootfs, rec.ProjectID, rec.Template)
 	if err := s.persist(ctx, rec); err != nil {
 		return err
 	}
@@ -164,7 +164,7 @@ func (s *Service) recoverSnapshots(ctx context.Context) error {
 		}
 		known[snap.ID] = true
 		if snap.Rootfs == "" {
-			snap.Rootfs = s.knownRootfs("", snap.Template)
+			snap.Rootfs = s.knownRootfs("", snap.ProjectID, snap.Template)
 			s.putSnapshot(ctx, snap)
 		}
 		s.mu.Lock()

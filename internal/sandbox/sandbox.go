@@ -32,7 +32,9 @@ import (
 
 // Templates is what the service needs of the template registry.
 type Templates interface {
-	Get(name string) (template.Template, error)
+	// Lookup returns template name as project sees it: a built-in one or
+	// the project's own.
+	Lookup(project, name string) (template.Template, error)
 }
 
 // Volumes is what the service needs of the volume manager.
@@ -205,7 +207,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Record, err 
 	if req.Template == "" {
 		req.Template = "base"
 	}
-	tpl, err := s.cfg.Templates.Get(req.Template)
+	tpl, err := s.cfg.Templates.Lookup(req.ProjectID, req.Template)
 	if err != nil {
 		return Record{}, err
 	}

@@ -358,7 +358,7 @@ func (s *Service) restoreCopy(ctx context.Context, rec Record, snap Snapshot, di
 // snapshotRootfs is the root filesystem a copy of snap runs on.
 func (s *Service) snapshotRootfs(snap Snapshot) (string, error) {
 	if snap.Rootfs == "" {
-		tpl, err := s.cfg.Templates.Get(snap.Template)
+		tpl, err := s.cfg.Templates.Lookup(snap.ProjectID, snap.Template)
 		if err != nil {
 			return "", fmt.Errorf("template of snapshot %s: %w", snap.ID, err)
 		}

@@ -30,7 +30,11 @@ func needRealBuild(t *testing.T) {
 	if _, err := NewRegistry(t.TempDir()).debootstrapPath(); err != nil {
 		t.Skip(err)
 	}
-	release := DefaultMirror + "/dists/" + builtins["base"].Suite + "/Release"
+	mirror, err := HostMirror()
+	if err != nil {
+		t.Skipf("no Debian mirror in the host's apt sources: %v", err)
+	}
+	release := mirror + "/dists/" + builtins["base"].Suite + "/Release"
 	client := http.Client{Timeout: 10 * time.Second}
 	resp, err := client.Head(release)
 	if err != nil {

@@ -78,7 +78,9 @@ func (r *Registry) build(ctx context.Context, name string, progress io.Writer, i
 
 	mirror := r.Mirror
 	if mirror == "" {
-		mirror = DefaultMirror
+		if mirror, err = HostMirror(); err != nil {
+			return Template{}, fmt.Errorf("build template %q: %w", name, err)
+		}
 	}
 	rep.printf("building %s (%s, debootstrap --variant=%s) from %s", name, rec.Suite, rec.Variant, mirror)
 	if err := runDebootstrap(ctx, deb, rec, rootfs, mirror, lock.f, rep); err != nil {

@@ -36,3 +36,14 @@ func (r *Registry) PruneLayers(unusedFor time.Duration) (removed int, busy bool,
 func (r *Registry) Migrate() (migrated []string, err error) {
 	return nil, fmt.Errorf("migrate templates: template builds need Linux: %w", errdefs.ErrUnavailable)
 }
+
+// Remove removes a project's template; template builds need Linux.
+func (r *Registry) Remove(ctx context.Context, name string) error {
+	return fmt.Errorf("remove template %q: template builds need Linux: %w", name, errdefs.ErrUnavailable)
+}
+
+// MigrateCustom gives a project the templates of no project; template
+// builds, and so versions, need Linux.
+func (r *Registry) MigrateCustom(project string) (migrated []string, err error) {
+	return nil, fmt.Errorf("migrate custom templates: template builds need Linux: %w", errdefs.ErrUnavailable)
+}

@@ -263,30 +263,30 @@ func dockerBuildLeaks(dir string) []string {
 	var out []string
 	for _, pattern := range []string{
 		filepath.Join(dir, ".build-*"), filepath.Join(dir, ".old-*"), filepath.Join(dir, ".link-*"), filepath.Join(dir, ".layers", ".tmp-*"),
-		"/run/netns/lizard-lzb*", "/sys/fs/cgroup/*" + buildCgroup, "/sys/fs/cgroup" + buildCgroup, buildRunscRt,
-		"/sys/class/net/" + buildBridge, "/sys/class/net/lzv*",
+		"/run/netns/lizard-lzb*", "/sys/fs/cgroup/*" + buildCgroup, "/sys/fs/cgroup" + buildCgroup, buildRunscRoot(DefaultBuildBridge),
+		"/sys/class/net/" + DefaultBuildBridge, "/sys/class/net/lzv*",
 	} {
 		ms, _ := filepath.Glob(pattern)
 		for _, m := range ms {
 			if strings.HasPrefix(m, "/sys/class/net/lzv") {
 				// Sandboxes of a running server have veths too: only the
 				// build bridge's ports are ours.
-				if l, err := os.Readlink(filepath.Join(m, "master")); err != nil || filepath.Base(l) != buildBridge {
+				if l, err := os.Readlink(filepath.Join(m, "master")); err != nil || filepath.Base(l) != DefaultBuildBridge {
 					continue
 				}
 			}
 			out = append(out, m)
 		}
 	}
-	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil && bytes.Contains(b, []byte(buildRunscRt)) {
-		out = append(out, "mount under "+buildRunscRt)
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil && bytes.Contains(b, []byte(buildRunscRoot(DefaultBuildBridge))) {
+		out = append(out, "mount under "+buildRunscRoot(DefaultBuildBridge))
 	}
-	if b, err := exec.Command("nft", "list", "tables").Output(); err == nil && bytes.Contains(b, []byte("lizard_"+buildBridge)) {
-		out = append(out, "nftables table lizard_"+buildBridge)
+	if b, err := exec.Command("nft", "list", "tables").Output(); err == nil && bytes.Contains(b, []byte("lizard_"+DefaultBuildBridge)) {
+		out = append(out, "nftables table lizard_"+DefaultBuildBridge)
 	}
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
-		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && bytes.Contains(b, []byte(buildRunscRt)) {
+		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && bytes.Contains(b, []byte(buildRunscRoot(DefaultBuildBridge))) {
 			out = append(out, "process "+e.Name())
 		}
 	}

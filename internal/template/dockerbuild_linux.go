@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -32,17 +33,33 @@ import (
 )
 
 // The build network: RUN steps reach the Debian mirror (apt-get) through a
-// bridge and NAT of their own, never the host's network namespace. It exists
-// only while a build runs RUN steps; builds on one host take turns on it
-// (buildNetLockPath), so one build's teardown never pulls it from under another.
+// bridge and NAT of their own, never the host's network namespace, behind
+// the sandboxes' firewall (internal/network): no host service, no
+// 169.254.0.0/16, nothing on the bridge. It exists only while a build runs
+// RUN steps; builds on one bridge take turns on it (its lock in
+// buildStateDir), so one build's teardown never pulls it from under
+// another. Servers on one host use bridges and subnets of their own
+// (DockerfileOptions.BuildBridge, BuildSubnet), and each bridge has its own
+// lock and runsc state directory.
 const (
-	buildBridge      = "lizardbuild0"
-	buildNetLockPath = "/run/lizard/build-network.lock"
-	buildRunscRt     = "/run/lizard/runsc-build"
-	buildCgroup      = "/lizard-build"
+	DefaultBuildBridge = "lizardbuild0"
+	buildStateDir      = "/run/lizard"
+	buildCgroup        = "/lizard-build"
 )
 
-var buildSubnet = netip.MustParsePrefix("10.247.0.0/16")
+// DefaultBuildSubnet is the build network's subnet unless
+// DockerfileOptions.BuildSubnet says otherwise.
+var DefaultBuildSubnet = netip.MustParsePrefix("10.247.0.0/16")
+
+// buildNetLockPath is the lock builds on bridge take turns with.
+func buildNetLockPath(bridge string) string {
+	return filepath.Join(buildStateDir, "build-network-"+bridge+".lock")
+}
+
+// buildRunscRoot is runsc's state directory for the RUN steps on bridge.
+func buildRunscRoot(bridge string) string {
+	return filepath.Join(buildStateDir, "runsc-build-"+bridge)
+}
 
 // buildCaps are the capabilities of RUN steps: Docker's default set, as in
 // sandboxes; gVisor stands between them and the host kernel.
@@ -70,6 +87,7 @@ type dbuild struct {
 
 	netm    *network.Manager
 	netLock *os.File
+	runscRt string // buildRunscRoot of the build's bridge
 
 	// What FROM named, once parsed: a template, or a pulled image.
 	base  Template
@@ -106,6 +124,15 @@ func (r *Registry) buildDockerfile(ctx context.Context, name string, opts Docker
 	if opts.DockerfileName == "" {
 		opts.DockerfileName = "Dockerfile"
 	}
+	if opts.BuildBridge == "" {
+		opts.BuildBridge = DefaultBuildBridge
+	}
+	if !opts.BuildSubnet.IsValid() {
+		opts.BuildSubnet = DefaultBuildSubnet
+	}
+	if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		return Template{}, err
+	}
 	ctxDir, err := filepath.Abs(opts.Context)
 	if err != nil {
 		return Template{}, err
@@ -114,7 +141,8 @@ func (r *Registry) buildDockerfile(ctx context.Context, name string, opts Docker
 		return Template{}, fmt.Errorf("build context %s is not a directory: %w", opts.Context, errdefs.ErrInvalid)
 	}
 	opts.Context = ctxDir
-	b := &dbuild{r: r, name: name, opts: opts, out: newDProgress(progress, name), layers: filepath.Join(r.dir, ".layers")}
+	b := &dbuild{r: r, name: name, opts: opts, out: newDProgress(progress, name), layers: filepath.Join(r.dir, ".layers"),
+		runscRt: buildRunscRoot(opts.BuildBridge)}
 	defer b.closeNetwork()
 
 	// The layer cache is in use from the parse on: FROM an image pulls
@@ -219,23 +247,33 @@ func (r *Registry) buildDockerfile(ctx context.Context, name string, opts Docker
 	return b.install(ctx, plan, base, cur, key)
 }
 
+// log is where the build logs what clients are not told.
+func (b *dbuild) log() *slog.Logger {
+	if b.opts.Logger != nil {
+		return b.opts.Logger
+	}
+	return slog.Default()
+}
+
 // resolveBase finds what FROM names: a template (a built-in one that is
 // not built yet is built first) or an image, which is pulled.
 func (b *dbuild) resolveBase(ctx context.Context) baseResolver {
 	return func(from string, line int) (baseInfo, error) {
-		t, err := b.r.Get(from)
+		t, err := b.r.getFrom(from)
 		if errors.Is(err, errdefs.ErrNotFound) {
-			switch _, builtin := builtins[Resolve(from)]; {
+			switch builtin := IsBuiltin(from); {
 			case builtin:
 				b.out.printf("FROM %s: building the built-in template first", from)
-				t, err = b.r.EnsureBuilt(ctx, from, b.out.w)
+				t, err = b.r.top().EnsureBuilt(ctx, from, b.out.w)
 			case looksLikeImage(from):
 				return b.pull(ctx, from, line)
 			default:
-				names := []string{}
+				names := b.r.top().Builtins()
 				if ts, err := b.r.List(); err == nil {
 					for _, t := range ts {
-						names = append(names, t.Name)
+						if !IsBuiltin(t.Name) {
+							names = append(names, t.Name)
+						}
 					}
 				}
 				return baseInfo{}, errdefs.WithCode(CodeNotFound, fmt.Errorf("%s:%d: FROM %s: no such lizard template (templates: %s; an image needs its tag or registry, e.g. %s:latest): %w",
@@ -251,6 +289,15 @@ func (b *dbuild) resolveBase(ctx context.Context) baseResolver {
 			Env: t.Env, Workdir: t.Workdir, User: t.User, Entrypoint: t.Entrypoint, Cmd: inheritedCmd(t), Ready: t.ReadyCommand,
 		}, nil
 	}
+}
+
+// getFrom returns the template a Dockerfile's FROM names: a built-in one,
+// or one of r's own (its project's).
+func (r *Registry) getFrom(name string) (Template, error) {
+	if IsBuiltin(name) {
+		return r.top().Get(name)
+	}
+	return r.Get(name)
 }
 
 // inheritedCmd is the CMD a Dockerfile FROM t starts with: t's, or its
@@ -294,7 +341,7 @@ func (b *dbuild) makeLayer(ctx context.Context, from, parentKey, key string, st 
 	} else {
 		// A real copy (not hard links): RUN writes into it in place.
 		cp := exec.CommandContext(ctx, "cp", "-a", "--reflink=auto", from, rootfs)
-		if out, err := cp.CombinedOutput(); err != nil {
+		if out, err := b.combinedOutput(cp); err != nil {
 			return "", fmt.Errorf("copy the previous layer: %v: %s", err, strings.TrimSpace(string(out)))
 		}
 	}
@@ -367,7 +414,7 @@ func (b *dbuild) install(ctx context.Context, plan *dfPlan, base Template, layer
 	}
 	rootfs := filepath.Join(tmp, rootfsDir)
 	cp := exec.CommandContext(ctx, "cp", "-a", "--link", layer, rootfs)
-	if out, err := cp.CombinedOutput(); err != nil {
+	if out, err := b.combinedOutput(cp); err != nil {
 		return Template{}, fmt.Errorf("copy the last layer: %v: %s", err, strings.TrimSpace(string(out)))
 	}
 	if plan.Workdir != "" {
@@ -424,7 +471,7 @@ func (b *dbuild) install(ctx context.Context, plan *dfPlan, base Template, layer
 // beforeSwitch reads the new version vdir of the template and lets
 // opts.BeforeSwitch see it before the name is switched to it.
 func (b *dbuild) beforeSwitch(ctx context.Context, vdir string) (Template, error) {
-	t, err := readTemplate(b.name, vdir)
+	t, err := b.r.read(b.name, vdir)
 	if err != nil {
 		return Template{}, err
 	}
@@ -445,19 +492,20 @@ func (b *dbuild) network(ctx context.Context) (*network.Manager, error) {
 	if b.netm != nil {
 		return b.netm, nil
 	}
-	if err := os.MkdirAll(filepath.Dir(buildNetLockPath), 0o755); err != nil {
+	if err := os.MkdirAll(buildStateDir, 0o755); err != nil {
 		return nil, err
 	}
-	f, err := flock(ctx, buildNetLockPath, syscall.LOCK_EX, func() {
+	f, err := flock(ctx, buildNetLockPath(b.opts.BuildBridge), syscall.LOCK_EX, func() {
 		b.out.printf("waiting for another build's RUN steps to finish (builds take turns on the build network)")
 	})
 	if err != nil {
 		return nil, err
 	}
-	m, err := network.New(network.Config{Bridge: buildBridge, Subnet: buildSubnet, DNSUpstream: b.opts.DNSUpstream})
+	m, err := network.New(network.Config{Bridge: b.opts.BuildBridge, Subnet: b.opts.BuildSubnet, DNSUpstream: b.opts.DNSUpstream,
+		Deny: b.opts.BuildDeny, Logger: b.opts.Logger})
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("build network: %w", err)
+		return nil, fmt.Errorf("build network (bridge %s, subnet %s; see --build-bridge, --build-subnet): %w", b.opts.BuildBridge, b.opts.BuildSubnet, err)
 	}
 	b.netm, b.netLock = m, f
 	return m, nil
@@ -474,9 +522,9 @@ func (b *dbuild) closeNetwork() {
 		}
 		b.netm = nil
 		// runsc bind-mounts a "null-netns" into its state directory.
-		syscall.Unmount(filepath.Join(buildRunscRt, "null-netns"), syscall.MNT_DETACH|umountNoFollow)
-		if err := os.RemoveAll(buildRunscRt); err != nil {
-			b.out.printf("warning: removing %s: %v", buildRunscRt, err)
+		syscall.Unmount(filepath.Join(b.runscRt, "null-netns"), syscall.MNT_DETACH|umountNoFollow)
+		if err := os.RemoveAll(b.runscRt); err != nil {
+			b.out.printf("warning: removing %s: %v", b.runscRt, err)
 		}
 		ms, _ := filepath.Glob("/sys/fs/cgroup/*" + buildCgroup)
 		ms = append(ms, "/sys/fs/cgroup"+buildCgroup)
@@ -613,10 +661,24 @@ func (b *dbuild) run(ctx context.Context, rootfs string, st dfStep) (err error) 
 	return fmt.Errorf("%s: %w", msg, errdefs.ErrInvalid)
 }
 
+// combinedOutput runs cmd with opts.RunCommand, like cmd.CombinedOutput:
+// in a server that is a child subreaper, a command not run through its
+// reaper could have its exit status reaped from under it ("waitid: no child
+// processes").
+func (b *dbuild) combinedOutput(cmd *exec.Cmd) ([]byte, error) {
+	if b.opts.RunCommand == nil {
+		return cmd.CombinedOutput()
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := b.opts.RunCommand(cmd)
+	return out.Bytes(), err
+}
+
 // runsc runs one runsc command against the build's runsc state directory.
 // stdio, when given, is its stdout and stderr (and so the container's).
 func (b *dbuild) runsc(ctx context.Context, stdio *os.File, stdout *bytes.Buffer, args ...string) error {
-	full := append([]string{"--root", buildRunscRt, "--platform", "systrap", "--overlay2=none"}, args...)
+	full := append([]string{"--root", b.runscRt, "--platform", "systrap", "--overlay2=none"}, args...)
 	cmd := exec.CommandContext(ctx, b.opts.Runsc, full...)
 	// runsc dies with the build rather than outlive it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -649,7 +711,7 @@ func (b *dbuild) cleanupRun(id, work string) error {
 	if err := b.runsc(context.Background(), nil, nil, "delete", "--force", id); err != nil && !strings.Contains(err.Error(), "does not exist") {
 		errs = append(errs, fmt.Errorf("runsc delete: %w", err))
 	}
-	if _, err := stray.Kill("runsc", buildRunscRt, id); err != nil {
+	if _, err := stray.Kill("runsc", b.runscRt, id); err != nil {
 		errs = append(errs, err)
 	}
 	for _, pattern := range []string{"/sys/fs/cgroup/*" + buildCgroup + "/" + id, "/sys/fs/cgroup" + buildCgroup + "/" + id} {

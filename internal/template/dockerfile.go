@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path"
@@ -51,6 +53,18 @@ type DockerfileOptions struct {
 	// DNSUpstream is where the build network's resolver forwards ("" means
 	// the host's first nameserver).
 	DNSUpstream string
+	// BuildBridge and BuildSubnet are the build network's bridge and
+	// subnet (zero: DefaultBuildBridge, DefaultBuildSubnet); BuildDeny are
+	// more destinations RUN steps never reach (the sandboxes' subnet).
+	BuildBridge string
+	BuildSubnet netip.Prefix
+	BuildDeny   []netip.Prefix
+	// Pull says which registries FROM may pull images from and with what
+	// credentials; nil: public addresses only, anonymously.
+	Pull *PullPolicy
+	// Logger gets what clients are not told: why a pull failed. nil:
+	// slog.Default().
+	Logger *slog.Logger
 	// RunCommand runs one runsc command to its end; nil means cmd.Run. A
 	// process that is a child subreaper (lizard serve) passes its reaper's
 	// Run so that the runsc processes it adopts are reaped without stealing

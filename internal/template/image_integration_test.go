@@ -28,12 +28,19 @@ func TestDockerfileFromImage(t *testing.T) {
 	ref := host + "/lizard/busybox:1"
 	digest := ocitest.PushBusybox(t, ref)
 
+	// The registry is on the loopback address: pulls need the operator's
+	// leave.
+	allowed, err := NewPullPolicy([]string{host}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := allowed
 	build := func(df string) (Template, string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		var out bytes.Buffer
 		tpl, err := r.BuildDockerfile(ctx, "fromimage", DockerfileOptions{
-			Dockerfile: []byte(df), DockerfileName: "Dockerfile", Context: t.TempDir(), Runsc: runsc,
+			Dockerfile: []byte(df), DockerfileName: "Dockerfile", Context: t.TempDir(), Runsc: runsc, Pull: policy,
 		}, &out)
 		t.Logf("build output:\n%s", out.String())
 		return tpl, out.String(), err
@@ -79,15 +86,22 @@ func TestDockerfileFromImage(t *testing.T) {
 	}
 
 	for _, c := range []struct {
-		from string
-		want error
+		from   string
+		policy *PullPolicy
+		want   error
+		code   string
 	}{
-		{host + "/lizard/none:1", errdefs.ErrNotFound},
-		{"127.0.0.1:9/lizard/busybox:1", errdefs.ErrInvalid}, // nothing listens
-		{"Not_A..Reference:", errdefs.ErrInvalid},
+		{host + "/lizard/none:1", allowed, errdefs.ErrInvalid, CodeImagePullFailed},
+		{ref, nil, errdefs.ErrPermission, CodeRegistryRefused},                                // not allowed
+		{"127.0.0.1:9/lizard/busybox:1", allowed, errdefs.ErrPermission, CodeRegistryRefused}, // another port
+		{"localhost:9/lizard/busybox:1", nil, errdefs.ErrPermission, CodeRegistryRefused},
+		{"169.254.169.254/lizard/busybox:1", nil, errdefs.ErrPermission, CodeRegistryRefused},
+		{"Not_A..Reference:", allowed, errdefs.ErrInvalid, ""},
 	} {
-		if _, _, err := build("FROM " + c.from + "\n"); !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.from) {
-			t.Errorf("FROM %s: %v, want %v naming it", c.from, err, c.want)
+		policy = c.policy
+		_, _, err := build("FROM " + c.from + "\n")
+		if !errors.Is(err, c.want) || errdefs.Code(err) != c.code || !strings.Contains(err.Error(), c.from) {
+			t.Errorf("FROM %s: %v (code %q), want %v, code %q, naming it", c.from, err, errdefs.Code(err), c.want, c.code)
 		}
 	}
 	if l := dockerBuildLeaks(r.Dir()); len(l) > 0 {

@@ -11,18 +11,17 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 
-	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
 )
 
-// FROM an OCI image: the host pulls it (go-containerregistry; credentials
-// from the Docker config, as docker and crane use them), flattens its
+// FROM an OCI image: the host pulls it (go-containerregistry, through the
+// build's PullPolicy: registries at private addresses are refused unless
+// allowed, credentials only from the operator's file), flattens its
 // layers into one rootfs — a layer of the cache keyed by the image's
 // digest, so the next build does not pull it again — and the build goes on
 // from there with the image's configuration (ENV, WORKDIR, USER,
@@ -37,30 +36,49 @@ type pulledImage struct {
 }
 
 // pull pulls image ref into the layer cache and returns its configuration.
+// Its errors name the image and a stable reason, nothing more: the cause
+// (which could tell whether something listens at an address) is logged.
 func (b *dbuild) pull(ctx context.Context, ref string, line int) (baseInfo, error) {
-	fail := func(format string, args ...any) (baseInfo, error) {
-		return baseInfo{}, fmt.Errorf("%s:%d: FROM %s: "+format, append([]any{b.opts.DockerfileName, line, ref}, args...)...)
-	}
+	where := fmt.Sprintf("%s:%d: FROM %s", b.opts.DockerfileName, line, ref)
 	r, err := name.ParseReference(ref)
 	if err != nil {
-		return fail("not a template name or an image reference: %v: %w", err, errdefs.ErrInvalid)
+		return baseInfo{}, fmt.Errorf("%s: not a template name or an image reference: %w", where, errdefs.ErrInvalid)
 	}
-	b.out.printf("FROM %s: looking the image up at %s", ref, r.Context().RegistryStr())
-	img, err := remote.Image(r, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain),
+	registry := r.Context().RegistryStr()
+	failed := func(err error) (baseInfo, error) {
+		if ctx.Err() != nil {
+			return baseInfo{}, ctx.Err()
+		}
+		b.log().Warn("image pull failed", "template", b.name, "image", ref, "registry", registry, "err", err)
+		if errors.Is(err, errRefused) {
+			return baseInfo{}, errdefs.WithCode(CodeRegistryRefused, fmt.Errorf(
+				"%s: registry %s is refused: pulls may not reach loopback, link-local or private addresses unless the operator allows the registry (--registry-allow): %w",
+				where, registry, errdefs.ErrPermission))
+		}
+		return baseInfo{}, errdefs.WithCode(CodeImagePullFailed, fmt.Errorf(
+			"%s: cannot pull the image from %s: it does not exist, needs credentials this server does not have, or the registry cannot be reached: %w",
+			where, registry, errdefs.ErrInvalid))
+	}
+	if err := b.opts.Pull.checkRegistry(ctx, registry); err != nil {
+		return failed(err)
+	}
+	b.out.printf("FROM %s: looking the image up at %s", ref, registry)
+	img, err := remote.Image(r, remote.WithContext(ctx), remote.WithAuthFromKeychain(b.opts.Pull),
+		remote.WithTransport(b.opts.Pull.transport()),
 		remote.WithPlatform(v1.Platform{OS: "linux", Architecture: goruntime.GOARCH}))
 	if err != nil {
-		return fail("cannot pull the image: %v: %w", err, pullClass(err))
+		return failed(err)
 	}
 	digest, err := img.Digest()
 	if err != nil {
-		return fail("image digest: %v: %w", err, pullClass(err))
+		return failed(err)
 	}
 	cfg, err := img.ConfigFile()
 	if err != nil {
-		return fail("image configuration: %v: %w", err, pullClass(err))
+		return failed(err)
 	}
 	if cfg.OS != "" && cfg.OS != "linux" {
-		return fail("the image is for %s, not linux: %w", cfg.OS, errdefs.ErrInvalid)
+		return baseInfo{}, fmt.Errorf("%s: the image is for %s, not linux: %w", where, cfg.OS, errdefs.ErrInvalid)
 	}
 	key := fromKey("image "+r.Context().Name(), digest.String(), "")
 	rootfs, ok := b.cached(key)
@@ -75,42 +93,27 @@ func (b *dbuild) pull(ctx context.Context, ref string, line int) (baseInfo, erro
 			}
 		}
 		b.out.printf("FROM %s: %s, %d layers, %s to fetch", ref, digest, len(layers), fmtBytes(size))
+		var pullErr error
 		rootfs, err = b.makeLayer(ctx, "", "", key, dfStep{Text: "FROM " + ref}, func(rootfs string) error {
 			rc := mutate.Extract(img)
 			defer rc.Close()
 			if err := untar(rc, rootfs); err != nil {
-				return fmt.Errorf("unpack the image: %w", pullClass(err))
+				pullErr = err
+				return err
 			}
 			return prepareImageRootfs(rootfs)
 		})
+		if pullErr != nil {
+			return failed(pullErr)
+		}
 		if err != nil {
-			return fail("%w", err)
+			return baseInfo{}, fmt.Errorf("%s: %w", where, err)
 		}
 	}
 	b.image = &pulledImage{ref: ref, digest: digest.String(), rootfs: rootfs}
 	c := cfg.Config
 	return baseInfo{Key: key, Env: c.Env, Workdir: c.WorkingDir, User: c.User, Entrypoint: c.Entrypoint, Cmd: c.Cmd,
 		Ready: imageHealthcheck(c.Healthcheck)}, nil
-}
-
-// pullClass is the error class of a failed pull: what the registry says
-// is missing is not found, what it refuses is a permission error, and
-// anything else (an unreachable registry, a broken image) is the
-// Dockerfile's: it names an image this host cannot use.
-func pullClass(err error) error {
-	var terr *transport.Error
-	if errors.As(err, &terr) {
-		switch terr.StatusCode {
-		case 404:
-			return errdefs.ErrNotFound
-		case 401, 403:
-			return errdefs.ErrPermission
-		}
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	return errdefs.ErrInvalid
 }
 
 // imageHealthcheck is the ready command of an image's HEALTHCHECK.

@@ -9,16 +9,16 @@ import (
 	"time"
 )
 
-const aptTranscript = `Hit:1 http://deb.debian.org/debian bookworm InRelease
+const aptTranscript = `Hit:1 http://mirror.example/debian bookworm InRelease
 Reading package lists...
 Building dependency tree...
 The following NEW packages will be installed:
   libnode108 nodejs
 0 upgraded, 3 newly installed, 0 to remove and 0 not upgraded.
 Need to get 12.0 MB of archives.
-Get:1 http://deb.debian.org/debian bookworm/main amd64 libuv1 amd64 1.44.2-1 [140 kB]
-Get:2 http://deb.debian.org/debian bookworm/main amd64 libnode108 amd64 18.20.4+dfsg-1~deb12u1 [11 MB]
-Get:3 http://deb.debian.org/debian bookworm/main amd64 nodejs amd64 18.20.4+dfsg-1~deb12u1 [300 kB]
+Get:1 http://mirror.example/debian bookworm/main amd64 libuv1 amd64 1.44.2-1 [140 kB]
+Get:2 http://mirror.example/debian bookworm/main amd64 libnode108 amd64 18.20.4+dfsg-1~deb12u1 [11 MB]
+Get:3 http://mirror.example/debian bookworm/main amd64 nodejs amd64 18.20.4+dfsg-1~deb12u1 [300 kB]
 Unpacking libuv1:amd64 (1.44.2-1) ...
 Unpacking libnode108:amd64 (18.20.4+dfsg-1~deb12u1) ...
 Setting up libuv1:amd64 (1.44.2-1) ...

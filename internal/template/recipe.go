@@ -66,7 +66,7 @@ func debian(install []string, extra []postStep, check ...[]string) recipe {
 		postStep{"cleaning apt caches", cleanApt},
 	)
 	return recipe{
-		Suite:    "bookworm",
+		Suite:    recipeSuite,
 		Variant:  "minbase",
 		Packages: basePackages,
 		Install:  install,
@@ -81,6 +81,9 @@ func debian(install []string, extra []postStep, check ...[]string) recipe {
 
 // builtins is the table of templates Build can make. Add an entry to add a
 // template.
+// recipeSuite is the Debian release of the built-in templates.
+const recipeSuite = "bookworm"
+
 var builtins = map[string]recipe{
 	"base": debian(nil, nil),
 	"python": debian(

@@ -55,10 +55,6 @@ import (
 	"github.com/lizard-build/lizard/internal/errdefs"
 )
 
-// DefaultMirror is the Debian mirror built-in templates are bootstrapped from
-// unless Registry.Mirror says otherwise.
-const DefaultMirror = "http://deb.debian.org/debian"
-
 // CodeNotFound is the API code of errors about templates that do not exist.
 const CodeNotFound = "template_not_found"
 
@@ -70,6 +66,9 @@ const (
 // Template is one built template.
 type Template struct {
 	Name string `json:"name"`
+	// Project is the project the template belongs to; "" for the
+	// built-in templates, which every project sees.
+	Project string `json:"project,omitempty"`
 	// Version identifies the build, e.g. "bookworm-20260101T120000Z".
 	Version string `json:"version"`
 	// Rootfs is the root filesystem directory of the version read: an
@@ -105,6 +104,15 @@ type Template struct {
 	ReadyCommand []string `json:"readyCommand,omitempty"`
 }
 
+// Key names the template among every project's: its name for a built-in
+// one, "<project>~<name>" for a project's own.
+func (t Template) Key() string {
+	if t.Project == "" {
+		return t.Name
+	}
+	return t.Project + "~" + t.Name
+}
+
 // metadata is the on-disk form of template.json. The rootfs path is not
 // stored: it follows from where the directory is, so a registry directory
 // can be moved.
@@ -138,11 +146,17 @@ type metadata struct {
 type Registry struct {
 	dir string
 
-	// Mirror is the Debian mirror used by Build; "" means DefaultMirror.
+	// Mirror is the Debian mirror used by Build; "" means the host's (see
+	// HostMirror).
 	Mirror string
 	// Debootstrap is the debootstrap program; "" means "debootstrap" from
 	// PATH, falling back to /usr/sbin/debootstrap.
 	Debootstrap string
+
+	// Of a project's registry (see Project): the top registry, holding
+	// the built-in templates, and the project.
+	parent  *Registry
+	project string
 }
 
 // NewRegistry returns the registry kept in dir (e.g.
@@ -183,7 +197,17 @@ func (r *Registry) Get(name string) (Template, error) {
 	if !validName(name) {
 		return Template{}, notFound(name, "")
 	}
-	return readTemplate(name, filepath.Join(r.dir, name))
+	return r.read(name, filepath.Join(r.dir, name))
+}
+
+// read is readTemplate for a template of r's project.
+func (r *Registry) read(name, dir string) (Template, error) {
+	t, err := readTemplate(name, dir)
+	if err != nil {
+		return Template{}, err
+	}
+	t.Project = r.project
+	return t, nil
 }
 
 // readTemplate reads template name from dir: <dir>/<name> (a link to a

@@ -29,6 +29,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/runtime/gvisor"
+	"github.com/lizard-build/lizard/internal/template"
 )
 
 // server is one running lizard serve.
@@ -36,16 +37,19 @@ type server struct {
 	t       *testing.T
 	bin     string
 	dataDir string
-	db      string // --database: a PostgreSQL URL, or "" for SQLite (database_test.go)
-	url     string
-	proxy   string        // host:port of the preview proxy
-	exited  chan struct{} // closed when the server process has exited
-	extra   []string
-	key     string
-	cmd     *exec.Cmd
-	node    *testNode // the network namespace it runs in; nil: the host's
-	logMu   sync.Mutex
-	log     bytes.Buffer
+	// templateDir is the server's own template directory: links to the
+	// built-in templates of templateDir(), and what the test builds.
+	templateDir string
+	db          string // --database: a PostgreSQL URL, or "" for SQLite (database_test.go)
+	url         string
+	proxy       string        // host:port of the preview proxy
+	exited      chan struct{} // closed when the server process has exited
+	extra       []string
+	key         string
+	cmd         *exec.Cmd
+	node        *testNode // the network namespace it runs in; nil: the host's
+	logMu       sync.Mutex
+	log         bytes.Buffer
 }
 
 var (
@@ -112,6 +116,36 @@ func removeLeftoverTemplates() {
 	}
 }
 
+// templateDirs maps a data dir to its server's template dir, so that a
+// server restarted over a data dir finds its templates again.
+var templateDirs sync.Map
+
+// serverTemplateDir returns the template directory of the server on
+// dataDir: a directory of the test's holding links to the built-in
+// templates of the shared cache (templateDir()), which its server only
+// reads, so that what a test builds, migrates or prunes stays its own and
+// goes with it.
+func serverTemplateDir(t *testing.T, dataDir string) string {
+	if d, ok := templateDirs.Load(dataDir); ok {
+		return d.(string)
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range template.NewRegistry(templateDir()).Builtins() {
+		shared := filepath.Join(templateDir(), name)
+		if _, err := os.Stat(shared); err != nil {
+			continue // not built
+		}
+		if err := os.Symlink(shared, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	templateDirs.Store(dataDir, dir)
+	return dir
+}
+
 // startServer starts lizard serve on a fresh data dir (or dataDir when set,
 // to restart over existing state) and waits until it answers.
 func startServer(t *testing.T, dataDir string, extraArgs ...string) *server {
@@ -129,7 +163,7 @@ func startServerOn(t *testing.T, node *testNode, dataDir string, extraArgs ...st
 	if dataDir == "" {
 		dataDir = t.TempDir()
 	}
-	s := &server{t: t, bin: bin, dataDir: dataDir, db: databaseFor(t, dataDir), key: "lz_e2e_test_key_0123456789abcdef", extra: extraArgs, node: node}
+	s := &server{t: t, bin: bin, dataDir: dataDir, templateDir: serverTemplateDir(t, dataDir), db: databaseFor(t, dataDir), key: "lz_e2e_test_key_0123456789abcdef", extra: extraArgs, node: node}
 	s.start()
 	t.Cleanup(func() {
 		s.stop()
@@ -169,7 +203,7 @@ func (s *server) launch() error {
 		addr, proxyAddr = s.node.addr.String()+":8080", s.node.addr.String()+":8081"
 	}
 	s.url, s.proxy = "http://"+addr, proxyAddr
-	args := append([]string{"serve", "--listen", addr, "--proxy-listen", proxyAddr, "--template-dir", templateDir(),
+	args := append([]string{"serve", "--listen", addr, "--proxy-listen", proxyAddr, "--template-dir", s.templateDir,
 		"--bridge", "lizarde0", "--subnet", "10.252.0.0/16", "--log-level", "debug"}, s.stateArgs()...)
 	if r := os.Getenv("LIZARD_RUNSC"); r != "" {
 		args = append(args, "--runsc", r)

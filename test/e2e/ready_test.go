@@ -73,7 +73,6 @@ CMD ["sh", "-c", "sleep 2; date +%%s%%N > /tmp/started; exec python3 -m http.ser
 func TestTemplateReadyState(t *testing.T) {
 	s := startServer(t, "")
 	name := fmt.Sprintf("e2e-ready-%d", time.Now().UnixNano()%1e9)
-	t.Cleanup(func() { removeTemplate(name) })
 	s.buildAPI(t, map[string]any{"name": name, "dockerfile": fmt.Sprintf(slowWeb, "first")})
 
 	for range 2 {
@@ -109,7 +108,6 @@ func TestTemplateReadyState(t *testing.T) {
 	// HEALTHCHECK: the port opens at once, the check passes only later; a
 	// sandbox must see what the check waited for.
 	hc := name + "-hc"
-	t.Cleanup(func() { removeTemplate(hc) })
 	s.buildAPI(t, map[string]any{"name": hc, "dockerfile": `FROM python
 HEALTHCHECK CMD test -f /tmp/warm
 CMD ["sh", "-c", "python3 -m http.server 8000 & sleep 1.5; touch /tmp/warm; wait"]
@@ -120,7 +118,6 @@ CMD ["sh", "-c", "python3 -m http.server 8000 & sleep 1.5; touch /tmp/warm; wait
 	// A command that daemonizes (exits 0, its server in the background)
 	// is waited for like one that runs on.
 	daemon := name + "-daemon"
-	t.Cleanup(func() { removeTemplate(daemon) })
 	s.buildAPI(t, map[string]any{"name": daemon, "dockerfile": `FROM python
 CMD ["sh", "-c", "(sleep 1; exec python3 -m http.server --bind 127.0.0.1 8000) > /dev/null 2>&1 &"]
 `})
@@ -147,7 +144,6 @@ CMD ["sh", "-c", "echo about to fail; exit 3"]
 func TestTemplateVersions(t *testing.T) {
 	s := startServer(t, "")
 	name := fmt.Sprintf("e2e-ver-%d", time.Now().UnixNano()%1e9)
-	t.Cleanup(func() { removeTemplate(name) })
 	dockerfile := func(v string) map[string]any {
 		return map[string]any{"name": name, "dockerfile": "FROM base\nRUN echo " + v + " > /version.txt\n"}
 	}
@@ -179,7 +175,7 @@ func TestTemplateVersions(t *testing.T) {
 	}
 
 	versions := func() int {
-		vs, _ := filepath.Glob(filepath.Join(templateDir(), ".v", name+"@*"))
+		vs, _ := filepath.Glob(filepath.Join(s.templateDir, ".projects", "*", ".v", name+"@*"))
 		return len(vs)
 	}
 	if n := versions(); n != 2 {
@@ -235,11 +231,11 @@ func (s *server) waitReadyState(t *testing.T, tpl string) {
 func TestReadyStateCrash(t *testing.T) {
 	s := startServer(t, "")
 	name := fmt.Sprintf("e2e-crash-%d", time.Now().UnixNano()%1e9)
-	t.Cleanup(func() { removeTemplate(name) })
 	df := filepath.Join(t.TempDir(), "Dockerfile")
 	// Slow to get ready, so that the kill lands during the preparation.
 	os.WriteFile(df, []byte("FROM python\nCMD [\"sh\", \"-c\", \"sleep 4; exec python3 -m http.server --bind 127.0.0.1 8000\"]\n"), 0o644)
-	cmd := exec.Command(filepath.Join(s.bin, "lizard"), "template", "build", name, "-f", df, "--template-dir", templateDir())
+	cmd := exec.Command(filepath.Join(s.bin, "lizard"), "template", "build", name, "-f", df, "--template-dir", s.templateDir,
+		"--data-dir", s.dataDir)
 	if r := os.Getenv("LIZARD_RUNSC"); r != "" {
 		cmd.Args = append(cmd.Args, "--runsc", r)
 	}
@@ -247,7 +243,8 @@ func TestReadyStateCrash(t *testing.T) {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	// The server finds the new template within 10 s and starts on it.
-	readyDir := filepath.Join(s.dataDir, "ready", name)
+	// Ready states are kept by project and name.
+	readyDir := filepath.Join(s.dataDir, "ready", "*~"+name)
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		if ents, _ := os.ReadDir(filepath.Join(s.dataDir, "sandboxes")); len(ents) > 0 {
 			break
@@ -268,6 +265,8 @@ func TestReadyStateCrash(t *testing.T) {
 			t.Errorf("half-written image left: %s", v)
 		}
 	}
-	removeTemplate(name)
+	if code, body := s.do("DELETE", "/api/templates/"+name, nil, nil); code != 204 {
+		t.Fatalf("delete the template: %d %s", code, body)
+	}
 	s.waitNoLeaks(t)
 }

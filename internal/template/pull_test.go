@@ -1,0 +1,94 @@
+package template
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+)
+
+func TestRefusedAddr(t *testing.T) {
+	for a, want := range map[string]bool{
+		"127.0.0.1": true, "::1": true, "169.254.169.254": true, "10.1.2.3": true, "172.16.0.1": true,
+		"192.168.1.1": true, "100.64.0.1": true, "0.0.0.0": true, "fd00::1": true, "fe80::1": true,
+		"::ffff:127.0.0.1": true, "224.0.0.1": true,
+		"8.8.8.8": false, "151.101.0.1": false, "2606:4700::1": false,
+	} {
+		if got := refusedAddr(netip.MustParseAddr(a)); got != want {
+			t.Errorf("refusedAddr(%s) = %v, want %v", a, got, want)
+		}
+	}
+}
+
+func TestCheckRegistry(t *testing.T) {
+	p, err := NewPullPolicy([]string{"127.0.0.1:5000", "registry.internal"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for reg, refused := range map[string]bool{
+		"127.0.0.1:5000":         false, // allowed
+		"127.0.0.1:5001":         true,  // another port
+		"localhost:5000":         true,  // resolves to loopback
+		"169.254.169.254":        true,
+		"[::1]:5000":             true,
+		"registry.internal":      false, // allowed at any port
+		"registry.internal:8443": false,
+		"8.8.8.8":                false,
+	} {
+		err := p.checkRegistry(ctx, reg)
+		if got := errors.Is(err, errRefused); got != refused {
+			t.Errorf("checkRegistry(%s) = %v, want refused %v", reg, err, refused)
+		}
+	}
+	var nilPolicy *PullPolicy
+	if err := nilPolicy.checkRegistry(ctx, "127.0.0.1:5000"); !errors.Is(err, errRefused) {
+		t.Errorf("no policy: %v", err)
+	}
+	for _, bad := range []string{"", "a/b", "host:port", "user@host"} {
+		if _, err := NewPullPolicy([]string{bad}, ""); err == nil {
+			t.Errorf("--registry-allow %q accepted", bad)
+		}
+	}
+}
+
+func TestPullPolicyAuth(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "config.json")
+	os.WriteFile(file, []byte(`{"auths": {"https://index.docker.io/v1/": {"auth": "dXNlcjpwYXNz"},
+		"registry.example:5000": {"username": "u2", "password": "p2"}}}`), 0o600)
+	p, err := NewPullPolicy(nil, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ref, want := range map[string]authn.AuthConfig{
+		"busybox:1":                 {Username: "user", Password: "pass"},
+		"registry.example:5000/x:1": {Username: "u2", Password: "p2"},
+		"other.example/x:1":         {},
+	} {
+		r, err := name.ParseReference(ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := p.Resolve(r.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := a.Authorization()
+		if err != nil || got.Username != want.Username || got.Password != want.Password {
+			t.Errorf("%s: %+v, %v; want %+v", ref, got, err, want)
+		}
+	}
+	os.WriteFile(file, []byte(`{"credsStore": "desktop"}`), 0o600)
+	if _, err := NewPullPolicy(nil, file); err == nil {
+		t.Error("a credential helper was accepted")
+	}
+	if _, err := NewPullPolicy(nil, filepath.Join(dir, "missing.json")); err == nil {
+		t.Error("a missing file was accepted")
+	}
+}
