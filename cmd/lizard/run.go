@@ -221,7 +221,11 @@ func templates(ctx context.Context, args []string) error {
 		defer st.Close()
 		p, err := st.ProjectByRef(ctx, *project)
 		if err != nil {
-			return nil, fmt.Errorf("--project %s (in %s): %w", *project, *dataDir, err)
+			where := *dataDir
+			if *database != "" {
+				where = "--database"
+			}
+			return nil, fmt.Errorf("--project %s (in %s): %w", *project, where, err)
 		}
 		return reg.Project(p.ID)
 	}
