@@ -8,7 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/store/postgres"
 	"github.com/lizard-build/lizard/internal/store/postgres/pgtest"
 )
@@ -54,6 +57,19 @@ func TestOperatorCLIOnPostgres(t *testing.T) {
 	}
 	if err := Run(ctx, []string{"keys", "create", "--project", "nope", "--database", url}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("unknown project: %v", err)
+	}
+
+	// A database a newer lizard migrated: migrate (and so serve) refuses it.
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `INSERT INTO schema_migrations(version) VALUES($1)`, postgres.SchemaVersion()+1); err != nil {
+		t.Fatal(err)
+	}
+	if err := Run(ctx, []string{"migrate", "--database", url}); !errors.Is(err, store.ErrSchemaNewer) {
+		t.Fatalf("migrate of a newer schema: %v, want ErrSchemaNewer", err)
 	}
 }
 

@@ -112,7 +112,9 @@ func (s *Store) ProjectByRef(ctx context.Context, ref string) (store.Project, er
 	return p, err
 }
 
-// collect reads every row with scan; an empty result is an empty slice.
+// collect reads every row with scan; an empty result is an empty slice. A
+// query that failed reports its error through rows (pgx's idiom), so
+// callers pass Query's rows without checking its error.
 func collect[T any](rows pgx.Rows, scan pgx.RowToFunc[T]) ([]T, error) {
 	out, err := pgx.CollectRows(rows, scan)
 	if err != nil {
