@@ -16,12 +16,14 @@ import (
 )
 
 const usage = `usage:
-  lizard serve [--listen ADDR] [--data-dir DIR] [--template-dir DIR] [--runsc PATH]
+  lizard serve [--listen ADDR] [--data-dir DIR | --database URL] [--template-dir DIR] [--runsc PATH]
         [--build-bridge BR] [--build-subnet CIDR] [--registry-allow HOST[:PORT]]... [--registry-auth FILE]
         [--debian-mirror URL] [--max-build-context BYTES]   (lizard serve -h: all flags)
   lizard migrate [--data-dir DIR | --database URL]
   lizard projects create NAME [--data-dir DIR | --database URL]
   lizard projects ls [--data-dir DIR | --database URL]
+  lizard projects set P [--max-sandboxes N] [--max-vcpus N] [--max-memory-gb N] [--max-volume-gb N] [--max-snapshots N] [--data-dir DIR | --database URL]
+      (N: a number, 0 for no limit, or "default" for the server's default)
   lizard keys create --project P [--data-dir DIR | --database URL]
   lizard keys ls --project P [--data-dir DIR | --database URL]
   lizard keys revoke ID [--data-dir DIR | --database URL]
@@ -88,42 +90,6 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 		pos = append(pos, args[0])
 		args = args[1:]
 	}
-}
-
-func projects(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("projects", flag.ContinueOnError)
-	dataDir := fs.String("data-dir", defaultDataDir, "state directory")
-	database := fs.String("database", "", databaseUsage)
-	pos, err := configure(fs, args)
-	if err != nil {
-		return err
-	}
-	st, err := openStore(ctx, *dataDir, *database)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	switch {
-	case len(pos) == 2 && pos[0] == "create":
-		p, err := st.CreateProject(ctx, pos[1], "")
-		if err != nil {
-			return err
-		}
-		fmt.Printf("project %s created (id %s, slug %s)\n", p.Name, p.ID, p.Slug)
-		return nil
-	case len(pos) == 1 && (pos[0] == "ls" || pos[0] == "list"):
-		ps, err := st.Projects(ctx)
-		if err != nil {
-			return err
-		}
-		tw := newTabWriter(os.Stdout)
-		fmt.Fprintln(tw, "ID\tSLUG\tNAME")
-		for _, p := range ps {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", p.ID, p.Slug, p.Name)
-		}
-		return tw.Flush()
-	}
-	return errors.New(usage)
 }
 
 func keys(ctx context.Context, args []string) error {

@@ -15,10 +15,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/apikey"
+	"github.com/lizard-build/lizard/internal/disk"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/proxy"
@@ -42,6 +46,11 @@ type serveConfig struct {
 	domain, proxyListen, tlsCert, tlsKey       string
 	dnsUpstream                                string
 	maxVolumeGB                                int
+	limits                                     store.Limits
+	nodeVCPUs, nodeMemoryGB                    float64
+	cpuOvercommit, memoryOvercommit            float64
+	logMaxBytes                                int64
+	diskWatermark                              float64
 	metricsListen                              string
 	usageInterval                              time.Duration
 	rateLimit                                  float64
@@ -83,6 +92,17 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs.IntVar(&c.maxSandboxes, "max-sandboxes", sandbox.DefaultMaxSandboxes, "most sandboxes running at once (warm pool copies included)")
 	fs.Float64Var(&c.rateLimit, "rate-limit", defaultRateLimit, "API requests a second allowed per API key on average (0: no limit)")
 	fs.IntVar(&c.rateBurst, "rate-burst", defaultRateBurst, "API requests per API key allowed at once above --rate-limit")
+	fs.IntVar(&c.limits.Sandboxes, "default-max-sandboxes", 50, "per project unless lizard projects set says otherwise: most live sandboxes (paused and warm pool copies included); 0: no limit")
+	fs.IntVar(&c.limits.VCPUs, "default-max-vcpus", 64, "per project: most vCPUs of sandboxes that are not paused; 0: no limit")
+	fs.IntVar(&c.limits.MemoryGB, "default-max-memory-gb", 128, "per project: most memory (GiB) of sandboxes that are not paused; 0: no limit")
+	fs.IntVar(&c.limits.VolumeGB, "default-max-volume-gb", 500, "per project: most GB its volumes' sizes add up to; 0: no limit")
+	fs.IntVar(&c.limits.Snapshots, "default-max-snapshots", 100, "per project: most snapshots; 0: no limit")
+	fs.Float64Var(&c.nodeVCPUs, "node-vcpus", 0, "CPUs of this node that sandboxes share (default: the cores detected)")
+	fs.Float64Var(&c.nodeMemoryGB, "node-memory-gb", 0, "memory (GiB) of this node that sandboxes share (default: the RAM detected)")
+	fs.Float64Var(&c.cpuOvercommit, "cpu-overcommit", 32, "sandboxes may reserve this many times the node's CPUs (a vCPU is a ceiling, not a reservation); 0: no limit")
+	fs.Float64Var(&c.memoryOvercommit, "memory-overcommit", 4, "sandboxes may reserve this many times the node's memory (gVisor takes memory as it is used); 0: no limit")
+	fs.Int64Var(&c.logMaxBytes, "log-max-bytes", sandbox.DefaultLogMaxBytes, "disk each sandbox's log may take; the newest output is kept")
+	fs.Float64Var(&c.diskWatermark, "disk-watermark", 5, "percent of the data directory's disk that must stay free: below it creates, pauses, snapshots, volume creates and uploads answer 507; 0: no check")
 	c.build.register(fs)
 	fs.Int64Var(&c.maxBuildContext, "max-build-context", api.DefaultMaxBuildContext, "largest POST /api/templates request (Dockerfile and build context files) in bytes")
 	return fs
@@ -94,6 +114,9 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 func serve(ctx context.Context, args []string) error {
 	var c serveConfig
 	if _, err := configure(serveFlags(&c), args); err != nil {
+		return err
+	}
+	if err := c.validate(); err != nil {
 		return err
 	}
 	if c.rateLimit < 0 || c.rateBurst < 1 {
@@ -135,6 +158,18 @@ func serve(ctx context.Context, args []string) error {
 	if err := firstStart(ctx, st, os.Stdout); err != nil {
 		return err
 	}
+	// The CLI shows the limits in force from the database.
+	if err := st.SetDefaultLimits(ctx, c.limits); err != nil {
+		return err
+	}
+	limits := func(ctx context.Context, projectID string) (store.Limits, error) {
+		return st.ProjectLimits(ctx, projectID, c.limits)
+	}
+	capacity, err := c.capacity()
+	if err != nil {
+		return err
+	}
+	guard := &disk.Guard{Dir: c.dataDir, MinFree: c.diskWatermark / 100}
 	apiKeys, err := apikey.Open(ctx, apikey.Config{Store: st, Logger: log.With("component", "apikey")})
 	if err != nil {
 		return err
@@ -187,7 +222,11 @@ func serve(ctx context.Context, args []string) error {
 	}
 	vols, err := volume.New(volume.Config{
 		Dir: filepath.Join(c.dataDir, "volumes"), Store: st, MaxSizeGB: c.maxVolumeGB, Run: reap.Run,
-		Logger: log.With("component", "volume"),
+		Logger: log.With("component", "volume"), Disk: guard,
+		MaxProjectGB: func(ctx context.Context, projectID string) (int, error) {
+			l, err := limits(ctx, projectID)
+			return l.VolumeGB, err
+		},
 	})
 	if err != nil {
 		return err
@@ -201,7 +240,8 @@ func serve(ctx context.Context, args []string) error {
 		Runtime: rt, Store: st, Templates: reg, Volumes: vols,
 		SnapshotDir: filepath.Join(c.dataDir, "snapshots"), ReadyDir: filepath.Join(c.dataDir, "ready"),
 		LogDir: filepath.Join(c.dataDir, "logs"), MaxSandboxes: c.maxSandboxes,
-		Logger: log.With("component", "sandbox"), Observer: mets,
+		Logger: log.With("component", "sandbox"), Observer: mets, LogMaxBytes: c.logMaxBytes,
+		Capacity: capacity, Limits: limits, Disk: guard,
 	})
 	defer svc.Close()
 	if err := svc.Recover(ctx); err != nil {
@@ -209,7 +249,7 @@ func serve(ctx context.Context, args []string) error {
 	}
 	go svc.Watch(ctx, 5*time.Second)
 	go svc.SampleUsage(ctx, c.usageInterval)
-	if err := mets.Register(metrics.NewStateCollector(metrics.StateConfig{Inventory: svc, DataDir: c.dataDir, MaxSandboxes: c.maxSandboxes})); err != nil {
+	if err := mets.Register(metrics.NewStateCollector(metrics.StateConfig{Inventory: svc, Reservations: svc, DataDir: c.dataDir, MaxSandboxes: c.maxSandboxes})); err != nil {
 		return err
 	}
 	// Templates built by the CLI get their start command's ready state
@@ -253,7 +293,8 @@ func serve(ctx context.Context, args []string) error {
 			Builder: &templateBuilder{reg: reg, runsc: runsc, run: reap.Run, dns: c.dnsUpstream, build: buildOpts, sandboxes: svc, metrics: mets,
 				log: log.With("component", "template")},
 			MaxBuildContext: c.maxBuildContext, Logger: log.With("component", "api"),
-			Metrics: mets, ServeMetrics: mln == nil, Ready: readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm)}),
+			Metrics: mets, ServeMetrics: mln == nil, Ready: readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm),
+			Disk: guard}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	psrv := &http.Server{
@@ -273,6 +314,8 @@ func serve(ctx context.Context, args []string) error {
 		}
 		errc <- psrv.Serve(pln)
 	}()
+	log.Info("admission", "vcpus", capacity.VCPUs, "memoryMb", capacity.MemoryMB, "maxSandboxes", c.maxSandboxes, "projectDefaults", c.limits,
+		"diskWatermarkPercent", c.diskWatermark, "logMaxBytes", c.logMaxBytes)
 	log.Info("lizard serving", "listen", ln.Addr().String(), "proxy", pln.Addr().String(), "previews", previews.Scheme+"://<sandbox>-<port>."+c.domain,
 		"data_dir", c.dataDir, "database", databaseKind(c.database), "templates", c.templateDir, "runsc", runsc)
 	select {
@@ -304,6 +347,49 @@ func readyChecks(st store.Store, runsc, stateDir string, netm *network.Manager) 
 		}},
 		{Name: "network", Check: func(context.Context) error { return netm.Ready() }},
 	}
+}
+
+// validate refuses flag values that make no sense, naming the flag.
+func (c *serveConfig) validate() error {
+	for _, l := range store.AllLimits {
+		if v := *c.limits.Field(l); v < 0 {
+			return fmt.Errorf("--default-max-%s %d: must be 0 (no limit) or more", l, v)
+		}
+	}
+	for name, v := range map[string]float64{"--node-vcpus": c.nodeVCPUs, "--node-memory-gb": c.nodeMemoryGB,
+		"--cpu-overcommit": c.cpuOvercommit, "--memory-overcommit": c.memoryOvercommit} {
+		if v < 0 {
+			return fmt.Errorf("%s %g: must be 0 or more", name, v)
+		}
+	}
+	if c.logMaxBytes < 64<<10 {
+		return fmt.Errorf("--log-max-bytes %d: must be at least 65536", c.logMaxBytes)
+	}
+	if c.diskWatermark < 0 || c.diskWatermark >= 100 {
+		return fmt.Errorf("--disk-watermark %g: must be a percentage from 0 to below 100", c.diskWatermark)
+	}
+	if c.maxSandboxes < 1 {
+		return fmt.Errorf("--max-sandboxes %d: must be 1 or more", c.maxSandboxes)
+	}
+	return nil
+}
+
+// capacity is what the node's sandboxes may reserve: its CPUs and memory
+// (detected unless given) times the overcommit factors; 0 where a factor
+// is 0 (no limit).
+func (c *serveConfig) capacity() (sandbox.Capacity, error) {
+	cpus, memGB := c.nodeVCPUs, c.nodeMemoryGB
+	if cpus == 0 {
+		cpus = float64(goruntime.NumCPU())
+	}
+	if memGB == 0 {
+		var si unix.Sysinfo_t
+		if err := unix.Sysinfo(&si); err != nil {
+			return sandbox.Capacity{}, fmt.Errorf("detect the node's memory (pass --node-memory-gb): %w", err)
+		}
+		memGB = float64(uint64(si.Totalram)*uint64(si.Unit)) / (1 << 30)
+	}
+	return sandbox.Capacity{VCPUs: cpus * c.cpuOvercommit, MemoryMB: int64(memGB * c.memoryOvercommit * 1024)}, nil
 }
 
 // previewURLs derives how preview URLs look from the proxy's address: the

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/apikey"
+	"github.com/lizard-build/lizard/internal/disk"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/sandbox"
@@ -51,6 +52,9 @@ type Config struct {
 	// and the build context's files); 0 means DefaultMaxBuildContext.
 	MaxBuildContext int64
 	Logger          *slog.Logger
+	// Disk refuses file uploads when the data directory's disk is low
+	// (the sandboxes' writable layers live there); nil: no check.
+	Disk *disk.Guard
 	// Metrics counts requests; nil counts nothing. With ServeMetrics,
 	// GET /metrics serves them (unauthenticated, like /healthz).
 	Metrics      *metrics.Metrics
@@ -79,6 +83,7 @@ type server struct {
 	builder   TemplateBuilder
 	maxBuild  int64
 	log       *slog.Logger
+	disk      *disk.Guard
 	metrics   *metrics.Metrics
 	ready     []ReadyCheck
 }
@@ -88,7 +93,7 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, templates: cfg.Templates, previews: cfg.Previews, volumes: cfg.Volumes, builder: cfg.Builder, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready, maxBuild: cfg.MaxBuildContext}
+	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, templates: cfg.Templates, previews: cfg.Previews, volumes: cfg.Volumes, builder: cfg.Builder, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready, maxBuild: cfg.MaxBuildContext, disk: cfg.Disk}
 	if s.maxBuild <= 0 {
 		s.maxBuild = DefaultMaxBuildContext
 	}

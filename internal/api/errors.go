@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
 )
@@ -14,6 +15,13 @@ type errorBody struct {
 	Error   string `json:"error"`
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// A refusal for a limit (quota, capacity) tells which and how much:
+	// the SDKs' LimitExceededError reads these.
+	Unit        string   `json:"unit,omitempty"`
+	Limit       *float64 `json:"limit,omitempty"`
+	Running     *float64 `json:"running,omitempty"`
+	Needed      *float64 `json:"needed,omitempty"`
+	RetryAfterS int      `json:"retryAfterS,omitempty"`
 }
 
 // classes maps each error class to its status and default code, in the
@@ -29,10 +37,16 @@ var classes = []struct {
 	{errdefs.ErrNotFound, http.StatusNotFound, "not_found"},
 	{errdefs.ErrConflict, http.StatusConflict, "conflict"},
 	{errdefs.ErrTooLarge, http.StatusRequestEntityTooLarge, "too_large"},
+	{errdefs.ErrQuota, http.StatusTooManyRequests, "quota_exceeded"},
 	{errdefs.ErrLimit, http.StatusTooManyRequests, "limit_exceeded"},
+	{errdefs.ErrCapacity, http.StatusServiceUnavailable, "capacity"},
+	{errdefs.ErrNoSpace, http.StatusInsufficientStorage, "insufficient_storage"},
 	{errdefs.ErrTimeout, http.StatusGatewayTimeout, "timeout"},
 	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
 }
+
+// retryAfterCapacity is the Retry-After (seconds) of a 503 capacity.
+const retryAfterCapacity = 5
 
 // statusOf is the one place where an error becomes an HTTP status and code.
 // Errors of no class are internal: the client gets a generic message and
@@ -58,7 +72,16 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 	} else {
 		log.Debug("request refused", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	}
-	writeJSON(w, status, errorBody{Error: msg, Code: code, Message: msg})
+	body := errorBody{Error: msg, Code: code, Message: msg}
+	if ex := (*errdefs.Exceeded)(nil); errors.As(err, &ex) {
+		body.Unit, body.Limit, body.Running, body.Needed = ex.Unit, &ex.Limit, &ex.InUse, &ex.Needed
+	}
+	if errors.Is(err, errdefs.ErrCapacity) {
+		// Capacity comes back as sandboxes end or pause: ask to retry soon.
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterCapacity))
+		body.RetryAfterS = retryAfterCapacity
+	}
+	writeJSON(w, status, body)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/lizard-build/lizard/internal/agent"
+	"github.com/lizard-build/lizard/internal/disk"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -70,7 +71,16 @@ func (s *server) writeFile(w http.ResponseWriter, r *http.Request, p store.Proje
 	if err != nil {
 		return err
 	}
+	if err := s.disk.Check(); err != nil {
+		return err
+	}
 	if err := ag.WriteFile(r.Context(), req.Path, req.User, body); err != nil {
+		// The agent writes a temporary file and renames it into place, and
+		// removes it when the write fails: a disk that filled half-way
+		// leaves no partial file and the old one as it was.
+		if s.disk != nil {
+			err = disk.Classify(s.disk.Dir, err)
+		}
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -26,6 +26,13 @@ var (
 	ErrUnavailable = errors.New("unavailable")
 	// ErrTooLarge: a body or file is larger than allowed.
 	ErrTooLarge = errors.New("too large")
+	// ErrQuota: the caller's project would go over one of its limits.
+	ErrQuota = errors.New("quota exceeded")
+	// ErrCapacity: the node has no room for this now; retrying later may
+	// succeed once others let go.
+	ErrCapacity = errors.New("node at capacity")
+	// ErrNoSpace: the disk holding the server's state is (nearly) full.
+	ErrNoSpace = errors.New("insufficient storage")
 )
 
 // Coded is an error that carries a stable machine-readable code for the API,
@@ -49,3 +56,15 @@ func Code(err error) string {
 	}
 	return ""
 }
+
+// Exceeded details a refusal for a limit (wrap ErrQuota or ErrCapacity in
+// Err): the unit limited ("sandboxes", "vcpu", "memory-gb", …), the limit,
+// what is in use and what the request needs. The API shows them to clients.
+type Exceeded struct {
+	Unit                 string
+	Limit, InUse, Needed float64
+	Err                  error
+}
+
+func (e *Exceeded) Error() string { return e.Err.Error() }
+func (e *Exceeded) Unwrap() error { return e.Err }

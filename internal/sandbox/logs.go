@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -28,23 +29,65 @@ type LogLine struct {
 // MaxLogTail caps how many lines a log stream replays.
 const MaxLogTail = 10000
 
-// logs appends sandbox logs to one file per sandbox under dir (so they
-// survive a restart of the server) and fans new lines out to followers.
+// DefaultLogMaxBytes is the disk a sandbox's log may take unless
+// configured.
+const DefaultLogMaxBytes = 8 << 20
+
+// logs appends sandbox logs to files under dir (so they survive a restart
+// of the server) and fans new lines out to followers. Each sandbox's log
+// is a ring of two segments, <id>.log and the older <id>.log.1, of at most
+// half of maxBytes each: when the current one is full it becomes the older
+// one, and the oldest lines go. The newest output is always kept, and no
+// command's output flood takes more than maxBytes of disk.
 type logs struct {
-	dir string
+	dir      string
+	maxBytes int64
 
 	mu        sync.Mutex
 	followers map[string]map[chan LogLine]struct{}
+	sizes     map[string]int64 // the current segment's size, once known
 }
 
-func newLogs(dir string) *logs {
+func newLogs(dir string, maxBytes int64) *logs {
 	if dir != "" {
 		os.MkdirAll(dir, 0o700)
 	}
-	return &logs{dir: dir, followers: map[string]map[chan LogLine]struct{}{}}
+	if maxBytes <= 0 {
+		maxBytes = DefaultLogMaxBytes
+	}
+	return &logs{dir: dir, maxBytes: maxBytes, followers: map[string]map[chan LogLine]struct{}{}, sizes: map[string]int64{}}
 }
 
 func (l *logs) path(id string) string { return filepath.Join(l.dir, id+".log") }
+
+// older is the segment before the current one.
+func (l *logs) older(id string) string { return l.path(id) + ".1" }
+
+// segment is the most a segment holds.
+func (l *logs) segment() int64 { return l.maxBytes / 2 }
+
+// write appends b to sandbox id's current segment, first rotating it when
+// b would take it over a segment's size. Caller holds l.mu.
+func (l *logs) write(id string, b []byte) {
+	size, known := l.sizes[id]
+	if !known {
+		if fi, err := os.Stat(l.path(id)); err == nil {
+			size = fi.Size()
+		}
+	}
+	if size > 0 && size+int64(len(b)) > l.segment() {
+		if err := os.Rename(l.path(id), l.older(id)); err == nil {
+			size = 0
+		}
+	}
+	f, err := os.OpenFile(l.path(id), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return
+	}
+	n, _ := f.Write(b)
+	f.Close()
+	l.sizes[id] = size + int64(n)
+}
 
 // add appends a line to sandbox id's log and hands it to its followers; a
 // follower that does not keep up loses lines rather than slowing commands.
@@ -55,13 +98,16 @@ func (l *logs) add(id string, line LogLine) {
 	if line.Timestamp.IsZero() {
 		line.Timestamp = time.Now().UTC()
 	}
-	b, _ := json.Marshal(line)
+	stored := line
+	// A line longer than a quarter of a segment is cut, so that a segment
+	// always holds several.
+	if limit := int(l.segment() / 4); len(stored.Message) > limit {
+		stored.Message = stored.Message[:limit] + " [line cut: the log keeps at most " + strconv.Itoa(limit) + " bytes of one line]"
+	}
+	b, _ := json.Marshal(stored)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if f, err := os.OpenFile(l.path(id), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
-		f.Write(append(b, '\n'))
-		f.Close()
-	}
+	l.write(id, append(b, '\n'))
 	for c := range l.followers[id] {
 		select {
 		case c <- line:
@@ -74,25 +120,32 @@ func (l *logs) event(id, format string, args ...any) {
 	l.add(id, LogLine{Type: "lifecycle", Message: fmt.Sprintf(format, args...)})
 }
 
-// tail returns the last n lines of sandbox id's log.
+// tail returns the last n lines of sandbox id's log, from both segments.
 func (l *logs) tail(id string, n int) []LogLine {
-	f, err := os.Open(l.path(id))
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
 	var ring []LogLine
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	for sc.Scan() {
-		var line LogLine
-		if json.Unmarshal(sc.Bytes(), &line) != nil {
+	l.mu.Lock()
+	// The two opens go together, so that a rotation between them cannot
+	// show a segment twice or skip one.
+	older, _ := os.Open(l.older(id))
+	cur, _ := os.Open(l.path(id))
+	l.mu.Unlock()
+	for _, f := range []*os.File{older, cur} {
+		if f == nil {
 			continue
 		}
-		ring = append(ring, line)
-		if len(ring) > n {
-			ring = ring[1:]
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 64<<10), 4<<20)
+		for sc.Scan() {
+			var line LogLine
+			if json.Unmarshal(sc.Bytes(), &line) != nil {
+				continue
+			}
+			ring = append(ring, line)
+			if len(ring) > n {
+				ring = ring[1:]
+			}
 		}
+		f.Close()
 	}
 	return ring
 }
@@ -123,7 +176,9 @@ func (l *logs) remove(id string) {
 		close(c)
 	}
 	delete(l.followers, id)
+	delete(l.sizes, id)
 	os.Remove(l.path(id))
+	os.Remove(l.older(id))
 }
 
 // Logs replays the last tail lines of the sandbox's log, then each new

@@ -24,6 +24,9 @@ func (s *Service) Pause(ctx context.Context, projectID, id string) (err error) {
 	if err := s.checkpointer("pause"); err != nil {
 		return err
 	}
+	if err := s.cfg.Disk.Check(); err != nil {
+		return fmt.Errorf("pause sandbox %q: %w", id, err)
+	}
 	e, err := s.lockLive(projectID, id)
 	if err != nil {
 		return err
@@ -109,6 +112,9 @@ func (s *Service) Resume(ctx context.Context, projectID, id string) (_ Record, e
 		if err := s.cfg.Volumes.Mount(ctx, vol); err != nil {
 			return Record{}, fmt.Errorf("resume sandbox %q: mount its volume: %w", id, err)
 		}
+	}
+	if err := s.beginResume(ctx, e); err != nil {
+		return Record{}, err
 	}
 	s.setStatus(e, StatusResuming, "")
 	start := time.Now()

@@ -563,7 +563,7 @@ func (s *Service) createFromReady(ctx context.Context, rec Record, tpl template.
 		return Record{}, false, nil
 	}
 	// A refusal is the create's answer, not a reason to drop the state.
-	if err := s.admit(); err != nil {
+	if err := s.admit(ctx, rec.ProjectID, holds(StatusRunning, rec.CPUs, rec.MemoryMB)); err != nil {
 		return Record{}, true, err
 	}
 	rec.Rootfs = tpl.Rootfs
@@ -576,7 +576,7 @@ func (s *Service) createFromReady(ctx context.Context, rec Record, tpl template.
 			tpl.Name, st.StartPid, st.CreatedAt.Format(time.RFC3339))
 		return out, true, nil
 	}
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || refused(err) {
 		return Record{}, true, err
 	}
 	s.log.Warn("restore of a ready state failed; dropping it and starting the command in a new sandbox", "template", tpl.Name, "size", sz.Name, "err", err)

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/agent"
+	"github.com/lizard-build/lizard/internal/disk"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/runtime"
@@ -59,9 +60,19 @@ type Config struct {
 	ReadyDir string
 	// LogDir holds each sandbox's log; "" keeps no logs.
 	LogDir string
+	// LogMaxBytes caps the disk each sandbox's log takes; 0 means
+	// DefaultLogMaxBytes.
+	LogMaxBytes int64
 	// MaxSandboxes caps live sandboxes (warm pool copies included); 0 means
 	// DefaultMaxSandboxes.
 	MaxSandboxes int
+	// Capacity caps the vCPUs and memory the node's sandboxes reserve.
+	Capacity Capacity
+	// Limits returns a project's limits (see admission.go); nil: none.
+	Limits func(ctx context.Context, projectID string) (store.Limits, error)
+	// Disk refuses new sandboxes, pauses and snapshots when the data
+	// directory's disk is low; nil: no check.
+	Disk *disk.Guard
 	// AgentReadyTimeout bounds the wait for a new sandbox's agent.
 	AgentReadyTimeout time.Duration
 	// Observer is told of lifecycle operations and agent round trips; nil
@@ -98,6 +109,8 @@ type Service struct {
 	readyJobs   map[readyKey]*readyJob
 	readyFailed map[readyKey]time.Time // when a preparation last failed
 	launching   map[string]string      // sandbox id → rootfs, while being made
+	pending     map[string]reservation // sandbox id → its admission, while being made
+	snapPending map[string]int         // project → snapshots being taken
 	scanning    bool                   // PrepareTemplates is under way
 	closed      bool
 	bg          sync.WaitGroup
@@ -183,8 +196,9 @@ func New(cfg Config) *Service {
 	}
 	cp, _ := cfg.Runtime.(runtime.Checkpointer)
 	bgCtx, bgCancel := context.WithCancel(context.Background())
-	return &Service{cfg: cfg, log: cfg.Logger, cp: cp, logs: newLogs(cfg.LogDir), sandboxes: map[string]*entry{},
-		snapshots: map[string]*snapEntry{}, readyJobs: map[readyKey]*readyJob{}, readyFailed: map[readyKey]time.Time{}, launching: map[string]string{}, bgCtx: bgCtx, bgCancel: bgCancel}
+	return &Service{cfg: cfg, log: cfg.Logger, cp: cp, logs: newLogs(cfg.LogDir, cfg.LogMaxBytes), sandboxes: map[string]*entry{},
+		snapshots: map[string]*snapEntry{}, readyJobs: map[readyKey]*readyJob{}, readyFailed: map[readyKey]time.Time{}, launching: map[string]string{},
+		pending: map[string]reservation{}, snapPending: map[string]int{}, bgCtx: bgCtx, bgCancel: bgCancel}
 }
 
 // CreateRequest is a validated create.
@@ -300,9 +314,14 @@ func validTimeout(ms int64) error {
 // token if they differ) and publishes the sandbox. Any failure destroys
 // what was made.
 func (s *Service) launch(ctx context.Context, rec Record, boot func(context.Context, *Record) (runtime.Sandbox, error), bootToken string) (Record, error) {
-	if err := s.admit(); err != nil {
+	if err := s.cfg.Disk.Check(); err != nil {
 		return Record{}, err
 	}
+	release, err := s.reserve(ctx, rec)
+	if err != nil {
+		return Record{}, err
+	}
+	defer release()
 	defer s.booting(rec.ID, rec.Rootfs)()
 	want := rec.Status
 	rec.Status = StatusCreating
@@ -337,6 +356,7 @@ func (s *Service) launch(ctx context.Context, rec Record, boot func(context.Cont
 	e := &entry{rec: rec, agent: ag, conns: conns}
 	s.mu.Lock()
 	s.sandboxes[rec.ID] = e
+	delete(s.pending, rec.ID) // held by the live sandbox now
 	s.armLocked(e)
 	s.mu.Unlock()
 	s.log.Info("sandbox started", "sandbox", rec.ID, "project", rec.ProjectID, "template", rec.Template,
@@ -377,19 +397,6 @@ func (s *Service) attachVolume(ctx context.Context, rec *Record, ref string) ([]
 	}
 	rec.VolumeID = v.ID
 	return []runtime.Mount{{Source: dir, Destination: volume.MountPath}}, nil
-}
-
-// admit refuses a new sandbox when the server is closing or full.
-func (s *Service) admit() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("server is shutting down: %w", errdefs.ErrUnavailable)
-	}
-	if len(s.sandboxes) >= s.cfg.MaxSandboxes {
-		return errdefs.WithCode("SANDBOX_LIMIT", fmt.Errorf("this server runs at most %d sandboxes: %w", s.cfg.MaxSandboxes, errdefs.ErrLimit))
-	}
-	return nil
 }
 
 // waitReady polls the agent's health until it answers or the time is up.

@@ -96,6 +96,21 @@ func (s *Service) TakeSnapshot(ctx context.Context, projectID, id, name string, 
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
+	if err := s.cfg.Disk.Check(); err != nil {
+		return SnapshotInfo{}, err
+	}
+	s.mu.Lock()
+	// The pool's copies will be of this sandbox: they must fit first.
+	like := Snapshot{ProjectID: e.rec.ProjectID, CPUs: e.rec.CPUs, MemoryMB: e.rec.MemoryMB, VolumeID: e.rec.VolumeID}
+	s.mu.Unlock()
+	if err := s.checkPool(ctx, like, poolSize); err != nil {
+		return SnapshotInfo{}, err
+	}
+	release, err := s.reserveSnapshot(ctx, projectID)
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	defer release()
 	snap, err := s.save(ctx, e, s.snapshotDir, "snap_")
 	if err != nil {
 		return SnapshotInfo{}, err
@@ -112,6 +127,7 @@ func (s *Service) TakeSnapshot(ctx context.Context, projectID, id, name string, 
 	s.mu.Lock()
 	s.snapshots[snap.ID] = se
 	s.mu.Unlock()
+	release()
 	s.log.Info("snapshot taken", "snapshot", snap.ID, "sandbox", id)
 	s.logs.event(id, "snapshot %s taken", snap.ID)
 	s.fillPool(se)
@@ -213,6 +229,12 @@ func (s *Service) UpdateSnapshot(ctx context.Context, projectID, id string, pool
 	}
 	if poolSize != nil {
 		if err := validPoolSize(*poolSize); err != nil {
+			return SnapshotInfo{}, err
+		}
+		s.mu.Lock()
+		snap := se.snap
+		s.mu.Unlock()
+		if err := s.checkPool(ctx, snap, *poolSize); err != nil {
 			return SnapshotInfo{}, err
 		}
 	}
@@ -320,6 +342,10 @@ func (s *Service) fillPool(se *snapEntry) {
 				s.log.Warn("warm pool: restore failed; pool left short", "snapshot", snap.ID, "err", err)
 				return
 			}
+			// The snapshot may have been deleted (or its pool shrunk or
+			// paused) while the copy was made: a copy nobody can claim
+			// would hold its place in the project's quota for ever.
+			s.trimPool(context.Background(), se)
 		}
 	}()
 }
@@ -477,10 +503,18 @@ func (s *Service) Fork(ctx context.Context, projectID, id string, count int, tim
 		return nil, err
 	}
 	s.mu.Lock()
-	vol := e.rec.VolumeID
+	vol, need := e.rec.VolumeID, holds(StatusRunning, e.rec.CPUs, e.rec.MemoryMB).times(count)
 	s.mu.Unlock()
 	if vol != "" {
 		return nil, errdefs.WithCode("sandbox_has_volume", fmt.Errorf("sandbox %q has volume %s attached; a volume is attached to one sandbox at a time, so it cannot be forked: %w", id, vol, errdefs.ErrConflict))
+	}
+	// All the copies must fit before the checkpoint is made; each then
+	// takes its own place as it is restored (see launch).
+	if err := s.admit(ctx, projectID, need); err != nil {
+		return nil, fmt.Errorf("fork of %d: %w", count, err)
+	}
+	if err := s.cfg.Disk.Check(); err != nil {
+		return nil, err
 	}
 	forkDir := func(snapID string) string { return filepath.Join(s.cfg.SnapshotDir, "forks", snapID) }
 	snap, err := s.save(ctx, e, forkDir, "fork_")

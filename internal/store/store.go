@@ -90,6 +90,23 @@ type Store interface {
 	DeleteVolume(ctx context.Context, id string) error
 	// Volumes lists every volume record, oldest first.
 	Volumes(ctx context.Context) ([]Volume, error)
+
+	// SetProjectLimit sets one of a project's limits (value >= 0, 0 = no
+	// limit); nil goes back to the server's default. An unknown limit or
+	// a negative value is ErrInvalid.
+	SetProjectLimit(ctx context.Context, projectID string, l Limit, value *int) error
+	// ProjectOverrides returns the limits a project has of its own (none:
+	// an empty map).
+	ProjectOverrides(ctx context.Context, projectID string) (Overrides, error)
+	// ProjectLimits returns a project's limits: its overrides laid over
+	// defaults.
+	ProjectLimits(ctx context.Context, projectID string, defaults Limits) (Limits, error)
+	// SetDefaultLimits records the server's default limits, so that the
+	// CLI shows the limits in force.
+	SetDefaultLimits(ctx context.Context, ls Limits) error
+	// DefaultLimits returns what SetDefaultLimits recorded; ok is false
+	// when no server has recorded them on this database.
+	DefaultLimits(ctx context.Context) (ls Limits, ok bool, err error)
 }
 
 // ErrSchemaNewer is returned at open for a database whose schema version is

@@ -1,6 +1,12 @@
 package store
 
-import "testing"
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+)
 
 func TestNewID(t *testing.T) {
 	seen := map[string]bool{}
@@ -29,5 +35,12 @@ func TestMakeKey(t *testing.T) {
 	}
 	if k, err := MakeKey(""); err != nil || len(k.Secret) != len("lz_")+40 || k.ID == "" {
 		t.Errorf("MakeKey of a new secret: %+v %v", k, err)
+	}
+}
+
+func TestExceeded(t *testing.T) {
+	err := LimitVCPUs.Exceeded(8, 8, 2)
+	if !errors.Is(err, errdefs.ErrQuota) || errdefs.Code(err) != "quota_exceeded" || !strings.Contains(err.Error(), "project quota: vcpus 8 of 8 in use, this needs 2") {
+		t.Fatalf("exceeded: %v", err)
 	}
 }

@@ -30,6 +30,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lizard-build/lizard/internal/disk"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -63,6 +64,11 @@ type Config struct {
 	// it; the server passes its reaper's, so statuses are not stolen.
 	Run    func(*exec.Cmd) error
 	Logger *slog.Logger
+	// MaxProjectGB returns the most GB a project's volumes may add up to
+	// (0: no limit); nil: no limit.
+	MaxProjectGB func(ctx context.Context, projectID string) (int, error)
+	// Disk refuses new volumes when the disk is low; nil: no check.
+	Disk *disk.Guard
 }
 
 // Manager creates, attaches and resizes volumes. It is safe for concurrent
@@ -131,6 +137,12 @@ func (m *Manager) Create(ctx context.Context, projectID, name string, sizeGB int
 			return v, nil
 		}
 		return Volume{}, errdefs.WithCode("volume_exists", fmt.Errorf("volume %q exists: %w", name, errdefs.ErrConflict))
+	}
+	if err := m.cfg.Disk.Check(); err != nil {
+		return Volume{}, err
+	}
+	if err := m.checkQuotaLocked(ctx, projectID, "", sizeGB); err != nil {
+		return Volume{}, err
 	}
 	v := Volume{ID: store.NewID("vol_", 16), ProjectID: projectID, Name: name, SizeGB: sizeGB, Region: region, CreatedAt: time.Now().UTC()}
 	img := m.image(v.ID)
@@ -274,6 +286,33 @@ func (m *Manager) findLocked(ctx context.Context, projectID, ref string) (Volume
 		}
 	}
 	return Volume{}, notFound(ref)
+}
+
+// checkQuotaLocked refuses sizeGB for volume id (new: "") when the sizes
+// of the project's volumes would add up to more than its limit. m.mu
+// is held, so no other change slips in between the sum and the change.
+func (m *Manager) checkQuotaLocked(ctx context.Context, projectID, id string, sizeGB int) error {
+	if m.cfg.MaxProjectGB == nil {
+		return nil
+	}
+	limit, err := m.cfg.MaxProjectGB(ctx, projectID)
+	if err != nil || limit <= 0 {
+		return err
+	}
+	all, err := m.all(ctx)
+	if err != nil {
+		return err
+	}
+	used := 0
+	for _, v := range all {
+		if v.ProjectID == projectID && v.ID != id {
+			used += v.SizeGB
+		}
+	}
+	if used+sizeGB > limit {
+		return store.LimitVolumeGB.Exceeded(float64(used), float64(limit), float64(sizeGB))
+	}
+	return nil
 }
 
 func (m *Manager) insertLocked(ctx context.Context, v Volume) error {
@@ -427,6 +466,9 @@ func (m *Manager) Resize(ctx context.Context, projectID, ref string, sizeGB int)
 	}
 	if sizeGB == v.SizeGB {
 		return v, nil
+	}
+	if err := m.checkQuotaLocked(ctx, projectID, v.ID, sizeGB); err != nil {
+		return Volume{}, err
 	}
 	if err := m.mountLocked(ctx, v.ID); err != nil {
 		return Volume{}, err

@@ -114,3 +114,46 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("after delete: %v", err)
 	}
 }
+
+// TestProjectQuota: the sizes of a project's volumes add up to at most its
+// limit, on create and on resize; other projects do not count.
+func TestProjectQuota(t *testing.T) {
+	m, pid := newManager(t)
+	ctx := context.Background()
+	m.cfg.MaxProjectGB = func(_ context.Context, projectID string) (int, error) {
+		if projectID == pid {
+			return 5, nil
+		}
+		return 0, nil
+	}
+	a, err := m.Create(ctx, pid, "a", 3, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Delete(ctx, pid, "a")
+	_, err = m.Create(ctx, pid, "b", 3, "", false)
+	if !errors.Is(err, errdefs.ErrQuota) || errdefs.Code(err) != "quota_exceeded" || err.Error() != "project quota: volume-gb 3 of 5 in use, this needs 3: quota exceeded" {
+		t.Fatalf("over quota: %v", err)
+	}
+	if _, err := m.Get(ctx, pid, "b"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("a refused volume exists: %v", err)
+	}
+	if _, err := m.Resize(ctx, pid, a.ID, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Create(ctx, pid, "b", 3, "", false); err != nil {
+		t.Fatalf("after shrinking: %v", err)
+	}
+	defer m.Delete(ctx, pid, "b")
+	if _, err := m.Resize(ctx, pid, a.ID, 3); !errors.Is(err, errdefs.ErrQuota) {
+		t.Fatalf("growing over quota: %v", err)
+	}
+	other, err := m.cfg.Store.CreateProject(ctx, "other", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Create(ctx, other.ID, "c", 4, "", false); err != nil {
+		t.Fatalf("another project: %v", err)
+	}
+	m.Delete(ctx, other.ID, "c")
+}

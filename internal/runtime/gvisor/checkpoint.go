@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/lizard-build/lizard/internal/disk"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/runtime"
@@ -67,6 +68,8 @@ func (r *Runtime) save(ctx context.Context, id, image string) error {
 		err = os.Rename(tmp, image)
 	}
 	if err != nil {
+		// Whether the disk filled is seen before the partial image goes.
+		err = disk.Classify(filepath.Dir(tmp), err)
 		os.RemoveAll(tmp)
 		return fmt.Errorf("checkpoint: %w", err)
 	}

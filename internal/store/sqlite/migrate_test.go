@@ -81,6 +81,14 @@ func TestMigrateUnversioned(t *testing.T) {
 	if p, err := st.ProjectByRef(context.Background(), "x"); err != nil || p.ID != "prj_x" {
 		t.Fatalf("project after versioning: %+v %v", p, err)
 	}
+	// The later migrations applied too: its projects take limits.
+	three := 3
+	if err := st.SetProjectLimit(context.Background(), "prj_x", store.LimitVCPUs, &three); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.ProjectLimits(context.Background(), "prj_x", store.Limits{}); err != nil || got.VCPUs != 3 {
+		t.Fatalf("limits on an older database: %+v %v", got, err)
+	}
 }
 
 func TestCopyTo(t *testing.T) {

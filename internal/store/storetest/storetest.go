@@ -35,6 +35,7 @@ func Run(t *testing.T, newDB NewDB) {
 		{"Sandboxes", testSandboxes},
 		{"Snapshots", testSnapshots},
 		{"Volumes", testVolumes},
+		{"Limits", testLimits},
 		{"Concurrent", testConcurrent},
 		{"Reopen", testReopen},
 	} {
@@ -426,5 +427,60 @@ func testReopen(t *testing.T, ctx context.Context, open func() store.Store) {
 	}
 	if got, err := again.ProjectByRef(ctx, p.ID); err != nil || got != p {
 		t.Fatalf("project after reopen: %+v %v", got, err)
+	}
+}
+
+func testLimits(t *testing.T, ctx context.Context, open func() store.Store) {
+	st := open()
+	p, err := st.CreateProject(ctx, "limited", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defaults := store.Limits{Sandboxes: 50, VCPUs: 64, MemoryGB: 128, VolumeGB: 500, Snapshots: 100}
+	if got, err := st.ProjectLimits(ctx, p.ID, defaults); err != nil || got != defaults {
+		t.Fatalf("no overrides: %+v %v", got, err)
+	}
+	if o, err := st.ProjectOverrides(ctx, p.ID); err != nil || o == nil || len(o) != 0 {
+		t.Fatalf("overrides of a new project: %#v %v", o, err)
+	}
+	five, zero := 5, 0
+	if err := st.SetProjectLimit(ctx, p.ID, store.LimitSandboxes, &five); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetProjectLimit(ctx, p.ID, store.LimitSnapshots, &zero); err != nil {
+		t.Fatal(err)
+	}
+	want := defaults
+	want.Sandboxes, want.Snapshots = 5, 0
+	if got, err := st.ProjectLimits(ctx, p.ID, defaults); err != nil || got != want {
+		t.Fatalf("overrides: %+v %v, want %+v", got, err, want)
+	}
+	if o, err := st.ProjectOverrides(ctx, p.ID); err != nil || len(o) != 2 || o[store.LimitSandboxes] != 5 || o[store.LimitSnapshots] != 0 {
+		t.Fatalf("overrides: %v %v", o, err)
+	}
+	if err := st.SetProjectLimit(ctx, p.ID, store.LimitSandboxes, nil); err != nil {
+		t.Fatal(err)
+	}
+	want.Sandboxes = 50
+	if got, _ := st.ProjectLimits(ctx, p.ID, defaults); got != want {
+		t.Fatalf("back to default: %+v, want %+v", got, want)
+	}
+	minus := -1
+	if err := st.SetProjectLimit(ctx, p.ID, store.LimitVCPUs, &minus); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("negative: %v, want ErrInvalid", err)
+	}
+	if err := st.SetProjectLimit(ctx, p.ID, store.Limit("cores"), &five); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("unknown limit: %v, want ErrInvalid", err)
+	}
+	if _, ok, err := st.DefaultLimits(ctx); ok || err != nil {
+		t.Fatalf("defaults before any server: %v %v", ok, err)
+	}
+	for _, d := range []store.Limits{defaults, {Sandboxes: 1}} { // set, then replace
+		if err := st.SetDefaultLimits(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		if got, ok, err := st.DefaultLimits(ctx); !ok || err != nil || got != d {
+			t.Fatalf("defaults: %+v %v %v, want %+v", got, ok, err, d)
+		}
 	}
 }
