@@ -12,7 +12,7 @@ import (
 // File N brings the schema from version N-1 to N; a backend applies each in
 // a transaction that also records N, so that a migration is applied whole
 // or not at all. A change of the schema is a new file, never an edit of an
-// applied one.
+// applied one, in each backend's migrations/ (each numbers its own).
 func ReadMigrations(fsys fs.FS, dir string) ([]string, error) {
 	ents, err := fs.ReadDir(fsys, dir)
 	if err != nil {
