@@ -57,6 +57,7 @@ type serveConfig struct {
 	rateBurst                                  int
 	build                                      buildFlags
 	maxBuildContext                            int64
+	watchInterval                              time.Duration
 }
 
 // The default rate limit is far above what a client that waits for its
@@ -103,6 +104,7 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs.Float64Var(&c.memoryOvercommit, "memory-overcommit", 4, "sandboxes may reserve this many times the node's memory (gVisor takes memory as it is used); 0: no limit")
 	fs.Int64Var(&c.logMaxBytes, "log-max-bytes", sandbox.DefaultLogMaxBytes, "disk each sandbox's log may take; the newest output is kept")
 	fs.Float64Var(&c.diskWatermark, "disk-watermark", 5, "percent of the data directory's disk that must stay free: below it creates, pauses, snapshots, volume creates and uploads answer 507; 0: no check")
+	fs.DurationVar(&c.watchInterval, "watch-interval", 5*time.Second, "how often to look for sandboxes that died on their own")
 	c.build.register(fs)
 	fs.Int64Var(&c.maxBuildContext, "max-build-context", api.DefaultMaxBuildContext, "largest POST /api/templates request (Dockerfile and build context files) in bytes")
 	return fs
@@ -121,6 +123,9 @@ func serve(ctx context.Context, args []string) error {
 	}
 	if c.rateLimit < 0 || c.rateBurst < 1 {
 		return fmt.Errorf("--rate-limit %g, --rate-burst %d: want a rate of 0 (no limit) or more and a burst of 1 or more", c.rateLimit, c.rateBurst)
+	}
+	if c.watchInterval <= 0 {
+		return fmt.Errorf("--watch-interval %s: must be positive", c.watchInterval)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
@@ -247,7 +252,7 @@ func serve(ctx context.Context, args []string) error {
 	if err := svc.Recover(ctx); err != nil {
 		log.Error("recovery left some sandboxes behind; they are retried at next start", "err", err)
 	}
-	go svc.Watch(ctx, 5*time.Second)
+	go svc.Watch(ctx, c.watchInterval)
 	go svc.SampleUsage(ctx, c.usageInterval)
 	if err := mets.Register(metrics.NewStateCollector(metrics.StateConfig{Inventory: svc, Reservations: svc, DataDir: c.dataDir, MaxSandboxes: c.maxSandboxes})); err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
 )
@@ -22,9 +23,10 @@ const maxErrorBody = 64 << 10
 // errdefs class: the agent's error code decides it, and failures to reach
 // the agent are errdefs.ErrUnavailable.
 type Client struct {
-	base  string
-	token string
-	hc    *http.Client
+	base    string
+	token   string
+	hc      *http.Client
+	version atomic.Int32 // last reported by Health; 0 until asked
 }
 
 // NewClient returns a client for the agent at baseURL (e.g.
@@ -42,8 +44,18 @@ func NewClient(baseURL, token string, hc *http.Client) *Client {
 func (c *Client) Health(ctx context.Context) (Health, error) {
 	var h Health
 	err := c.call(ctx, http.MethodGet, "/health", nil, nil, &h)
+	if err == nil {
+		if h.Version == 0 {
+			h.Version = 1 // an agent from before versions were reported
+		}
+		c.version.Store(int32(h.Version))
+	}
 	return h, err
 }
+
+// Version is the protocol version the agent reported at its last Health
+// (1 for an agent that reports none); 0 before the first answer.
+func (c *Client) Version() int { return int(c.version.Load()) }
 
 // BackgroundLogs returns the output background processes wrote after
 // their exec's stream ended, from line number after on.

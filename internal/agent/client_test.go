@@ -192,8 +192,9 @@ func TestClientExecStream(t *testing.T) {
 	})
 }
 
-// TestClientAgainstServer drives the real server end to end.
-func TestClientAgainstServer(t *testing.T) {
+// realServer is the real agent server with token "secret"; it needs root.
+func realServer(t *testing.T) *server.Server {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("skipping: the agent server needs root (it runs commands and file operations as other users)")
 	}
@@ -201,6 +202,12 @@ func TestClientAgainstServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return srv
+}
+
+// TestClientAgainstServer drives the real server end to end.
+func TestClientAgainstServer(t *testing.T) {
+	srv := realServer(t)
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
 	c := agent.NewClient(ts.URL, "secret", ts.Client())
@@ -210,7 +217,7 @@ func TestClientAgainstServer(t *testing.T) {
 	}
 	var out []string
 	code := -1
-	err = c.Exec(testCtx(t), agent.ExecRequest{Cmd: []string{"echo hi; exit 4"}, Shell: true}, func(ev agent.Event) error {
+	err := c.Exec(testCtx(t), agent.ExecRequest{Cmd: []string{"echo hi; exit 4"}, Shell: true}, func(ev agent.Event) error {
 		if ev.Line != nil {
 			out = append(out, *ev.Line)
 		}
@@ -249,5 +256,53 @@ func TestClientAgainstServer(t *testing.T) {
 	}
 	if err := c.Signal(testCtx(t), 999_999, "SIGTERM"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("Signal unknown pid: %v, want ErrNotFound", err)
+	}
+}
+
+// TestClientOlderAgent: an agent from before versions were reported (the
+// one inside a sandbox paused by an older server) answers health without a
+// version; the client takes it for version 1 and exec and files work.
+func TestClientOlderAgent(t *testing.T) {
+	srv := realServer(t)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" {
+			// A version 1 agent's answer.
+			fmt.Fprintf(w, `{"ok":true,"pid":%d}`, os.Getpid())
+			return
+		}
+		srv.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	c := agent.NewClient(ts.URL, "secret", ts.Client())
+	if c.Version() != 0 {
+		t.Fatalf("Version before health = %d, want 0", c.Version())
+	}
+	if h, err := c.Health(testCtx(t)); err != nil || !h.OK || h.Version != 1 || c.Version() != 1 {
+		t.Fatalf("Health = %+v, %v; Version %d, want 1", h, err, c.Version())
+	}
+	var out []string
+	err := c.Exec(testCtx(t), agent.ExecRequest{Cmd: []string{"echo old"}, Shell: true}, func(ev agent.Event) error {
+		if ev.Line != nil {
+			out = append(out, *ev.Line)
+		}
+		return nil
+	})
+	if err != nil || strings.Join(out, "|") != "old" {
+		t.Fatalf("Exec on an old agent: %q, %v", out, err)
+	}
+	p := filepath.Join(t.TempDir(), "f")
+	if err := c.WriteFile(testCtx(t), p, "", strings.NewReader("v1")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(p); err != nil || string(b) != "v1" {
+		t.Fatalf("file written through an old agent: %q, %v", b, err)
+	}
+
+	// The current agent reports the current version.
+	ts2 := httptest.NewServer(srv)
+	t.Cleanup(ts2.Close)
+	current := agent.NewClient(ts2.URL, "secret", ts2.Client())
+	if h, err := current.Health(testCtx(t)); err != nil || h.Version != agent.ProtocolVersion || current.Version() != agent.ProtocolVersion {
+		t.Fatalf("Health of the current agent = %+v, %v, want version %d", h, err, agent.ProtocolVersion)
 	}
 }

@@ -129,7 +129,23 @@ type Health struct {
 	OK bool `json:"ok"`
 	// Pid is the agent's own pid (1 when it is the sandbox's init).
 	Pid int `json:"pid"`
+	// Version is the protocol version the agent speaks; agents from before
+	// versions were reported leave it out, which means 1.
+	Version int `json:"version,omitempty"`
 }
+
+// ProtocolVersion is the version of the protocol this package's agent
+// speaks and its Client knows.
+//
+// Compatibility rule: the agent inside a paused sandbox, a snapshot or a
+// ready state is the binary it was started with, so a server talks to
+// agents older than itself for as long as such images exist. Changes to the
+// protocol are therefore additive only: a new version may add endpoints and
+// optional fields, never remove or change one. The server keeps the version
+// each sandbox's agent reported (Client.Version, recorded per sandbox) and
+// uses what a version added only with agents of at least that version.
+// Versions: 1 — everything above; 2 — Health reports Version.
+const ProtocolVersion = 2
 
 // ExecRequest starts one command.
 type ExecRequest struct {

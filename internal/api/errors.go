@@ -67,7 +67,11 @@ func statusOf(err error) (status int, code, msg string) {
 // writeError answers with err mapped by statusOf.
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	status, code, msg := statusOf(err)
-	if status >= 500 {
+	if code == "recovering" {
+		// The sandbox is there; the restarted server is reattaching it.
+		w.Header().Set("Retry-After", "1")
+	}
+	if status >= 500 && code != "recovering" {
 		log.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	} else {
 		log.Debug("request refused", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)

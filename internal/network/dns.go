@@ -22,7 +22,7 @@ import (
 type resolver struct {
 	conn     *net.UDPConn
 	upstream string
-	policy   func(netip.Addr) Egress
+	policy   func(netip.Addr) (Egress, bool)
 	allow    func(netip.Addr, []netip.Prefix) error
 	log      *slog.Logger
 }
@@ -43,7 +43,7 @@ func hostUpstream() string {
 	return ""
 }
 
-func startResolver(addr netip.Addr, upstream string, policy func(netip.Addr) Egress, allow func(netip.Addr, []netip.Prefix) error, log *slog.Logger) (*resolver, error) {
+func startResolver(addr netip.Addr, upstream string, policy func(netip.Addr) (Egress, bool), allow func(netip.Addr, []netip.Prefix) error, log *slog.Logger) (*resolver, error) {
 	conn, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(addr, 53)))
 	if err != nil {
 		return nil, err
@@ -80,7 +80,7 @@ func (r *resolver) handle(q []byte, src netip.AddrPort) {
 	if err != nil {
 		return
 	}
-	pol := r.policy(src.Addr().Unmap())
+	pol := r.policyOf(src.Addr().Unmap())
 	if !pol.allowsName(question.Name.String()) {
 		r.reply(src, refusal(hdr, question, dnsmessage.RCodeRefused))
 		return
@@ -107,6 +107,24 @@ func (r *resolver) handle(q []byte, src netip.AddrPort) {
 		}
 	}
 	r.reply(src, ans)
+}
+
+// policyWait is how long a query from an address without a policy waits
+// for one: just after a restart, sandboxes ask before recovery has
+// re-applied their policies, and an answer given then would neither follow
+// their allow list nor add its addresses to it.
+const policyWait = 1500 * time.Millisecond
+
+// policyOf is src's policy, waiting up to policyWait for it to be known.
+func (r *resolver) policyOf(src netip.Addr) Egress {
+	end := time.Now().Add(policyWait)
+	for {
+		pol, ok := r.policy(src)
+		if ok || time.Now().After(end) {
+			return pol
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func (r *resolver) forward(q []byte) ([]byte, error) {

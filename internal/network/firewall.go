@@ -22,7 +22,15 @@ import (
 //	forward: established → accept; to 169.254.0.0/16, to a Config.Deny
 //	         range or back to the bridge → reject; saddr in @open → accept;
 //	         saddr . daddr in @allow → accept; from the bridge → reject
+//	output:  to the bridge, ICMP "port unreachable" about a query to port
+//	         53 → drop (see below)
 //	postrouting (nat): from the subnet out of another interface → masquerade
+//
+// While the server restarts nothing listens on the gateway's port 53, and
+// the kernel would answer each query with port unreachable, which a
+// sandbox's resolver takes as the end of the lookup however many attempts
+// its resolv.conf allows. Dropped, the query times out instead and the next
+// attempt reaches the next server's resolver.
 type firewall struct {
 	mu     sync.Mutex
 	table  *nftables.Table
@@ -59,6 +67,8 @@ func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr, deny []
 		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter})
 	forward := c.AddChain(&nftables.Chain{Name: "forward", Table: fw.table, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter})
+	output := c.AddChain(&nftables.Chain{Name: "output", Table: fw.table, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter})
 	post := c.AddChain(&nftables.Chain{Name: "postrouting", Table: fw.table, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
 	rule := func(ch *nftables.Chain, exprs ...[]expr.Any) {
@@ -93,6 +103,8 @@ func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr, deny []
 		&expr.Lookup{SourceRegister: 1, SetName: fw.allow.Name, SetID: fw.allow.ID},
 	}, accept)
 	rule(forward, fromBridge, reject())
+
+	rule(output, ifname(expr.MetaKeyOIFNAME, bridge, false), ipv4(), l4proto(unix.IPPROTO_ICMP), dnsPortUnreachable(), verdict(expr.VerdictDrop))
 
 	rule(post, ipv4(), srcIn(subnet), ifname(expr.MetaKeyOIFNAME, bridge, true), []expr.Any{&expr.Masq{}})
 	if err := c.Flush(); err != nil {
@@ -252,6 +264,19 @@ func dport(port uint16) []expr.Any {
 	return []expr.Any{
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},
+	}
+}
+
+// dnsPortUnreachable matches an ICMP destination unreachable, code port
+// unreachable, about a UDP datagram to port 53: the quoted datagram's
+// destination port follows the ICMP header (8 bytes) and the quoted IPv4
+// header (20 bytes, sandboxes send no options) at offset 2.
+func dnsPortUnreachable() []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{3, 3}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 8 + 20 + 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(53)},
 	}
 }
 

@@ -170,15 +170,17 @@ func (m *Manager) Close() error {
 	return m.dns.close()
 }
 
-func (m *Manager) policy(a netip.Addr) Egress {
+// policy is what addr may reach, and whether it is known: a sandbox of an
+// earlier server is known only once recovery re-applied its policy.
+func (m *Manager) policy(a netip.Addr) (Egress, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e, ok := m.policies[a]
 	if !ok {
 		// Not a sandbox we know: nothing.
-		return Egress{Restricted: true}
+		return Egress{Restricted: true}, false
 	}
-	return e
+	return e, true
 }
 
 // setPolicy records and enforces what addr may reach.

@@ -116,6 +116,15 @@ type Checkpointer interface {
 	Restore(ctx context.Context, spec Spec, dir string) (Sandbox, error)
 }
 
+// Stater is implemented by backends that can tell one sandbox's state on
+// its own, as it is at the time of the call (a listing may be older than a
+// sandbox made while it was taken).
+type Stater interface {
+	// State is sandbox id's state now; errdefs.ErrNotFound when the backend
+	// has no such sandbox.
+	State(ctx context.Context, id string) (State, error)
+}
+
 // OOMReporter is implemented by backends that can tell whether the kernel
 // killed a sandbox's processes for running out of memory.
 type OOMReporter interface {

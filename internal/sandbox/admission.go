@@ -80,6 +80,15 @@ func (s *Service) usageLocked(project string) (node, proj usage) {
 			proj.add(r.need)
 		}
 	}
+	// Sandboxes recovery has yet to judge hold what their records say:
+	// most of them come back.
+	for _, rec := range s.recovering {
+		u := holds(rec.Status, rec.CPUs, rec.MemoryMB)
+		node.add(u)
+		if rec.ProjectID == project {
+			proj.add(u)
+		}
+	}
 	return node, proj
 }
 

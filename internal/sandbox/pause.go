@@ -24,6 +24,8 @@ func (s *Service) Pause(ctx context.Context, projectID, id string) (err error) {
 	if err := s.checkpointer("pause"); err != nil {
 		return err
 	}
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	if err := s.cfg.Disk.Check(); err != nil {
 		return fmt.Errorf("pause sandbox %q: %w", id, err)
 	}
@@ -90,6 +92,8 @@ func (s *Service) setStatus(e *entry, status, pauseError string) {
 // is a no-op (the Python client's connect() relies on it).
 func (s *Service) Resume(ctx context.Context, projectID, id string) (_ Record, err error) {
 	defer s.observe(opResume, time.Now(), &err)
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	e, err := s.lockLive(projectID, id)
 	if err != nil {
 		return Record{}, err
@@ -116,8 +120,11 @@ func (s *Service) Resume(ctx context.Context, projectID, id string) (_ Record, e
 	if err := s.beginResume(ctx, e); err != nil {
 		return Record{}, err
 	}
-	s.setStatus(e, StatusResuming, "")
 	start := time.Now()
+	s.mu.Lock()
+	e.since = start
+	s.mu.Unlock()
+	s.setStatus(e, StatusResuming, "")
 	if err := s.cp.Resume(ctx, id); err != nil {
 		s.log.Error("resume failed; the sandbox stays paused", "sandbox", id, "err", err)
 		s.setStatus(e, StatusPaused, "")
@@ -133,6 +140,7 @@ func (s *Service) Resume(ctx context.Context, projectID, id string) (_ Record, e
 		return Record{}, fmt.Errorf("resume sandbox %q: agent did not answer: %w", id, err)
 	}
 	s.mu.Lock()
+	e.rec.AgentVersion = ag.Version()
 	e.rec.Status = StatusRunning
 	e.rec.EndAt = nil
 	if e.rec.RemainingMs > 0 {

@@ -579,6 +579,12 @@ func (s *Service) createFromReady(ctx context.Context, rec Record, tpl template.
 	if ctx.Err() != nil || refused(err) {
 		return Record{}, true, err
 	}
+	if errdefs.Code(err) == "incompatible_checkpoint" {
+		// Made by another runsc build or on another CPU: kept (nothing of
+		// a checkpoint is deleted for that), and the create boots instead.
+		s.log.Warn("ready state made by another runsc build or CPU; starting the command in a new sandbox", "template", tpl.Name, "size", sz.Name, "err", err)
+		return Record{}, false, nil
+	}
 	s.log.Warn("restore of a ready state failed; dropping it and starting the command in a new sandbox", "template", tpl.Name, "size", sz.Name, "err", err)
 	os.RemoveAll(dir)
 	return Record{}, false, nil

@@ -4,66 +4,179 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
+	"github.com/lizard-build/lizard/internal/agent"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/runtime"
 )
 
+// recoverProbeTimeout is how long recovery waits for the agent of a
+// sandbox the runtime reports running before it counts the sandbox as gone:
+// a busy sandbox's agent may take a while to answer, and destroying a live
+// sandbox is the one mistake recovery must not make.
+const recoverProbeTimeout = time.Minute
+
+// recoverParallel bounds the agents probed at once.
+const recoverParallel = 8
+
 // Recover reconciles the store with the runtime after a (re)start. Every
 // sandbox ends up in its old state or its new one, never half-way:
-//   - running in the runtime and its agent answers: reattached, with its
+//   - running in the runtime and its agent answers (within
+//     recoverProbeTimeout, retried with backoff): reattached, with its
 //     deadline (a pause or resume cut short counts as not having happened,
 //     or as done, by what the runtime holds);
 //   - paused in the runtime: paused, deadline stopped;
-//   - anything else, records still creating, and runtime sandboxes without a
-//     record: destroyed, so nothing is left behind.
+//   - anything else, records still creating, warm copies of snapshots that
+//     are gone, and runtime sandboxes without a record: destroyed, so
+//     nothing is left behind.
 //
-// Snapshots come back with their pools, and images without a record (a
-// snapshot or fork cut short) are removed.
+// Recover returns once paused sandboxes and snapshots are back; running
+// sandboxes are probed in the background, several at a time, and until
+// theirs is done they answer 503 recovering (see lookup) while the rest of
+// the API serves. Snapshots come back with their pools, trimmed to size once
+// probing is over, and images without a record (a snapshot or fork cut
+// short) are removed.
 func (s *Service) Recover(ctx context.Context) error {
-	var errs []error
-	errs = append(errs, s.recoverSnapshots(ctx))
+	snapErr := s.recoverSnapshots(ctx)
 	recs, err := s.cfg.Store.Sandboxes(ctx)
 	if err != nil {
+		s.log.Error("recover: done, nothing recovered", "err", err)
 		return err
 	}
-	live, err := s.cfg.Runtime.List(ctx)
-	if err != nil {
-		return err
+	// Asking the runtime takes runsc runs, slow on a busy host: until
+	// then every sandbox with a record answers 503 recovering, none 404.
+	var pending []Record
+	var gone []string
+	for _, r := range recs {
+		var rec Record
+		if err := json.Unmarshal(r.Spec, &rec); err != nil || rec.ID != r.ID {
+			s.log.Warn("recover: unreadable record, destroying", "sandbox", r.ID)
+			gone = append(gone, r.ID)
+			continue
+		}
+		rec.Rootfs = s.knownRootfs(rec.Rootfs, rec.ProjectID, rec.Template)
+		pending = append(pending, rec)
+	}
+	s.mu.Lock()
+	for _, rec := range pending {
+		s.recovering[rec.ID] = rec
+	}
+	s.bg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.bg.Done()
+		s.classify(s.bgCtx, pending, gone)
+	}()
+	return snapErr
+}
+
+// classify maps each pending record to what the runtime holds (asked until
+// it answers): paused sandboxes are reattached at once, running ones are
+// probed by finishRecovery, anything else is destroyed.
+func (s *Service) classify(ctx context.Context, pending []Record, gone []string) {
+	var live []runtime.Sandbox
+	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+		var err error
+		if live, err = s.cfg.Runtime.List(ctx); err == nil {
+			break
+		}
+		s.log.Error("recover: list the runtime's sandboxes; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
 	}
 	state := map[string]runtime.State{}
 	for _, sb := range live {
 		state[sb.ID] = sb.State
 	}
 	known := map[string]bool{}
-	for _, r := range recs {
-		known[r.ID] = true
-		var rec Record
-		if err := json.Unmarshal(r.Spec, &rec); err != nil || rec.ID != r.ID {
-			s.log.Warn("recover: unreadable record, destroying", "sandbox", r.ID)
-			errs = append(errs, s.destroy(ctx, r.ID))
+	var probe []Record
+	for _, id := range gone {
+		known[id] = true
+	}
+	for _, rec := range pending {
+		known[rec.ID] = true
+		if state[rec.ID] == runtime.StateRunning && rec.Status != StatusCreating {
+			probe = append(probe, rec)
 			continue
 		}
-		if err := s.reattach(ctx, rec, state[r.ID]); err != nil {
-			s.log.Info("recover: sandbox did not survive, cleaning up", "sandbox", r.ID, "state", state[r.ID], "status", rec.Status, "why", err)
-			errs = append(errs, s.destroy(ctx, r.ID))
+		err := s.reattach(ctx, rec, state[rec.ID])
+		s.mu.Lock()
+		delete(s.recovering, rec.ID)
+		s.mu.Unlock()
+		if err != nil {
+			s.log.Info("recover: sandbox did not survive, cleaning up", "sandbox", rec.ID, "state", state[rec.ID], "status", rec.Status, "why", err)
+			gone = append(gone, rec.ID)
 		}
 	}
+	var strays []string
 	for _, sb := range live {
 		if !known[sb.ID] {
-			s.log.Info("recover: removing sandbox without a record", "sandbox", sb.ID)
-			errs = append(errs, s.cfg.Runtime.Destroy(ctx, sb.ID))
+			strays = append(strays, sb.ID)
 		}
 	}
+	s.finishRecovery(ctx, probe, gone, strays)
+}
+
+// finishRecovery is the background part of Recover: probes the agents of
+// the sandboxes in probe, destroys those that do not answer and the
+// sandboxes in gone, removes the runtime sandboxes in strays, then detaches
+// volumes whose sandbox is gone and trims and fills the warm pools. Cut
+// short by Close, it destroys nothing it has not judged: the next start
+// judges again.
+func (s *Service) finishRecovery(ctx context.Context, probe []Record, gone, strays []string) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, recoverParallel)
+	for _, rec := range probe {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			err := s.reattach(ctx, rec, runtime.StateRunning)
+			s.mu.Lock()
+			delete(s.recovering, rec.ID)
+			s.mu.Unlock()
+			if err == nil || ctx.Err() != nil {
+				return
+			}
+			s.log.Info("recover: sandbox did not survive, cleaning up", "sandbox", rec.ID, "status", rec.Status, "why", err)
+			if err := s.destroy(ctx, rec.ID); err != nil {
+				s.log.Error("recover: destroy", "sandbox", rec.ID, "err", err)
+			}
+		}()
+	}
+	for _, id := range gone {
+		if err := s.destroy(ctx, id); err != nil {
+			s.log.Error("recover: destroy", "sandbox", id, "err", err)
+		}
+	}
+	for _, id := range strays {
+		s.log.Info("recover: removing sandbox without a record", "sandbox", id)
+		if err := s.cfg.Runtime.Destroy(ctx, id); err != nil {
+			s.log.Error("recover: destroy", "sandbox", id, "err", err)
+		}
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return
+	}
 	if s.cfg.Volumes != nil {
-		errs = append(errs, s.cfg.Volumes.Reconcile(ctx, func(id string) bool {
+		if err := s.cfg.Volumes.Reconcile(ctx, func(id string) bool {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			_, ok := s.sandboxes[id]
 			return ok
-		}))
+		}); err != nil {
+			s.log.Error("recover: detach volumes of sandboxes that are gone", "err", err)
+		}
 	}
 	s.mu.Lock()
 	var ses []*snapEntry
@@ -75,7 +188,13 @@ func (s *Service) Recover(ctx context.Context) error {
 		s.trimPool(ctx, se)
 		s.fillPool(se)
 	}
-	return errors.Join(errs...)
+	s.log.Info("recover: done", "probed", len(probe), "destroyed", len(gone), "strays", len(strays))
+}
+
+// recoveringErr is the answer for a sandbox whose agent recovery has not
+// probed yet: retry shortly.
+func recoveringErr(id string) error {
+	return errdefs.WithCode("recovering", fmt.Errorf("sandbox %q: the server restarted and is reattaching it; retry shortly: %w", id, errdefs.ErrUnavailable))
 }
 
 var errNotLive = errors.New("not running in the runtime")
@@ -99,6 +218,14 @@ func (s *Service) reattach(ctx context.Context, rec Record, st runtime.State) er
 	if rec.Status == StatusCreating {
 		return errors.New("its create was cut short")
 	}
+	if rec.Status == StatusPooled {
+		s.mu.Lock()
+		_, ok := s.snapshots[rec.PoolOf]
+		s.mu.Unlock()
+		if !ok {
+			return errors.New("a warm copy of a snapshot that is gone")
+		}
+	}
 	ag, conns := newAgent(rec.AgentAddr, rec.AgentToken)
 	switch st {
 	case runtime.StatePaused:
@@ -110,9 +237,10 @@ func (s *Service) reattach(ctx context.Context, rec Record, st runtime.State) er
 			rec.RemainingMs = rec.TimeoutMs
 		}
 	case runtime.StateRunning:
-		if err := waitReady(ctx, ag, 3*time.Second); err != nil {
+		if err := s.probe(ctx, rec.ID, ag); err != nil {
 			return err
 		}
+		rec.AgentVersion = ag.Version()
 		switch rec.Status {
 		case StatusPaused, StatusResuming:
 			// The resume went through before the crash.
@@ -130,13 +258,31 @@ func (s *Service) reattach(ctx context.Context, rec Record, st runtime.State) er
 	if err := s.persist(ctx, rec); err != nil {
 		return err
 	}
-	e := &entry{rec: rec, agent: ag, conns: conns}
+	e := &entry{rec: rec, agent: ag, conns: conns, since: time.Now()}
 	s.mu.Lock()
 	s.sandboxes[rec.ID] = e
 	s.armLocked(e)
 	s.mu.Unlock()
 	s.log.Info("recover: reattached", "sandbox", rec.ID, "status", rec.Status)
 	return nil
+}
+
+// probe waits up to recoverProbeTimeout for the agent of sandbox id to
+// answer, backing off to one try a second; every 10 s without an answer it
+// asks the runtime, and stops waiting for a sandbox that stopped meanwhile.
+func (s *Service) probe(ctx context.Context, id string, ag *agent.Client) error {
+	end := time.Now().Add(recoverProbeTimeout)
+	for {
+		err := waitReady(ctx, ag, min(10*time.Second, time.Until(end)))
+		if err == nil || ctx.Err() != nil || !time.Now().Before(end) {
+			return err
+		}
+		if st, ok := s.cfg.Runtime.(runtime.Stater); ok {
+			if now, serr := st.State(ctx, id); serr == nil && now != runtime.StateRunning {
+				return fmt.Errorf("%w: %s while its agent was probed", errNotLive, now)
+			}
+		}
+	}
 }
 
 // recoverSnapshots loads the snapshot records and removes images that have
@@ -183,7 +329,10 @@ func (s *Service) recoverSnapshots(ctx context.Context) error {
 // Watch notices sandboxes whose processes died on their own (the whole
 // sandbox killed, e.g. for memory): every interval it asks the runtime, logs
 // why (out of memory, when the runtime can tell), and frees what they held,
-// until ctx is done.
+// until ctx is done. A sandbox is declared dead only on evidence taken after
+// it came up, twice: the listing must have begun after it started, and the
+// runtime's own word on that one sandbox, asked after the listing, must
+// agree. A sandbox missing from a listing is never taken for dead.
 func (s *Service) Watch(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -193,34 +342,48 @@ func (s *Service) Watch(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
+		began := time.Now()
 		live, err := s.cfg.Runtime.List(ctx)
 		if err != nil {
 			continue
 		}
-		state := map[string]runtime.State{}
-		for _, sb := range live {
-			state[sb.ID] = sb.State
-		}
 		s.mu.Lock()
 		var dead []*entry
-		for id, e := range s.sandboxes {
-			if (e.rec.Status == StatusRunning || e.rec.Status == StatusPooled) && state[id] == runtime.StateStopped {
+		for _, sb := range live {
+			if e, ok := s.sandboxes[sb.ID]; ok && sb.State == runtime.StateStopped && s.mayDieLocked(e, began) {
 				dead = append(dead, e)
 			}
 		}
 		s.mu.Unlock()
 		for _, e := range dead {
-			s.reapDead(ctx, e)
+			s.reapDead(ctx, e, began)
 		}
 	}
 }
 
-func (s *Service) reapDead(ctx context.Context, e *entry) {
+// mayDieLocked says whether e can be judged by a listing begun at began:
+// it runs (or waits in a pool) and came up before. Caller holds s.mu.
+func (s *Service) mayDieLocked(e *entry, began time.Time) bool {
+	return !e.gone && (e.rec.Status == StatusRunning || e.rec.Status == StatusPooled) && e.since.Before(began)
+}
+
+func (s *Service) reapDead(ctx context.Context, e *entry, began time.Time) {
 	if !e.mu.TryLock() {
 		return // a lifecycle operation is under way; look again next time
 	}
 	defer e.mu.Unlock()
+	s.mu.Lock()
+	ok := s.mayDieLocked(e, began)
+	s.mu.Unlock()
+	if !ok {
+		return
+	}
 	id := e.rec.ID
+	if st, ok := s.cfg.Runtime.(runtime.Stater); ok {
+		if now, err := st.State(ctx, id); err != nil || now != runtime.StateStopped {
+			return
+		}
+	}
 	why := "stopped: its processes exited"
 	if r, ok := s.cfg.Runtime.(runtime.OOMReporter); ok && r.OOMKilled(id) {
 		why = "killed: out of memory (OOM)"
@@ -230,5 +393,5 @@ func (s *Service) reapDead(ctx context.Context, e *entry) {
 	}
 	s.log.Warn("sandbox died", "sandbox", id, "why", why)
 	s.logs.event(id, "%s", why)
-	s.destroy(ctx, id)
+	s.destroy(context.WithoutCancel(ctx), id)
 }

@@ -111,6 +111,7 @@ type Service struct {
 	launching   map[string]string      // sandbox id → rootfs, while being made
 	pending     map[string]reservation // sandbox id → its admission, while being made
 	snapPending map[string]int         // project → snapshots being taken
+	recovering  map[string]Record      // running sandboxes Recover has yet to probe
 	scanning    bool                   // PrepareTemplates is under way
 	closed      bool
 	bg          sync.WaitGroup
@@ -131,6 +132,9 @@ type entry struct {
 	conns   *agentConns
 	timer   *time.Timer
 	gone    bool
+	// since is when the sandbox last came up in the runtime (made,
+	// reattached, resumed): Watch judges it only on evidence taken after.
+	since time.Time
 }
 
 // Record is a sandbox as the service keeps it (and persists it as the
@@ -147,10 +151,14 @@ type Record struct {
 	Envs       map[string]string `json:"envs,omitempty"`
 	AgentToken string            `json:"agentToken"`
 	AgentAddr  string            `json:"agentAddr"`
-	StartedAt  time.Time         `json:"startedAt"`
-	EndAt      *time.Time        `json:"endAt,omitempty"`
-	TimeoutMs  int64             `json:"timeoutMs"`
-	Status     string            `json:"status"`
+	// AgentVersion is the protocol version the sandbox's agent reported
+	// when it last came up (see agent.ProtocolVersion); 0 in records of
+	// older servers, and 1 for agents that report none.
+	AgentVersion int        `json:"agentVersion,omitempty"`
+	StartedAt    time.Time  `json:"startedAt"`
+	EndAt        *time.Time `json:"endAt,omitempty"`
+	TimeoutMs    int64      `json:"timeoutMs"`
+	Status       string     `json:"status"`
 	// RemainingMs is what was left of the deadline when a pause began; a
 	// paused sandbox's deadline does not run. 0 with no deadline.
 	RemainingMs int64  `json:"remainingMs,omitempty"`
@@ -198,7 +206,7 @@ func New(cfg Config) *Service {
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, log: cfg.Logger, cp: cp, logs: newLogs(cfg.LogDir, cfg.LogMaxBytes), sandboxes: map[string]*entry{},
 		snapshots: map[string]*snapEntry{}, readyJobs: map[readyKey]*readyJob{}, readyFailed: map[readyKey]time.Time{}, launching: map[string]string{},
-		pending: map[string]reservation{}, snapPending: map[string]int{}, bgCtx: bgCtx, bgCancel: bgCancel}
+		pending: map[string]reservation{}, snapPending: map[string]int{}, recovering: map[string]Record{}, bgCtx: bgCtx, bgCancel: bgCancel}
 }
 
 // CreateRequest is a validated create.
@@ -343,7 +351,8 @@ func (s *Service) launch(ctx context.Context, rec Record, boot func(context.Cont
 	if err := waitReady(ctx, ag, s.cfg.AgentReadyTimeout); err != nil {
 		return fail(fmt.Errorf("sandbox agent did not come up: %w", err))
 	}
-	s.log.Debug("sandbox up", "sandbox", rec.ID, "boot", booted.Sub(began), "agent", time.Since(booted))
+	s.log.Debug("sandbox up", "sandbox", rec.ID, "boot", booted.Sub(began), "agent", time.Since(booted), "agentVersion", ag.Version())
+	rec.AgentVersion = ag.Version()
 	if bootToken != rec.AgentToken {
 		if err := ag.SetToken(ctx, rec.AgentToken); err != nil {
 			return fail(fmt.Errorf("give the copy its own agent token: %w", err))
@@ -353,7 +362,7 @@ func (s *Service) launch(ctx context.Context, rec Record, boot func(context.Cont
 	if err := s.persist(ctx, rec); err != nil {
 		return fail(err)
 	}
-	e := &entry{rec: rec, agent: ag, conns: conns}
+	e := &entry{rec: rec, agent: ag, conns: conns, since: began}
 	s.mu.Lock()
 	s.sandboxes[rec.ID] = e
 	delete(s.pending, rec.ID) // held by the live sandbox now
@@ -422,6 +431,9 @@ func waitReady(ctx context.Context, ag *agent.Client, limit time.Duration) error
 		case <-time.After(delay):
 		}
 		switch {
+		case time.Since(start) > 5*time.Second:
+			// A long wait (recovery of a busy sandbox): back off to 1 s.
+			delay = min(2*delay, time.Second)
 		case time.Since(start) > 500*time.Millisecond:
 			delay = 50 * time.Millisecond
 		case delay < 4*time.Millisecond:
@@ -441,7 +453,8 @@ func (s *Service) Get(projectID, id string) (Record, error) {
 	return e.rec, nil
 }
 
-// List returns the project's sandboxes, oldest first.
+// List returns the project's sandboxes, oldest first; those recovery has
+// yet to reattach as their record has them.
 func (s *Service) List(projectID string) []Record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -451,13 +464,30 @@ func (s *Service) List(projectID string) []Record {
 			out = append(out, e.rec)
 		}
 	}
+	for _, rec := range s.recovering {
+		if rec.ProjectID == projectID && rec.Status != StatusPooled {
+			out = append(out, rec)
+		}
+	}
 	sortRecords(out)
 	return out
+}
+
+// lifecycleTimeout bounds a kill, pause, resume or snapshot once begun.
+const lifecycleTimeout = 5 * time.Minute
+
+// detach is the context of a lifecycle operation: it runs to its end (or
+// lifecycleTimeout) whatever the client does, since one cut short by a
+// client hanging up would leave a sandbox half-destroyed or half-saved.
+func detach(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), lifecycleTimeout)
 }
 
 // Kill destroys the sandbox and frees everything it held.
 func (s *Service) Kill(ctx context.Context, projectID, id string) (err error) {
 	defer s.observe(opKill, time.Now(), &err)
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	e, err := s.lookup(projectID, id)
 	if err != nil {
 		return err
@@ -516,6 +546,9 @@ func (s *Service) lookup(projectID, id string) (*entry, error) {
 	defer s.mu.Unlock()
 	e, ok := s.sandboxes[id]
 	if !ok || e.gone || e.rec.ProjectID != projectID || e.rec.Status == StatusPooled {
+		if rec, ok := s.recovering[id]; ok && rec.ProjectID == projectID && rec.Status != StatusPooled {
+			return nil, recoveringErr(id)
+		}
 		return nil, notFound(id)
 	}
 	return e, nil

@@ -119,7 +119,7 @@ func (s *Service) TakeSnapshot(ctx context.Context, projectID, id, name string, 
 		name = "Snapshot " + id
 	}
 	snap.Name, snap.PoolSize = name, poolSize
-	if err := s.putSnapshot(ctx, snap); err != nil {
+	if err := s.putSnapshot(context.WithoutCancel(ctx), snap); err != nil {
 		os.RemoveAll(s.snapshotDir(snap.ID))
 		return SnapshotInfo{}, err
 	}
@@ -137,6 +137,8 @@ func (s *Service) TakeSnapshot(ctx context.Context, projectID, id, name string, 
 // save checkpoints e into dirOf(newID) and returns the snapshot's record
 // (not yet stored).
 func (s *Service) save(ctx context.Context, e *entry, dirOf func(string) string, prefix string) (Snapshot, error) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s.mu.Lock()
@@ -223,6 +225,8 @@ func (s *Service) Snapshots(projectID string) []SnapshotInfo {
 // UpdateSnapshot changes the warm pool: its size, or whether it is paused
 // (a paused pool releases its copies; the saved state stays).
 func (s *Service) UpdateSnapshot(ctx context.Context, projectID, id string, poolSize *int, poolPaused *bool) (SnapshotInfo, error) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	se, err := s.lookupSnapshot(projectID, id)
 	if err != nil {
 		return SnapshotInfo{}, err
@@ -258,6 +262,8 @@ func (s *Service) UpdateSnapshot(ctx context.Context, projectID, id string, pool
 // DeleteSnapshot releases the pool and removes the image. Sandboxes
 // restored from it are independent and keep running.
 func (s *Service) DeleteSnapshot(ctx context.Context, projectID, id string) error {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	se, err := s.lookupSnapshot(projectID, id)
 	if err != nil {
 		return err
@@ -319,12 +325,14 @@ func (s *Service) fillPool(se *snapEntry) {
 	se.filling = true
 	s.bg.Add(1)
 	s.mu.Unlock()
+	s.log.Debug("warm pool: filling", "snapshot", se.snap.ID)
 	go func() {
 		defer s.bg.Done()
 		defer func() {
 			s.mu.Lock()
 			se.filling = false
 			s.mu.Unlock()
+			s.log.Debug("warm pool: filled", "snapshot", se.snap.ID)
 		}()
 		for {
 			s.mu.Lock()
@@ -338,14 +346,16 @@ func (s *Service) fillPool(se *snapEntry) {
 			}
 			rec := s.copyRecord(snap, 0)
 			rec.Status, rec.PoolOf = StatusPooled, snap.ID
-			if _, err := s.restoreCopy(context.Background(), rec, snap, s.snapshotDir(snap.ID)); err != nil {
+			_, err := s.restoreCopy(context.Background(), rec, snap, s.snapshotDir(snap.ID))
+			// The snapshot may have been deleted, or its pool shrunk or
+			// paused, while this copy was being restored: the copy goes
+			// then, it never outlives them (nor holds its place in the
+			// project's quota for ever).
+			s.trimPool(context.Background(), se)
+			if err != nil {
 				s.log.Warn("warm pool: restore failed; pool left short", "snapshot", snap.ID, "err", err)
 				return
 			}
-			// The snapshot may have been deleted (or its pool shrunk or
-			// paused) while the copy was made: a copy nobody can claim
-			// would hold its place in the project's quota for ever.
-			s.trimPool(context.Background(), se)
 		}
 	}()
 }
@@ -409,6 +419,11 @@ func (s *Service) UsesRootfs(rootfs string) bool {
 	}
 	for _, r := range s.launching {
 		if r == rootfs {
+			return true
+		}
+	}
+	for _, rec := range s.recovering {
+		if rec.Rootfs == rootfs {
 			return true
 		}
 	}

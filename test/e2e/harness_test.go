@@ -180,7 +180,26 @@ func startServerOn(t *testing.T, node *testNode, dataDir string, extraArgs ...st
 	return s
 }
 
+// start starts the server and waits until it answers and its recovery
+// (reattaching the sandboxes of the last one, in the background) is done.
 func (s *server) start() {
+	done := strings.Count(s.logs(), recoveryDone)
+	s.startAnswering()
+	deadline := time.Now().Add(90 * time.Second)
+	for strings.Count(s.logs(), recoveryDone) <= done {
+		if time.Now().After(deadline) {
+			s.t.Fatalf("recovery did not finish within 90 s:\n%s", s.logs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// recoveryDone is what the server logs once recovery is over (or failed).
+const recoveryDone = `msg="recover: done`
+
+// startAnswering starts the server and returns once it answers, recovery
+// possibly still under way.
+func (s *server) startAnswering() {
 	t := s.t
 	// The ports are free when picked but another process may take one
 	// before the server binds it: pick again then.
@@ -320,12 +339,12 @@ func (s *server) do(method, path string, body any, out any) (int, []byte) {
 
 func (s *server) doKey(key, method, path string, body any, out any) (int, []byte) {
 	s.t.Helper()
-	code, raw, err := s.request(key, method, path, body)
+	code, raw, err := s.request(context.Background(), key, method, path, body, nil)
 	if code == 0 {
 		s.t.Fatalf("%s %s: %v", method, path, err)
 	}
 	// A body cut short after the status (a server killed under it) is
-	// returned as far as it came, as before; decoding it into out fails.
+	// returned as far as it came; decoding it into out fails.
 	if out != nil && code < 300 {
 		if err := json.Unmarshal(raw, out); err != nil {
 			s.t.Fatalf("%s %s: decode %q: %v", method, path, raw, err)
@@ -334,11 +353,11 @@ func (s *server) doKey(key, method, path string, body any, out any) (int, []byte
 	return code, raw
 }
 
-// request sends one API request and returns the status (0 when there was
-// no answer) and the raw body. It never touches the test, so goroutines may
-// call it (t.Fatal may not be called from a goroutine other than the
-// test's).
-func (s *server) request(key, method, path string, body any) (int, []byte, error) {
+// request is do without the test: for goroutines (which must not call
+// t.Fatal), and for requests cut short by ctx. It returns the status (0
+// when there was no answer) and the raw body; an answer of 300 or more is
+// not an error. out, when non-nil, gets a 2xx answer decoded.
+func (s *server) request(ctx context.Context, key, method, path string, body any, out any) (int, []byte, error) {
 	var r io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -350,7 +369,7 @@ func (s *server) request(key, method, path string, body any) (int, []byte, error
 		j, _ := json.Marshal(b)
 		r = bytes.NewReader(j)
 	}
-	req, err := http.NewRequest(method, s.url+path, r)
+	req, err := http.NewRequestWithContext(ctx, method, s.url+path, r)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -362,7 +381,15 @@ func (s *server) request(key, method, path string, body any) (int, []byte, error
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, raw, err
+	if err != nil {
+		return resp.StatusCode, raw, err
+	}
+	if out != nil && resp.StatusCode < 300 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return resp.StatusCode, raw, fmt.Errorf("decode %q: %w", raw, err)
+		}
+	}
+	return resp.StatusCode, raw, nil
 }
 
 // runNode runs node's test runner on the given SDK test files with the

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -35,7 +36,7 @@ func TestOOMInLogs(t *testing.T) {
 	// 1 GiB sandbox, 1.5 GiB of memory touched.
 	// Its answer does not matter (the sandbox dies under it); request, not
 	// do, because do may call t.Fatal, which a goroutine must not.
-	go s.request(s.key, "POST", "/api/sandboxes/"+sb.SandboxID+"/exec", map[string]any{"cmd": `python3 -c "b = bytearray(1500 << 20)"`})
+	go s.request(context.Background(), s.key, "POST", "/api/sandboxes/"+sb.SandboxID+"/exec", map[string]any{"cmd": `python3 -c "b = bytearray(1500 << 20)"`}, nil)
 	deadline := time.After(60 * time.Second)
 	for {
 		select {

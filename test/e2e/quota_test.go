@@ -33,9 +33,9 @@ func wantRefusal(t *testing.T, what string, code int, body []byte, status int, w
 	return e
 }
 
-// createNano creates a nano sandbox (0.5 vCPU, 1 GiB) and returns the
+// postNano creates a nano sandbox (0.5 vCPU, 1 GiB) and returns the
 // answer's status and body.
-func (s *server) createNano() (int, []byte) {
+func (s *server) postNano() (int, []byte) {
 	return s.do("POST", "/api/sandboxes", map[string]any{"template": "base", "size": "nano", "timeoutMs": 600000}, nil)
 }
 
@@ -48,9 +48,9 @@ func sandboxID(t *testing.T, body []byte) string {
 	return sb.SandboxID
 }
 
-// createMany sends n creates at once and returns the ids made and the
+// createAtOnce sends n creates at once and returns the ids made and the
 // refusals' bodies by status.
-func (s *server) createMany(t *testing.T, n int) (ids []string, refused map[int][][]byte) {
+func (s *server) createAtOnce(t *testing.T, n int) (ids []string, refused map[int][][]byte) {
 	t.Helper()
 	refused = map[int][][]byte{}
 	var mu sync.Mutex
@@ -114,7 +114,7 @@ func TestQuotaConcurrentCreates(t *testing.T) {
 	if !strings.Contains(out, "0/5*") {
 		t.Fatalf("projects set: %s", out)
 	}
-	ids, refused := s.createMany(t, 50)
+	ids, refused := s.createAtOnce(t, 50)
 	if len(ids) != 5 || len(refused[429]) != 45 {
 		t.Fatalf("50 creates at a limit of 5: %d made, refusals %v", len(ids), refused)
 	}
@@ -130,28 +130,28 @@ func TestQuotaConcurrentCreates(t *testing.T) {
 	if code, body := s.do("DELETE", "/api/sandboxes/"+ids[0], nil, nil); code >= 300 {
 		t.Fatalf("delete: %d %s", code, body)
 	}
-	code, body := s.createNano()
+	code, body := s.postNano()
 	if code != 200 && code != 201 {
 		t.Fatalf("create after a delete: %d %s", code, body)
 	}
 	ids[0] = sandboxID(t, body)
-	code, body = s.createNano()
+	code, body = s.postNano()
 	wantRefusal(t, "6th create", code, body, 429, "quota_exceeded", "sandboxes 5 of 5 in use")
 
 	// Now vCPUs: 5 nano sandboxes hold 2.5.
 	s.cli(t, "projects", "set", "default", "--max-sandboxes", "default", "--max-vcpus", "3")
-	code, body = s.createNano()
+	code, body = s.postNano()
 	if code != 200 && code != 201 {
 		t.Fatalf("6th nano under 3 vCPUs: %d %s", code, body)
 	}
 	sixth := sandboxID(t, body)
-	code, body = s.createNano()
+	code, body = s.postNano()
 	wantRefusal(t, "7th nano", code, body, 429, "quota_exceeded", "project quota: vcpus 3 of 3 in use, this needs 0.5")
 	// A paused sandbox holds no CPU.
 	if code, body := s.do("POST", "/api/sandboxes/"+sixth+"/pause", nil, nil); code != 200 {
 		t.Fatalf("pause: %d %s", code, body)
 	}
-	code, body = s.createNano()
+	code, body = s.postNano()
 	if code != 200 && code != 201 {
 		t.Fatalf("create once one is paused: %d %s", code, body)
 	}
@@ -180,7 +180,7 @@ func TestQuotaConcurrentCreates(t *testing.T) {
 // their own.
 func TestQuotaWarmPool(t *testing.T) {
 	s := startServer(t, "", "--default-max-sandboxes", "3", "--default-max-snapshots", "1")
-	code, body := s.createNano()
+	code, body := s.postNano()
 	if code >= 300 {
 		t.Fatalf("create: %d %s", code, body)
 	}
@@ -203,7 +203,7 @@ func TestQuotaWarmPool(t *testing.T) {
 		s.do("GET", "/api/sandbox-snapshots/"+snap.ID, nil, &snap)
 	}
 	// The two warm copies and the sandbox make 3: a create is refused.
-	code, body = s.createNano()
+	code, body = s.postNano()
 	wantRefusal(t, "create beside a full pool", code, body, 429, "quota_exceeded", "sandboxes 3 of 3 in use, this needs 1")
 	code, body = s.do("PATCH", "/api/sandbox-snapshots/"+snap.ID, map[string]any{"poolSize": 3}, nil)
 	wantRefusal(t, "growing the pool", code, body, 429, "quota_exceeded", "sandboxes 3 of 3 in use, this needs 1")
@@ -229,7 +229,7 @@ func TestNodeCapacity(t *testing.T) {
 	s := startServer(t, "", "--node-vcpus", "1", "--cpu-overcommit", "1", "--max-sandboxes", "3")
 	var ids []string
 	for range 2 {
-		code, body := s.createNano()
+		code, body := s.postNano()
 		if code >= 300 {
 			t.Fatalf("create: %d %s", code, body)
 		}
@@ -252,7 +252,7 @@ func TestNodeCapacity(t *testing.T) {
 	if code, body := s.do("POST", "/api/sandboxes/"+ids[0]+"/pause", nil, nil); code != 200 {
 		t.Fatalf("pause: %d %s", code, body)
 	}
-	code, body := s.createNano()
+	code, body := s.postNano()
 	if code >= 300 {
 		t.Fatalf("create once one is paused: %d %s", code, body)
 	}
@@ -269,10 +269,10 @@ func TestNodeCapacity(t *testing.T) {
 	if code, body := s.do("POST", "/api/sandboxes/"+ids[0]+"/pause", nil, nil); code != 200 {
 		t.Fatalf("pause: %d %s", code, body)
 	}
-	if code, body := s.createNano(); code >= 300 {
+	if code, body := s.postNano(); code >= 300 {
 		t.Fatalf("third sandbox: %d %s", code, body)
 	}
-	code, body = s.createNano()
+	code, body = s.postNano()
 	wantRefusal(t, "4th sandbox on a node of 3", code, body, 503, "capacity", "node capacity: sandboxes 3 of 3 reserved")
 	s.deleteAll(t)
 	s.waitNoLeaks(t)

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"net/http"
-	"os"
 	"os/exec"
 	"testing"
 
@@ -41,11 +40,7 @@ func TestRestart(t *testing.T) {
 
 	// A sandbox that dies while the server is down is cleaned up at start.
 	s.crash()
-	runsc := os.Getenv("LIZARD_RUNSC")
-	if runsc == "" {
-		runsc = "runsc"
-	}
-	if out, err := exec.Command(runsc, "--root", gvisor.RunscRootFor(s.dataDir), "kill", b.SandboxID, "KILL").CombinedOutput(); err != nil {
+	if out, err := exec.Command(runscBin(), "--root", gvisor.RunscRootFor(s.dataDir), "kill", b.SandboxID, "KILL").CombinedOutput(); err != nil {
 		t.Fatalf("kill sandbox behind the server's back: %v %s", err, out)
 	}
 	s.start()

@@ -258,6 +258,6 @@ func (s *Server) setToken(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) health(w http.ResponseWriter, _ *http.Request) error {
-	writeJSON(w, http.StatusOK, agent.Health{OK: true, Pid: os.Getpid()})
+	writeJSON(w, http.StatusOK, agent.Health{OK: true, Pid: os.Getpid(), Version: agent.ProtocolVersion})
 	return nil
 }

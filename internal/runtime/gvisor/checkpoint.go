@@ -65,6 +65,9 @@ func (r *Runtime) save(ctx context.Context, id, image string) error {
 	os.RemoveAll(tmp)
 	err := r.runsc(ctx, nil, "checkpoint", "--leave-running", "--image-path", tmp, id)
 	if err == nil {
+		err = r.writeManifest(ctx, tmp)
+	}
+	if err == nil {
 		err = os.Rename(tmp, image)
 	}
 	if err != nil {
@@ -115,6 +118,10 @@ func (r *Runtime) Resume(ctx context.Context, id string) error {
 		}
 		return nil
 	}
+	image := filepath.Join(r.dir(id), checkpointDir)
+	if err := r.compatible(ctx, image); err != nil {
+		return err
+	}
 	// Whatever a pause or an earlier resume cut short left goes first — a
 	// container, stray processes, a half-made cgroup (whose empty cpuset
 	// would refuse the new sandbox): the image is the state.
@@ -133,7 +140,6 @@ func (r *Runtime) Resume(ctx context.Context, id string) error {
 		return err
 	}
 	defer console.Close()
-	image := filepath.Join(r.dir(id), checkpointDir)
 	if err := r.restore(ctx, st, image, console); err != nil {
 		return err
 	}
@@ -196,16 +202,28 @@ func (r *Runtime) Restore(ctx context.Context, spec runtime.Spec, dir string) (r
 	if _, err := os.Stat(filepath.Join(dir, "checkpoint.img")); err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("image %s: %w", dir, errdefs.ErrNotFound)
 	}
+	if err := r.compatible(ctx, dir); err != nil {
+		return runtime.Sandbox{}, err
+	}
 	return r.make(ctx, spec, dir)
 }
 
 // reconcile finishes or undoes checkpoint steps that a crash cut short: a
 // paused sandbox whose container is still there loses the container (the
-// image is its state), a frozen one is thawed, and partial images go.
+// image is its state), a frozen one is thawed, and partial images go. It
+// also takes back each sandbox's address and egress policy, so that no new
+// sandbox gets an address in use and the resolver knows every policy before
+// recovery has judged anything. One runsc run for all: on a host busy with
+// its sandboxes each run is slow.
 func (r *Runtime) reconcile(ctx context.Context) {
 	ents, err := os.ReadDir(r.cfg.StateDir)
 	if err != nil {
 		return
+	}
+	raws, err := r.runscListRaw(ctx)
+	if err != nil {
+		r.cfg.Logger.Error("reconcile: runsc list", "err", err)
+		raws = nil
 	}
 	for _, e := range ents {
 		id := e.Name()
@@ -216,8 +234,14 @@ func (r *Runtime) reconcile(ctx context.Context) {
 		if err != nil {
 			continue
 		}
+		if err := r.cfg.Network.Attach(st.Endpoint, st.Egress); err != nil {
+			r.cfg.Logger.Error("re-apply network policy", "sandbox", id, "err", err)
+		}
 		os.RemoveAll(filepath.Join(r.dir(id), checkpointDir+tmpSuffix))
-		switch raw := r.rawStatus(ctx, id); {
+		if raws == nil {
+			continue // nothing known of the containers: leave them be
+		}
+		switch raw := raws[id]; {
 		case st.Paused && raw != "":
 			r.cfg.Logger.Info("reconcile: removing the container of a paused sandbox", "sandbox", id, "status", raw)
 			r.runsc(ctx, nil, "delete", "--force", id)

@@ -43,7 +43,8 @@ type Config struct {
 
 // Runtime implements runtime.Runtime with runsc.
 type Runtime struct {
-	cfg Config
+	cfg   Config
+	build build // what checkpoints record of this server's runsc and CPU
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -290,6 +291,26 @@ func (r *Runtime) List(ctx context.Context) ([]runtime.Sandbox, error) {
 	return out, nil
 }
 
+var _ runtime.Stater = (*Runtime)(nil)
+
+// State implements runtime.Stater: paused by its state.json, else what
+// runsc says now.
+func (r *Runtime) State(ctx context.Context, id string) (runtime.State, error) {
+	st, err := r.readState(id)
+	if err != nil {
+		return "", err
+	}
+	if st.Paused {
+		return runtime.StatePaused, nil
+	}
+	s, err := r.status(ctx, id)
+	if err == nil && ctx.Err() != nil {
+		// runsc state killed by the context says nothing of the sandbox.
+		return "", ctx.Err()
+	}
+	return s, err
+}
+
 // status reads one sandbox's state from runsc.
 func (r *Runtime) status(ctx context.Context, id string) (runtime.State, error) {
 	if _, err := os.Stat(r.dir(id)); err != nil {
@@ -319,6 +340,20 @@ func (r *Runtime) known(ctx context.Context, id string) bool {
 }
 
 func (r *Runtime) runscList(ctx context.Context) (map[string]runtime.State, error) {
+	raw, err := r.runscListRaw(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]runtime.State, len(raw))
+	for id, s := range raw {
+		m[id] = mapStatus(s)
+	}
+	return m, nil
+}
+
+// runscListRaw is runsc's own word for each container it has (see
+// rawStatus), in one runsc run.
+func (r *Runtime) runscListRaw(ctx context.Context) (map[string]string, error) {
 	var out bytes.Buffer
 	if err := r.cfg.Reaper.Run(r.command(ctx, &out, "list", "--format", "json")); err != nil {
 		return nil, fmt.Errorf("runsc list: %w", err)
@@ -332,9 +367,9 @@ func (r *Runtime) runscList(ctx context.Context) (map[string]runtime.State, erro
 			return nil, fmt.Errorf("runsc list: %w", err)
 		}
 	}
-	m := make(map[string]runtime.State, len(list))
+	m := make(map[string]string, len(list))
 	for _, c := range list {
-		m[c.ID] = mapStatus(c.Status)
+		m[c.ID] = c.Status
 	}
 	return m, nil
 }

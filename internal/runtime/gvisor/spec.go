@@ -83,7 +83,10 @@ func etcFiles(id string, ep network.Endpoint) map[string]string {
 			ep.Addr.String() + "\t" + id + "\n",
 		// A nameserver that answers, or refuses at once: a lookup must never
 		// hang on an address the sandbox cannot reach (Python's http.server
-		// looks up its own name before it listens).
-		"resolv.conf": "nameserver " + ep.Gateway.String() + "\noptions timeout:2 attempts:2\n",
+		// looks up its own name before it listens). While the server
+		// restarts its resolver does not answer (the firewall drops the
+		// port unreachable): a query is asked again every second, so a
+		// lookup outlasts a restart of a few seconds.
+		"resolv.conf": "nameserver " + ep.Gateway.String() + "\noptions timeout:1 attempts:5\n",
 	}
 }

@@ -76,18 +76,31 @@ func WaitAgent(ctx context.Context, addr, token string) error {
 	return fmt.Errorf("agent at %s: %v", addr, last)
 }
 
+// state is sandbox id's state by List ("" when not listed); a backend that
+// implements runtime.Stater must say the same of it (ErrNotFound when not
+// listed).
 func state(t *testing.T, rt runtime.Runtime, id string) runtime.State {
 	t.Helper()
 	list, err := rt.List(context.Background())
 	if err != nil {
 		t.Fatalf("List: %v", err)
 	}
+	var listed runtime.State
 	for _, sb := range list {
 		if sb.ID == id {
-			return sb.State
+			listed = sb.State
 		}
 	}
-	return ""
+	if st, ok := rt.(runtime.Stater); ok {
+		now, err := st.State(context.Background(), id)
+		switch {
+		case listed == "" && !errors.Is(err, errdefs.ErrNotFound):
+			t.Fatalf("State of a sandbox List does not have: %q, %v; want ErrNotFound", now, err)
+		case listed != "" && (err != nil || now != listed):
+			t.Fatalf("State %q, %v; List says %q", now, err, listed)
+		}
+	}
+	return listed
 }
 
 func testLifecycle(t *testing.T, rt runtime.Runtime, env Env) {

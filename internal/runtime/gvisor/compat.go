@@ -1,0 +1,142 @@
+package gvisor
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+)
+
+// Every checkpoint image (pause image, snapshot, fork image, ready state)
+// carries a manifest of what restoring it needs: the runsc build that wrote
+// it and the CPU features of the host it was written on. gVisor images are
+// not portable across runsc builds, and a restore on a CPU missing a feature
+// the saved processes use fails or misbehaves. A restore of an image whose
+// manifest does not match is refused with 409 incompatible_checkpoint before
+// runsc is run, and the image is kept. Images without a manifest (written by
+// servers before this one) count as made by the current build.
+const manifestFile = "lizard-checkpoint.json"
+
+// Manifest is what an image records of what made it.
+type Manifest struct {
+	// RunscVersion is the first line of `runsc --version`; RunscDigest the
+	// SHA-256 of the runsc binary, which tells builds apart that report the
+	// same version (a source build says VERSION_MISSING).
+	RunscVersion string `json:"runscVersion"`
+	RunscDigest  string `json:"runscDigest"`
+	// CPUFeatures are the flags of the host CPU (/proc/cpuinfo) at save time.
+	CPUFeatures []string `json:"cpuFeatures,omitempty"`
+}
+
+// build is the manifest of this server's runsc on this host, computed once.
+type build struct {
+	once sync.Once
+	m    Manifest
+	err  error
+}
+
+func (r *Runtime) manifest(ctx context.Context) (Manifest, error) {
+	r.build.once.Do(func() {
+		r.build.m, r.build.err = currentManifest(ctx, r.cfg.Runsc)
+	})
+	return r.build.m, r.build.err
+}
+
+func currentManifest(ctx context.Context, runsc string) (Manifest, error) {
+	var m Manifest
+	out, err := exec.CommandContext(context.WithoutCancel(ctx), runsc, "--version").Output()
+	if err != nil {
+		return m, fmt.Errorf("runsc --version: %w", err)
+	}
+	m.RunscVersion, _, _ = strings.Cut(strings.TrimSpace(string(out)), "\n")
+	f, err := os.Open(runsc)
+	if err != nil {
+		return m, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return m, fmt.Errorf("hash runsc: %w", err)
+	}
+	m.RunscDigest = "sha256:" + hex.EncodeToString(h.Sum(nil))
+	m.CPUFeatures, err = cpuFeatures()
+	return m, err
+}
+
+// cpuFeatures are the flags of the first processor in /proc/cpuinfo,
+// sorted.
+func cpuFeatures() ([]string, error) {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if ok && (strings.TrimSpace(k) == "flags" || strings.TrimSpace(k) == "Features") {
+			flags := strings.Fields(v)
+			slices.Sort(flags)
+			return flags, nil
+		}
+	}
+	return nil, sc.Err()
+}
+
+// writeManifest records in image what restoring it needs.
+func (r *Runtime) writeManifest(ctx context.Context, image string) error {
+	m, err := r.manifest(ctx)
+	if err != nil {
+		return err
+	}
+	return writeJSON(filepath.Join(image, manifestFile), m)
+}
+
+// compatible refuses an image this server cannot restore: written by
+// another runsc build, or on a CPU with features this one lacks. An image
+// without a manifest counts as made by the current build.
+func (r *Runtime) compatible(ctx context.Context, image string) error {
+	var img Manifest
+	if err := readJSON(filepath.Join(image, manifestFile), &img); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("checkpoint manifest of %s: %w", image, err)
+	}
+	cur, err := r.manifest(ctx)
+	if err != nil {
+		return err
+	}
+	var why []string
+	if img.RunscVersion != cur.RunscVersion {
+		why = append(why, fmt.Sprintf("made by runsc %q, this server runs %q", img.RunscVersion, cur.RunscVersion))
+	} else if img.RunscDigest != cur.RunscDigest {
+		why = append(why, fmt.Sprintf("made by runsc build %s, this server runs build %s", img.RunscDigest, cur.RunscDigest))
+	}
+	var missing []string
+	for _, f := range img.CPUFeatures {
+		if _, ok := slices.BinarySearch(cur.CPUFeatures, f); !ok {
+			missing = append(missing, f)
+		}
+	}
+	if len(missing) > 0 {
+		why = append(why, "this host's CPU lacks "+strings.Join(missing, " "))
+	}
+	if len(why) == 0 {
+		return nil
+	}
+	return errdefs.WithCode("incompatible_checkpoint",
+		fmt.Errorf("checkpoint %s cannot be restored here: %s; the image is kept: %w", image, strings.Join(why, "; "), errdefs.ErrConflict))
+}
