@@ -168,7 +168,7 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	}
 	limits := func(ctx context.Context, projectID string) (store.Limits, error) {
-		return st.ProjectLimits(ctx, projectID, c.limits)
+		return store.ProjectLimits(ctx, st, projectID, c.limits)
 	}
 	capacity, err := c.capacity()
 	if err != nil {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"strconv"
@@ -82,6 +83,16 @@ func LimitColumn(l Limit, value *int) (string, error) {
 		return "", fmt.Errorf("%s %d: must be 0 (no limit) or more: %w", l, *value, errdefs.ErrInvalid)
 	}
 	return col, nil
+}
+
+// ProjectLimits returns a project's limits: its overrides in st laid over
+// defaults.
+func ProjectLimits(ctx context.Context, st Store, projectID string, defaults Limits) (Limits, error) {
+	o, err := st.ProjectOverrides(ctx, projectID)
+	if err != nil {
+		return Limits{}, err
+	}
+	return o.Over(defaults), nil
 }
 
 // Over is a project's limits: o laid over defaults.

@@ -98,9 +98,6 @@ type Store interface {
 	// ProjectOverrides returns the limits a project has of its own (none:
 	// an empty map).
 	ProjectOverrides(ctx context.Context, projectID string) (Overrides, error)
-	// ProjectLimits returns a project's limits: its overrides laid over
-	// defaults.
-	ProjectLimits(ctx context.Context, projectID string, defaults Limits) (Limits, error)
 	// SetDefaultLimits records the server's default limits, so that the
 	// CLI shows the limits in force.
 	SetDefaultLimits(ctx context.Context, ls Limits) error

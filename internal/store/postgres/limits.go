@@ -43,16 +43,6 @@ func (s *Store) ProjectOverrides(ctx context.Context, projectID string) (store.O
 	return out, nil
 }
 
-// ProjectLimits returns a project's limits: its overrides laid over
-// defaults.
-func (s *Store) ProjectLimits(ctx context.Context, projectID string, defaults store.Limits) (store.Limits, error) {
-	o, err := s.ProjectOverrides(ctx, projectID)
-	if err != nil {
-		return store.Limits{}, err
-	}
-	return o.Over(defaults), nil
-}
-
 // SetDefaultLimits records the server's default limits.
 func (s *Store) SetDefaultLimits(ctx context.Context, ls store.Limits) error {
 	b, err := json.Marshal(ls)

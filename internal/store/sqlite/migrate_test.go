@@ -86,7 +86,7 @@ func TestMigrateUnversioned(t *testing.T) {
 	if err := st.SetProjectLimit(context.Background(), "prj_x", store.LimitVCPUs, &three); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := st.ProjectLimits(context.Background(), "prj_x", store.Limits{}); err != nil || got.VCPUs != 3 {
+	if got, err := store.ProjectLimits(context.Background(), st, "prj_x", store.Limits{}); err != nil || got.VCPUs != 3 {
 		t.Fatalf("limits on an older database: %+v %v", got, err)
 	}
 }

@@ -437,7 +437,7 @@ func testLimits(t *testing.T, ctx context.Context, open func() store.Store) {
 		t.Fatal(err)
 	}
 	defaults := store.Limits{Sandboxes: 50, VCPUs: 64, MemoryGB: 128, VolumeGB: 500, Snapshots: 100}
-	if got, err := st.ProjectLimits(ctx, p.ID, defaults); err != nil || got != defaults {
+	if got, err := store.ProjectLimits(ctx, st, p.ID, defaults); err != nil || got != defaults {
 		t.Fatalf("no overrides: %+v %v", got, err)
 	}
 	if o, err := st.ProjectOverrides(ctx, p.ID); err != nil || o == nil || len(o) != 0 {
@@ -452,7 +452,7 @@ func testLimits(t *testing.T, ctx context.Context, open func() store.Store) {
 	}
 	want := defaults
 	want.Sandboxes, want.Snapshots = 5, 0
-	if got, err := st.ProjectLimits(ctx, p.ID, defaults); err != nil || got != want {
+	if got, err := store.ProjectLimits(ctx, st, p.ID, defaults); err != nil || got != want {
 		t.Fatalf("overrides: %+v %v, want %+v", got, err, want)
 	}
 	if o, err := st.ProjectOverrides(ctx, p.ID); err != nil || len(o) != 2 || o[store.LimitSandboxes] != 5 || o[store.LimitSnapshots] != 0 {
@@ -462,7 +462,7 @@ func testLimits(t *testing.T, ctx context.Context, open func() store.Store) {
 		t.Fatal(err)
 	}
 	want.Sandboxes = 50
-	if got, _ := st.ProjectLimits(ctx, p.ID, defaults); got != want {
+	if got, _ := store.ProjectLimits(ctx, st, p.ID, defaults); got != want {
 		t.Fatalf("back to default: %+v, want %+v", got, want)
 	}
 	minus := -1
