@@ -181,7 +181,8 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-// TestProjectIsolation: a key of one project sees no sandbox of another.
+// TestProjectIsolation: a key of one project sees, changes and uses no
+// sandbox, snapshot or volume of another.
 func TestProjectIsolation(t *testing.T) {
 	s := startServer(t, "")
 	s.cli(t, "projects", "create", "Other Team")
@@ -216,5 +217,59 @@ func TestProjectIsolation(t *testing.T) {
 	}
 	if code, _ := s.do("GET", fmt.Sprintf("/api/projects/%s/sandboxes", projects[0]["id"]), nil, nil); code != 404 {
 		t.Fatalf("listing another project's sandboxes: %d, want 404", code)
+	}
+
+	// Snapshots: the other key neither sees, changes, deletes nor restores
+	// them.
+	var snap struct {
+		ID string `json:"id"`
+	}
+	if code, body := s.do("POST", "/api/sandboxes/"+sb.SandboxID+"/snapshot", map[string]any{"name": "mine"}, &snap); code != 201 {
+		t.Fatalf("snapshot: %d %s", code, body)
+	}
+	defer s.do("DELETE", "/api/sandbox-snapshots/"+snap.ID, nil, nil)
+	for _, c := range []struct{ method, path, body string }{
+		{"GET", "/api/sandbox-snapshots/" + snap.ID, ""},
+		{"PATCH", "/api/sandbox-snapshots/" + snap.ID, `{"poolSize":1}`},
+		{"POST", "/api/sandbox-snapshots/" + snap.ID + "/resume", ""},
+		{"DELETE", "/api/sandbox-snapshots/" + snap.ID, ""},
+		{"POST", "/api/sandboxes", `{"snapshotId":"` + snap.ID + `"}`},
+	} {
+		var body any
+		if c.body != "" {
+			body = c.body
+		}
+		if code, out := s.doKey(other, c.method, c.path, body, nil); code != 404 {
+			t.Fatalf("other project's key on %s %s: %d %s, want 404", c.method, c.path, code, out)
+		}
+	}
+	var snaps []map[string]any
+	s.doKey(other, "GET", "/api/sandbox-snapshots", nil, &snaps)
+	if len(snaps) != 0 {
+		t.Fatalf("other project sees snapshots %v", snaps)
+	}
+
+	// Volumes live under their project's path: another project's id there
+	// is a 404 whatever the volume.
+	if code, body := s.do("POST", "/api/projects/default/volumes", map[string]any{"name": "mine", "sizeGb": 1}, nil); code != 201 {
+		t.Fatalf("create volume: %d %s", code, body)
+	}
+	defer s.do("DELETE", "/api/projects/default/volumes/mine", nil, nil)
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/api/projects/default/volumes"},
+		{"GET", "/api/projects/default/volumes/mine"},
+		{"DELETE", "/api/projects/default/volumes/mine"},
+	} {
+		if code, out := s.doKey(other, c.method, c.path, nil, nil); code != 404 {
+			t.Fatalf("other project's key on %s %s: %d %s, want 404", c.method, c.path, code, out)
+		}
+	}
+	if code, out := s.doKey(other, "POST", "/api/sandboxes", map[string]any{"template": "base", "volumeName": "mine"}, nil); code != 404 {
+		t.Fatalf("other project mounts the volume: %d %s, want 404", code, out)
+	}
+	var vols []map[string]any
+	s.doKey(other, "GET", "/api/projects/other-team/volumes", nil, &vols)
+	if len(vols) != 0 {
+		t.Fatalf("other project sees volumes %v", vols)
 	}
 }

@@ -127,3 +127,34 @@ func TestOpenBadURL(t *testing.T) {
 		t.Fatalf("bad url: %v, want ErrInvalid without the password", err)
 	}
 }
+
+// TestKeySecretNotStored: only the hash and a 10-character prefix are
+// stored: no column holds the secret.
+func TestKeySecretNotStored(t *testing.T) {
+	ctx := context.Background()
+	url, err := pgtest.ForTest(t).NewDatabase(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	p, err := st.CreateProject(ctx, "p", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := st.CreateKey(ctx, p.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hash string
+	var leaks int
+	if err := st.pool.QueryRow(ctx, `SELECT hash FROM api_keys`).Scan(&hash); err != nil || hash != store.HashKey(secret) {
+		t.Fatalf("stored hash %q (%v), want HashKey of the secret", hash, err)
+	}
+	if err := st.pool.QueryRow(ctx, `SELECT count(*) FROM api_keys WHERE strpos(id || hash || prefix || project_id, $1) > 0`, secret).Scan(&leaks); err != nil || leaks != 0 {
+		t.Fatalf("rows holding the secret: %d (%v)", leaks, err)
+	}
+}

@@ -64,3 +64,30 @@ func TestKeysMigrateOldDatabase(t *testing.T) {
 		t.Fatalf("after revoke: %+v", active)
 	}
 }
+
+// TestKeySecretNotStored: only the hash and a 10-character prefix are
+// stored: no column holds the secret.
+func TestKeySecretNotStored(t *testing.T) {
+	ctx := context.Background()
+	st, err := Open(filepath.Join(t.TempDir(), "lizard.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	p, err := st.CreateProject(ctx, "p", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := st.CreateKey(ctx, p.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hash string
+	var leaks int
+	if err := st.db.QueryRowContext(ctx, `SELECT hash FROM api_keys`).Scan(&hash); err != nil || hash != store.HashKey(secret) {
+		t.Fatalf("stored hash %q (%v), want HashKey of the secret", hash, err)
+	}
+	if err := st.db.QueryRowContext(ctx, `SELECT count(*) FROM api_keys WHERE instr(id || hash || prefix || project_id, ?) > 0`, secret).Scan(&leaks); err != nil || leaks != 0 {
+		t.Fatalf("rows holding the secret: %d (%v)", leaks, err)
+	}
+}
