@@ -52,6 +52,8 @@ type Store interface {
 	// used as given (ErrInvalid below 16 characters, ErrConflict if
 	// another key has it). It bumps the key generation.
 	CreateKey(ctx context.Context, projectID, secret string) (string, error)
+	// NewKey is CreateKey that also returns the key as Keys lists it.
+	NewKey(ctx context.Context, projectID, secret string) (Key, string, error)
 	// RevokeKey revokes a key by id and bumps the key generation. Revoking
 	// a revoked key changes nothing; an unknown id is ErrNotFound.
 	RevokeKey(ctx context.Context, id string) error

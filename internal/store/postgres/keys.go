@@ -13,22 +13,29 @@ import (
 // CreateKey makes an API key for a project and returns its secret, which is
 // stored only as a hash. A non-empty secret is used as given.
 func (s *Store) CreateKey(ctx context.Context, projectID, secret string) (string, error) {
+	_, secret, err := s.NewKey(ctx, projectID, secret)
+	return secret, err
+}
+
+// NewKey is CreateKey that also returns the key as listed.
+func (s *Store) NewKey(ctx context.Context, projectID, secret string) (store.Key, string, error) {
 	k, err := store.MakeKey(secret)
 	if err != nil {
-		return "", err
+		return store.Key{}, "", err
 	}
+	key := store.Key{ID: k.ID, ProjectID: projectID, Prefix: k.Prefix}
 	err = s.keyChange(ctx, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO api_keys(id, project_id, hash, prefix) VALUES($1, $2, $3, $4)`,
-			k.ID, projectID, k.Hash, k.Prefix)
-		return err
+		return tx.QueryRow(ctx, `INSERT INTO api_keys(id, project_id, hash, prefix) VALUES($1, $2, $3, $4) RETURNING created_at`,
+			k.ID, projectID, k.Hash, k.Prefix).Scan(&key.CreatedAt)
 	})
 	if isUnique(err) {
-		return "", store.KeyExists()
+		return store.Key{}, "", store.KeyExists()
 	}
 	if err != nil {
-		return "", err
+		return store.Key{}, "", err
 	}
-	return k.Secret, nil
+	key.CreatedAt = key.CreatedAt.UTC()
+	return key, k.Secret, nil
 }
 
 // RevokeKey revokes a key by id. Revoking a revoked key is a no-op; an

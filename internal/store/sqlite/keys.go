@@ -82,22 +82,29 @@ func column[T any](rows *sql.Rows, err error) ([]T, error) {
 // CreateKey makes an API key for a project and returns its secret, which is
 // stored only as a hash. A non-empty secret is used as given.
 func (s *Store) CreateKey(ctx context.Context, projectID, secret string) (string, error) {
+	_, secret, err := s.NewKey(ctx, projectID, secret)
+	return secret, err
+}
+
+// NewKey is CreateKey that also returns the key as listed.
+func (s *Store) NewKey(ctx context.Context, projectID, secret string) (store.Key, string, error) {
 	k, err := store.MakeKey(secret)
 	if err != nil {
-		return "", err
+		return store.Key{}, "", err
 	}
+	created := time.Now().UTC()
 	err = s.keyChange(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO api_keys(id, project_id, hash, prefix, created_at) VALUES(?,?,?,?,?)`,
-			k.ID, projectID, k.Hash, k.Prefix, now())
+			k.ID, projectID, k.Hash, k.Prefix, fmtTime(created))
 		return err
 	})
 	if err != nil {
 		if isUnique(err) {
-			return "", store.KeyExists()
+			return store.Key{}, "", store.KeyExists()
 		}
-		return "", err
+		return store.Key{}, "", err
 	}
-	return k.Secret, nil
+	return store.Key{ID: k.ID, ProjectID: projectID, Prefix: k.Prefix, CreatedAt: created}, k.Secret, nil
 }
 
 // RevokeKey revokes a key by id: servers refuse it once they next poll

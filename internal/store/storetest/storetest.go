@@ -30,6 +30,7 @@ func Run(t *testing.T, newDB NewDB) {
 	}{
 		{"Projects", testProjects},
 		{"Keys", testKeys},
+		{"NewKey", testNewKey},
 		{"KeysAcrossHandles", testKeysAcrossHandles},
 		{"TouchKeys", testTouchKeys},
 		{"Sandboxes", testSandboxes},
@@ -176,6 +177,25 @@ func testKeys(t *testing.T, ctx context.Context, open func() store.Store) {
 	active, err = st.ActiveKeys(ctx)
 	if err != nil || len(active) != 1 || active[0].ID != ks[1].ID {
 		t.Fatalf("active after revoke: %+v %v", active, err)
+	}
+}
+
+// testNewKey: the key NewKey returns is the one Keys lists.
+func testNewKey(t *testing.T, ctx context.Context, open func() store.Store) {
+	st := open()
+	p, err := st.CreateProject(ctx, "p", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	made, third, err := st.NewKey(ctx, p.ID, "")
+	if err != nil || made.ID == "" || made.ProjectID != p.ID || made.Prefix != third[:10] || made.CreatedAt.IsZero() {
+		t.Fatalf("NewKey: %+v %q %v", made, third, err)
+	}
+	if ks, _ := st.Keys(ctx, p.ID); len(ks) != 1 || ks[0].ID != made.ID || !ks[0].CreatedAt.Equal(made.CreatedAt) || ks[0].Prefix != made.Prefix {
+		t.Fatalf("NewKey returned %+v, Keys lists %+v", made, ks)
+	}
+	if _, _, err := st.NewKey(ctx, p.ID, third); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("NewKey with a taken secret: %v, want ErrConflict", err)
 	}
 }
 
