@@ -30,7 +30,7 @@ NFPM          := $(CACHE)/tools/nfpm-$(NFPM_VERSION)/nfpm
 VERSION       ?= 0.0.0+git$(shell git log -1 --format=%cd.%h --date=format:%Y%m%d 2>/dev/null || echo unknown)
 DEB_ARCH      ?= $(shell $(GO) env GOARCH)
 
-.PHONY: deps build templates run test bench package clean
+.PHONY: deps build templates run test bench package clean dashboard-vendor
 
 deps:
 	CACHE=$(CACHE) RUNSC_VERSION=$(RUNSC_VERSION) scripts/install-deps.sh
@@ -62,3 +62,14 @@ package: build $(NFPM)
 
 clean:
 	rm -rf $(BIN) $(DIST)
+
+# The dashboard's vendored front-end files (xterm.js and its fit addon) are
+# committed, so `build` needs no npm; this refreshes them from the versions
+# pinned in internal/dashboard/vendor-src/package-lock.json.
+DASH := internal/dashboard
+dashboard-vendor:
+	cd $(DASH)/vendor-src && npm ci --no-audit --no-fund
+	cp $(DASH)/vendor-src/node_modules/@xterm/xterm/lib/xterm.js $(DASH)/vendor-src/node_modules/@xterm/xterm/css/xterm.css \
+		$(DASH)/vendor-src/node_modules/@xterm/addon-fit/lib/addon-fit.js $(DASH)/static/vendor/
+	cp $(DASH)/vendor-src/node_modules/@xterm/xterm/LICENSE $(DASH)/static/vendor/LICENSE.xterm
+	sed -i '/^\/\/# sourceMappingURL=/d' $(DASH)/static/vendor/*.js

@@ -22,6 +22,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/apikey"
+	"github.com/lizard-build/lizard/internal/dashboard"
 	"github.com/lizard-build/lizard/internal/disk"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/network"
@@ -55,6 +56,8 @@ type serveConfig struct {
 	usageInterval                              time.Duration
 	rateLimit                                  float64
 	rateBurst                                  int
+	dashboard                                  bool
+	sessionTTL, sessionIdle                    time.Duration
 	build                                      buildFlags
 	maxBuildContext                            int64
 	watchInterval                              time.Duration
@@ -105,6 +108,9 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs.Int64Var(&c.logMaxBytes, "log-max-bytes", sandbox.DefaultLogMaxBytes, "disk each sandbox's log may take; the newest output is kept")
 	fs.Float64Var(&c.diskWatermark, "disk-watermark", 5, "percent of the data directory's disk that must stay free: below it creates, pauses, snapshots, volume creates and uploads answer 507; 0: no check")
 	fs.DurationVar(&c.watchInterval, "watch-interval", 5*time.Second, "how often to look for sandboxes that died on their own")
+	fs.BoolVar(&c.dashboard, "dashboard", true, "serve the web dashboard at / of --listen")
+	fs.DurationVar(&c.sessionTTL, "dashboard-session-ttl", dashboard.DefaultTTL, "how long a dashboard sign-in lasts")
+	fs.DurationVar(&c.sessionIdle, "dashboard-session-idle", dashboard.DefaultIdle, "a dashboard session ends after this long without a request (at most --dashboard-session-ttl)")
 	c.build.register(fs)
 	fs.Int64Var(&c.maxBuildContext, "max-build-context", api.DefaultMaxBuildContext, "largest POST /api/templates request (Dockerfile and build context files) in bytes")
 	return fs
@@ -130,6 +136,9 @@ func serve(ctx context.Context, args []string) error {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
+	}
+	if c.sessionTTL < time.Second || c.sessionIdle < time.Second {
+		return fmt.Errorf("--dashboard-session-ttl %s, --dashboard-session-idle %s: must be at least 1s", c.sessionTTL, c.sessionIdle)
 	}
 	if c.usageInterval < 100*time.Millisecond {
 		return fmt.Errorf("--usage-interval %s: must be at least 100ms", c.usageInterval)
@@ -208,7 +217,7 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("become child subreaper: %w", err)
 	}
-	netm, err := network.New(network.Config{Bridge: c.bridge, Subnet: subnet, DNSUpstream: c.dnsUpstream, Logger: log.With("component", "network")})
+	netm, err := network.New(network.Config{Bridge: c.bridge, Subnet: subnet, DNSUpstream: c.dnsUpstream, Run: reap.Run, Logger: log.With("component", "network")})
 	if err != nil {
 		return err
 	}
@@ -274,6 +283,17 @@ func serve(ctx context.Context, args []string) error {
 		}
 	}()
 
+	var (
+		sessions api.Sessions
+		assets   http.Handler
+	)
+	if c.dashboard {
+		a, err := dashboard.NewAssets()
+		if err != nil {
+			return fmt.Errorf("dashboard: %w", err)
+		}
+		sessions, assets = dashboard.NewSessions(c.sessionTTL, c.sessionIdle), a
+	}
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return err
@@ -299,7 +319,7 @@ func serve(ctx context.Context, args []string) error {
 				log: log.With("component", "template")},
 			MaxBuildContext: c.maxBuildContext, Logger: log.With("component", "api"),
 			Metrics: mets, ServeMetrics: mln == nil, Ready: readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm),
-			Disk: guard}),
+			Disk: guard, KeyStore: st, Sessions: sessions, Dashboard: assets}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	psrv := &http.Server{

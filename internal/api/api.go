@@ -6,6 +6,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -61,6 +62,13 @@ type Config struct {
 	ServeMetrics bool
 	// Ready are what GET /readyz checks.
 	Ready []ReadyCheck
+	// KeyStore manages the project's API keys (/api/keys).
+	KeyStore KeyStore
+	// Sessions and Dashboard: with both, GET / serves the dashboard
+	// (internal/dashboard), /dashboard/login starts a session, and its
+	// cookie authenticates API requests in place of an API key.
+	Sessions  Sessions
+	Dashboard http.Handler
 }
 
 // DefaultMaxBuildContext is the default cap of a template build's request.
@@ -86,6 +94,8 @@ type server struct {
 	disk      *disk.Guard
 	metrics   *metrics.Metrics
 	ready     []ReadyCheck
+	keyStore  KeyStore
+	sessions  Sessions
 }
 
 // Handler returns the API's http.Handler.
@@ -93,7 +103,8 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, templates: cfg.Templates, previews: cfg.Previews, volumes: cfg.Volumes, builder: cfg.Builder, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready, maxBuild: cfg.MaxBuildContext, disk: cfg.Disk}
+	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, templates: cfg.Templates, previews: cfg.Previews, volumes: cfg.Volumes, builder: cfg.Builder, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready, maxBuild: cfg.MaxBuildContext, disk: cfg.Disk,
+		keyStore: cfg.KeyStore, sessions: cfg.Sessions}
 	if s.maxBuild <= 0 {
 		s.maxBuild = DefaultMaxBuildContext
 	}
@@ -156,6 +167,19 @@ func Handler(cfg Config) http.Handler {
 	route("POST /api/templates", s.buildTemplate)
 	route("DELETE /api/templates/{name}", s.deleteTemplate)
 
+	if cfg.KeyStore != nil {
+		route("GET /api/keys", s.listKeys)
+		route("POST /api/keys", s.createKey)
+		route("DELETE /api/keys/{kid}", s.revokeKey)
+	}
+	if cfg.Sessions != nil && cfg.Dashboard != nil {
+		mux.HandleFunc("POST /dashboard/login", s.login)
+		mux.HandleFunc("POST /dashboard/logout", s.logout)
+		mux.HandleFunc("GET /dashboard/session", s.session)
+		mux.Handle("GET /{$}", cfg.Dashboard)
+		mux.Handle("GET /dashboard/static/", cfg.Dashboard)
+	}
+
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	if cfg.ServeMetrics && cfg.Metrics != nil {
@@ -173,21 +197,8 @@ func Handler(cfg Config) http.Handler {
 // limit, and turns a handler's error into the error answer.
 func (s *server) authed(h func(http.ResponseWriter, *http.Request, store.Project) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key := r.Header.Get("X-API-Key")
-		if key == "" {
-			if a := r.Header.Get("Authorization"); strings.HasPrefix(a, "Bearer ") {
-				key = strings.TrimPrefix(a, "Bearer ")
-			}
-		}
-		if key == "" {
-			writeError(w, r, s.log, errdefs.WithCode("missing_api_key", fmt.Errorf("missing API key: send it in the X-API-Key header: %w", errdefs.ErrUnauthenticated)))
-			return
-		}
-		k, err := s.keys.Lookup(key)
+		k, _, err := s.authenticate(r)
 		if err != nil {
-			if errors.Is(err, errdefs.ErrUnauthenticated) {
-				err = errdefs.WithCode("invalid_api_key", fmt.Errorf("invalid API key: %w", errdefs.ErrUnauthenticated))
-			}
 			writeError(w, r, s.log, err)
 			return
 		}
@@ -201,6 +212,7 @@ func (s *server) authed(h func(http.ResponseWriter, *http.Request, store.Project
 				return
 			}
 		}
+		r = r.WithContext(context.WithValue(r.Context(), keyIDKey{}, k.ID))
 		if err := h(w, r, k.Project); err != nil {
 			writeError(w, r, s.log, err)
 		}

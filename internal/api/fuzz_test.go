@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"github.com/lizard-build/lizard/internal/apikey"
+	"github.com/lizard-build/lizard/internal/dashboard"
 	"io"
 	"log/slog"
 	"net/http"
@@ -62,6 +63,12 @@ var fuzzRoutes = []struct{ method, path string }{
 	{"PATCH", "/api/projects/{id}/volumes/{id}"},
 	{"DELETE", "/api/projects/{id}/volumes/{id}"},
 	{"GET", "/api/templates"},
+	{"GET", "/api/keys"},
+	{"POST", "/api/keys"},
+	{"DELETE", "/api/keys/{id}"},
+	{"POST", "/dashboard/login"},
+	{"GET", "/dashboard/session"},
+	{"POST", "/dashboard/logout"},
 	// Any path: route is beyond the table, the path is /api/<id>.
 }
 
@@ -100,8 +107,13 @@ func newFuzzHandler(f *testing.F) http.Handler {
 	reg := template.NewRegistry(filepath.Join(dir, "templates"))
 	svc := sandbox.New(sandbox.Config{Store: st, Templates: reg, Volumes: vols, Logger: log,
 		SnapshotDir: filepath.Join(dir, "snapshots"), LogDir: filepath.Join(dir, "logs")})
+	assets, err := dashboard.NewAssets()
+	if err != nil {
+		f.Fatal(err)
+	}
 	return Handler(Config{Keys: keys, Sandboxes: svc, Templates: reg, Volumes: vols,
-		Previews: PreviewURLs{Domain: "sandbox.localhost", Scheme: "http"}, Logger: log})
+		Previews: PreviewURLs{Domain: "sandbox.localhost", Scheme: "http"}, Logger: log,
+		KeyStore: st, Sessions: dashboard.NewSessions(0, 0), Dashboard: assets})
 }
 
 // FuzzAPI sends arbitrary ids, queries, bodies and headers to the routes

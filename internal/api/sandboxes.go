@@ -33,6 +33,9 @@ type sandboxInfo struct {
 	InternetAccess bool     `json:"internetAccess"`
 	AllowedHosts   []string `json:"allowedHosts"`
 	VolumeID       *string  `json:"volumeId"`
+	// ExposedPorts are the ports published on the preview proxy (a lizard
+	// addition; POST …/expose/{port} again answers a port's URL).
+	ExposedPorts []int `json:"exposedPorts"`
 	// Metrics is the latest usage sample (getInfo only; a lizard
 	// addition).
 	Metrics *usagePoint `json:"metrics,omitempty"`
@@ -48,6 +51,7 @@ func infoOf(r sandbox.Record) sandboxInfo {
 	if info.AllowedHosts == nil {
 		info.AllowedHosts = []string{}
 	}
+	info.ExposedPorts = append([]int{}, r.Ports...)
 	if info.Metadata == nil {
 		info.Metadata = map[string]string{}
 	}

@@ -96,6 +96,13 @@ func (s *Set) Lookup(secret string) (Key, error) {
 	return k, nil
 }
 
+// Reload reads the store's keys now if they changed, instead of at the next
+// poll: the API calls it after it created or revoked a key, so that the
+// change holds from its very next request.
+func (s *Set) Reload(ctx context.Context) error {
+	return s.refresh(ctx)
+}
+
 // refresh reloads the keys when the store's generation moved.
 func (s *Set) refresh(ctx context.Context) error {
 	gen, err := s.cfg.Store.KeyGeneration(ctx)
@@ -119,7 +126,10 @@ func (s *Set) refresh(ctx context.Context) error {
 		keys[k.Hash] = Key{ID: k.ID, Project: k.Project}
 	}
 	s.mu.Lock()
-	s.gen, s.keys = gen, keys
+	// Reload and the poll may race: the newer generation wins.
+	if gen > s.gen {
+		s.gen, s.keys = gen, keys
+	}
 	s.mu.Unlock()
 	return nil
 }

@@ -36,6 +36,7 @@ import (
 // when the server closes, so there is never more than one.
 type hostForward struct {
 	bridge   string
+	exec     func(*exec.Cmd) error
 	backends []string // iptables commands whose filter table got the rules
 	log      *slog.Logger
 }
@@ -46,9 +47,12 @@ const dockerUserChain = "DOCKER-USER"
 // allowForward adds the rules for bridge in every iptables backend in use.
 // Without iptables there is no iptables FORWARD chain to pass, and nothing
 // to do.
-func allowForward(bridge string, log *slog.Logger) (*hostForward, error) {
-	f := &hostForward{bridge: bridge, log: log}
-	for _, bin := range iptablesInUse() {
+func allowForward(bridge string, run func(*exec.Cmd) error, log *slog.Logger) (*hostForward, error) {
+	if run == nil {
+		run = (*exec.Cmd).Run
+	}
+	f := &hostForward{bridge: bridge, exec: run, log: log}
+	for _, bin := range iptablesInUse(run) {
 		f.removeFrom(bin)
 		chain := "FORWARD"
 		if f.run(bin, "-S", dockerUserChain) == nil {
@@ -110,7 +114,7 @@ func (f *hostForward) run(bin string, args ...string) error {
 	var stderr bytes.Buffer
 	cmd := exec.Command(bin, append([]string{"-w", "5", "-t", "filter"}, args...)...)
 	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
+	if err := f.exec(cmd); err != nil {
 		return fmt.Errorf("%s %s: %w: %s", bin, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return nil
@@ -122,10 +126,14 @@ func (f *hostForward) run(bin string, args ...string) error {
 // net directory.
 // Neither is looked at by running iptables, which would create the table.
 // A host with only "iptables" gets that command for the variant it is.
-func iptablesInUse() []string {
+func iptablesInUse(run func(*exec.Cmd) error) []string {
 	nftBin, legacyBin := lookPath("iptables-nft"), lookPath("iptables-legacy")
 	if plain := lookPath("iptables"); plain != "" && (nftBin == "" || legacyBin == "") {
-		out, _ := exec.Command(plain, "--version").Output()
+		var buf bytes.Buffer
+		cmd := exec.Command(plain, "--version")
+		cmd.Stdout = &buf
+		run(cmd)
+		out := buf.Bytes()
 		switch {
 		case nftBin == "" && bytes.Contains(out, []byte("nf_tables")):
 			nftBin = plain

@@ -74,7 +74,7 @@ func TestAllowForward(t *testing.T) {
 				}
 				check := func(when string, n int) {
 					t.Helper()
-					if got := len(iptablesInUse()); got != len(tc.want) {
+					if got := len(iptablesInUse((*exec.Cmd).Run)); got != len(tc.want) {
 						t.Fatalf("%s: %d iptables backends in use, want %d", when, got, len(tc.want))
 					}
 					for bin, chain := range tc.want {
@@ -98,7 +98,7 @@ func TestAllowForward(t *testing.T) {
 				}
 				var fs []*hostForward
 				for range 2 { // a second start (after kill -9) neither duplicates nor loses them
-					f, err := allowForward("br-test", log)
+					f, err := allowForward("br-test", nil, log)
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"runtime"
 	"sync"
 
@@ -35,7 +36,11 @@ type Config struct {
 	// Deny are destinations no endpoint reaches whatever its policy (the
 	// subnet of another lizard bridge: the build network denies the
 	// sandboxes', so RUN steps reach no sandbox).
-	Deny   []netip.Prefix
+	Deny []netip.Prefix
+	// Run runs a command (iptables) and waits for it; nil runs it plainly.
+	// A server that is a child subreaper passes its reaper's Run, so that
+	// the command's status is not reaped away from under it.
+	Run    func(*exec.Cmd) error
 	Logger *slog.Logger
 }
 
@@ -117,7 +122,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	// After the table: the iptables rules only accept, and lizard's table
 	// must already reject what policies do not allow.
-	if m.fwd, err = allowForward(cfg.Bridge, cfg.Logger); err != nil {
+	if m.fwd, err = allowForward(cfg.Bridge, cfg.Run, cfg.Logger); err != nil {
 		return nil, fmt.Errorf("firewall: %w", err)
 	}
 	upstream := cfg.DNSUpstream

@@ -159,6 +159,11 @@ func (s *Service) finishRecovery(ctx context.Context, probe []Record, gone, stra
 		}
 	}
 	for _, id := range strays {
+		if s.madeHere(id) {
+			// Started by this server after recovery listed the runtime
+			// (a create, a ready state being made): not a stray.
+			continue
+		}
 		s.log.Info("recover: removing sandbox without a record", "sandbox", id)
 		if err := s.cfg.Runtime.Destroy(ctx, id); err != nil {
 			s.log.Error("recover: destroy", "sandbox", id, "err", err)
@@ -189,6 +194,18 @@ func (s *Service) finishRecovery(ctx context.Context, probe []Record, gone, stra
 		s.fillPool(se)
 	}
 	s.log.Info("recover: done", "probed", len(probe), "destroyed", len(gone), "strays", len(strays))
+}
+
+// madeHere says whether id is a sandbox this server is making or runs:
+// recovery's listing of the runtime may include sandboxes started after
+// the server came up, which have no record (yet, or ever: a ready state's
+// preparation) and must not be taken for strays.
+func (s *Service) madeHere(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, making := s.launching[id]
+	_, live := s.sandboxes[id]
+	return making || live
 }
 
 // recoveringErr is the answer for a sandbox whose agent recovery has not

@@ -502,7 +502,7 @@ func (b *dbuild) network(ctx context.Context) (*network.Manager, error) {
 		return nil, err
 	}
 	m, err := network.New(network.Config{Bridge: b.opts.BuildBridge, Subnet: b.opts.BuildSubnet, DNSUpstream: b.opts.DNSUpstream,
-		Deny: b.opts.BuildDeny, Logger: b.opts.Logger})
+		Deny: b.opts.BuildDeny, Run: b.opts.RunCommand, Logger: b.opts.Logger})
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("build network (bridge %s, subnet %s; see --build-bridge, --build-subnet): %w", b.opts.BuildBridge, b.opts.BuildSubnet, err)

@@ -70,7 +70,7 @@ func TestBackupRestore(t *testing.T) {
 			defer wg.Done()
 			<-start
 			var sb sandboxInfo
-			code, body, err := s.request(context.Background(), s.key, "POST", "/api/sandboxes", map[string]any{"template": "base", "timeoutMs": 0}, nil)
+			code, body, err := s.request(context.Background(), s.key, "POST", "/api/sandboxes", map[string]any{"template": "base", "size": "nano", "timeoutMs": 0}, nil)
 			if err != nil || code >= 300 {
 				errs[i] = fmt.Sprintf("create %d: %d %s %v", i, code, body, err)
 				return

@@ -2,6 +2,7 @@ package gvisor
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -48,18 +49,23 @@ type build struct {
 
 func (r *Runtime) manifest(ctx context.Context) (Manifest, error) {
 	r.build.once.Do(func() {
-		r.build.m, r.build.err = currentManifest(ctx, r.cfg.Runsc)
+		r.build.m, r.build.err = currentManifest(ctx, r.cfg.Runsc, r.cfg.Reaper.Run)
 	})
 	return r.build.m, r.build.err
 }
 
-func currentManifest(ctx context.Context, runsc string) (Manifest, error) {
+// currentManifest describes what this host's runsc and CPU give an image.
+// run runs a command and waits for it (the reaper's Run in the server, so
+// that its status is not reaped away).
+func currentManifest(ctx context.Context, runsc string, run func(*exec.Cmd) error) (Manifest, error) {
 	var m Manifest
-	out, err := exec.CommandContext(context.WithoutCancel(ctx), runsc, "--version").Output()
-	if err != nil {
+	var out bytes.Buffer
+	cmd := exec.CommandContext(context.WithoutCancel(ctx), runsc, "--version")
+	cmd.Stdout = &out
+	if err := run(cmd); err != nil {
 		return m, fmt.Errorf("runsc --version: %w", err)
 	}
-	m.RunscVersion, _, _ = strings.Cut(strings.TrimSpace(string(out)), "\n")
+	m.RunscVersion, _, _ = strings.Cut(strings.TrimSpace(out.String()), "\n")
 	f, err := os.Open(runsc)
 	if err != nil {
 		return m, err
