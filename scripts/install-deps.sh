@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what lizard needs on a Debian 12 (bookworm) host, idempotently:
-# Debian packages (debootstrap, networking tools, sqlite3, Chromium for the
+# Debian packages (debootstrap, networking tools, sqlite3, PostgreSQL 15
+# for the store's and the end-to-end tests on PostgreSQL, Chromium for the
 # browser test, a static busybox for the tests' OCI image, Node.js when it
 # is missing) and runsc, the gVisor runtime, built from source with Go.
 #
@@ -24,7 +25,7 @@ exec 9>"$CACHE/.deps.lock"
 flock 9
 
 # ---- Debian packages ----
-pkgs=(debootstrap iproute2 nftables iptables ca-certificates sqlite3 chromium curl busybox-static tmux)
+pkgs=(debootstrap iproute2 nftables iptables ca-certificates sqlite3 postgresql-15 chromium curl busybox-static tmux)
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 

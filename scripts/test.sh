@@ -5,7 +5,9 @@
 # Packages run one at a time (-p 1): the runtime and end-to-end tests share
 # the host's cgroup tree and namespace directory and count its leftovers.
 #
-# Then the packages that need neither runsc nor the host's network run again
+# Then the end-to-end tests that lean on the store run again with the servers
+# on PostgreSQL (LIZARD_E2E_DATABASE=postgres), the packages that need
+# neither runsc nor the host's network run again
 # under the race detector, and each fuzz target for $LIZARD_FUZZTIME (default
 # 30s; 0 skips fuzzing).
 #
@@ -27,6 +29,16 @@ echo "[test] go test ./... (LIZARD_TEMPLATE_DIR=${LIZARD_TEMPLATE_DIR:-} LIZARD_
 go test -count=1 -p 1 -timeout 40m ${GO_TEST_FLAGS:-} ./... 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 
+# The end-to-end tests that lean on the store most, again with every server
+# on PostgreSQL (a private one the test binary starts; a database per data
+# directory): the SDK's suite, keys, projects, restarts over kept state.
+pg_e2e='^(TestSDK|TestAPIKeys|TestProjectIsolation|TestRestart|TestVolumeSurvives|TestPausedSurvivesReboot|TestBadInput)$'
+echo "[test] e2e on PostgreSQL: $pg_e2e"
+# shellcheck disable=SC2086
+LIZARD_E2E_DATABASE=postgres go test -count=1 -p 1 -timeout 20m ${GO_TEST_FLAGS:-} -run "$pg_e2e" ./test/e2e 2>&1 | tee -a "$log"
+pg_status=${PIPESTATUS[0]}
+[ "$pg_status" -eq 0 ] || status=$pg_status
+
 # No runsc, sandboxes or host networking in these (the agent server's tests
 # run commands as other users, which needs root but nothing shared).
 race_pkgs=(
@@ -36,7 +48,7 @@ race_pkgs=(
 	./internal/network
 	./internal/proxy
 	./internal/sandbox
-	./internal/store
+	./internal/store/...
 )
 echo "[test] go test -race ${race_pkgs[*]}"
 # shellcheck disable=SC2086

@@ -17,8 +17,12 @@ import (
 func backupCmd(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("backup", flag.ContinueOnError)
 	dataDir := fs.String("data-dir", defaultDataDir, "state directory to back up")
+	database := fs.String("database", "", databaseUsage)
 	pos, err := configure(fs, args)
 	if err != nil {
+		return err
+	}
+	if err := sqliteOnly("backup", *database); err != nil {
 		return err
 	}
 	if len(pos) != 1 {
@@ -27,7 +31,7 @@ func backupCmd(ctx context.Context, args []string) error {
 	if _, err := os.Stat(filepath.Join(*dataDir, "lizard.db")); err != nil {
 		return fmt.Errorf("no lizard database in %s: %w", *dataDir, err)
 	}
-	st, err := openStore(*dataDir)
+	st, err := openSQLite(*dataDir)
 	if err != nil {
 		return err
 	}
@@ -69,8 +73,12 @@ func backupCmd(ctx context.Context, args []string) error {
 func restoreCmd(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("restore", flag.ContinueOnError)
 	dataDir := fs.String("data-dir", defaultDataDir, "state directory to restore into: new or empty")
+	database := fs.String("database", "", databaseUsage)
 	pos, err := configure(fs, args)
 	if err != nil {
+		return err
+	}
+	if err := sqliteOnly("restore", *database); err != nil {
 		return err
 	}
 	if len(pos) != 1 {

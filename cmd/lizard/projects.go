@@ -47,6 +47,7 @@ func (f *limitFlag) Set(s string) error {
 func projects(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("projects", flag.ContinueOnError)
 	dataDir := fs.String("data-dir", defaultDataDir, "state directory")
+	database := fs.String("database", "", databaseUsage)
 	flags := map[store.Limit]*limitFlag{}
 	for _, l := range store.AllLimits {
 		flags[l] = &limitFlag{}
@@ -56,7 +57,7 @@ func projects(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	st, err := openStore(*dataDir)
+	st, err := openStore(ctx, *dataDir, *database)
 	if err != nil {
 		return err
 	}
@@ -96,7 +97,7 @@ func projects(ctx context.Context, args []string) error {
 // listProjects prints the projects (only those of ids, if given) with each
 // limit as "in use/limit": the limit is the project's own when it has one
 // (marked *), else the server's default; "-" is no limit.
-func listProjects(ctx context.Context, st *store.Store, out io.Writer, ids ...string) error {
+func listProjects(ctx context.Context, st store.Store, out io.Writer, ids ...string) error {
 	ps, err := st.Projects(ctx)
 	if err != nil {
 		return err

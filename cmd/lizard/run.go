@@ -12,27 +12,27 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
 )
 
 const usage = `usage:
-  lizard serve [--listen ADDR] [--data-dir DIR] [--template-dir DIR] [--runsc PATH]
+  lizard serve [--listen ADDR] [--data-dir DIR | --database URL] [--template-dir DIR] [--runsc PATH]
         [--build-bridge BR] [--build-subnet CIDR] [--registry-allow HOST[:PORT]]... [--registry-auth FILE]
         [--debian-mirror URL] [--max-build-context BYTES]   (lizard serve -h: all flags)
-  lizard projects create NAME [--data-dir DIR]
-  lizard projects ls [--data-dir DIR]
-  lizard projects set P [--max-sandboxes N] [--max-vcpus N] [--max-memory-gb N] [--max-volume-gb N] [--max-snapshots N] [--data-dir DIR]
+  lizard migrate [--data-dir DIR | --database URL]
+  lizard projects create NAME [--data-dir DIR | --database URL]
+  lizard projects ls [--data-dir DIR | --database URL]
+  lizard projects set P [--max-sandboxes N] [--max-vcpus N] [--max-memory-gb N] [--max-volume-gb N] [--max-snapshots N] [--data-dir DIR | --database URL]
       (N: a number, 0 for no limit, or "default" for the server's default)
-  lizard keys create --project P [--data-dir DIR]
-  lizard keys ls --project P [--data-dir DIR]
-  lizard keys revoke ID [--data-dir DIR]
+  lizard keys create --project P [--data-dir DIR | --database URL]
+  lizard keys ls --project P [--data-dir DIR | --database URL]
+  lizard keys revoke ID [--data-dir DIR | --database URL]
   lizard template build NAME [--if-missing] [--debian-mirror URL] [--template-dir DIR]
   lizard template build NAME -f DOCKERFILE [CONTEXT] [--project P] [--build-arg K=V]... [--runsc PATH]
         [--registry-allow HOST[:PORT]]... [--registry-auth FILE] [--build-bridge BR] [--build-subnet CIDR]
-        [--template-dir DIR] [--data-dir DIR]
-  lizard template ls [--project P] [--template-dir DIR] [--data-dir DIR]
-  lizard template rm NAME [--project P] [--template-dir DIR] [--data-dir DIR]
+        [--template-dir DIR] [--data-dir DIR | --database URL]
+  lizard template ls [--project P] [--template-dir DIR] [--data-dir DIR | --database URL]
+  lizard template rm NAME [--project P] [--template-dir DIR] [--data-dir DIR | --database URL]
   lizard backup FILE [--data-dir DIR]
   lizard restore FILE --data-dir NEWDIR
   lizard config docs|example
@@ -61,6 +61,8 @@ func Run(ctx context.Context, args []string) error {
 		return templates(ctx, args[1:])
 	case "config":
 		return config(args[1:])
+	case "migrate":
+		return migrateCmd(ctx, args[1:])
 	case "backup":
 		return backupCmd(ctx, args[1:])
 	case "restore":
@@ -90,16 +92,10 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-func openStore(dataDir string) (*store.Store, error) {
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return nil, err
-	}
-	return store.Open(dataDir + "/lizard.db")
-}
-
 func keys(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("keys", flag.ContinueOnError)
 	dataDir := fs.String("data-dir", defaultDataDir, "state directory")
+	database := fs.String("database", "", databaseUsage)
 	project := fs.String("project", "", "project id or slug")
 	pos, err := configure(fs, args)
 	if err != nil {
@@ -115,7 +111,7 @@ func keys(ctx context.Context, args []string) error {
 	default:
 		return errors.New(usage)
 	}
-	st, err := openStore(*dataDir)
+	st, err := openStore(ctx, *dataDir, *database)
 	if err != nil {
 		return err
 	}
@@ -165,6 +161,7 @@ func templates(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("template", flag.ContinueOnError)
 	dir := fs.String("template-dir", defaultTemplateDir, "template cache directory")
 	dataDir := fs.String("data-dir", defaultDataDir, "state directory (to find the project)")
+	database := fs.String("database", "", databaseUsage)
 	project := fs.String("project", "default", "project id or slug whose templates a Dockerfile build, ls and rm work on")
 	sandboxSubnet := fs.String("subnet", defaultSubnet, "the sandboxes' subnet, which RUN steps may not reach")
 	var bf buildFlags
@@ -183,14 +180,18 @@ func templates(ctx context.Context, args []string) error {
 	reg.Mirror = bf.mirror
 	// projectReg is the registry of --project's own templates.
 	projectReg := func() (*template.Registry, error) {
-		st, err := openStore(*dataDir)
+		st, err := openStore(ctx, *dataDir, *database)
 		if err != nil {
 			return nil, err
 		}
 		defer st.Close()
 		p, err := st.ProjectByRef(ctx, *project)
 		if err != nil {
-			return nil, fmt.Errorf("--project %s (in %s): %w", *project, *dataDir, err)
+			where := *dataDir
+			if *database != "" {
+				where = "--database"
+			}
+			return nil, fmt.Errorf("--project %s (in %s): %w", *project, where, err)
 		}
 		return reg.Project(p.ID)
 	}

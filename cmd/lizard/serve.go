@@ -43,6 +43,7 @@ const defaultSubnet = "10.250.0.0/16"
 
 type serveConfig struct {
 	listen, dataDir, templateDir, runsc, agent string
+	database                                   string
 	bridge, subnet, logLevel                   string
 	maxSandboxes                               int
 	domain, proxyListen, tlsCert, tlsKey       string
@@ -79,6 +80,7 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "API listen address")
 	fs.StringVar(&c.dataDir, "data-dir", defaultDataDir, "state directory (database, sandboxes)")
+	fs.StringVar(&c.database, "database", "", databaseUsage)
 	fs.StringVar(&c.templateDir, "template-dir", defaultTemplateDir, "template cache directory")
 	fs.StringVar(&c.runsc, "runsc", "", "runsc binary (default: runsc in PATH)")
 	fs.StringVar(&c.agent, "agent", "", "lizard-agent binary (default: next to this binary)")
@@ -168,7 +170,7 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	}
 
-	st, err := openStore(c.dataDir)
+	st, err := openStore(ctx, c.dataDir, c.database)
 	if err != nil {
 		return err
 	}
@@ -181,7 +183,7 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	}
 	limits := func(ctx context.Context, projectID string) (store.Limits, error) {
-		return st.ProjectLimits(ctx, projectID, c.limits)
+		return store.ProjectLimits(ctx, st, projectID, c.limits)
 	}
 	capacity, err := c.capacity()
 	if err != nil {
@@ -354,7 +356,7 @@ func serve(ctx context.Context, args []string) error {
 	log.Info("admission", "vcpus", capacity.VCPUs, "memoryMb", capacity.MemoryMB, "maxSandboxes", c.maxSandboxes, "projectDefaults", c.limits,
 		"diskWatermarkPercent", c.diskWatermark, "logMaxBytes", c.logMaxBytes)
 	log.Info("lizard serving", "listen", ln.Addr().String(), "proxy", pln.Addr().String(), "previews", previews.Scheme+"://<sandbox>-<port>."+c.domain,
-		"data_dir", c.dataDir, "templates", c.templateDir, "runsc", runsc)
+		"data_dir", c.dataDir, "database", databaseKind(c.database), "templates", c.templateDir, "runsc", runsc)
 	select {
 	case err := <-errc:
 		return err
@@ -368,7 +370,7 @@ func serve(ctx context.Context, args []string) error {
 
 // readyChecks are what GET /readyz checks: the store answers, runsc and
 // the runtime's state directory are there, the bridge is up.
-func readyChecks(st *store.Store, runsc, stateDir string, netm *network.Manager) []api.ReadyCheck {
+func readyChecks(st store.Store, runsc, stateDir string, netm *network.Manager) []api.ReadyCheck {
 	return []api.ReadyCheck{
 		{Name: "store", Check: st.Ping},
 		{Name: "runtime", Check: func(context.Context) error {
@@ -514,7 +516,7 @@ func pruneTemplates(reg *template.Registry, svc *sandbox.Service, log *slog.Logg
 
 // defaultProject is the project custom templates of no project go to: the
 // one firstStart made ("default"), else the oldest.
-func defaultProject(ctx context.Context, st *store.Store) (store.Project, error) {
+func defaultProject(ctx context.Context, st store.Store) (store.Project, error) {
 	if p, err := st.ProjectByRef(ctx, "default"); err == nil {
 		return p, nil
 	}
@@ -530,7 +532,7 @@ func defaultProject(ctx context.Context, st *store.Store) (store.Project, error)
 
 // firstStart creates the default project and its API key when the database
 // has no project yet. LIZARD_API_KEY, when set, is the key created.
-func firstStart(ctx context.Context, st *store.Store, out io.Writer) error {
+func firstStart(ctx context.Context, st store.Store, out io.Writer) error {
 	ps, err := st.Projects(ctx)
 	if err != nil || len(ps) > 0 {
 		return err

@@ -14,13 +14,14 @@ import (
 	"github.com/lizard-build/lizard/internal/apikey"
 	"github.com/lizard-build/lizard/internal/dashboard"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/store/sqlite"
 )
 
 // dashboardServer is the API with the dashboard on a real store and key
 // set, and two projects with one key each.
 type dashboardServer struct {
 	h           http.Handler
-	st          *store.Store
+	st          *sqlite.Store
 	key, other  string
 	project, op store.Project
 }
@@ -28,7 +29,7 @@ type dashboardServer struct {
 func newDashboardServer(t *testing.T) *dashboardServer {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(filepath.Join(t.TempDir(), "lizard.db"))
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "lizard.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

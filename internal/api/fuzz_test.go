@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/sandbox"
-	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/store/sqlite"
 	"github.com/lizard-build/lizard/internal/template"
 	"github.com/lizard-build/lizard/internal/volume"
 )
@@ -81,7 +81,7 @@ const fuzzKey = "lz_fuzz_key_0123456789abcdef"
 // runtime: there is none, and the service needs no root.
 func newFuzzHandler(f *testing.F) http.Handler {
 	dir := f.TempDir()
-	st, err := store.Open(filepath.Join(dir, "lizard.db"))
+	st, err := sqlite.Open(filepath.Join(dir, "lizard.db"))
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/store/sqlite"
 )
 
 const testKey = "lz_secret_key_never_logged"
@@ -188,7 +189,7 @@ func TestPanicIsLoggedAnd500(t *testing.T) {
 // is back) or when it is closed; /healthz stays 200 throughout.
 func TestReadyz(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "lizard.db")
-	st, err := store.Open(path)
+	st, err := sqlite.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}

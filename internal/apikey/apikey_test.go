@@ -10,11 +10,12 @@ import (
 
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/store/sqlite"
 )
 
 // counting is the real store, counting the calls that reach it.
 type counting struct {
-	*store.Store
+	*sqlite.Store
 	calls atomic.Int64
 }
 
@@ -36,7 +37,7 @@ func (c *counting) TouchKeys(ctx context.Context, used map[string]time.Time) err
 func TestSet(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := store.Open(filepath.Join(dir, "lizard.db"))
+	st, err := sqlite.Open(filepath.Join(dir, "lizard.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +74,7 @@ func TestSet(t *testing.T) {
 	}
 
 	// Another process (the CLI) revokes on the same database.
-	cli, err := store.Open(filepath.Join(dir, "lizard.db"))
+	cli, err := sqlite.Open(filepath.Join(dir, "lizard.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +113,7 @@ func TestSet(t *testing.T) {
 // TestSetFollows: the running poller picks up a revocation by itself.
 func TestSetFollows(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(filepath.Join(t.TempDir(), "lizard.db"))
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "lizard.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

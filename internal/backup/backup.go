@@ -45,6 +45,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/store/sqlite"
 	"github.com/lizard-build/lizard/internal/volume"
 )
 
@@ -76,7 +77,7 @@ const (
 // Options say what to back up.
 type Options struct {
 	DataDir string
-	Store   *store.Store // the data directory's database, open
+	Store   *sqlite.Store // the data directory's database, open
 	// Warn is told of everything that makes the copy less than whole; the
 	// warnings are also in the manifest.
 	Warn func(string)
@@ -103,7 +104,7 @@ func Create(ctx context.Context, opts Options, w io.Writer) (Manifest, error) {
 	if err := opts.Store.CopyTo(ctx, dbCopy); err != nil {
 		return m, err
 	}
-	cp, err := store.Open(dbCopy)
+	cp, err := sqlite.Open(dbCopy)
 	if err != nil {
 		return m, err
 	}
@@ -443,9 +444,9 @@ func Restore(ctx context.Context, r io.Reader, dataDir string) (m Manifest, err 
 	if m.Format != Format {
 		return m, fmt.Errorf("backup format %d, this lizard reads %d: %w", m.Format, Format, errdefs.ErrInvalid)
 	}
-	if m.SchemaVersion > store.SchemaVersion() {
+	if m.SchemaVersion > sqlite.SchemaVersion() {
 		return m, fmt.Errorf("backup of schema version %d, this lizard knows up to %d (restore with a newer lizard): %w",
-			m.SchemaVersion, store.SchemaVersion(), store.ErrSchemaNewer)
+			m.SchemaVersion, sqlite.SchemaVersion(), store.ErrSchemaNewer)
 	}
 	for {
 		if err := ctx.Err(); err != nil {
@@ -481,7 +482,7 @@ func Restore(ctx context.Context, r io.Reader, dataDir string) (m Manifest, err 
 	}
 	// The database is opened once, which brings an older schema up to date
 	// and checks that it is whole.
-	st, err := store.Open(filepath.Join(dataDir, dbName))
+	st, err := sqlite.Open(filepath.Join(dataDir, dbName))
 	if err != nil {
 		return m, err
 	}

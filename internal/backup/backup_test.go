@@ -17,6 +17,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/store/sqlite"
 	"github.com/lizard-build/lizard/internal/volume"
 )
 
@@ -30,7 +31,7 @@ func newFixture(t *testing.T) fixture {
 	t.Helper()
 	ctx := context.Background()
 	f := fixture{dir: t.TempDir(), snapID: "snap_aaaa", volID: "vol_bbbb", image: bytes.Repeat([]byte("checkpoint"), 1000)}
-	st, err := store.Open(filepath.Join(f.dir, "lizard.db"))
+	st, err := sqlite.Open(filepath.Join(f.dir, "lizard.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func write(t *testing.T, p string, b []byte) {
 func backupOf(t *testing.T, f fixture) ([]byte, Manifest) {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(filepath.Join(f.dir, "lizard.db"))
+	st, err := sqlite.Open(filepath.Join(f.dir, "lizard.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +123,7 @@ func TestBackupRestore(t *testing.T) {
 	f := newFixture(t)
 	archive, m := backupOf(t, f)
 	if !slices.Equal(m.Snapshots, []string{f.snapID}) || !slices.Equal(m.Volumes, []string{f.volID}) ||
-		!slices.Equal(m.Sandboxes, []string{"sbx_cccc"}) || m.Projects != 1 || m.SchemaVersion != store.SchemaVersion() {
+		!slices.Equal(m.Sandboxes, []string{"sbx_cccc"}) || m.Projects != 1 || m.SchemaVersion != sqlite.SchemaVersion() {
 		t.Fatalf("manifest %+v", m)
 	}
 	// The volume's holes are not in the archive.
@@ -134,7 +135,7 @@ func TestBackupRestore(t *testing.T) {
 	if _, err := Restore(ctx, bytes.NewReader(archive), dst); err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(filepath.Join(dst, "lizard.db"))
+	st, err := sqlite.Open(filepath.Join(dst, "lizard.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +233,7 @@ func TestRestoreRefuses(t *testing.T) {
 		archive []byte
 		want    error
 	}{
-		{"newer schema", rewrite(t, archive, func(m *Manifest) { m.SchemaVersion = store.SchemaVersion() + 1 }, ""), store.ErrSchemaNewer},
+		{"newer schema", rewrite(t, archive, func(m *Manifest) { m.SchemaVersion = sqlite.SchemaVersion() + 1 }, ""), store.ErrSchemaNewer},
 		{"other format", rewrite(t, archive, func(m *Manifest) { m.Format = Format + 1 }, ""), errdefs.ErrInvalid},
 		{"path out of the data dir", rewrite(t, archive, func(*Manifest) {}, "../escape"), errdefs.ErrInvalid},
 		{"unknown entry", rewrite(t, archive, func(*Manifest) {}, "etc/passwd"), errdefs.ErrInvalid},

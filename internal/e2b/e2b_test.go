@@ -19,7 +19,7 @@ import (
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/apikey"
 	"github.com/lizard-build/lizard/internal/sandbox"
-	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/store/sqlite"
 	"github.com/lizard-build/lizard/internal/template"
 )
 
@@ -30,7 +30,7 @@ const testKey = "lz_e2b_test_key_0123456789abcdef"
 // and no runtime: every request ends in validation or a lookup.
 func newTestHandler(tb testing.TB) http.Handler {
 	dir := tb.TempDir()
-	st, err := store.Open(filepath.Join(dir, "lizard.db"))
+	st, err := sqlite.Open(filepath.Join(dir, "lizard.db"))
 	if err != nil {
 		tb.Fatal(err)
 	}

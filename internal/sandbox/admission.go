@@ -281,7 +281,7 @@ type Usage struct {
 // StoredUsage computes each project's usage from the records in the store
 // (what `lizard projects ls` shows without a server to ask), by the same
 // rules as admission.
-func StoredUsage(ctx context.Context, st *store.Store) (map[string]Usage, error) {
+func StoredUsage(ctx context.Context, st store.Store) (map[string]Usage, error) {
 	out := map[string]Usage{}
 	sbs, err := st.Sandboxes(ctx)
 	if err != nil {

@@ -49,7 +49,7 @@ type Volumes interface {
 // Config wires the service.
 type Config struct {
 	Runtime   runtime.Runtime
-	Store     *store.Store
+	Store     store.Store
 	Templates Templates
 	Volumes   Volumes
 	Logger    *slog.Logger

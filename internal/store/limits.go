@@ -2,9 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -74,87 +71,42 @@ func (ls *Limits) Field(l Limit) *int {
 // the server's default.
 type Overrides map[Limit]int
 
-// SetProjectLimit sets one of a project's limits (value >= 0, 0 = no
-// limit); nil goes back to the server's default.
-func (s *Store) SetProjectLimit(ctx context.Context, projectID string, l Limit, value *int) error {
+// LimitColumn checks a change of one of a project's limits (value >= 0,
+// 0 = no limit, nil = back to the server's default) and returns its column
+// of project_limits.
+func LimitColumn(l Limit, value *int) (string, error) {
 	col, err := l.column()
 	if err != nil {
-		return err
+		return "", err
 	}
 	if value != nil && *value < 0 {
-		return fmt.Errorf("%s %d: must be 0 (no limit) or more: %w", l, *value, errdefs.ErrInvalid)
+		return "", fmt.Errorf("%s %d: must be 0 (no limit) or more: %w", l, *value, errdefs.ErrInvalid)
 	}
-	var v any
-	if value != nil {
-		v = *value
-	}
-	// col comes from the fixed set above, never from the caller.
-	_, err = s.db.ExecContext(ctx, `INSERT INTO project_limits(project_id, `+col+`) VALUES(?, ?)
-		ON CONFLICT(project_id) DO UPDATE SET `+col+` = excluded.`+col, projectID, v)
-	return err
+	return col, nil
 }
 
-// ProjectOverrides returns the limits a project has of its own.
-func (s *Store) ProjectOverrides(ctx context.Context, projectID string) (Overrides, error) {
-	var v [5]sql.NullInt64
-	err := s.db.QueryRowContext(ctx, `SELECT max_sandboxes, max_vcpus, max_memory_gb, max_volume_gb, max_snapshots
-		FROM project_limits WHERE project_id = ?`, projectID).Scan(&v[0], &v[1], &v[2], &v[3], &v[4])
-	out := Overrides{}
-	if errors.Is(err, sql.ErrNoRows) {
-		return out, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	for i, l := range AllLimits {
-		if v[i].Valid {
-			out[l] = int(v[i].Int64)
-		}
-	}
-	return out, nil
-}
-
-// ProjectLimits returns a project's limits: its overrides laid over
+// ProjectLimits returns a project's limits: its overrides in st laid over
 // defaults.
-func (s *Store) ProjectLimits(ctx context.Context, projectID string, defaults Limits) (Limits, error) {
-	o, err := s.ProjectOverrides(ctx, projectID)
+func ProjectLimits(ctx context.Context, st Store, projectID string, defaults Limits) (Limits, error) {
+	o, err := st.ProjectOverrides(ctx, projectID)
 	if err != nil {
 		return Limits{}, err
 	}
+	return o.Over(defaults), nil
+}
+
+// Over is a project's limits: o laid over defaults.
+func (o Overrides) Over(defaults Limits) Limits {
 	out := defaults
 	for l, v := range o {
 		*out.Field(l) = v
 	}
-	return out, nil
+	return out
 }
 
-const defaultLimitsKey = "default_limits"
-
-// SetDefaultLimits records the server's default limits, so that the CLI
-// shows the limits in force.
-func (s *Store) SetDefaultLimits(ctx context.Context, ls Limits) error {
-	b, err := json.Marshal(ls)
-	if err != nil {
-		return err
-	}
-	_, err = s.db.ExecContext(ctx, `INSERT INTO settings(key, value) VALUES(?, ?)
-		ON CONFLICT(key) DO UPDATE SET value = excluded.value`, defaultLimitsKey, string(b))
-	return err
-}
-
-// DefaultLimits returns what SetDefaultLimits recorded; ok is false when
-// no server has run on this database since limits existed.
-func (s *Store) DefaultLimits(ctx context.Context) (ls Limits, ok bool, err error) {
-	var v string
-	err = s.db.QueryRowContext(ctx, `SELECT value FROM settings WHERE key = ?`, defaultLimitsKey).Scan(&v)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Limits{}, false, nil
-	}
-	if err != nil {
-		return Limits{}, false, err
-	}
-	return ls, true, json.Unmarshal([]byte(v), &ls)
-}
+// DefaultLimitsKey is the row of the settings table that holds the
+// server's default limits (JSON of Limits).
+const DefaultLimitsKey = "default_limits"
 
 // Exceeded is the refusal (errdefs.ErrQuota, code quota_exceeded) of
 // needed more of l to a project that uses used of its limit:

@@ -1,77 +1,123 @@
-// Package store keeps lizard's durable state — projects, API keys and
-// sandbox records — in one SQLite database under the data directory. It knows
-// nothing of runtimes or HTTP; the sandbox service and the CLI use it.
+// Package store is the contract for lizard's durable state — projects, API
+// keys, and sandbox, snapshot and volume records — and the types that cross
+// it. It knows nothing of runtimes or HTTP; the sandbox service, the volume
+// manager, the API's key view and the CLI use it.
+//
+// Each database is a backend in a subpackage: store/sqlite (the embedded
+// default, one file under the data directory) and store/postgres (one
+// database shared by every server of a cluster). Both pass the one
+// conformance suite in store/storetest. Each keeps its schema in numbered
+// migrations embedded in the binary, applies them at open (each in a
+// transaction with its version) and refuses a schema newer than it knows
+// (ErrSchemaNewer).
 package store
 
 import (
 	"context"
 	"crypto/rand"
-	"database/sql"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
-
-	"modernc.org/sqlite" // also registers the "sqlite" driver
-	sqlite3 "modernc.org/sqlite/lib"
 )
 
-// Store is the SQLite-backed state. It is safe for concurrent use.
-type Store struct {
-	db   *sql.DB
-	path string
-	file os.FileInfo // the database file as opened, for Ping
+// Store is lizard's durable state. Implementations are safe for concurrent
+// use, by several goroutines and by several processes on the same database
+// (the server and the CLI). Every change of more than one row is one
+// transaction. Lists are never nil on success.
+type Store interface {
+	// Ping checks that the database answers and is still the one opened.
+	Ping(ctx context.Context) error
+	// Close releases the database; later calls fail.
+	Close() error
+	// SchemaVersion is the schema version of the open database.
+	SchemaVersion(ctx context.Context) (int, error)
+
+	// CreateProject adds a project named name with slug (the slug of name
+	// when empty). An existing slug is ErrConflict; a name without a
+	// letter or digit is ErrInvalid.
+	CreateProject(ctx context.Context, name, slug string) (Project, error)
+	// Projects lists every project, oldest first.
+	Projects(ctx context.Context) ([]Project, error)
+	// ProjectByRef finds a project by id or slug; none is ErrNotFound.
+	ProjectByRef(ctx context.Context, ref string) (Project, error)
+
+	// CreateKey makes an API key for a project and returns its secret,
+	// which is stored only as its hash (HashKey). A non-empty secret is
+	// used as given (ErrInvalid below 16 characters, ErrConflict if
+	// another key has it). It bumps the key generation.
+	CreateKey(ctx context.Context, projectID, secret string) (string, error)
+	// NewKey is CreateKey that also returns the key as Keys lists it.
+	NewKey(ctx context.Context, projectID, secret string) (Key, string, error)
+	// RevokeKey revokes a key by id and bumps the key generation. Revoking
+	// a revoked key changes nothing; an unknown id is ErrNotFound.
+	RevokeKey(ctx context.Context, id string) error
+	// KeyGeneration is a number that changes whenever a key is created or
+	// revoked, by this process or another one on the same database.
+	KeyGeneration(ctx context.Context) (int64, error)
+	// ActiveKeys lists every key that is not revoked, with its project.
+	ActiveKeys(ctx context.Context) ([]ActiveKey, error)
+	// Keys lists a project's keys, revoked ones included, oldest first.
+	Keys(ctx context.Context, projectID string) ([]Key, error)
+	// TouchKeys records when keys were last used, in one transaction;
+	// ids of keys that no longer exist are ignored.
+	TouchKeys(ctx context.Context, used map[string]time.Time) error
+
+	// PutSandbox inserts a sandbox record, or updates its status, spec,
+	// deadline and pause error if the id exists.
+	PutSandbox(ctx context.Context, sb Sandbox) error
+	// DeleteSandbox removes a record; a missing one is not an error.
+	DeleteSandbox(ctx context.Context, id string) error
+	// Sandboxes lists every sandbox record.
+	Sandboxes(ctx context.Context) ([]Sandbox, error)
+
+	// PutSnapshot inserts a snapshot record, or updates its spec.
+	PutSnapshot(ctx context.Context, sn Snapshot) error
+	// DeleteSnapshot removes a record; a missing one is not an error.
+	DeleteSnapshot(ctx context.Context, id string) error
+	// Snapshots lists every snapshot record, oldest first.
+	Snapshots(ctx context.Context) ([]Snapshot, error)
+
+	// InsertVolume adds a volume; a name the project already has is
+	// ErrConflict.
+	InsertVolume(ctx context.Context, v Volume) error
+	// UpdateVolume replaces a volume's spec.
+	UpdateVolume(ctx context.Context, v Volume) error
+	// DeleteVolume removes a record; a missing one is not an error.
+	DeleteVolume(ctx context.Context, id string) error
+	// Volumes lists every volume record, oldest first.
+	Volumes(ctx context.Context) ([]Volume, error)
+
+	// SetProjectLimit sets one of a project's limits (value >= 0, 0 = no
+	// limit); nil goes back to the server's default. An unknown limit or
+	// a negative value is ErrInvalid.
+	SetProjectLimit(ctx context.Context, projectID string, l Limit, value *int) error
+	// ProjectOverrides returns the limits a project has of its own (none:
+	// an empty map).
+	ProjectOverrides(ctx context.Context, projectID string) (Overrides, error)
+	// SetDefaultLimits records the server's default limits, so that the
+	// CLI shows the limits in force.
+	SetDefaultLimits(ctx context.Context, ls Limits) error
+	// DefaultLimits returns what SetDefaultLimits recorded; ok is false
+	// when no server has recorded them on this database.
+	DefaultLimits(ctx context.Context) (ls Limits, ok bool, err error)
 }
 
-// Open opens (creating if needed) the database at path.
-func Open(path string) (*Store, error) {
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)")
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
-	// One writer at a time is SQLite's rule; a single connection also keeps
-	// the pragmas above in force for every statement.
-	db.SetMaxOpenConns(1)
-	if err := migrate(db); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if err := migrateKeys(db); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("migrate %s: %w", path, err)
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	return &Store{db: db, path: path, file: fi}, nil
-}
+// ErrSchemaNewer is returned at open for a database whose schema version is
+// newer than this binary knows: it was written by a newer lizard.
+var ErrSchemaNewer = errors.New("database schema is newer than this lizard")
 
-// Ping checks that the database answers a query and that its file is still
-// the one opened: a file removed or replaced underneath would take every
-// later write with it.
-func (s *Store) Ping(ctx context.Context) error {
-	var n int
-	if err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM projects").Scan(&n); err != nil {
-		return fmt.Errorf("query: %w", err)
-	}
-	fi, err := os.Stat(s.path)
-	if err != nil {
-		return err
-	}
-	if !os.SameFile(fi, s.file) {
-		return fmt.Errorf("%s was replaced since it was opened", s.path)
-	}
-	return nil
+// SchemaNewer is the error for a database at version have when this binary
+// knows up to want.
+func SchemaNewer(have, want int) error {
+	return fmt.Errorf("schema version %d, this lizard knows up to %d (upgrade lizard, or restore a backup this version made): %w",
+		have, want, ErrSchemaNewer)
 }
-
-// Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
 
 // Project is a tenant: sandboxes and keys belong to one.
 type Project struct {
@@ -79,6 +125,24 @@ type Project struct {
 	Slug string `json:"slug"`
 	Name string `json:"name"`
 }
+
+// NewProject validates a new project's name and slug (the slug of name when
+// empty) and gives it an id.
+func NewProject(name, slug string) (Project, error) {
+	if slug == "" {
+		slug = Slugify(name)
+	}
+	if slug == "" || name == "" {
+		return Project{}, fmt.Errorf("project name %q: needs at least one letter or digit: %w", name, errdefs.ErrInvalid)
+	}
+	return Project{ID: NewID("prj_", 16), Slug: slug, Name: name}, nil
+}
+
+// ProjectExists is the error for a slug that is taken.
+func ProjectExists(slug string) error { return fmt.Errorf("project %q: %w", slug, errdefs.ErrConflict) }
+
+// ProjectNotFound is the error for a ref that names no project.
+func ProjectNotFound(ref string) error { return fmt.Errorf("project %q: %w", ref, errdefs.ErrNotFound) }
 
 // NewID returns prefix followed by n random lowercase alphanumerics, the
 // first of which is a letter (sandbox ids double as hostnames).
@@ -117,60 +181,54 @@ func Slugify(name string) string {
 	return strings.TrimRight(b.String(), "-")
 }
 
-// CreateProject adds a project. An existing slug is ErrConflict.
-func (s *Store) CreateProject(ctx context.Context, name, slug string) (Project, error) {
-	if slug == "" {
-		slug = Slugify(name)
-	}
-	if slug == "" || name == "" {
-		return Project{}, fmt.Errorf("project name %q: needs at least one letter or digit: %w", name, errdefs.ErrInvalid)
-	}
-	p := Project{ID: NewID("prj_", 16), Slug: slug, Name: name}
-	_, err := s.db.ExecContext(ctx, `INSERT INTO projects(id, slug, name, created_at) VALUES(?,?,?,?)`,
-		p.ID, p.Slug, p.Name, now())
-	if err != nil {
-		if isUnique(err) {
-			return Project{}, fmt.Errorf("project %q: %w", slug, errdefs.ErrConflict)
-		}
-		return Project{}, err
-	}
-	return p, nil
+// Key is an API key as listed: never its secret, which is stored only as a
+// hash.
+type Key struct {
+	ID        string
+	ProjectID string
+	Prefix    string // the first characters of the secret, to recognize it
+	CreatedAt time.Time
+	LastUsed  *time.Time // nil: never used (or not yet recorded)
+	RevokedAt *time.Time // nil: valid
 }
 
-// Projects lists all projects.
-func (s *Store) Projects(ctx context.Context) ([]Project, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, slug, name FROM projects ORDER BY created_at`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []Project{}
-	for rows.Next() {
-		var p Project
-		if err := rows.Scan(&p.ID, &p.Slug, &p.Name); err != nil {
-			return nil, err
-		}
-		out = append(out, p)
-	}
-	return out, rows.Err()
+// ActiveKey is a valid key as the server authenticates it: the SHA-256 of
+// its secret (hex) and its project.
+type ActiveKey struct {
+	ID      string
+	Hash    string
+	Project Project
 }
 
-// ProjectByRef finds a project by id or slug.
-func (s *Store) ProjectByRef(ctx context.Context, ref string) (Project, error) {
-	var p Project
-	err := s.db.QueryRowContext(ctx, `SELECT id, slug, name FROM projects WHERE id = ? OR slug = ?`, ref, ref).
-		Scan(&p.ID, &p.Slug, &p.Name)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Project{}, fmt.Errorf("project %q: %w", ref, errdefs.ErrNotFound)
-	}
-	return p, err
+// HashKey is the SHA-256 of a secret as the store keeps it (hex).
+func HashKey(secret string) string {
+	h := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(h[:])
 }
 
-// isUnique reports whether err is SQLite refusing a duplicate key.
-func isUnique(err error) bool {
-	var se *sqlite.Error
-	return errors.As(err, &se) && (se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
+// NewKey is a key about to be stored: what a backend inserts.
+type NewKey struct {
+	ID, Secret, Hash, Prefix string
 }
+
+// MakeKey validates a secret (a new random one when empty) and derives what
+// is stored of it: its hash and a prefix that is enough to tell keys apart,
+// never more than a third of the secret.
+func MakeKey(secret string) (NewKey, error) {
+	if secret == "" {
+		secret = NewID("lz_", 40)
+	}
+	if len(secret) < 16 {
+		return NewKey{}, fmt.Errorf("API key: must be at least 16 characters: %w", errdefs.ErrInvalid)
+	}
+	return NewKey{ID: NewID("key_", 16), Secret: secret, Hash: HashKey(secret), Prefix: secret[:min(10, len(secret)/3)]}, nil
+}
+
+// KeyExists is the error for a secret another key has.
+func KeyExists() error { return fmt.Errorf("API key: %w", errdefs.ErrConflict) }
+
+// KeyNotFound is the error for an unknown key id.
+func KeyNotFound(id string) error { return fmt.Errorf("API key %q: %w", id, errdefs.ErrNotFound) }
 
 // Sandbox is the durable record of one sandbox. Spec holds what the sandbox
 // service needs to reattach after a restart; the store does not look inside.
@@ -186,66 +244,6 @@ type Sandbox struct {
 	PauseError string
 }
 
-// PutSandbox inserts or replaces a sandbox record.
-func (s *Store) PutSandbox(ctx context.Context, sb Sandbox) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO sandboxes(id, project_id, template, size, status, spec, started_at, end_at, pause_error)
-		VALUES(?,?,?,?,?,?,?,?,?)
-		ON CONFLICT(id) DO UPDATE SET status=excluded.status, spec=excluded.spec, end_at=excluded.end_at, pause_error=excluded.pause_error`,
-		sb.ID, sb.ProjectID, sb.Template, sb.Size, sb.Status, string(sb.Spec), fmtTime(sb.StartedAt), fmtTimePtr(sb.EndAt), nullString(sb.PauseError))
-	return err
-}
-
-// DeleteSandbox removes a record; a missing one is not an error.
-func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
-	_, err := s.db.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id)
-	return err
-}
-
-// Sandboxes lists every sandbox record.
-func (s *Store) Sandboxes(ctx context.Context) ([]Sandbox, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, project_id, template, size, status, spec, started_at, end_at, pause_error FROM sandboxes`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Sandbox
-	for rows.Next() {
-		var sb Sandbox
-		var spec, started string
-		var end, perr sql.NullString
-		if err := rows.Scan(&sb.ID, &sb.ProjectID, &sb.Template, &sb.Size, &sb.Status, &spec, &started, &end, &perr); err != nil {
-			return nil, err
-		}
-		sb.Spec = json.RawMessage(spec)
-		sb.StartedAt, _ = time.Parse(time.RFC3339Nano, started)
-		if end.Valid {
-			t, _ := time.Parse(time.RFC3339Nano, end.String)
-			sb.EndAt = &t
-		}
-		sb.PauseError = perr.String
-		out = append(out, sb)
-	}
-	return out, rows.Err()
-}
-
-func now() string { return fmtTime(time.Now()) }
-
-func fmtTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
-
-func fmtTimePtr(t *time.Time) any {
-	if t == nil {
-		return nil
-	}
-	return fmtTime(*t)
-}
-
-func nullString(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
-}
-
 // Snapshot is the durable record of a sandbox snapshot; Spec is the
 // sandbox service's own description of it.
 type Snapshot struct {
@@ -253,41 +251,6 @@ type Snapshot struct {
 	ProjectID string
 	Spec      json.RawMessage
 	CreatedAt time.Time
-}
-
-// PutSnapshot inserts or replaces a snapshot record.
-func (s *Store) PutSnapshot(ctx context.Context, sn Snapshot) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots(id, project_id, spec, created_at) VALUES(?,?,?,?)
-		ON CONFLICT(id) DO UPDATE SET spec=excluded.spec`,
-		sn.ID, sn.ProjectID, string(sn.Spec), fmtTime(sn.CreatedAt))
-	return err
-}
-
-// DeleteSnapshot removes a snapshot record; a missing one is not an error.
-func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
-	_, err := s.db.ExecContext(ctx, `DELETE FROM snapshots WHERE id = ?`, id)
-	return err
-}
-
-// Snapshots lists every snapshot record, oldest first.
-func (s *Store) Snapshots(ctx context.Context) ([]Snapshot, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, project_id, spec, created_at FROM snapshots ORDER BY created_at`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Snapshot
-	for rows.Next() {
-		var sn Snapshot
-		var spec, created string
-		if err := rows.Scan(&sn.ID, &sn.ProjectID, &spec, &created); err != nil {
-			return nil, err
-		}
-		sn.Spec = json.RawMessage(spec)
-		sn.CreatedAt, _ = time.Parse(time.RFC3339Nano, created)
-		out = append(out, sn)
-	}
-	return out, rows.Err()
 }
 
 // Volume is the durable record of a volume; Spec is the volume manager's own
@@ -300,46 +263,5 @@ type Volume struct {
 	CreatedAt time.Time
 }
 
-// InsertVolume adds a volume; a name the project already has is
-// ErrConflict.
-func (s *Store) InsertVolume(ctx context.Context, v Volume) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO volumes(id, project_id, name, spec, created_at) VALUES(?,?,?,?,?)`,
-		v.ID, v.ProjectID, v.Name, string(v.Spec), fmtTime(v.CreatedAt))
-	if isUnique(err) {
-		return fmt.Errorf("volume %q: %w", v.Name, errdefs.ErrConflict)
-	}
-	return err
-}
-
-// UpdateVolume replaces a volume's spec.
-func (s *Store) UpdateVolume(ctx context.Context, v Volume) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE volumes SET spec = ? WHERE id = ?`, string(v.Spec), v.ID)
-	return err
-}
-
-// DeleteVolume removes a volume record; a missing one is not an error.
-func (s *Store) DeleteVolume(ctx context.Context, id string) error {
-	_, err := s.db.ExecContext(ctx, `DELETE FROM volumes WHERE id = ?`, id)
-	return err
-}
-
-// Volumes lists every volume record, oldest first.
-func (s *Store) Volumes(ctx context.Context) ([]Volume, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, project_id, name, spec, created_at FROM volumes ORDER BY created_at`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Volume
-	for rows.Next() {
-		var v Volume
-		var spec, created string
-		if err := rows.Scan(&v.ID, &v.ProjectID, &v.Name, &spec, &created); err != nil {
-			return nil, err
-		}
-		v.Spec = json.RawMessage(spec)
-		v.CreatedAt, _ = time.Parse(time.RFC3339Nano, created)
-		out = append(out, v)
-	}
-	return out, rows.Err()
-}
+// VolumeExists is the error for a volume name the project already has.
+func VolumeExists(name string) error { return fmt.Errorf("volume %q: %w", name, errdefs.ErrConflict) }

@@ -58,7 +58,7 @@ const MountPath = "/workspace"
 // Config wires the manager.
 type Config struct {
 	Dir       string // images and mount points live here
-	Store     *store.Store
+	Store     store.Store
 	MaxSizeGB int // largest volume; 0 means 50
 	// Run runs a helper command (mkfs, mount, resize2fs …) and waits for
 	// it; the server passes its reaper's, so statuses are not stolen.

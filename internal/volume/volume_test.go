@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
-	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/store/sqlite"
 )
 
 func newManager(t *testing.T) (*Manager, string) {
@@ -21,7 +21,7 @@ func newManager(t *testing.T) (*Manager, string) {
 		t.Skip("mkfs.ext4 is not installed")
 	}
 	dir := t.TempDir()
-	st, err := store.Open(filepath.Join(dir, "db"))
+	st, err := sqlite.Open(filepath.Join(dir, "db"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,8 +21,8 @@ func TestDockerfileTemplate(t *testing.T) {
 	name := fmt.Sprintf("e2e-df-%d", time.Now().UnixNano()%1e9)
 	build := func(dockerfile string) string {
 		t.Helper()
-		cmd := exec.Command(filepath.Join(s.bin, "lizard"), "template", "build", name, "-f", dockerfile, "testdata/custom",
-			"--template-dir", s.templateDir, "--data-dir", s.dataDir)
+		cmd := exec.Command(filepath.Join(s.bin, "lizard"), append([]string{"template", "build", name, "-f", dockerfile, "testdata/custom",
+			"--template-dir", s.templateDir}, s.stateArgs()...)...)
 		if r := os.Getenv("LIZARD_RUNSC"); r != "" {
 			cmd.Args = append(cmd.Args, "--runsc", r)
 		}

@@ -40,6 +40,7 @@ type server struct {
 	// templateDir is the server's own template directory: links to the
 	// built-in templates of templateDir(), and what the test builds.
 	templateDir string
+	db          string // --database: a PostgreSQL URL, or "" for SQLite (database_test.go)
 	url         string
 	proxy       string        // host:port of the preview proxy
 	exited      chan struct{} // closed when the server process has exited
@@ -162,7 +163,7 @@ func startServerOn(t *testing.T, node *testNode, dataDir string, extraArgs ...st
 	if dataDir == "" {
 		dataDir = t.TempDir()
 	}
-	s := &server{t: t, bin: bin, dataDir: dataDir, templateDir: serverTemplateDir(t, dataDir), key: "lz_e2e_test_key_0123456789abcdef", extra: extraArgs, node: node}
+	s := &server{t: t, bin: bin, dataDir: dataDir, templateDir: serverTemplateDir(t, dataDir), db: databaseFor(t, dataDir), key: "lz_e2e_test_key_0123456789abcdef", extra: extraArgs, node: node}
 	s.start()
 	t.Cleanup(func() {
 		s.stop()
@@ -221,8 +222,8 @@ func (s *server) launch() error {
 		addr, proxyAddr = s.node.addr.String()+":8080", s.node.addr.String()+":8081"
 	}
 	s.url, s.proxy = "http://"+addr, proxyAddr
-	args := []string{"serve", "--listen", addr, "--proxy-listen", proxyAddr, "--data-dir", s.dataDir, "--template-dir", s.templateDir,
-		"--bridge", "lizarde0", "--subnet", "10.252.0.0/16", "--log-level", "debug"}
+	args := append([]string{"serve", "--listen", addr, "--proxy-listen", proxyAddr, "--template-dir", s.templateDir,
+		"--bridge", "lizarde0", "--subnet", "10.252.0.0/16", "--log-level", "debug"}, s.stateArgs()...)
 	if r := os.Getenv("LIZARD_RUNSC"); r != "" {
 		args = append(args, "--runsc", r)
 	}

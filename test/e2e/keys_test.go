@@ -11,11 +11,11 @@ import (
 	"time"
 )
 
-// cli runs the lizard CLI against the server's data dir, as an operator
+// cli runs the lizard CLI against the server's state, as an operator
 // would while it serves.
 func (s *server) cli(t *testing.T, args ...string) string {
 	t.Helper()
-	out, err := exec.Command(filepath.Join(s.bin, "lizard"), append(args, "--data-dir", s.dataDir)...).CombinedOutput()
+	out, err := exec.Command(filepath.Join(s.bin, "lizard"), append(args, s.stateArgs()...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("lizard %s: %v\n%s", strings.Join(args, " "), err, out)
 	}

@@ -1,15 +1,13 @@
-package store
+package sqlite
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
 
-	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/store"
 )
 
 // keysSchema is what the key functions need beyond the first api_keys
@@ -57,7 +55,7 @@ func migrateKeys(db *sql.DB) error {
 		return err
 	}
 	for _, rowid := range missing {
-		if _, err := tx.Exec(`UPDATE api_keys SET id = ? WHERE rowid = ?`, NewID("key_", 16), rowid); err != nil {
+		if _, err := tx.Exec(`UPDATE api_keys SET id = ? WHERE rowid = ?`, store.NewID("key_", 16), rowid); err != nil {
 			return err
 		}
 	}
@@ -81,37 +79,6 @@ func column[T any](rows *sql.Rows, err error) ([]T, error) {
 	return out, rows.Err()
 }
 
-// Key is an API key as listed: never its secret, which is stored only as a
-// hash.
-type Key struct {
-	ID        string
-	ProjectID string
-	Prefix    string // the first characters of the secret, to recognize it
-	CreatedAt time.Time
-	LastUsed  *time.Time // nil: never used (or not yet recorded)
-	RevokedAt *time.Time // nil: valid
-}
-
-// ActiveKey is a valid key as the server authenticates it: the SHA-256 of
-// its secret (hex) and its project.
-type ActiveKey struct {
-	ID      string
-	Hash    string
-	Project Project
-}
-
-// HashKey is the SHA-256 of a secret as the store keeps it (hex).
-func HashKey(secret string) string {
-	h := sha256.Sum256([]byte(secret))
-	return hex.EncodeToString(h[:])
-}
-
-// prefixOf is the part of a secret shown in listings: enough characters to
-// tell keys apart, never more than a third of the secret.
-func prefixOf(secret string) string {
-	return secret[:min(10, len(secret)/3)]
-}
-
 // CreateKey makes an API key for a project and returns its secret, which is
 // stored only as a hash. A non-empty secret is used as given.
 func (s *Store) CreateKey(ctx context.Context, projectID, secret string) (string, error) {
@@ -120,28 +87,24 @@ func (s *Store) CreateKey(ctx context.Context, projectID, secret string) (string
 }
 
 // NewKey is CreateKey that also returns the key as listed.
-func (s *Store) NewKey(ctx context.Context, projectID, secret string) (Key, string, error) {
-	if secret == "" {
-		secret = NewID("lz_", 40)
+func (s *Store) NewKey(ctx context.Context, projectID, secret string) (store.Key, string, error) {
+	k, err := store.MakeKey(secret)
+	if err != nil {
+		return store.Key{}, "", err
 	}
-	if len(secret) < 16 {
-		return Key{}, "", fmt.Errorf("API key: must be at least 16 characters: %w", errdefs.ErrInvalid)
-	}
-	k := Key{ID: NewID("key_", 16), ProjectID: projectID, Prefix: prefixOf(secret)}
-	created := now()
-	err := s.keyChange(ctx, func(tx *sql.Tx) error {
+	created := time.Now().UTC()
+	err = s.keyChange(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO api_keys(id, project_id, hash, prefix, created_at) VALUES(?,?,?,?,?)`,
-			k.ID, projectID, HashKey(secret), k.Prefix, created)
+			k.ID, projectID, k.Hash, k.Prefix, fmtTime(created))
 		return err
 	})
 	if err != nil {
 		if isUnique(err) {
-			return Key{}, "", fmt.Errorf("API key: %w", errdefs.ErrConflict)
+			return store.Key{}, "", store.KeyExists()
 		}
-		return Key{}, "", err
+		return store.Key{}, "", err
 	}
-	k.CreatedAt, _ = time.Parse(time.RFC3339Nano, created)
-	return k, secret, nil
+	return store.Key{ID: k.ID, ProjectID: projectID, Prefix: k.Prefix, CreatedAt: created}, k.Secret, nil
 }
 
 // RevokeKey revokes a key by id: servers refuse it once they next poll
@@ -152,7 +115,7 @@ func (s *Store) RevokeKey(ctx context.Context, id string) error {
 		var revoked sql.NullString
 		err := tx.QueryRowContext(ctx, `SELECT revoked_at FROM api_keys WHERE id = ?`, id).Scan(&revoked)
 		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("API key %q: %w", id, errdefs.ErrNotFound)
+			return store.KeyNotFound(id)
 		}
 		if err != nil || revoked.Valid {
 			return err
@@ -188,15 +151,15 @@ func (s *Store) KeyGeneration(ctx context.Context) (int64, error) {
 }
 
 // ActiveKeys lists every key that is not revoked, with its project.
-func (s *Store) ActiveKeys(ctx context.Context) ([]ActiveKey, error) {
+func (s *Store) ActiveKeys(ctx context.Context) ([]store.ActiveKey, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT k.id, k.hash, p.id, p.slug, p.name FROM api_keys k JOIN projects p ON p.id = k.project_id WHERE k.revoked_at IS NULL`)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []ActiveKey
+	out := []store.ActiveKey{}
 	for rows.Next() {
-		var k ActiveKey
+		var k store.ActiveKey
 		if err := rows.Scan(&k.ID, &k.Hash, &k.Project.ID, &k.Project.Slug, &k.Project.Name); err != nil {
 			return nil, err
 		}
@@ -206,15 +169,15 @@ func (s *Store) ActiveKeys(ctx context.Context) ([]ActiveKey, error) {
 }
 
 // Keys lists a project's keys, revoked ones included, oldest first.
-func (s *Store) Keys(ctx context.Context, projectID string) ([]Key, error) {
+func (s *Store) Keys(ctx context.Context, projectID string) ([]store.Key, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT id, project_id, prefix, created_at, last_used_at, revoked_at FROM api_keys WHERE project_id = ? ORDER BY created_at, id`, projectID)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []Key
+	out := []store.Key{}
 	for rows.Next() {
-		var k Key
+		var k store.Key
 		var created string
 		var used, revoked sql.NullString
 		if err := rows.Scan(&k.ID, &k.ProjectID, &k.Prefix, &created, &used, &revoked); err != nil {
@@ -239,7 +202,7 @@ func parseTimePtr(s sql.NullString) *time.Time {
 }
 
 // TouchKeys records when keys were last used, in one transaction: the
-// server calls it with what it gathered in memory since the last call. A
+// server calls it with what it gathered in memory since the last call.
 func (s *Store) TouchKeys(ctx context.Context, used map[string]time.Time) error {
 	if len(used) == 0 {
 		return nil

@@ -1,61 +1,26 @@
-package store
+package sqlite
 
 import (
 	"context"
 	"database/sql"
 	"embed"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path"
-	"strconv"
-	"strings"
+
+	"github.com/lizard-build/lizard/internal/store"
 )
 
-// Migrations are the numbered SQL files in migrations/, NNNN_what.sql from
-// 0001 without gaps; file N brings the schema from version N-1 to N. The
-// version is SQLite's PRAGMA user_version, set in the same transaction as
-// the migration, so a migration is applied whole or not at all. A change of
-// the schema is a new file, never an edit of an applied one.
+// The migrations are the numbered SQL files in migrations/
+// (store.ReadMigrations). The version is SQLite's PRAGMA user_version, set
+// in the same transaction as the migration.
 //
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// ErrSchemaNewer is returned by Open for a database whose schema version is
-// newer than this binary knows: it was written by a newer lizard.
-var ErrSchemaNewer = errors.New("database schema is newer than this lizard")
-
-// migrations returns the migrations in order.
-func migrations() ([]string, error) {
-	ents, err := fs.ReadDir(migrationFiles, "migrations")
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, e := range ents { // sorted by name
-		num, _, _ := strings.Cut(e.Name(), "_")
-		n, err := strconv.Atoi(num)
-		if err != nil || n != len(out)+1 {
-			return nil, fmt.Errorf("migration %s: want number %04d", e.Name(), len(out)+1)
-		}
-		b, err := migrationFiles.ReadFile(path.Join("migrations", e.Name()))
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, string(b))
-	}
-	return out, nil
-}
+func migrations() ([]string, error) { return store.ReadMigrations(migrationFiles, "migrations") }
 
 // SchemaVersion is the schema version this binary writes.
-func SchemaVersion() int {
-	m, err := migrations()
-	if err != nil {
-		panic(err) // embedded at build time; TestMigrations checks them
-	}
-	return len(m)
-}
+func SchemaVersion() int { return store.SchemaVersionOf(migrationFiles, "migrations") }
 
 func userVersion(ctx context.Context, q interface {
 	QueryRowContext(context.Context, string, ...any) *sql.Row
@@ -77,8 +42,7 @@ func migrate(db *sql.DB) error {
 		return fmt.Errorf("read schema version: %w", err)
 	}
 	if v > len(migs) {
-		return fmt.Errorf("schema version %d, this lizard knows up to %d (upgrade lizard, or restore a backup this version made): %w",
-			v, len(migs), ErrSchemaNewer)
+		return store.SchemaNewer(v, len(migs))
 	}
 	for ; v < len(migs); v++ {
 		tx, err := db.BeginTx(ctx, nil)

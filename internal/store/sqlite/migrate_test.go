@@ -1,4 +1,4 @@
-package store
+package sqlite
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"testing"
+
+	"github.com/lizard-build/lizard/internal/store"
 )
 
 func TestMigrations(t *testing.T) {
@@ -47,11 +49,11 @@ func TestMigrations(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	if st, err := Open(path); !errors.Is(err, ErrSchemaNewer) {
+	if st, err := Open(path); !errors.Is(err, store.ErrSchemaNewer) {
 		if err == nil {
 			st.Close()
 		}
-		t.Fatalf("open a newer schema: %v, want ErrSchemaNewer", err)
+		t.Fatalf("open a newer schema: %v, want store.ErrSchemaNewer", err)
 	}
 }
 
@@ -81,10 +83,10 @@ func TestMigrateUnversioned(t *testing.T) {
 	}
 	// The later migrations applied too: its projects take limits.
 	three := 3
-	if err := st.SetProjectLimit(context.Background(), "prj_x", LimitVCPUs, &three); err != nil {
+	if err := st.SetProjectLimit(context.Background(), "prj_x", store.LimitVCPUs, &three); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := st.ProjectLimits(context.Background(), "prj_x", Limits{}); err != nil || got.VCPUs != 3 {
+	if got, err := store.ProjectLimits(context.Background(), st, "prj_x", store.Limits{}); err != nil || got.VCPUs != 3 {
 		t.Fatalf("limits on an older database: %+v %v", got, err)
 	}
 }
@@ -118,7 +120,7 @@ func TestCopyTo(t *testing.T) {
 	}
 	defer cp.Close()
 	keys, err := cp.ActiveKeys(ctx)
-	if err != nil || len(keys) != 1 || keys[0].Hash != HashKey(key) || keys[0].Project.ID != p.ID {
+	if err != nil || len(keys) != 1 || keys[0].Hash != store.HashKey(key) || keys[0].Project.ID != p.ID {
 		t.Errorf("keys in the copy: %+v %v", keys, err)
 	}
 	if v, _ := cp.SchemaVersion(ctx); v != SchemaVersion() {
