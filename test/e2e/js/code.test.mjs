@@ -28,8 +28,12 @@ async function template(name) {
 test('GET /api/templates lists the built-in templates with their versions', async () => {
   const { status, body } = await getTemplates()
   assert.equal(status, 200)
-  assert.deepEqual(body.map((t) => t.name), ['base', 'desktop', 'interpreter', 'node', 'python'])
+  assert.deepEqual(body.map((t) => t.name), ['base', 'code-interpreter-v1', 'desktop', 'interpreter', 'node', 'python'])
   const by = Object.fromEntries(body.map((t) => [t.name, t]))
+  // E2B's code-interpreter template: the interpreter's files with the
+  // code-interpreter server as its start command.
+  assert.equal(by['code-interpreter-v1'].status, 'ready')
+  assert.ok(by['code-interpreter-v1'].version.startsWith(by.interpreter.version + '+'), by['code-interpreter-v1'].version)
   assert.deepEqual(by.python.aliases, ['python312'])
   assert.deepEqual(by.node.aliases, ['node22'])
   assert.deepEqual(by.interpreter.aliases, [])
