@@ -28,7 +28,7 @@ async function template(name) {
 test('GET /api/templates lists the built-in templates with their versions', async () => {
   const { status, body } = await getTemplates()
   assert.equal(status, 200)
-  assert.deepEqual(body.map((t) => t.name), ['base', 'desktop', 'interpreter', 'node', 'python'])
+  assert.deepEqual(body.map((t) => t.name), ['base', 'code-interpreter-v1', 'desktop', 'interpreter', 'node', 'python'])
   const by = Object.fromEntries(body.map((t) => [t.name, t]))
   assert.deepEqual(by.python.aliases, ['python312'])
   assert.deepEqual(by.node.aliases, ['node22'])
