@@ -229,14 +229,13 @@ func serve(ctx context.Context, args []string) error {
 	}
 	defer netm.Close()
 	rt, err := gvisor.New(gvisor.Config{
-		Runsc:               runsc,
-		StateDir:            filepath.Join(c.dataDir, "sandboxes"),
-		RunscRoot:           gvisor.RunscRootFor(c.dataDir),
-		AgentPath:           agentPath,
-		CodeInterpreterPath: codeInterpPath,
-		Network:             netm,
-		Reaper:              reap,
-		Logger:              log.With("component", "gvisor"),
+		Runsc:     runsc,
+		StateDir:  filepath.Join(c.dataDir, "sandboxes"),
+		RunscRoot: gvisor.RunscRootFor(c.dataDir),
+		AgentPath: agentPath,
+		Network:   netm,
+		Reaper:    reap,
+		Logger:    log.With("component", "gvisor"),
 	})
 	if err != nil {
 		return err
@@ -262,7 +261,7 @@ func serve(ctx context.Context, args []string) error {
 		SnapshotDir: filepath.Join(c.dataDir, "snapshots"), ReadyDir: filepath.Join(c.dataDir, "ready"),
 		LogDir: filepath.Join(c.dataDir, "logs"), MaxSandboxes: c.maxSandboxes,
 		Logger: log.With("component", "sandbox"), Observer: mets, LogMaxBytes: c.logMaxBytes,
-		Capacity: capacity, Limits: limits, Disk: guard,
+		Capacity: capacity, Limits: limits, Disk: guard, CodeInterpreterPath: codeInterpPath,
 	})
 	defer svc.Close()
 	if err := svc.Recover(ctx); err != nil {

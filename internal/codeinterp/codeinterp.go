@@ -5,8 +5,8 @@
 // The server is a Python program (server.py: asyncio, tornado and
 // jupyter_client, all in the interpreter template) embedded in the lizard
 // binary. The server writes it into its data directory under a name derived
-// from its content (Revision), and the runtime bind-mounts that file
-// read-only at SandboxPath in every sandbox, as it does with lizard-agent:
+// from its content (Revision), and the sandbox service bind-mounts that
+// file read-only at SandboxPath in the sandboxes of code-interpreter-v1:
 // templates stay made of Debian packages, and a new lizard brings its new
 // server to the templates already built.
 package codeinterp
@@ -23,7 +23,8 @@ import (
 // Port is where the server listens inside the sandbox (E2B's JUPYTER_PORT).
 const Port = 49999
 
-// SandboxPath is where the program appears inside every sandbox.
+// SandboxPath is where the program appears inside a code-interpreter-v1
+// sandbox.
 const SandboxPath = "/.lizard/code-interpreter.py"
 
 // TokenFile is the file inside the sandbox whose content /execute requires

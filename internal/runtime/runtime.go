@@ -35,14 +35,17 @@ type Spec struct {
 	// Egress is what the sandbox may reach outside the host; the zero value
 	// is anything.
 	Egress network.Egress
-	// Mounts are host directories bind-mounted into the sandbox (volumes).
+	// Mounts are host files or directories bind-mounted into the sandbox
+	// (volumes, programs a template runs). A restore must be given the
+	// mounts the checkpoint was taken with (runsc compares them).
 	Mounts []Mount
 }
 
-// Mount is a host directory seen read-write inside a sandbox.
+// Mount is a host file or directory seen inside a sandbox.
 type Mount struct {
 	Source      string // absolute host path
 	Destination string // absolute path in the sandbox
+	ReadOnly    bool   // false: read-write
 }
 
 // State is what a backend knows of a sandbox.

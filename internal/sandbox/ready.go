@@ -191,7 +191,8 @@ func (s *Service) prepareReady(ctx context.Context, tpl template.Template, sz Si
 			s.log.Error("destroy the ready-state sandbox", "sandbox", id, "err", err)
 		}
 	}()
-	rsb, err := s.cfg.Runtime.Create(ctx, runtime.Spec{ID: id, Rootfs: tpl.Rootfs, AgentToken: token, Resources: sz.resources()})
+	rsb, err := s.cfg.Runtime.Create(ctx, runtime.Spec{ID: id, Rootfs: tpl.Rootfs, AgentToken: token, Resources: sz.resources(),
+		Mounts: s.mounts(tpl.Name, nil)})
 	if err != nil {
 		return ReadyState{}, fmt.Errorf("create sandbox: %w", err)
 	}
@@ -569,7 +570,7 @@ func (s *Service) createFromReady(ctx context.Context, rec Record, tpl template.
 	rec.Rootfs = tpl.Rootfs
 	out, err := s.launch(ctx, rec, func(ctx context.Context, rec *Record) (runtime.Sandbox, error) {
 		return s.cp.Restore(ctx, runtime.Spec{ID: rec.ID, Rootfs: tpl.Rootfs, AgentToken: rec.AgentToken,
-			Resources: sz.resources(), Egress: rec.Egress}, dir)
+			Resources: sz.resources(), Egress: rec.Egress, Mounts: s.mounts(tpl.Name, nil)}, dir)
 	}, st.AgentToken)
 	if err == nil {
 		s.logs.event(out.ID, "started from the ready state of template %s: its start command (pid %d) has run since %s",

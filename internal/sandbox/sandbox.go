@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/agent"
+	"github.com/lizard-build/lizard/internal/codeinterp"
 	"github.com/lizard-build/lizard/internal/disk"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/network"
@@ -78,6 +79,10 @@ type Config struct {
 	// Observer is told of lifecycle operations and agent round trips; nil
 	// tells no one.
 	Observer Observer
+	// CodeInterpreterPath is the host path of the code-interpreter server
+	// (internal/codeinterp), mounted read-only in the sandboxes of the
+	// templates that run it (template.NeedsCodeInterpreter); "": none.
+	CodeInterpreterPath string
 }
 
 // DefaultMaxSandboxes is the cap on live sandboxes unless configured.
@@ -299,7 +304,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Record, err 
 		}
 		rsb, err := s.cfg.Runtime.Create(ctx, runtime.Spec{
 			ID: rec.ID, Rootfs: tpl.Rootfs, AgentToken: rec.AgentToken, Resources: size.resources(), Egress: rec.Egress,
-			Mounts: mounts,
+			Mounts: s.mounts(tpl.Name, mounts),
 		})
 		if err != nil {
 			return rsb, fmt.Errorf("create sandbox: %w", err)
@@ -448,6 +453,20 @@ func (s *Service) booting(id, rootfs string) func() {
 		delete(s.launching, id)
 		s.mu.Unlock()
 	}
+}
+
+// mounts are the mounts of a sandbox of template tpl (a name or alias):
+// the template's own, then the volume's, vol. Every runtime.Spec is built
+// with them (create, ready states, restores of snapshots and ready states,
+// warm copies, forks): runsc restore refuses a spec whose mounts are not
+// the checkpoint's, so a template's sandboxes and their checkpoints must
+// always get the same ones, and no other sandbox gets them.
+func (s *Service) mounts(tpl string, vol []runtime.Mount) []runtime.Mount {
+	var out []runtime.Mount
+	if s.cfg.CodeInterpreterPath != "" && template.NeedsCodeInterpreter(tpl) {
+		out = append(out, runtime.Mount{Source: s.cfg.CodeInterpreterPath, Destination: codeinterp.SandboxPath, ReadOnly: true})
+	}
+	return append(out, vol...)
 }
 
 // attachVolume attaches the volume ref (if any) to rec and returns its

@@ -400,7 +400,7 @@ func (s *Service) restoreCopy(ctx context.Context, rec Record, snap Snapshot, di
 			return runtime.Sandbox{}, err
 		}
 		return s.cp.Restore(ctx, runtime.Spec{ID: rec.ID, Rootfs: rootfs, AgentToken: rec.AgentToken, Resources: size.resources(),
-			Egress: rec.Egress, Mounts: mounts}, dir)
+			Egress: rec.Egress, Mounts: s.mounts(snap.Template, mounts)}, dir)
 	}, snap.AgentToken)
 }
 

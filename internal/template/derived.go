@@ -20,20 +20,32 @@ type derivation struct {
 	// Revision of what the start command runs: part of the version, so a
 	// new program gets a ready state of its own.
 	Revision string
+	// CodeInterpreter: the sandboxes need the code-interpreter server
+	// (internal/codeinterp) mounted at codeinterp.SandboxPath.
+	CodeInterpreter bool
 }
 
 // derived are the derived built-in templates.
 var derived = map[string]derivation{
 	// code-interpreter-v1 is what E2B's code-interpreter SDK boots: the
 	// interpreter rootfs running lizard's code-interpreter server
-	// (internal/codeinterp, mounted by the runtime) on port 49999; the
-	// server and its default Python kernel are up in the ready state.
+	// (internal/codeinterp, mounted by the sandbox service) on port 49999;
+	// the server and its default Python kernel are up in the ready state.
 	"code-interpreter-v1": {
-		Base:         "interpreter",
-		StartCommand: codeinterp.StartCommand(),
-		ReadyCommand: codeinterp.ReadyCommand(),
-		Revision:     codeinterp.Revision(),
+		Base:            "interpreter",
+		StartCommand:    codeinterp.StartCommand(),
+		ReadyCommand:    codeinterp.ReadyCommand(),
+		Revision:        codeinterp.Revision(),
+		CodeInterpreter: true,
 	},
+}
+
+// NeedsCodeInterpreter tells whether the sandboxes of template name (or
+// alias), and every checkpoint of one, need the code-interpreter server
+// mounted: only those of code-interpreter-v1 do. A project's template
+// cannot take a built-in's name, so the name alone decides.
+func NeedsCodeInterpreter(name string) bool {
+	return derived[Resolve(name)].CodeInterpreter
 }
 
 // getDerived returns derived template name read from its base's current

@@ -230,6 +230,43 @@ func TestCodeInterpreter(t *testing.T) {
 		}
 	})
 
+	// The program is mounted only where the template runs it, and a
+	// snapshot's restore has the same mounts (runsc refuses one that has
+	// not): the copy's server answers with the source's state.
+	t.Run("only code-interpreter-v1 has the program; its snapshot restores", func(t *testing.T) {
+		// Not mere existence: runsc leaves an empty mount point file in
+		// a rootfs that had none.
+		const prog = "test -s /.lizard/code-interpreter.py && echo mounted || echo none"
+		if got := s.sh(t, id, prog); got != "mounted\n" {
+			t.Fatalf("in code-interpreter-v1: %q", got)
+		}
+		base := s.create(t)
+		defer s.do("DELETE", "/api/sandboxes/"+base, nil, nil)
+		if got := s.sh(t, base, prog); got != "none\n" {
+			t.Fatalf("in base: %q", got)
+		}
+		var snap struct {
+			ID string `json:"id"`
+		}
+		if code, body := s.do("POST", "/api/sandboxes/"+id+"/snapshot", map[string]any{"poolSize": 0}, &snap); code != http.StatusCreated {
+			t.Fatalf("snapshot: %d %s", code, body)
+		}
+		defer s.do("DELETE", "/api/sandbox-snapshots/"+snap.ID, nil, nil)
+		var cp sandboxInfo
+		if code, body := s.do("POST", "/api/sandboxes", map[string]any{"snapshotId": snap.ID}, &cp); code >= 300 {
+			t.Fatalf("restore: %d %s", code, body)
+		}
+		defer s.do("DELETE", "/api/sandboxes/"+cp.SandboxID, nil, nil)
+		var cex exposed
+		if code, body := s.do("POST", "/api/sandboxes/"+cp.SandboxID+"/expose/49999", nil, &cex); code != 200 {
+			t.Fatalf("expose the copy: %d %s", code, body)
+		}
+		copyCI := codeInterp{s: s, host: cex.Hostname, tok: cex.AccessToken}
+		if txt, _ := mainText(copyCI.execute(t, map[string]any{"code": "x"})); txt != "41" {
+			t.Fatalf("x in the restored copy: %q", txt)
+		}
+	})
+
 	t.Run("bad input is a 4xx with code and message", func(t *testing.T) {
 		for _, b := range []any{
 			map[string]any{"code": 1},

@@ -39,10 +39,6 @@ type Config struct {
 	Network   *network.Manager
 	Reaper    *reaper.Reaper
 	Logger    *slog.Logger
-
-	// CodeInterpreterPath is the host path of the code-interpreter server
-	// (internal/codeinterp), mounted read-only in every sandbox; "": none.
-	CodeInterpreterPath string
 }
 
 // Runtime implements runtime.Runtime with runsc.
@@ -159,7 +155,7 @@ func (r *Runtime) make(ctx context.Context, spec runtime.Spec, image string) (sb
 			return sb, err
 		}
 	}
-	if err := writeJSON(filepath.Join(dir, "bundle", "config.json"), ociSpec(spec, r.cfg.AgentPath, r.cfg.CodeInterpreterPath, etc, ep)); err != nil {
+	if err := writeJSON(filepath.Join(dir, "bundle", "config.json"), ociSpec(spec, r.cfg.AgentPath, etc, ep)); err != nil {
 		return sb, err
 	}
 	console, err := os.OpenFile(filepath.Join(dir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)

@@ -2,7 +2,6 @@ package gvisor
 
 import (
 	"github.com/lizard-build/lizard/internal/agent"
-	"github.com/lizard-build/lizard/internal/codeinterp"
 	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/runtime"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -21,10 +20,8 @@ var defaultCaps = []string{
 	"CAP_SYS_PTRACE",
 }
 
-// ociSpec is the bundle's config.json for a sandbox. codeInterpHostPath, if
-// not "", is the code-interpreter server, mounted read-only at
-// codeinterp.SandboxPath.
-func ociSpec(s runtime.Spec, agentHostPath, codeInterpHostPath, etcDir string, ep network.Endpoint) *specs.Spec {
+// ociSpec is the bundle's config.json for a sandbox.
+func ociSpec(s runtime.Spec, agentHostPath, etcDir string, ep network.Endpoint) *specs.Spec {
 	mem := s.Resources.MemoryMB << 20
 	period := uint64(100000)
 	quota := int64(s.Resources.CPUs * float64(period))
@@ -73,11 +70,12 @@ func ociSpec(s runtime.Spec, agentHostPath, codeInterpHostPath, etcDir string, e
 			},
 		},
 	}
-	if codeInterpHostPath != "" {
-		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: codeinterp.SandboxPath, Type: "bind", Source: codeInterpHostPath, Options: []string{"bind", "ro"}})
-	}
 	for _, m := range s.Mounts {
-		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.Destination, Type: "bind", Source: m.Source, Options: []string{"bind", "rw"}})
+		mode := "rw"
+		if m.ReadOnly {
+			mode = "ro"
+		}
+		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.Destination, Type: "bind", Source: m.Source, Options: []string{"bind", mode}})
 	}
 	return spec
 }

@@ -1,0 +1,42 @@
+package gvisor
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/lizard-build/lizard/internal/network"
+	"github.com/lizard-build/lizard/internal/runtime"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// TestOCISpecMounts: the bundle has the agent and exactly the Spec's mounts,
+// read-only where asked, read-write otherwise.
+func TestOCISpecMounts(t *testing.T) {
+	ep := network.Endpoint{Netns: "/run/netns/lizard-x", Addr: netip.MustParseAddr("10.250.0.2"), Gateway: netip.MustParseAddr("10.250.0.1")}
+	base := ociSpec(runtime.Spec{ID: "x", Rootfs: "/rootfs"}, "/agent", "/etc-dir", ep)
+	with := ociSpec(runtime.Spec{ID: "x", Rootfs: "/rootfs", Mounts: []runtime.Mount{
+		{Source: "/prog.py", Destination: "/.lizard/prog.py", ReadOnly: true},
+		{Source: "/vol", Destination: "/workspace"},
+	}}, "/agent", "/etc-dir", ep)
+	if len(with.Mounts) != len(base.Mounts)+2 {
+		t.Fatalf("%d mounts with two more than %d", len(with.Mounts), len(base.Mounts))
+	}
+	for _, m := range base.Mounts {
+		if m.Destination == "/.lizard/prog.py" || m.Destination == "/workspace" {
+			t.Fatalf("a spec without mounts has %+v", m)
+		}
+	}
+	if !slices.ContainsFunc(base.Mounts, func(m specs.Mount) bool { return m.Destination == agentPath && m.Source == "/agent" }) {
+		t.Fatalf("no agent mount in %+v", base.Mounts)
+	}
+	for dst, want := range map[string]string{"/.lizard/prog.py": "ro", "/workspace": "rw"} {
+		i := slices.IndexFunc(with.Mounts, func(m specs.Mount) bool { return m.Destination == dst })
+		if i < 0 {
+			t.Fatalf("no mount at %s in %+v", dst, with.Mounts)
+		}
+		if m := with.Mounts[i]; m.Type != "bind" || !slices.Equal(m.Options, []string{"bind", want}) {
+			t.Fatalf("mount at %s = %+v, want a %s bind", dst, m, want)
+		}
+	}
+}
