@@ -244,7 +244,9 @@ func (s *server) launch() error {
 	}
 	s.exited = make(chan struct{})
 	go func(cmd *exec.Cmd, exited chan struct{}) { cmd.Wait(); close(exited) }(s.cmd, s.exited)
-	deadline := time.Now().Add(30 * time.Second)
+	// Generous: a restart under load (TestRestartBusy: 30 CPU burners on
+	// 2 cores) once took 37 s to listen.
+	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
 		case <-s.exited:
@@ -259,7 +261,7 @@ func (s *server) launch() error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return errors.New("no answer within 30 s")
+	return errors.New("no answer within 90 s")
 }
 
 // freeAddr returns a loopback address with a port that was free just now.
