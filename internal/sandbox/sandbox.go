@@ -748,7 +748,7 @@ func (s *Service) persist(ctx context.Context, rec Record) error {
 	return s.cfg.Store.PutSandbox(ctx, store.Sandbox{
 		ID: rec.ID, ProjectID: rec.ProjectID, Template: rec.Template, Size: rec.Size,
 		Status: rec.Status, Spec: spec, StartedAt: rec.StartedAt, EndAt: rec.EndAt,
-		PauseError: rec.PauseError,
+		PauseError: rec.PauseError, CPUs: rec.CPUs, MemoryMB: rec.MemoryMB,
 	})
 }
 

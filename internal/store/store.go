@@ -242,6 +242,12 @@ type Sandbox struct {
 	StartedAt  time.Time
 	EndAt      *time.Time // nil: no deadline
 	PauseError string
+	// Node holds the sandbox in cluster mode ("" on a single server).
+	Node string
+	// CPUs and MemoryMB are what it reserves while it holds resources:
+	// what cluster admission sums (Cluster.PutSandboxFenced).
+	CPUs     float64
+	MemoryMB int64
 }
 
 // Snapshot is the durable record of a sandbox snapshot; Spec is the
@@ -249,6 +255,7 @@ type Sandbox struct {
 type Snapshot struct {
 	ID        string
 	ProjectID string
+	Node      string // the node whose disk holds it in cluster mode; "" on a single server
 	Spec      json.RawMessage
 	CreatedAt time.Time
 }
@@ -258,6 +265,7 @@ type Snapshot struct {
 type Volume struct {
 	ID        string
 	ProjectID string
+	Node      string // the node whose disk holds it in cluster mode; "" on a single server
 	Name      string
 	Spec      json.RawMessage
 	CreatedAt time.Time
