@@ -286,6 +286,16 @@ func checkReferences(t *testing.T, r rendered) {
 			t.Errorf("mount %s at %s: no such volume", m.Name, m.MountPath)
 		}
 	}
+	// Files the server and the hooks read are where the volumes put them.
+	files := []string{"/etc/lizard/lizard.toml", c.Lifecycle.PreStop.Exec.Command[0], c.Lifecycle.PostStart.Exec.Command[0]}
+	for _, k := range []string{"cluster-secret-file", "tls-cert", "tls-key"} {
+		if p, ok := config(t, r)[k].(string); ok {
+			files = append(files, p)
+		}
+	}
+	for _, f := range files {
+		checkFile(t, r, c.VolumeMounts, vols, f)
+	}
 	if ing, ok := r.objects["Ingress/lizard"].(*networkingv1.Ingress); ok {
 		for _, rule := range ing.Spec.Rules {
 			for _, p := range rule.HTTP.Paths {
@@ -300,6 +310,65 @@ func checkReferences(t *testing.T, r rendered) {
 				}
 			}
 		}
+	}
+}
+
+// checkFile fails unless file is a key of the ConfigMap or Secret mounted
+// over it (a Secret the user gave is taken to hold the keys named).
+func checkFile(t *testing.T, r rendered, mounts []corev1.VolumeMount, vols map[string]corev1.Volume, file string) {
+	t.Helper()
+	var m *corev1.VolumeMount
+	for i, vm := range mounts {
+		if strings.HasPrefix(file, vm.MountPath+"/") && (m == nil || len(vm.MountPath) > len(m.MountPath)) {
+			m = &mounts[i]
+		}
+	}
+	if m == nil {
+		t.Errorf("%s: on no volume of the pod", file)
+		return
+	}
+	rel := strings.TrimPrefix(file, m.MountPath+"/")
+	key, items := rel, []corev1.KeyToPath(nil)
+	v := vols[m.Name]
+	var data map[string]bool
+	switch {
+	case v.ConfigMap != nil:
+		items = v.ConfigMap.Items
+		if cm, ok := r.objects["ConfigMap/"+v.ConfigMap.Name].(*corev1.ConfigMap); ok {
+			data = map[string]bool{}
+			for k := range cm.Data {
+				data[k] = true
+			}
+		}
+	case v.Secret != nil:
+		items = v.Secret.Items
+		if s, ok := r.objects["Secret/"+v.Secret.SecretName].(*corev1.Secret); ok {
+			data = map[string]bool{}
+			for k := range s.Data {
+				data[k] = true
+			}
+			for k := range s.StringData {
+				data[k] = true
+			}
+		}
+	default:
+		t.Errorf("%s: on volume %s, neither a ConfigMap nor a Secret", file, m.Name)
+		return
+	}
+	if items != nil {
+		key = ""
+		for _, it := range items {
+			if it.Path == rel {
+				key = it.Key
+			}
+		}
+		if key == "" {
+			t.Errorf("%s: volume %s projects no %s", file, m.Name, rel)
+			return
+		}
+	}
+	if data != nil && !data[key] {
+		t.Errorf("%s: volume %s has no key %q", file, m.Name, key)
 	}
 }
 
@@ -410,12 +479,8 @@ func TestMinimal(t *testing.T) {
 	if got := []string{c.ReadinessProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet.Path, c.StartupProbe.HTTPGet.Path}; !slices.Equal(got, []string{"/readyz", "/healthz", "/healthz"}) {
 		t.Errorf("probe paths (readiness, liveness, startup): %v", got)
 	}
-	pre := c.Lifecycle.PreStop.Exec.Command
-	if !strings.Contains(strings.Join(pre, " "), `lizard nodes drain "$LIZARD_NODE_NAME" --move`) {
-		t.Errorf("preStop %q does not drain the node with --move", pre)
-	}
-	if post := c.Lifecycle.PostStart; post == nil || !strings.Contains(strings.Join(post.Exec.Command, " "), "--undo") {
-		t.Errorf("postStart %+v does not undo the previous pod's drain", post)
+	if pre, post := c.Lifecycle.PreStop.Exec.Command, c.Lifecycle.PostStart.Exec.Command; !slices.Equal(pre, []string{"/etc/lizard/pre-stop"}) || !slices.Equal(post, []string{"/etc/lizard/post-start"}) {
+		t.Errorf("hooks: preStop %q, postStart %q; want the ConfigMap's scripts (TestHooks runs them)", pre, post)
 	}
 
 	var data *corev1.Volume
@@ -431,7 +496,7 @@ func TestMinimal(t *testing.T) {
 	cfg := config(t, r)
 	for k, want := range map[string]any{
 		"listen": "0.0.0.0:8080", "proxy-listen": "0.0.0.0:80", "internal-listen": "0.0.0.0:7070",
-		"data-dir": "/var/lib/lizard", "domain": "sandbox.example.com", "cluster-secret-file": "/etc/lizard/cluster/secret",
+		"data-dir": "/var/lib/lizard", "domain": "sandbox.example.com", "cluster-secret-file": "/etc/lizard-secrets/cluster/secret",
 		"object-store": "s3://lizard?endpoint=s3.example.internal:9000&region=us-east-1", "cgroup-parent": "lizard",
 		"node-lease": "10s", "node-dead-after": "60s",
 	} {
@@ -559,7 +624,7 @@ func TestPreviewTLS(t *testing.T) {
 	r := mustRender(t, with(minimal(), "preview.tlsSecret", "wildcard-cert", "preview.domain", "run.example.org",
 		"service.preview.type", "LoadBalancer"))
 	cfg := config(t, r)
-	if cfg["proxy-listen"] != "0.0.0.0:443" || cfg["tls-cert"] != "/etc/lizard/tls/tls.crt" || cfg["tls-key"] != "/etc/lizard/tls/tls.key" || cfg["domain"] != "run.example.org" {
+	if cfg["proxy-listen"] != "0.0.0.0:443" || cfg["tls-cert"] != "/etc/lizard-secrets/tls/tls.crt" || cfg["tls-key"] != "/etc/lizard-secrets/tls/tls.key" || cfg["domain"] != "run.example.org" {
 		t.Errorf("lizard.toml: %v", cfg)
 	}
 	svc := get[*corev1.Service](t, r, "Service/lizard-preview")
@@ -599,9 +664,6 @@ func TestResourcesAndPlacement(t *testing.T) {
 	}
 	if config(t, r)["dns-upstream"] != "1.1.1.1:53" {
 		t.Error("node.dnsUpstream not in lizard.toml")
-	}
-	if c.Lifecycle.PostStart != nil {
-		t.Error("postStart undoes the drain although node.undrainOnStart is false")
 	}
 	if pod.Annotations["prometheus.io/scrape"] != "true" || pod.Annotations["checksum/config"] == "" {
 		t.Errorf("pod annotations: %v", pod.Annotations)
