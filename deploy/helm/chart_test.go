@@ -287,7 +287,7 @@ func checkReferences(t *testing.T, r rendered) {
 		}
 	}
 	// Files the server and the hooks read are where the volumes put them.
-	files := []string{"/etc/lizard/lizard.toml", c.Lifecycle.PreStop.Exec.Command[0], c.Lifecycle.PostStart.Exec.Command[0]}
+	files := []string{"/etc/lizard/lizard.toml"}
 	for _, k := range []string{"cluster-secret-file", "tls-cert", "tls-key"} {
 		if p, ok := config(t, r)[k].(string); ok {
 			files = append(files, p)
@@ -479,8 +479,12 @@ func TestMinimal(t *testing.T) {
 	if got := []string{c.ReadinessProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet.Path, c.StartupProbe.HTTPGet.Path}; !slices.Equal(got, []string{"/readyz", "/healthz", "/healthz"}) {
 		t.Errorf("probe paths (readiness, liveness, startup): %v", got)
 	}
-	if pre, post := c.Lifecycle.PreStop.Exec.Command, c.Lifecycle.PostStart.Exec.Command; !slices.Equal(pre, []string{"/etc/lizard/pre-stop"}) || !slices.Equal(post, []string{"/etc/lizard/post-start"}) {
-		t.Errorf("hooks: preStop %q, postStart %q; want the ConfigMap's scripts (TestHooks runs them)", pre, post)
+	pre, post := c.Lifecycle.PreStop.Exec.Command, c.Lifecycle.PostStart.Exec.Command
+	if want := []string{"/usr/lib/lizard/node-hook", "stop"}; !slices.Equal(pre, want) {
+		t.Errorf("preStop %q, want %q", pre, want)
+	}
+	if want := []string{"sh", "-c", "exec /usr/lib/lizard/node-hook start 300 2>>/proc/1/fd/2"}; !slices.Equal(post, want) {
+		t.Errorf("postStart %q, want %q", post, want)
 	}
 
 	var data *corev1.Volume
@@ -648,7 +652,7 @@ func TestResourcesAndPlacement(t *testing.T) {
 		"priorityClassName", "system-node-critical",
 		"extraArgs", []any{"--max-sandboxes=200"},
 		"extraEnv", []any{map[string]any{"name": "LIZARD_LOG_LEVEL", "value": "debug"}},
-		"node.dnsUpstream", "1.1.1.1:53", "node.undrainOnStart", false, "node.dataDir", "/srv/lizard",
+		"node.dnsUpstream", "1.1.1.1:53", "node.undrainTimeoutSeconds", 60, "node.dataDir", "/srv/lizard",
 		"podAnnotations", map[string]any{"prometheus.io/scrape": "true"},
 	))
 	c := r.container(t)
@@ -664,6 +668,9 @@ func TestResourcesAndPlacement(t *testing.T) {
 	}
 	if config(t, r)["dns-upstream"] != "1.1.1.1:53" {
 		t.Error("node.dnsUpstream not in lizard.toml")
+	}
+	if post := c.Lifecycle.PostStart.Exec.Command; !strings.Contains(post[len(post)-1], "node-hook start 60 ") {
+		t.Errorf("postStart %q: want node.undrainTimeoutSeconds passed on", post)
 	}
 	if pod.Annotations["prometheus.io/scrape"] != "true" || pod.Annotations["checksum/config"] == "" {
 		t.Errorf("pod annotations: %v", pod.Annotations)
@@ -702,11 +709,23 @@ func TestConfigKeysAreServeFlags(t *testing.T) {
 			t.Errorf("lizard.toml key %q is not a flag of lizard serve", k)
 		}
 	}
-	// The per-pod settings come as LIZARD_* variables: they must be flags too.
+	// The per-pod settings come as LIZARD_* variables, and so do those of
+	// a plain host's cluster.env: they must be flags too.
+	vars := map[string]string{}
 	for _, e := range r.container(t).Env {
-		if name, ok := strings.CutPrefix(e.Name, "LIZARD_"); ok && e.Name != "LIZARD_API_KEY" {
+		vars[e.Name] = "the chart's container"
+	}
+	env, err := os.ReadFile("../systemd/cluster.env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile(`(?m)^#?(LIZARD_[A-Z0-9_]+)=`).FindAllStringSubmatch(string(env), -1) {
+		vars[m[1]] = "deploy/systemd/cluster.env"
+	}
+	for v, where := range vars {
+		if name, ok := strings.CutPrefix(v, "LIZARD_"); ok && v != "LIZARD_API_KEY" {
 			if k := strings.ToLower(strings.ReplaceAll(name, "_", "-")); !known[k] {
-				t.Errorf("%s is no flag of lizard serve (--%s)", e.Name, k)
+				t.Errorf("%s (%s) is no flag of lizard serve (--%s)", v, where, k)
 			}
 		}
 	}

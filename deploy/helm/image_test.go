@@ -162,6 +162,9 @@ func TestDockerfilePaths(t *testing.T) {
 			t.Errorf("lizard.toml %s = %q: the image has %v there (want it from %q); it has %v", key, p, got, from, files)
 		}
 	}
+	if from, ok := files["/usr/lib/lizard/node-hook"]; !ok || from != "" {
+		t.Errorf("the image has no /usr/lib/lizard/node-hook from the build context (the pod's hooks run it): %v", files)
+	}
 	if files["/usr/local/bin/lizard"] != "lizard" {
 		t.Errorf("the image has no /usr/local/bin/lizard (the chart runs `lizard serve` from PATH): %v", files)
 	}

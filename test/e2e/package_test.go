@@ -77,6 +77,10 @@ func TestDebianPackage(t *testing.T) {
 			{"usr/bin/lizard", 0o755},
 			{"usr/bin/lizard-agent", 0o755},
 			{"lib/systemd/system/lizard.service", 0o644},
+			{"lib/systemd/system/lizard-drain.service", 0o644},
+			{"usr/lib/lizard/node-hook", 0o755},
+			{"usr/share/doc/lizard/examples/cluster.conf", 0o644},
+			{"usr/share/doc/lizard/examples/cluster.env", 0o644},
 			{"etc/lizard/lizard.toml", 0o644},
 			{"usr/share/doc/lizard/CONFIG.md", 0o644},
 			{"usr/share/doc/lizard/OPERATIONS.md", 0o644},
@@ -125,6 +129,31 @@ func TestDebianPackage(t *testing.T) {
 		} {
 			if !slices.Contains(strings.Split(string(unit), "\n"), line) {
 				t.Errorf("unit lacks %q", line)
+			}
+		}
+	})
+
+	// Cluster mode as deploy/systemd/cluster.conf says to set it up: the
+	// drop-in and the settings file in place, both units still verify, and
+	// the drain unit runs the packaged hook.
+	t.Run("cluster units", func(t *testing.T) {
+		inRoot(t, ctx, root, "install -D -m 0644 /usr/share/doc/lizard/examples/cluster.conf /etc/systemd/system/lizard.service.d/cluster.conf"+
+			" && install -m 0600 /usr/share/doc/lizard/examples/cluster.env /etc/lizard/cluster.env"+
+			" && sh -n /usr/lib/lizard/node-hook")
+		defer inRoot(t, ctx, root, "rm -rf /etc/systemd/system/lizard.service.d /etc/lizard/cluster.env")
+		out, err := exec.CommandContext(ctx, "systemd-analyze", "verify", "--root="+root, "lizard.service", "lizard-drain.service").CombinedOutput()
+		if err != nil || len(bytes.TrimSpace(out)) > 0 {
+			t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+		}
+		unit, _ := os.ReadFile(filepath.Join(root, "lib/systemd/system/lizard-drain.service"))
+		for _, line := range []string{
+			"ExecStart=/usr/lib/lizard/node-hook start 300",
+			"ExecStop=/usr/lib/lizard/node-hook stop",
+			"EnvironmentFile=/etc/lizard/cluster.env",
+			"After=lizard.service network-online.target",
+		} {
+			if !slices.Contains(strings.Split(string(unit), "\n"), line) {
+				t.Errorf("lizard-drain.service lacks %q", line)
 			}
 		}
 	})
