@@ -60,6 +60,12 @@ func TestNodeHook(t *testing.T) {
 			t.Error("no mark of the drain")
 		}
 	})
+	t.Run("stop drains even where it cannot mark", func(t *testing.T) {
+		r := runHook(t, filepath.Join(t.TempDir(), "missing"), 0, "stop")
+		if r.err != nil || len(r.calls) != 1 || !strings.Contains(r.stderr, "lizard nodes drain node-a --undo") {
+			t.Fatalf("calls %q, err %v, stderr %q: want the drain and a word on undoing it by hand", r.calls, r.err, r.stderr)
+		}
+	})
 	t.Run("stop reports a failed drain", func(t *testing.T) {
 		r := runHook(t, t.TempDir(), -1, "stop")
 		if ee, ok := r.err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
