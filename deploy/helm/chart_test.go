@@ -19,6 +19,8 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -728,5 +730,25 @@ func TestConfigKeysAreServeFlags(t *testing.T) {
 				t.Errorf("%s (%s) is no flag of lizard serve (--%s)", v, where, k)
 			}
 		}
+	}
+}
+
+// helm lint's rules (Chart.yaml, templates, deprecated APIs for the
+// Kubernetes version) find nothing above information.
+func TestLint(t *testing.T) {
+	for name, vals := range map[string]map[string]any{
+		"minimal": minimal(),
+		"ingress": with(minimal(), "ingress.enabled", true, "ingress.apiHost", "lizard.example.com"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			l := lint.AllWithKubeVersion("lizard", vals, namespace, &chartutil.KubeVersion{Version: "v1.33.0", Major: "1", Minor: "33"})
+			for _, m := range l.Messages {
+				if m.Severity > support.InfoSev {
+					t.Error(m)
+				} else {
+					t.Log(m)
+				}
+			}
+		})
 	}
 }
