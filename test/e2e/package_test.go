@@ -116,21 +116,13 @@ func TestDebianPackage(t *testing.T) {
 	})
 
 	t.Run("unit", func(t *testing.T) {
-		out, err := exec.CommandContext(ctx, "systemd-analyze", "verify", "--root="+root, "lizard.service").CombinedOutput()
-		if err != nil || len(bytes.TrimSpace(out)) > 0 {
-			t.Errorf("systemd-analyze verify: %v\n%s", err, out)
-		}
-		unit, _ := os.ReadFile(filepath.Join(root, "lib/systemd/system/lizard.service"))
-		for _, line := range []string{
+		verifyUnits(t, ctx, root, "lizard.service")
+		unitHas(t, root, "lizard.service",
 			"ExecStart=/usr/bin/lizard serve --config /etc/lizard/lizard.toml",
 			"ExecStartPre=/usr/bin/lizard template build base --if-missing --config /etc/lizard/lizard.toml",
 			"Restart=on-failure",
 			"KillMode=process",
-		} {
-			if !slices.Contains(strings.Split(string(unit), "\n"), line) {
-				t.Errorf("unit lacks %q", line)
-			}
-		}
+		)
 	})
 
 	// Cluster mode as deploy/systemd/cluster.conf says to set it up: the
@@ -141,26 +133,42 @@ func TestDebianPackage(t *testing.T) {
 			" && install -m 0600 /usr/share/doc/lizard/examples/cluster.env /etc/lizard/cluster.env"+
 			" && sh -n /usr/lib/lizard/node-hook")
 		defer inRoot(t, ctx, root, "rm -rf /etc/systemd/system/lizard.service.d /etc/lizard/cluster.env")
-		out, err := exec.CommandContext(ctx, "systemd-analyze", "verify", "--root="+root, "lizard.service", "lizard-drain.service").CombinedOutput()
-		if err != nil || len(bytes.TrimSpace(out)) > 0 {
-			t.Errorf("systemd-analyze verify: %v\n%s", err, out)
-		}
-		unit, _ := os.ReadFile(filepath.Join(root, "lib/systemd/system/lizard-drain.service"))
-		for _, line := range []string{
+		verifyUnits(t, ctx, root, "lizard.service", "lizard-drain.service")
+		unitHas(t, root, "lizard-drain.service",
 			"ExecStart=/usr/lib/lizard/node-hook start 300",
 			"ExecStop=/usr/lib/lizard/node-hook stop",
 			"EnvironmentFile=/etc/lizard/cluster.env",
 			"After=lizard.service network-online.target",
-		} {
-			if !slices.Contains(strings.Split(string(unit), "\n"), line) {
-				t.Errorf("lizard-drain.service lacks %q", line)
-			}
-		}
+		)
 	})
 
 	t.Run("serve", func(t *testing.T) {
 		serveInRoot(t, ctx, root, runsc)
 	})
+}
+
+// verifyUnits runs `systemd-analyze verify` on units installed in root,
+// which must say nothing.
+func verifyUnits(t *testing.T, ctx context.Context, root string, units ...string) {
+	t.Helper()
+	out, err := exec.CommandContext(ctx, "systemd-analyze", append([]string{"verify", "--root=" + root}, units...)...).CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("systemd-analyze verify %v: %v\n%s", units, err, out)
+	}
+}
+
+// unitHas checks that the unit installed in root has each line.
+func unitHas(t *testing.T, root, unit string, lines ...string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "lib/systemd/system", unit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range lines {
+		if !slices.Contains(strings.Split(string(b), "\n"), line) {
+			t.Errorf("%s lacks %q", unit, line)
+		}
+	}
 }
 
 // buildPackage runs `make package` into a temporary directory and returns
