@@ -288,6 +288,21 @@ func checkReferences(t *testing.T, r rendered) {
 			t.Errorf("mount %s at %s: no such volume", m.Name, m.MountPath)
 		}
 	}
+	if np, ok := r.objects["NetworkPolicy/lizard"].(*networkingv1.NetworkPolicy); ok {
+		podSel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if err != nil || !podSel.Matches(labels.Set(pod.Labels)) {
+			t.Errorf("the NetworkPolicy selects %v, not the pods (%v)", podSel, err)
+		}
+		for _, rule := range np.Spec.Ingress {
+			for _, p := range rule.Ports {
+				if p.Port.StrVal != "" {
+					if _, ok := ports[p.Port.StrVal]; !ok {
+						t.Errorf("the NetworkPolicy opens port %q, which the container does not name", p.Port.StrVal)
+					}
+				}
+			}
+		}
+	}
 	// Files the server and the hooks read are where the volumes put them.
 	files := []string{"/etc/lizard/lizard.toml"}
 	for _, k := range []string{"cluster-secret-file", "tls-cert", "tls-key"} {
@@ -436,7 +451,7 @@ func TestDefaultsNeedDatabaseAndObjectStore(t *testing.T) {
 
 func TestMinimal(t *testing.T) {
 	r := mustRender(t, minimal())
-	want := []string{"ConfigMap/lizard", "DaemonSet/lizard", "Secret/lizard-cluster", "Secret/lizard-credentials", "Service/lizard-api", "Service/lizard-preview"}
+	want := []string{"ConfigMap/lizard", "DaemonSet/lizard", "NetworkPolicy/lizard", "Secret/lizard-cluster", "Secret/lizard-credentials", "Service/lizard-api", "Service/lizard-preview"}
 	if got := r.keys(); !slices.Equal(got, want) {
 		t.Fatalf("objects: got %v, want %v", got, want)
 	}
@@ -526,6 +541,37 @@ func TestMinimal(t *testing.T) {
 	}
 	if !strings.Contains(r.notes, "lizard nodes ls") {
 		t.Errorf("NOTES.txt:\n%s", r.notes)
+	}
+}
+
+// The internal listener takes connections from the other nodes only; the
+// API and the previews from anyone.
+func TestNetworkPolicy(t *testing.T) {
+	r := mustRender(t, with(minimal(), "networkPolicy.extraIngress", []any{map[string]any{"ports": []any{map[string]any{"port": 9090}}}}))
+	np := get[*networkingv1.NetworkPolicy](t, r, "NetworkPolicy/lizard")
+	if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+		t.Errorf("policy types %v: want Ingress only (sandboxes' egress is lizard's firewall's)", np.Spec.PolicyTypes)
+	}
+	from := map[string]string{}
+	for _, rule := range np.Spec.Ingress {
+		who := "anyone"
+		if len(rule.From) > 0 {
+			sel, _ := metav1.LabelSelectorAsSelector(rule.From[0].PodSelector)
+			who = sel.String()
+		}
+		for _, p := range rule.Ports {
+			from[p.Port.String()] = who
+		}
+	}
+	want := map[string]string{"api": "anyone", "preview": "anyone", "9090": "anyone",
+		"internal": "app.kubernetes.io/instance=lizard,app.kubernetes.io/name=lizard"}
+	if fmt.Sprint(from) != fmt.Sprint(want) {
+		t.Errorf("ingress by port: %v, want %v", from, want)
+	}
+
+	r = mustRender(t, with(minimal(), "networkPolicy.enabled", false))
+	if _, ok := r.objects["NetworkPolicy/lizard"]; ok {
+		t.Error("a NetworkPolicy although networkPolicy.enabled is false")
 	}
 }
 
