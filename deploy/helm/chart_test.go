@@ -514,6 +514,19 @@ func TestMinimal(t *testing.T) {
 		t.Fatalf("data volume: want hostPath /var/lib/lizard, got %+v", data)
 	}
 
+	var dev *corev1.Volume
+	for i, v := range pod.Volumes {
+		if v.Name == "dev" {
+			dev = &pod.Volumes[i]
+		}
+	}
+	if dev == nil || dev.HostPath == nil || dev.HostPath.Path != "/dev" || !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "dev" && m.MountPath == "/dev" }) {
+		t.Errorf("the host's /dev is not the container's (loop devices for volumes): %+v", dev)
+	}
+	if strings.HasPrefix(c.TerminationMessagePath, "/dev/") || c.TerminationMessagePath == "" {
+		t.Errorf("terminationMessagePath %q: the kubelet would make it in the host's /dev", c.TerminationMessagePath)
+	}
+
 	cfg := config(t, r)
 	for k, want := range map[string]any{
 		"listen": "0.0.0.0:8080", "proxy-listen": "0.0.0.0:80", "internal-listen": "0.0.0.0:7070",
@@ -700,7 +713,7 @@ func TestResourcesAndPlacement(t *testing.T) {
 		"priorityClassName", "system-node-critical",
 		"extraArgs", []any{"--max-sandboxes=200"},
 		"extraEnv", []any{map[string]any{"name": "LIZARD_LOG_LEVEL", "value": "debug"}},
-		"node.dnsUpstream", "1.1.1.1:53", "node.undrainTimeoutSeconds", 60, "node.dataDir", "/srv/lizard",
+		"node.dnsUpstream", "1.1.1.1:53", "node.undrainTimeoutSeconds", 60, "node.dataDir", "/srv/lizard", "node.hostDev", false,
 		"podAnnotations", map[string]any{"prometheus.io/scrape": "true"},
 	))
 	c := r.container(t)
@@ -716,6 +729,11 @@ func TestResourcesAndPlacement(t *testing.T) {
 	}
 	if config(t, r)["dns-upstream"] != "1.1.1.1:53" {
 		t.Error("node.dnsUpstream not in lizard.toml")
+	}
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == "dev" {
+			t.Error("the host's /dev is mounted although node.hostDev is false")
+		}
 	}
 	if post := c.Lifecycle.PostStart.Exec.Command; !strings.Contains(post[len(post)-1], "node-hook start 60 ") {
 		t.Errorf("postStart %q: want node.undrainTimeoutSeconds passed on", post)
