@@ -2,7 +2,7 @@
 #
 #   make run     install what is needed, build, build the templates, serve
 #   make test    the same setup, then every test (scripts/test.sh)
-#   make deps | build | templates | bench | package | proto | clean
+#   make deps | build | templates | bench | package | image | proto | clean
 SHELL := /bin/bash
 .DEFAULT_GOAL := build
 
@@ -30,7 +30,7 @@ NFPM          := $(CACHE)/tools/nfpm-$(NFPM_VERSION)/nfpm
 VERSION       ?= 0.0.0+git$(shell git log -1 --format=%cd.%h --date=format:%Y%m%d 2>/dev/null || echo unknown)
 DEB_ARCH      ?= $(shell $(GO) env GOARCH)
 
-.PHONY: deps build templates run test bench package proto clean dashboard-vendor
+.PHONY: deps build templates run test bench package image proto clean dashboard-vendor
 
 # `make proto`: regenerates the envd Connect code (internal/envd) from its
 # .proto files with Debian's protoc and pinned Go plugins.
@@ -65,6 +65,13 @@ $(NFPM):
 package: build $(NFPM)
 	mkdir -p $(DIST)
 	LIZARD_VERSION=$(VERSION) LIZARD_ARCH=$(DEB_ARCH) $(NFPM) package --config deploy/nfpm.yaml --packager deb --target $(DIST)/
+
+# `make image`: the node image of the Helm chart (deploy/Dockerfile,
+# docs/KUBERNETES.md), with the template cache as its `templates` build
+# context. Needs Docker with buildx; IMAGE names it (REGISTRY/lizard:TAG).
+IMAGE ?= lizard:dev
+image: templates
+	docker buildx build -f deploy/Dockerfile --build-context templates=$(TEMPLATE_DIR) -t $(IMAGE) .
 
 $(PROTO_TOOLS)/protoc-gen-connect-go:
 	command -v protoc >/dev/null || apt-get install -y protobuf-compiler
