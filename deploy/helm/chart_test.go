@@ -438,6 +438,12 @@ func TestDefaultsNeedDatabaseAndObjectStore(t *testing.T) {
 		{"short cluster secret", with(minimal(), "clusterSecret.value", "short"), "clusterSecret.value: must be at least 32 bytes"},
 		{"no preview domain", with(minimal(), "preview.domain", ""), "preview.domain is required"},
 		{"ingress with nothing to route", with(minimal(), "ingress.enabled", true, "ingress.previews", false), "set ingress.apiHost, ingress.previews or both"},
+		// values.schema.json
+		{"misspelt value", with(minimal(), "databse.url", "postgres://x/y"), "databse"},
+		{"misspelt nested value", with(minimal(), "node.leese", "10s"), "leese"},
+		{"lease without a unit", with(minimal(), "node.lease", "10"), "lease"},
+		{"unknown service type", with(minimal(), "service.api.type", "Nodeport"), "type"},
+		{"port out of range", with(minimal(), "ports.internal", 70000), "internal"},
 		{"ingress in front of a TLS proxy", with(minimal(), "ingress.enabled", true, "preview.tlsSecret", "wild"), "the preview proxy serves TLS itself"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
