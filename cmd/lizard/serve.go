@@ -223,7 +223,7 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("become child subreaper: %w", err)
 	}
-	netm, err := network.New(network.Config{Bridge: c.bridge, Subnet: subnet, DNSUpstream: c.dnsUpstream, Run: reap.Run, Logger: log.With("component", "network")})
+	netm, err := network.New(network.Config{Bridge: c.bridge, Subnet: subnet, DNSUpstream: c.dnsUpstream, NetnsPrefix: c.build.cgroupParent, Run: reap.Run, Logger: log.With("component", "network")})
 	if err != nil {
 		return err
 	}
@@ -236,6 +236,8 @@ func serve(ctx context.Context, args []string) error {
 		Network:   netm,
 		Reaper:    reap,
 		Logger:    log.With("component", "gvisor"),
+
+		CgroupParent: c.build.cgroupParent,
 	})
 	if err != nil {
 		return err
@@ -409,6 +411,9 @@ func (c *serveConfig) validate() error {
 	if c.maxSandboxes < 1 {
 		return fmt.Errorf("--max-sandboxes %d: must be 1 or more", c.maxSandboxes)
 	}
+	if err := gvisor.ValidCgroupParent(c.build.cgroupParent); err != nil {
+		return fmt.Errorf("--cgroup-parent: %w", err)
+	}
 	return nil
 }
 
@@ -467,6 +472,7 @@ func (b *templateBuilder) BuildDockerfile(ctx context.Context, project, name str
 		Dockerfile: opts.Dockerfile, DockerfileName: "Dockerfile", Context: opts.ContextDir, BuildArgs: opts.BuildArgs,
 		ReadyCommand: opts.ReadyCommand, Runsc: b.runsc, DNSUpstream: b.dns, RunCommand: b.run,
 		BuildBridge: b.build.BuildBridge, BuildSubnet: b.build.BuildSubnet, BuildDeny: b.build.BuildDeny, Pull: b.build.Pull,
+		CgroupParent: b.build.CgroupParent, NetnsPrefix: b.build.NetnsPrefix,
 		Logger: b.log,
 		// The start command's ready state is part of the build: a command
 		// that fails leaves the template as it was.

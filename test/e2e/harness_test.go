@@ -223,7 +223,7 @@ func (s *server) launch() error {
 	}
 	s.url, s.proxy = "http://"+addr, proxyAddr
 	args := append([]string{"serve", "--listen", addr, "--proxy-listen", proxyAddr, "--template-dir", s.templateDir,
-		"--bridge", "lizarde0", "--subnet", "10.252.0.0/16", "--log-level", "debug"}, s.stateArgs()...)
+		"--bridge", defaultE2EBridge, "--subnet", "10.252.0.0/16", "--log-level", "debug"}, s.stateArgs()...)
 	if r := os.Getenv("LIZARD_RUNSC"); r != "" {
 		args = append(args, "--runsc", r)
 	}
@@ -264,6 +264,10 @@ func (s *server) launch() error {
 	return errors.New("no answer within 90 s")
 }
 
+// defaultE2EBridge is the test servers' sandbox bridge unless a test passes
+// --bridge.
+const defaultE2EBridge = "lizarde0"
+
 // freeAddr returns a loopback address with a port that was free just now.
 func freeAddr(t *testing.T) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -301,10 +305,10 @@ func (s *server) scrub() {
 	time.Sleep(200 * time.Millisecond)
 	ents, _ := os.ReadDir(filepath.Join(s.dataDir, "sandboxes"))
 	for _, e := range ents {
-		ep := network.EndpointFor(e.Name())
+		ep := network.EndpointFor(s.cgroupParent(), e.Name())
 		exec.Command("ip", s.node.ipArgs("link", "del", ep.HostVeth)...).Run()
 		exec.Command("ip", "netns", "del", filepath.Base(ep.Netns)).Run()
-		for _, c := range gvisor.CgroupDirs(cgroupRoot, e.Name()) {
+		for _, c := range gvisor.CgroupDirs(cgroupRoot, s.cgroupParent(), e.Name()) {
 			os.Remove(c)
 		}
 	}
@@ -434,33 +438,35 @@ func (s *server) runNodeEnv(ctx context.Context, env []string, files ...string) 
 var cgroupRoot = "/sys/fs/cgroup"
 
 // leaks lists host resources held by lizard sandboxes of this server: what
-// is left after every sandbox is gone must be nothing.
+// is left after every sandbox is gone must be nothing. Only this server's
+// count (its --cgroup-parent, which also prefixes its network namespaces,
+// its --bridge, runsc root and data dir), so servers sharing the host do
+// not see each other's.
 func (s *server) leaks() []string {
 	var out []string
+	parent := s.cgroupParent()
 	if ents, err := os.ReadDir("/run/netns"); err == nil {
 		for _, e := range ents {
-			if strings.HasPrefix(e.Name(), "lizard-") {
+			if gvisor.OwnNetns(parent, e.Name()) {
 				out = append(out, "netns "+e.Name())
 			}
 		}
 	}
 	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) > 4 && (strings.Contains(f[4], "/run/netns/lizard-") || strings.Contains(f[4], s.dataDir)) {
+			if f := strings.Fields(line); len(f) > 4 && (strings.HasPrefix(f[4], "/run/netns/") && gvisor.OwnNetns(parent, filepath.Base(f[4])) || strings.Contains(f[4], s.dataDir)) {
 				out = append(out, "mount "+f[4])
 			}
 		}
 	}
-	names, err := s.links()
+	names, err := s.veths()
 	if err != nil {
 		out = append(out, "(cannot list links: "+err.Error()+")")
 	}
 	for _, name := range names {
-		if strings.HasPrefix(name, "lzv") {
-			out = append(out, "veth "+name)
-		}
+		out = append(out, "veth "+name)
 	}
-	for _, c := range gvisor.CgroupDirs(cgroupRoot, "") {
+	for _, c := range gvisor.CgroupDirs(cgroupRoot, parent, "") {
 		out = append(out, "cgroup "+c)
 	}
 	if ents, err := os.ReadDir(filepath.Join(s.dataDir, "sandboxes")); err == nil {
@@ -468,15 +474,37 @@ func (s *server) leaks() []string {
 			out = append(out, "dir "+e.Name())
 		}
 	}
+	root := gvisor.RunscRootFor(s.dataDir)
 	if ents, err := os.ReadDir("/proc"); err == nil {
 		for _, e := range ents {
 			b, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-			if c := string(b); strings.Contains(c, "runsc") && strings.Contains(c, "/run/lizard/runsc") {
+			if c := string(b); strings.Contains(c, "runsc") && strings.Contains(c, root) {
 				out = append(out, "process "+e.Name())
 			}
 		}
 	}
 	return out
+}
+
+// cgroupParent is the server's --cgroup-parent (the last one given wins,
+// as in the flag package).
+func (s *server) cgroupParent() string { return s.flag("cgroup-parent", gvisor.DefaultCgroupParent) }
+
+// bridge is the server's --bridge.
+func (s *server) bridge() string { return s.flag("bridge", defaultE2EBridge) }
+
+// flag is the value of --name in the server's extra arguments, def when
+// they do not set it.
+func (s *server) flag(name, def string) string {
+	v := def
+	for i, a := range s.extra {
+		if a == "--"+name && i+1 < len(s.extra) {
+			v = s.extra[i+1]
+		} else if after, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			v = after
+		}
+	}
+	return v
 }
 
 // waitNoLeaks polls until nothing is left, for cleanups that finish just

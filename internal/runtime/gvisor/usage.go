@@ -24,7 +24,7 @@ func (r *Runtime) Usage(id string) (runtime.Usage, error) {
 	if err != nil {
 		return runtime.Usage{}, err
 	}
-	cg, err := cgroup.Read(cgroup.Root, cgroupPath(id))
+	cg, err := cgroup.Read(cgroup.Root, r.cgroupPath(id))
 	if err != nil {
 		return runtime.Usage{}, err
 	}
@@ -36,16 +36,17 @@ func (r *Runtime) Usage(id string) (runtime.Usage, error) {
 	if u.TxBytes, err = readCounter(filepath.Join(stats, "rx_bytes")); err != nil {
 		return runtime.Usage{}, err
 	}
-	u.DiskBytes = overlayUsed(id, filepath.Join(r.dir(id), "overlay"))
+	u.DiskBytes = overlayUsed(r.cgroupPath(id), filepath.Join(r.dir(id), "overlay"))
 	return u, nil
 }
 
 // overlayUsed is the space the sandbox's writable layer takes on disk. runsc
 // unlinks the overlay's file ("filestore") in dir right after creating it,
-// so it is found among the open files of the sandbox's processes; the
-// files still in dir are counted when none holds one.
-func overlayUsed(id, dir string) int64 {
-	pids, _ := cgroup.Procs(cgroup.Root, cgroupPath(id))
+// so it is found among the open files of the sandbox's processes (those of
+// its cgroup, cgroupPath); the files still in dir are counted when none
+// holds one.
+func overlayUsed(cgroupPath, dir string) int64 {
+	pids, _ := cgroup.Procs(cgroup.Root, cgroupPath)
 	for _, pid := range pids {
 		fdDir := "/proc/" + strconv.Itoa(pid) + "/fd"
 		fds, err := os.ReadDir(fdDir)
