@@ -66,7 +66,11 @@ func (s *server) listVolumes(w http.ResponseWriter, r *http.Request, p store.Pro
 	if err := sameProject(p, r.PathValue("pid")); err != nil {
 		return err
 	}
-	vs, err := s.volumes.List(r.Context(), p.ID)
+	list := s.volumes.List
+	if s.cluster != nil {
+		list = s.cluster.Volumes
+	}
+	vs, err := list(r.Context(), p.ID)
 	if err != nil {
 		return err
 	}
