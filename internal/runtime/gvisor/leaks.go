@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/vishvananda/netlink"
 )
 
 // Leaks lists what the host still holds for sandbox id, or for every
@@ -76,22 +78,24 @@ func OwnNetns(prefix, name string) bool {
 	return ok && validID(rest)
 }
 
-// OwnVeths lists the sandbox veths (lzv…) in this network namespace that
-// hang on bridge, or on no bridge at all (left over after their bridge
-// went): not those of another server's bridge.
+// OwnVeths lists the sandbox veths (lzv…) in this process's network
+// namespace that hang on bridge, or on no bridge at all (left over after
+// their bridge went): not those of another server's bridge.
 func OwnVeths(bridge string) []string {
-	ents, err := os.ReadDir("/sys/class/net")
+	links, err := netlink.LinkList()
 	if err != nil {
 		return nil
 	}
-	var out []string
-	for _, e := range ents {
-		if !strings.HasPrefix(e.Name(), "lzv") {
-			continue
+	own := -1
+	for _, l := range links {
+		if l.Attrs().Name == bridge {
+			own = l.Attrs().Index
 		}
-		master, err := os.Readlink(filepath.Join("/sys/class/net", e.Name(), "master"))
-		if err != nil || filepath.Base(master) == bridge {
-			out = append(out, e.Name())
+	}
+	var out []string
+	for _, l := range links {
+		if a := l.Attrs(); strings.HasPrefix(a.Name, "lzv") && (a.MasterIndex == 0 || a.MasterIndex == own) {
+			out = append(out, a.Name)
 		}
 	}
 	return out
