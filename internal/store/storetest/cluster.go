@@ -377,7 +377,9 @@ func testAdmission(t *testing.T, ctx context.Context, open func() store.Cluster,
 		t.Fatal(err)
 	}
 	node := store.Admission{Holding: holding, NodeVCPUs: 4, NodeMemoryMB: 4096, MaxSandboxes: 3}
-	put := func(f store.Fence, sb store.Sandbox, a store.Admission) error { return c.PutSandboxFenced(ctx, f, sb, &a) }
+	put := func(f store.Fence, sb store.Sandbox, a store.Admission) error {
+		return c.PutSandboxFenced(ctx, f, sb, &a)
+	}
 	exceeded := func(err error, class error, unit string) bool {
 		var ex *errdefs.Exceeded
 		return errors.Is(err, class) && errors.As(err, &ex) && ex.Unit == unit
