@@ -47,8 +47,10 @@ func newDB(t *testing.T, srv *pgtest.Server) string {
 func startMember(t *testing.T, url, name string, onFenced func(context.Context, func(string) bool)) *Member {
 	t.Helper()
 	m, err := NewMember(MemberConfig{
-		DB:        openDB(t, url),
-		Info:      func() store.NodeInfo { return store.NodeInfo{Name: name, Address: name + ":7070", VCPUs: 4, MemoryMB: 4096} },
+		DB: openDB(t, url),
+		Info: func() store.NodeInfo {
+			return store.NodeInfo{Name: name, Address: name + ":7070", VCPUs: 4, MemoryMB: 4096}
+		},
 		Lease:     testLease,
 		DeadAfter: testDeadAfter,
 		OnFenced:  onFenced,
