@@ -158,13 +158,21 @@ func startServer(t *testing.T, dataDir string, extraArgs ...string) *server {
 // listeners are the node's; the test reaches it at the node's address.
 func startServerOn(t *testing.T, node *testNode, dataDir string, extraArgs ...string) *server {
 	t.Helper()
-	requirements(t)
-	bin := build(t)
 	if dataDir == "" {
 		dataDir = t.TempDir()
 	}
-	s := &server{t: t, bin: bin, dataDir: dataDir, templateDir: serverTemplateDir(t, dataDir), db: databaseFor(t, dataDir), key: "lz_e2e_test_key_0123456789abcdef", extra: extraArgs, node: node}
+	s := newServerOn(t, node, dataDir, databaseFor(t, dataDir), extraArgs...)
 	s.start()
+	return s
+}
+
+// newServerOn is a server not started yet, on dataDir and database db
+// ("" for SQLite), whose end the test's cleanup sees to.
+func newServerOn(t *testing.T, node *testNode, dataDir, db string, extraArgs ...string) *server {
+	t.Helper()
+	requirements(t)
+	bin := build(t)
+	s := &server{t: t, bin: bin, dataDir: dataDir, templateDir: serverTemplateDir(t, dataDir), db: db, key: "lz_e2e_test_key_0123456789abcdef", extra: extraArgs, node: node}
 	t.Cleanup(func() {
 		s.stop()
 		if t.Failed() {
