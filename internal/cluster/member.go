@@ -108,6 +108,11 @@ func (m *Member) Start(ctx context.Context) error {
 	if err := m.register(ctx); err != nil {
 		return fmt.Errorf("register node %s: %w", m.name, err)
 	}
+	// Rows lost while this node was away stay lost (recovery, which does
+	// not get them, destroys what is left of those sandboxes).
+	if _, err := m.loadLost(ctx); err != nil {
+		return fmt.Errorf("node %s: list its sandboxes: %w", m.name, err)
+	}
 	f := m.Fence()
 	m.cfg.Log.Info("cluster: joined", "node", m.name, "incarnation", f.Incarnation, "lease", m.cfg.Lease, "deadAfter", m.cfg.DeadAfter)
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -326,24 +331,14 @@ func (m *Member) rejoin(ctx context.Context) {
 		m.cfg.Log.Error("cluster: register again after a fence", "node", m.name, "err", err)
 		return
 	}
-	rows, err := m.cfg.DB.SandboxesOn(ctx, m.name)
+	live, err := m.loadLost(ctx)
 	if err != nil {
 		// Registered: the next heartbeat goes on; the lost sandboxes are
 		// found by the next fence or restart.
 		m.cfg.Log.Error("cluster: list this node's sandboxes after a fence", "node", m.name, "err", err)
 		return
 	}
-	live := map[string]bool{}
-	m.mu.Lock()
-	for _, r := range rows {
-		if r.Status == store.SandboxLost {
-			m.lost[r.ID] = true
-		} else {
-			live[r.ID] = true
-		}
-	}
-	inc := m.fence.Incarnation
-	m.mu.Unlock()
+	inc := m.Fence().Incarnation
 	m.cfg.Log.Error("cluster: registered again after a fence", "node", m.name, "incarnation", inc, "liveRows", len(live))
 	if m.cfg.OnFenced != nil {
 		// Destroying takes runsc runs: not in the way of the heartbeat.
@@ -353,4 +348,24 @@ func (m *Member) rejoin(ctx context.Context) {
 			m.cfg.OnFenced(context.WithoutCancel(ctx), func(id string) bool { return live[id] })
 		}()
 	}
+}
+
+// loadLost records which of this node's rows are lost and returns the ids
+// of the others.
+func (m *Member) loadLost(ctx context.Context) (live map[string]bool, err error) {
+	rows, err := m.cfg.DB.SandboxesOn(ctx, m.name)
+	if err != nil {
+		return nil, err
+	}
+	live = map[string]bool{}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range rows {
+		if r.Status == store.SandboxLost {
+			m.lost[r.ID] = true
+		} else {
+			live[r.ID] = true
+		}
+	}
+	return live, nil
 }

@@ -327,3 +327,38 @@ func TestNodeStore(t *testing.T) {
 		t.Fatalf("deleted row: %v", err)
 	}
 }
+
+// TestMemberRestartAfterDeath: a node that comes back after it was
+// declared dead (a restart) gets none of its lost rows for recovery, and
+// recovery's cleanup leaves them, lost.
+func TestMemberRestartAfterDeath(t *testing.T) {
+	srv := pgtest.ForTest(t)
+	url := newDB(t, srv)
+	ctx := context.Background()
+	db := openDB(t, url)
+	p := project(t, db)
+	a := startMember(t, url, "a", nil)
+	na := NewNodeStore(a, NodeStoreConfig{Holding: []string{"running"}})
+	if err := na.PutSandbox(ctx, row(p, "sb1", "running")); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	eventually(t, "a declared dead", func() bool {
+		done, err := db.DeclareDead(ctx, "a", 0)
+		return err == nil && done
+	})
+	a2 := startMember(t, url, "a", nil)
+	na2 := NewNodeStore(a2, NodeStoreConfig{Holding: []string{"running"}})
+	if rows, err := na2.Sandboxes(ctx); err != nil || len(rows) != 0 {
+		t.Fatalf("rows for recovery after a restart: %+v %v", rows, err)
+	}
+	if err := na2.DeleteSandbox(ctx, "sb1"); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := db.SandboxOwner(ctx, "sb1"); err != nil || !o.Lost {
+		t.Fatalf("lost row after recovery's cleanup: %+v %v", o, err)
+	}
+	if err := na2.PutSandbox(ctx, row(p, "sb2", "running")); err != nil {
+		t.Fatalf("a new sandbox on the restarted node: %v", err)
+	}
+}
