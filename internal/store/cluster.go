@@ -79,6 +79,10 @@ const (
 // or removed while it ran.
 const SandboxLost = "lost"
 
+// NotReserving are the statuses of live sandbox rows that hold no vCPUs or
+// memory (what Nodes sums as reserved skips them, with lost rows).
+var NotReserving = []string{"paused", "pausing"}
+
 // NodeInfo is what a node reports of itself when it registers and on each
 // heartbeat.
 type NodeInfo struct {
