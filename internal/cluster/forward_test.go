@@ -138,7 +138,7 @@ func newTestRouter(t *testing.T, self string, fc *fakeCluster, rows store.Store,
 	}
 	seed := rand.Uint64()
 	t.Logf("placement seed %d", seed)
-	return NewRouter(RouterConfig{Self: self, Cluster: fc, Store: rows, Signer: newTestSigner(t, self, testSecret), Local: local,
+	return NewRouter(RouterConfig{Self: self, Directory: fc, Store: rows, Signer: newTestSigner(t, self, testSecret), Local: local,
 		Logger: quiet(), Rand: rand.New(rand.NewPCG(seed, seed))})
 }
 
@@ -318,7 +318,7 @@ func TestForwardUsesStaleOwnerWhileDatabaseDown(t *testing.T) {
 	b := peer(t, "b", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("from b")) }), nil, nil)
 	fc := &fakeCluster{owners: map[string]store.Owner{"sbx1": {Node: "b", ProjectID: "p1"}},
 		nodes: []store.Node{readyNode("a", "127.0.0.1:1"), readyNode("b", addrOf(b))}}
-	rt := NewRouter(RouterConfig{Self: "a", Cluster: fc, Store: &fakeRows{}, Signer: newTestSigner(t, "a", testSecret), Local: &fakeLocal{},
+	rt := NewRouter(RouterConfig{Self: "a", Directory: fc, Store: &fakeRows{}, Signer: newTestSigner(t, "a", testSecret), Local: &fakeLocal{},
 		Logger: quiet(), OwnerTTL: time.Nanosecond, NodesTTL: time.Nanosecond})
 	a := front(t, rt)
 	if _, body := get(t, a.URL+"/api/sandboxes/sbx1/exec"); body != "from b" {

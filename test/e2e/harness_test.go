@@ -221,6 +221,14 @@ func (s *server) launch() error {
 		// A namespace of the test's own: every port is free.
 		addr, proxyAddr = s.node.addr.String()+":8080", s.node.addr.String()+":8081"
 	}
+	// A test that names its addresses (the last of each flag wins) gets
+	// them.
+	if a := lastFlag(s.extra, "--listen"); a != "" {
+		addr = a
+	}
+	if a := lastFlag(s.extra, "--proxy-listen"); a != "" {
+		proxyAddr = a
+	}
 	s.url, s.proxy = "http://"+addr, proxyAddr
 	args := append([]string{"serve", "--listen", addr, "--proxy-listen", proxyAddr, "--template-dir", s.templateDir,
 		"--bridge", "lizarde0", "--subnet", "10.252.0.0/16", "--log-level", "debug"}, s.stateArgs()...)
@@ -262,6 +270,17 @@ func (s *server) launch() error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return errors.New("no answer within 90 s")
+}
+
+// lastFlag is the value of the last "name value" pair in args, "" if none.
+func lastFlag(args []string, name string) string {
+	v := ""
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == name {
+			v = args[i+1]
+		}
+	}
+	return v
 }
 
 // freeAddr returns a loopback address with a port that was free just now.
