@@ -256,15 +256,7 @@ func (rt *Router) locate(ctx context.Context, projectID string, ref api.Ref) (*s
 		}
 		node = o.Node
 	case api.RefSnapshot:
-		node = rt.rowNode(ctx, "snapshot", func() (string, error) {
-			sns, err := rt.cfg.Store.Snapshots(ctx)
-			for _, sn := range sns {
-				if sn.ID == ref.ID && sn.ProjectID == projectID {
-					return sn.Node, nil
-				}
-			}
-			return "", err
-		})
+		node = rt.snapshotNode(ctx, projectID, ref.ID)
 	case api.RefVolume:
 		node = rt.volumeNode(ctx, projectID, ref.ID)
 	}
@@ -281,6 +273,20 @@ func (rt *Router) locate(ctx context.Context, projectID string, ref api.Ref) (*s
 		}
 	}
 	return n, err
+}
+
+// snapshotNode is the node of the project's snapshot id, "" if none has
+// it.
+func (rt *Router) snapshotNode(ctx context.Context, projectID, id string) string {
+	return rt.rowNode(ctx, "snapshot", func() (string, error) {
+		sns, err := rt.cfg.Store.Snapshots(ctx)
+		for _, sn := range sns {
+			if sn.ID == id && sn.ProjectID == projectID {
+				return sn.Node, nil
+			}
+		}
+		return "", err
+	})
 }
 
 // volumeNode is the node of the project's volume ref (an id or a name),

@@ -168,9 +168,21 @@ func front(t *testing.T, rt *Router) *httptest.Server {
 	return srv
 }
 
-func get(t *testing.T, url string) (*http.Response, string) {
+// send sends one request (to host, when not "") and returns the answer
+// with its body read.
+func send(t *testing.T, method, url, host string, header http.Header, body io.Reader) (*http.Response, string) {
 	t.Helper()
-	resp, err := http.Get(url)
+	req, err := http.NewRequest(method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host != "" {
+		req.Host = host
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,6 +192,11 @@ func get(t *testing.T, url string) (*http.Response, string) {
 		t.Fatal(err)
 	}
 	return resp, string(b)
+}
+
+func get(t *testing.T, url string) (*http.Response, string) {
+	t.Helper()
+	return send(t, http.MethodGet, url, "", nil, nil)
 }
 
 // twoNodes: a sandbox sbx1 of project p1 lives on b, whose API answers
@@ -201,15 +218,8 @@ func TestForwardRoutesToOwner(t *testing.T) {
 		w.Write([]byte("from b " + r.URL.RequestURI()))
 	}), nil)
 
-	req, _ := http.NewRequest(http.MethodGet, a.URL+"/api/sandboxes/sbx1/files?path=%2Ftmp%2Fa%20b", nil)
-	req.Header.Set("X-API-Key", "k1")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if string(body) != "from b /api/sandboxes/sbx1/files?path=%2Ftmp%2Fa%20b" {
+	resp, body := send(t, http.MethodGet, a.URL+"/api/sandboxes/sbx1/files?path=%2Ftmp%2Fa%20b", "", http.Header{"X-Api-Key": {"k1"}}, nil)
+	if body != "from b /api/sandboxes/sbx1/files?path=%2Ftmp%2Fa%20b" {
 		t.Fatalf("answer %q", body)
 	}
 	if got := seen.Load(); got != "req-1 k1 true" {
@@ -462,23 +472,27 @@ func TestForwardLargeBodies(t *testing.T) {
 	}
 }
 
-func TestForwardWebSocket(t *testing.T) {
-	_, _, a := twoNodes(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := websocket.Accept(w, r, nil)
+// echoWebSocket accepts a WebSocket and answers each message with prefix
+// and the message.
+func echoWebSocket(w http.ResponseWriter, r *http.Request, prefix string) {
+	c, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	defer c.CloseNow()
+	for {
+		typ, b, err := c.Read(r.Context())
 		if err != nil {
 			return
 		}
-		defer c.CloseNow()
-		for {
-			typ, b, err := c.Read(r.Context())
-			if err != nil {
-				return
-			}
-			if err := c.Write(r.Context(), typ, append([]byte("echo "), b...)); err != nil {
-				return
-			}
+		if err := c.Write(r.Context(), typ, append([]byte(prefix), b...)); err != nil {
+			return
 		}
-	}), nil)
+	}
+}
+
+func TestForwardWebSocket(t *testing.T) {
+	_, _, a := twoNodes(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { echoWebSocket(w, r, "echo ") }), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(a.URL, "http")+"/api/sandboxes/sbx1/terminal", nil)

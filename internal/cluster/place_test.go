@@ -160,15 +160,8 @@ func creator(t *testing.T, name string, status int, body string) (*httptest.Serv
 
 func post(t *testing.T, url string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, url+"/api/sandboxes", strings.NewReader(`{"template":"base"}`))
-	req.Header.Set("X-API-Key", "k1")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	resp, body := send(t, http.MethodPost, url+"/api/sandboxes", "", http.Header{"X-Api-Key": {"k1"}}, strings.NewReader(`{"template":"base"}`))
+	return resp.StatusCode, body
 }
 
 func TestCreateSkipsRefusingNodes(t *testing.T) {

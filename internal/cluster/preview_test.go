@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -67,18 +66,8 @@ func previewNodes(t *testing.T) (a *httptest.Server, b *previews) {
 	t.Helper()
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Upgrade") == "websocket" {
-			c, err := websocket.Accept(w, r, nil)
-			if err != nil {
-				return
-			}
-			defer c.CloseNow()
-			for {
-				typ, msg, err := c.Read(r.Context())
-				if err != nil {
-					return
-				}
-				c.Write(r.Context(), typ, append([]byte("app: "), msg...))
-			}
+			echoWebSocket(w, r, "app: ")
+			return
 		}
 		fmt.Fprintf(w, "app %s %s token=%q", r.Host, r.URL.Path, r.Header.Get(proxy.TokenHeader))
 	}))
@@ -94,20 +83,10 @@ func previewNodes(t *testing.T) (a *httptest.Server, b *previews) {
 	return a, b
 }
 
-func previewGet(t *testing.T, url, host string, header map[string]string) (int, string) {
+func previewGet(t *testing.T, url, host string, header http.Header) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, url, nil)
-	req.Host = host
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	resp, body := send(t, http.MethodGet, url, host, header, nil)
+	return resp.StatusCode, body
 }
 
 func TestPreviewForwarded(t *testing.T) {
@@ -116,7 +95,7 @@ func TestPreviewForwarded(t *testing.T) {
 
 	// Lizard's host order: b checks the token; the app sees the host.
 	host := "sbx1-8080." + domain + port
-	if status, body := previewGet(t, a.URL+"/x", host, map[string]string{proxy.TokenHeader: "tok"}); status != 200 || body != `app `+host+` /x token=""` {
+	if status, body := previewGet(t, a.URL+"/x", host, http.Header{proxy.TokenHeader: {"tok"}}); status != 200 || body != `app `+host+` /x token=""` {
 		t.Fatalf("lizard host: %d %q", status, body)
 	}
 	// Without the token: b's refusal, and nothing resumed.
@@ -130,11 +109,11 @@ func TestPreviewForwarded(t *testing.T) {
 		t.Fatalf("e2b host: %d %q", status, body)
 	}
 	if status, body := previewGet(t, a.URL+"/z", strings.TrimPrefix(a.URL, "http://"),
-		map[string]string{proxy.E2BSandboxIDHeader: "sbx1", proxy.E2BSandboxPortHeader: "8080"}); status != 200 || !strings.HasSuffix(body, ` /z token=""`) {
+		http.Header{proxy.E2BSandboxIDHeader: {"sbx1"}, proxy.E2BSandboxPortHeader: {"8080"}}); status != 200 || !strings.HasSuffix(body, ` /z token=""`) {
 		t.Fatalf("e2b headers: %d %q", status, body)
 	}
 	// A sandbox nobody has: a's own refusal.
-	if status, _ := previewGet(t, a.URL+"/x", "nope-8080."+domain+port, map[string]string{proxy.TokenHeader: "tok"}); status != http.StatusUnauthorized {
+	if status, _ := previewGet(t, a.URL+"/x", "nope-8080."+domain+port, http.Header{proxy.TokenHeader: {"tok"}}); status != http.StatusUnauthorized {
 		t.Fatalf("unknown: %d", status)
 	}
 }
