@@ -147,10 +147,16 @@ func newTestRouter(t *testing.T, self string, fc *fakeCluster, rows store.Store,
 // "local"; errors answer as api does.
 func front(t *testing.T, rt *Router) *httptest.Server {
 	t.Helper()
+	return frontFor(t, rt, "p1")
+}
+
+// frontFor is front for the keys of project projectID.
+func frontFor(t *testing.T, rt *Router, projectID string) *httptest.Server {
+	t.Helper()
 	mux := http.NewServeMux()
 	h := func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(api.RequestIDHeader, "req-1")
-		ok, err := rt.Forward(w, r, "p1", api.RefOf(r))
+		ok, err := rt.Forward(w, r, projectID, api.RefOf(r))
 		if err != nil {
 			status, code, msg := api.StatusOf(err)
 			api.WriteJSON(w, status, map[string]string{"code": code, "message": msg})
