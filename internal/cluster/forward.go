@@ -35,8 +35,8 @@ const maxOwners = 50_000
 type RouterConfig struct {
 	// Self is this node's name.
 	Self string
-	// Cluster answers who owns a sandbox and which nodes there are.
-	Cluster store.Cluster
+	// Directory answers who holds a sandbox and which nodes there are.
+	Directory Directory
 	// Store has the snapshot and volume rows of every node (the shared
 	// store, not the node's NodeStore).
 	Store  store.Store
@@ -53,6 +53,12 @@ type RouterConfig struct {
 	Transport http.RoundTripper
 	// Rand draws placement's samples; nil: seeded at random.
 	Rand *rand.Rand
+}
+
+// Directory is what routing asks the database (store.Cluster has it).
+type Directory interface {
+	SandboxOwner(ctx context.Context, id string) (store.Owner, error)
+	Nodes(ctx context.Context) ([]store.Node, error)
 }
 
 // Router sends each request to the node that holds what it names: it
@@ -250,15 +256,7 @@ func (rt *Router) locate(ctx context.Context, projectID string, ref api.Ref) (*s
 		}
 		node = o.Node
 	case api.RefSnapshot:
-		node = rt.rowNode(ctx, "snapshot", func() (string, error) {
-			sns, err := rt.cfg.Store.Snapshots(ctx)
-			for _, sn := range sns {
-				if sn.ID == ref.ID && sn.ProjectID == projectID {
-					return sn.Node, nil
-				}
-			}
-			return "", err
-		})
+		node = rt.snapshotNode(ctx, projectID, ref.ID)
 	case api.RefVolume:
 		node = rt.volumeNode(ctx, projectID, ref.ID)
 	}
@@ -275,6 +273,20 @@ func (rt *Router) locate(ctx context.Context, projectID string, ref api.Ref) (*s
 		}
 	}
 	return n, err
+}
+
+// snapshotNode is the node of the project's snapshot id, "" if none has
+// it.
+func (rt *Router) snapshotNode(ctx context.Context, projectID, id string) string {
+	return rt.rowNode(ctx, "snapshot", func() (string, error) {
+		sns, err := rt.cfg.Store.Snapshots(ctx)
+		for _, sn := range sns {
+			if sn.ID == id && sn.ProjectID == projectID {
+				return sn.Node, nil
+			}
+		}
+		return "", err
+	})
 }
 
 // volumeNode is the node of the project's volume ref (an id or a name),
@@ -342,7 +354,7 @@ func (rt *Router) owner(ctx context.Context, id string) (store.Owner, error) {
 	if ok && time.Since(e.at) < rt.cfg.OwnerTTL {
 		return e.owner, nil
 	}
-	o, err := rt.cfg.Cluster.SandboxOwner(ctx, id)
+	o, err := rt.cfg.Directory.SandboxOwner(ctx, id)
 	switch {
 	case err == nil:
 		rt.mu.Lock()
@@ -391,7 +403,7 @@ func (rt *Router) nodes(ctx context.Context) ([]store.Node, error) {
 	if cached != nil && time.Since(at) < rt.cfg.NodesTTL {
 		return cached, nil
 	}
-	ns, err := rt.cfg.Cluster.Nodes(ctx)
+	ns, err := rt.cfg.Directory.Nodes(ctx)
 	if err != nil {
 		if cached != nil {
 			return cached, nil

@@ -169,16 +169,7 @@ func (rt *Router) candidates(ctx context.Context, nodes []store.Node, projectID 
 	pinned := ""
 	switch {
 	case want.Snapshot != "":
-		pinned = rt.rowNode(ctx, "snapshot", func() (string, error) {
-			sns, err := rt.cfg.Store.Snapshots(ctx)
-			for _, sn := range sns {
-				if sn.ID == want.Snapshot && sn.ProjectID == projectID {
-					return sn.Node, nil
-				}
-			}
-			return "", err
-		})
-		if pinned == "" {
+		if pinned = rt.snapshotNode(ctx, projectID, want.Snapshot); pinned == "" {
 			return nil, nil
 		}
 	case want.Volume != "":

@@ -229,6 +229,14 @@ func (s *server) launch() error {
 		// A namespace of the test's own: every port is free.
 		addr, proxyAddr = s.node.addr.String()+":8080", s.node.addr.String()+":8081"
 	}
+	// A test that names its addresses (the last of each flag wins) gets
+	// them.
+	if a := lastFlag(s.extra, "--listen"); a != "" {
+		addr = a
+	}
+	if a := lastFlag(s.extra, "--proxy-listen"); a != "" {
+		proxyAddr = a
+	}
 	s.url, s.proxy = "http://"+addr, proxyAddr
 	args := append([]string{"serve", "--listen", addr, "--proxy-listen", proxyAddr, "--template-dir", s.templateDir,
 		"--bridge", defaultE2EBridge, "--subnet", "10.252.0.0/16", "--log-level", "debug"}, s.stateArgs()...)
@@ -275,6 +283,17 @@ func (s *server) launch() error {
 // defaultE2EBridge is the test servers' sandbox bridge unless a test passes
 // --bridge.
 const defaultE2EBridge = "lizarde0"
+
+// lastFlag is the value of the last "name value" pair in args, "" if none.
+func lastFlag(args []string, name string) string {
+	v := ""
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == name {
+			v = args[i+1]
+		}
+	}
+	return v
+}
 
 // freeAddr returns a loopback address with a port that was free just now.
 func freeAddr(t *testing.T) string {
@@ -494,25 +513,19 @@ func (s *server) leaks() []string {
 	return out
 }
 
-// cgroupParent is the server's --cgroup-parent (the last one given wins,
-// as in the flag package).
-func (s *server) cgroupParent() string { return s.flag("cgroup-parent", gvisor.DefaultCgroupParent) }
+// cgroupParent is the server's --cgroup-parent.
+func (s *server) cgroupParent() string { return s.flag("--cgroup-parent", gvisor.DefaultCgroupParent) }
 
 // bridge is the server's --bridge.
-func (s *server) bridge() string { return s.flag("bridge", defaultE2EBridge) }
+func (s *server) bridge() string { return s.flag("--bridge", defaultE2EBridge) }
 
-// flag is the value of --name in the server's extra arguments, def when
-// they do not set it.
+// flag is the value of flag name in the server's extra arguments (the last
+// one given wins, as in the flag package), def when they do not set it.
 func (s *server) flag(name, def string) string {
-	v := def
-	for i, a := range s.extra {
-		if a == "--"+name && i+1 < len(s.extra) {
-			v = s.extra[i+1]
-		} else if after, ok := strings.CutPrefix(a, "--"+name+"="); ok {
-			v = after
-		}
+	if v := lastFlag(s.extra, name); v != "" {
+		return v
 	}
-	return v
+	return def
 }
 
 // waitNoLeaks polls until nothing is left, for cleanups that finish just
