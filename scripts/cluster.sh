@@ -106,6 +106,7 @@ EOF
 	cat >"$pgdata/pg_hba.conf" <<EOF
 local all all trust
 host lizard lizard $NET.0/24 scram-sha-256
+host lizard lizard samehost scram-sha-256
 EOF
 	pg pg_ctl -D "$pgdata" -l "$DIR/pg-log/postgres.log" -w -t 60 start >/dev/null || { tail -20 "$DIR/pg-log/postgres.log" >&2; die "PostgreSQL did not start"; }
 	pg psql -q -h "$DIR/pg-run" -p "$PG_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 \

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/lizard-build/lizard/internal/cluster"
 )
 
 // The cluster's failure table (docs/CLUSTER.md), one test per row: three
@@ -52,6 +54,7 @@ func TestClusterSDK(t *testing.T) {
 	a := c.node("a")
 	c.nodesCLI("drain", "a")
 	c.waitState("a", "draining")
+	time.Sleep(cluster.DefaultNodesTTL + 200*time.Millisecond) // the routers' view of the nodes
 	files, _ := filepath.Glob("js/*.test.mjs")
 	if len(files) == 0 {
 		t.Fatal("no SDK test files")

@@ -184,6 +184,14 @@ func newServerOn(t *testing.T, node *testNode, dataDir, db string, extraArgs ...
 		for unix.Unmount(filepath.Join(root, "null-netns"), unix.MNT_DETACH) == nil {
 		}
 		os.RemoveAll(root)
+		// So does a cgroup parent of its own (runsc makes it, nothing
+		// removes it; rmdir leaves it if a sandbox is still in it).
+		if p := s.cgroupParent(); p != gvisor.DefaultCgroupParent {
+			dirs, _ := filepath.Glob(filepath.Join(cgroupRoot, "*", p))
+			for _, d := range append(dirs, filepath.Join(cgroupRoot, p)) {
+				os.Remove(d)
+			}
+		}
 	})
 	return s
 }
