@@ -63,6 +63,7 @@ type serveConfig struct {
 	build                                      buildFlags
 	maxBuildContext                            int64
 	watchInterval                              time.Duration
+	cluster                                    clusterFlags
 }
 
 // The default rate limit is far above what a client that waits for its
@@ -114,6 +115,7 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs.DurationVar(&c.sessionTTL, "dashboard-session-ttl", dashboard.DefaultTTL, "how long a dashboard sign-in lasts")
 	fs.DurationVar(&c.sessionIdle, "dashboard-session-idle", dashboard.DefaultIdle, "a dashboard session ends after this long without a request (at most --dashboard-session-ttl)")
 	c.build.register(fs)
+	c.cluster.register(fs)
 	fs.Int64Var(&c.maxBuildContext, "max-build-context", api.DefaultMaxBuildContext, "largest POST /api/templates request (Dockerfile and build context files) in bytes")
 	return fs
 }
@@ -127,6 +129,10 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	}
 	if err := c.validate(); err != nil {
+		return err
+	}
+	clusterSecret, err := c.cluster.validate(c.database)
+	if err != nil {
 		return err
 	}
 	if c.rateLimit < 0 || c.rateBurst < 1 {
@@ -240,8 +246,25 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	// The sandbox service and the volume manager work on the node's view
+	// of the database in cluster mode (fenced writes, this node's rows).
+	var nodeStore store.Store = st
+	var cm *clusterMode
+	if c.cluster.enabled() {
+		build, err := rt.RunscDigest(ctx)
+		if err != nil {
+			return fmt.Errorf("cluster mode: runsc build: %w", err)
+		}
+		cm, err = startCluster(ctx, c.cluster, clusterSecret, st, clusterNode{name: c.cluster.nodeName, advertise: c.cluster.advertise,
+			runscBuild: build, capacity: capacity, maxSandboxes: c.maxSandboxes, templates: reg, log: log}, limits, log)
+		if err != nil {
+			return err
+		}
+		defer cm.Close()
+		nodeStore = cm.store
+	}
 	vols, err := volume.New(volume.Config{
-		Dir: filepath.Join(c.dataDir, "volumes"), Store: st, MaxSizeGB: c.maxVolumeGB, Run: reap.Run,
+		Dir: filepath.Join(c.dataDir, "volumes"), Store: nodeStore, MaxSizeGB: c.maxVolumeGB, Run: reap.Run,
 		Logger: log.With("component", "volume"), Disk: guard,
 		MaxProjectGB: func(ctx context.Context, projectID string) (int, error) {
 			l, err := limits(ctx, projectID)
@@ -257,13 +280,16 @@ func serve(ctx context.Context, args []string) error {
 	}
 	mets := metrics.New()
 	svc := sandbox.New(sandbox.Config{
-		Runtime: rt, Store: st, Templates: reg, Volumes: vols,
+		Runtime: rt, Store: nodeStore, Templates: reg, Volumes: vols,
 		SnapshotDir: filepath.Join(c.dataDir, "snapshots"), ReadyDir: filepath.Join(c.dataDir, "ready"),
 		LogDir: filepath.Join(c.dataDir, "logs"), MaxSandboxes: c.maxSandboxes,
 		Logger: log.With("component", "sandbox"), Observer: mets, LogMaxBytes: c.logMaxBytes,
 		Capacity: capacity, Limits: limits, Disk: guard, CodeInterpreterPath: codeInterpPath,
 	})
 	defer svc.Close()
+	if cm != nil {
+		cm.sandboxes.Store(svc)
+	}
 	if err := svc.Recover(ctx); err != nil {
 		log.Error("recovery left some sandboxes behind; they are retried at next start", "err", err)
 	}
@@ -331,7 +357,7 @@ func serve(ctx context.Context, args []string) error {
 			Builder: &templateBuilder{reg: reg, runsc: runsc, run: reap.Run, dns: c.dnsUpstream, build: buildOpts, sandboxes: svc, metrics: mets,
 				log: log.With("component", "template")},
 			MaxBuildContext: c.maxBuildContext, Logger: log.With("component", "api"),
-			Metrics: mets, ServeMetrics: mln == nil, Ready: readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm),
+			Metrics: mets, ServeMetrics: mln == nil, Ready: cm.readyChecks(readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm)),
 			Disk: guard, KeyStore: st, Sessions: sessions, Dashboard: assets}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
@@ -356,6 +382,10 @@ func serve(ctx context.Context, args []string) error {
 		"diskWatermarkPercent", c.diskWatermark, "logMaxBytes", c.logMaxBytes)
 	log.Info("lizard serving", "listen", ln.Addr().String(), "proxy", pln.Addr().String(), "previews", previews.Scheme+"://<sandbox>-<port>."+c.domain,
 		"data_dir", c.dataDir, "database", databaseKind(c.database), "templates", c.templateDir, "runsc", runsc)
+	if cm != nil {
+		log.Info("cluster mode", "node", cm.member.Self(), "incarnation", cm.member.Fence().Incarnation, "advertise", c.cluster.advertise,
+			"internal", c.cluster.internalListen, "lease", c.cluster.lease, "deadAfter", c.cluster.deadAfter)
+	}
 	select {
 	case err := <-errc:
 		return err

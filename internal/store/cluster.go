@@ -80,8 +80,10 @@ const (
 const SandboxLost = "lost"
 
 // NotReserving are the statuses of live sandbox rows that hold no vCPUs or
-// memory (what Nodes sums as reserved skips them, with lost rows).
-var NotReserving = []string{"paused", "pausing"}
+// memory (what Nodes sums as reserved skips them, with lost rows): paused,
+// as the single-node admission counts (a sandbox being paused still holds
+// its memory until it is paused).
+var NotReserving = []string{"paused"}
 
 // NodeInfo is what a node reports of itself when it registers and on each
 // heartbeat.

@@ -37,6 +37,7 @@ type Server struct {
 	dir string   // holds data/, the socket and log
 	bin string   // initdb's and pg_ctl's directory
 	run []string // runuser … when root
+	up  bool     // between Up and Down
 }
 
 // Start makes and starts a cluster. As root, the server runs as the
@@ -75,13 +76,34 @@ func Start(ctx context.Context) (*Server, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	opts := fmt.Sprintf("-c listen_addresses='' -k %s -p %d -c fsync=off -c synchronous_commit=off -c full_page_writes=off", dir, port)
-	if err := s.cmd(ctx, filepath.Join(bin, "pg_ctl"), "-D", data, "-l", filepath.Join(dir, "log"), "-o", opts, "-w", "start"); err != nil {
-		log, _ := os.ReadFile(filepath.Join(dir, "log"))
+	if err := s.Up(ctx); err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("%w\n%s", err, log)
+		return nil, err
 	}
 	return s, nil
+}
+
+// Up starts the server on its data directory: at Start, and again after
+// Down.
+func (s *Server) Up(ctx context.Context) error {
+	opts := fmt.Sprintf("-c listen_addresses='' -k %s -p %d -c fsync=off -c synchronous_commit=off -c full_page_writes=off", s.dir, port)
+	if err := s.cmd(ctx, filepath.Join(s.bin, "pg_ctl"), "-D", filepath.Join(s.dir, "data"), "-l", filepath.Join(s.dir, "log"), "-o", opts, "-w", "start"); err != nil {
+		log, _ := os.ReadFile(filepath.Join(s.dir, "log"))
+		return fmt.Errorf("%w\n%s", err, log)
+	}
+	s.up = true
+	return nil
+}
+
+// Down stops the server and keeps its data, for tests of a database
+// outage: clients' connections are cut and new ones refused until Up. It
+// is a fast shutdown, not an immediate one: with synchronous_commit off an
+// immediate stop would lose the last commits.
+func (s *Server) Down(ctx context.Context) error { return s.stop(ctx, "fast") }
+
+func (s *Server) stop(ctx context.Context, mode string) error {
+	s.up = false
+	return s.cmd(ctx, filepath.Join(s.bin, "pg_ctl"), "-D", filepath.Join(s.dir, "data"), "-m", mode, "-w", "stop")
 }
 
 func (s *Server) cmd(ctx context.Context, name string, args ...string) error {
@@ -115,7 +137,10 @@ func (s *Server) NewDatabase(ctx context.Context) (string, error) {
 
 // Stop stops the server at once and removes its directory.
 func (s *Server) Stop() error {
-	err := s.cmd(context.Background(), filepath.Join(s.bin, "pg_ctl"), "-D", filepath.Join(s.dir, "data"), "-m", "immediate", "-w", "stop")
+	var err error
+	if s.up {
+		err = s.stop(context.Background(), "immediate")
+	}
 	if rerr := os.RemoveAll(s.dir); err == nil {
 		err = rerr
 	}
