@@ -54,7 +54,7 @@ func TestPlaceFilters(t *testing.T) {
 		{Want{ProjectID: "p1", Template: "base"}, "other python ready"},
 		{Want{ProjectID: "p1"}, "other python ready"},
 		{Want{ProjectID: "p1", Template: "nope"}, "other python ready"}, // a name nobody lists: the node chosen says so
-		{Want{ProjectID: "p1", Template: "python312"}, "python"},  // an alias of a built-in
+		{Want{ProjectID: "p1", Template: "python312"}, "python"},        // an alias of a built-in
 	} {
 		got := strings.Fields(names(Place(nodes, tc.want, rnd)))
 		slices.Sort(got)
