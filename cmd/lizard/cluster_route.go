@@ -9,7 +9,6 @@ import (
 	"github.com/lizard-build/lizard/internal/cluster"
 	"github.com/lizard-build/lizard/internal/proxy"
 	"github.com/lizard-build/lizard/internal/sandbox"
-	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/volume"
 )
 
@@ -27,10 +26,7 @@ type clusterRouting struct {
 // newClusterRouting builds node self's routing over the shared database
 // db, with this node's sandbox service and volume manager as its part of
 // the lists.
-func newClusterRouting(self string, secret []byte, db interface {
-	store.Store
-	cluster.Directory
-}, svc *sandbox.Service, vols *volume.Manager, log *slog.Logger) (*clusterRouting, error) {
+func newClusterRouting(self string, secret []byte, db cluster.Database, svc *sandbox.Service, vols *volume.Manager, log *slog.Logger) (*clusterRouting, error) {
 	signer, err := cluster.NewSigner(self, secret)
 	if err != nil {
 		return nil, err

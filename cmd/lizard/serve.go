@@ -328,6 +328,13 @@ func serve(ctx context.Context, args []string) error {
 		}
 		sessions, assets = dashboard.NewSessions(c.sessionTTL, c.sessionIdle), a
 	}
+	// In cluster mode, requests for what another node holds go there.
+	var routing *clusterRouting
+	if cm != nil {
+		if routing, err = newClusterRouting(cm.member.Self(), cm.secret, cm.db, svc, vols, log.With("component", "route")); err != nil {
+			return err
+		}
+	}
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return err
@@ -345,6 +352,17 @@ func serve(ctx context.Context, args []string) error {
 			return fmt.Errorf("--metrics-listen: %w", err)
 		}
 	}
+	var iln net.Listener
+	if routing != nil {
+		if iln, err = net.Listen("tcp", c.cluster.internalListen); err != nil {
+			ln.Close()
+			pln.Close()
+			if mln != nil {
+				mln.Close()
+			}
+			return fmt.Errorf("--internal-listen: %w", err)
+		}
+	}
 	useTLS := c.tlsCert != "" && c.tlsKey != ""
 	previews := previewURLs(c.domain, pln.Addr().String(), useTLS)
 	// E2B's SDKs reach port P of sandbox S at P-S.<domain>[:proxy port].
@@ -352,24 +370,31 @@ func serve(ctx context.Context, args []string) error {
 	if previews.Port != "" {
 		e2bDomain = net.JoinHostPort(c.domain, previews.Port)
 	}
+	apiCluster, previewCluster := routing.hooks()
 	e2bAPI := e2b.Handler(e2b.Config{Auth: api.Auth{Keys: apiKeys, Limiter: limiter}, Sandboxes: svc, Templates: reg,
-		Domain: e2bDomain, Logger: log.With("component", "e2b")})
+		Domain: e2bDomain, Logger: log.With("component", "e2b"), Cluster: apiCluster})
 	srv := &http.Server{
 		Handler: api.Handler(api.Config{E2B: e2bAPI, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Templates: reg, Previews: previews, Volumes: vols,
 			Builder: &templateBuilder{reg: reg, runsc: runsc, run: reap.Run, dns: c.dnsUpstream, build: buildOpts, sandboxes: svc, metrics: mets,
 				log: log.With("component", "template")},
 			MaxBuildContext: c.maxBuildContext, Logger: log.With("component", "api"),
 			Metrics: mets, ServeMetrics: mln == nil, Ready: cm.readyChecks(readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm)),
-			Disk: guard, KeyStore: st, Sessions: sessions, Dashboard: assets}),
+			Disk: guard, KeyStore: st, Sessions: sessions, Dashboard: assets, Cluster: apiCluster}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	psrv := &http.Server{
-		Handler:           proxy.Handler(proxy.Config{Domain: c.domain, TLS: useTLS, Previews: svc, E2B: svc, Logger: log.With("component", "proxy"), Metrics: mets}),
+		Handler: proxy.Handler(proxy.Config{Domain: c.domain, TLS: useTLS, Previews: svc, E2B: svc, Logger: log.With("component", "proxy"), Metrics: mets,
+			Cluster: previewCluster}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	msrv := &http.Server{Handler: mets.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	go func() { errc <- srv.Serve(ln) }()
+	isrv := &http.Server{}
+	if iln != nil {
+		isrv = routing.server(srv.Handler, psrv.Handler)
+		go func() { errc <- isrv.Serve(iln) }()
+	}
 	if mln != nil {
 		go func() { errc <- msrv.Serve(mln) }()
 	}
@@ -396,7 +421,7 @@ func serve(ctx context.Context, args []string) error {
 	log.Info("shutting down; sandboxes keep running")
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return errors.Join(srv.Shutdown(sctx), psrv.Shutdown(sctx), msrv.Shutdown(sctx))
+	return errors.Join(srv.Shutdown(sctx), psrv.Shutdown(sctx), msrv.Shutdown(sctx), isrv.Shutdown(sctx))
 }
 
 // readyChecks are what GET /readyz checks: the store answers, runsc and

@@ -15,6 +15,7 @@ import (
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/template"
 )
 
 // K is how many candidates placement samples before taking the freest
@@ -30,7 +31,7 @@ type Want struct {
 
 // Place orders the nodes a create may go to: those ready (lease current,
 // not draining) that hold the template (all ready ones when none lists
-// it: the chosen node then answers for the name, aliases included), the
+// it: the chosen node then answers for the name), the
 // freest of K sampled at random first, then the other sampled, then the
 // rest, freest first. Nodes at or over their capacity come last: they
 // refuse, and the next is tried.
@@ -61,12 +62,13 @@ func Place(nodes []store.Node, want Want, rnd *rand.Rand) []store.Node {
 	return cands
 }
 
-// holds reports whether n has the template want names.
+// holds reports whether n has the template want names: the project's
+// own of that name, or the built-in one (aliases resolved).
 func holds(n store.Node, want Want) bool {
 	if want.Template == "" {
 		return true
 	}
-	return slices.Contains(n.Templates, want.Template) || slices.Contains(n.Templates, want.ProjectID+"/"+want.Template)
+	return slices.Contains(n.Templates, want.ProjectID+"/"+want.Template) || slices.Contains(n.Templates, template.Resolve(want.Template))
 }
 
 // free is the fraction of n's capacity left: the least of its vCPUs,

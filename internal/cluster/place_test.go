@@ -40,6 +40,7 @@ func TestPlaceFilters(t *testing.T) {
 		node("removed", store.NodeRemoved, 10, 0, "base", "p1/mine"),
 		draining,
 		node("other", store.NodeReady, 10, 0, "base"),
+		node("python", store.NodeReady, 10, 0, "base", "python"),
 	}
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
@@ -49,10 +50,11 @@ func TestPlaceFilters(t *testing.T) {
 		got  string // as a set, sorted by name
 	}{
 		{Want{ProjectID: "p1", Template: "mine"}, "ready"},
-		{Want{ProjectID: "p2", Template: "mine"}, "other ready"}, // nobody holds p2's: every ready node
-		{Want{ProjectID: "p1", Template: "base"}, "other ready"},
-		{Want{ProjectID: "p1"}, "other ready"},
-		{Want{ProjectID: "p1", Template: "python312"}, "other ready"}, // an alias nobody lists
+		{Want{ProjectID: "p2", Template: "mine"}, "other python ready"}, // nobody holds p2's: every ready node
+		{Want{ProjectID: "p1", Template: "base"}, "other python ready"},
+		{Want{ProjectID: "p1"}, "other python ready"},
+		{Want{ProjectID: "p1", Template: "nope"}, "other python ready"}, // a name nobody lists: the node chosen says so
+		{Want{ProjectID: "p1", Template: "python312"}, "python"},        // an alias of a built-in
 	} {
 		got := strings.Fields(names(Place(nodes, tc.want, rnd)))
 		slices.Sort(got)
