@@ -2,6 +2,7 @@
 #
 #   make run     install what is needed, build, build the templates, serve
 #   make test    the same setup, then every test (scripts/test.sh)
+#   make cluster a three-node cluster on this machine (make cluster-down stops it)
 #   make deps | build | templates | bench | package | image | proto | clean
 SHELL := /bin/bash
 .DEFAULT_GOAL := build
@@ -30,7 +31,7 @@ NFPM          := $(CACHE)/tools/nfpm-$(NFPM_VERSION)/nfpm
 VERSION       ?= 0.0.0+git$(shell git log -1 --format=%cd.%h --date=format:%Y%m%d 2>/dev/null || echo unknown)
 DEB_ARCH      ?= $(shell $(GO) env GOARCH)
 
-.PHONY: deps build templates run test bench package image proto clean dashboard-vendor
+.PHONY: deps build templates run test bench package image proto clean dashboard-vendor cluster cluster-down
 
 # `make proto`: regenerates the envd Connect code (internal/envd) from its
 # .proto files with Debian's protoc and pinned Go plugins.
@@ -55,6 +56,15 @@ run: deps build templates
 
 test: deps build templates
 	$(TEST_ENV) scripts/test.sh
+
+# `make cluster`: PostgreSQL and three nodes, each in a network namespace of
+# its own, in the foreground until Ctrl-C (docs/CLUSTER.md);
+# `make cluster-down` stops one from another shell.
+cluster: deps build templates
+	LIZARD_BIN=$(CURDIR)/$(BIN)/lizard TEMPLATE_DIR=$(TEMPLATE_DIR) RUNSC=$(RUNSC) scripts/cluster.sh up
+
+cluster-down:
+	scripts/cluster.sh down
 
 bench: build templates
 	$(TEST_ENV) $(GO) run ./bench

@@ -27,6 +27,7 @@ const usage = `usage:
   lizard keys create --project P [--data-dir DIR | --database URL]
   lizard keys ls --project P [--data-dir DIR | --database URL]
   lizard keys revoke ID [--data-dir DIR | --database URL]
+  lizard nodes ls|drain NODE [--undo]|remove NODE --database URL   (cluster mode)
   lizard template build NAME [--if-missing] [--debian-mirror URL] [--template-dir DIR]
   lizard template build NAME -f DOCKERFILE [CONTEXT] [--project P] [--build-arg K=V]... [--runsc PATH]
         [--registry-allow HOST[:PORT]]... [--registry-auth FILE] [--build-bridge BR] [--build-subnet CIDR]
@@ -57,6 +58,8 @@ func Run(ctx context.Context, args []string) error {
 		return projects(ctx, args[1:])
 	case "keys":
 		return keys(ctx, args[1:])
+	case "nodes":
+		return nodes(ctx, args[1:])
 	case "template", "templates":
 		return templates(ctx, args[1:])
 	case "config":

@@ -22,6 +22,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/apikey"
+	"github.com/lizard-build/lizard/internal/cluster"
 	"github.com/lizard-build/lizard/internal/codeinterp"
 	"github.com/lizard-build/lizard/internal/dashboard"
 	"github.com/lizard-build/lizard/internal/disk"
@@ -63,6 +64,7 @@ type serveConfig struct {
 	build                                      buildFlags
 	maxBuildContext                            int64
 	watchInterval                              time.Duration
+	cluster                                    clusterFlags
 }
 
 // The default rate limit is far above what a client that waits for its
@@ -114,6 +116,7 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs.DurationVar(&c.sessionTTL, "dashboard-session-ttl", dashboard.DefaultTTL, "how long a dashboard sign-in lasts")
 	fs.DurationVar(&c.sessionIdle, "dashboard-session-idle", dashboard.DefaultIdle, "a dashboard session ends after this long without a request (at most --dashboard-session-ttl)")
 	c.build.register(fs)
+	c.cluster.register(fs)
 	fs.Int64Var(&c.maxBuildContext, "max-build-context", api.DefaultMaxBuildContext, "largest POST /api/templates request (Dockerfile and build context files) in bytes")
 	return fs
 }
@@ -127,6 +130,10 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	}
 	if err := c.validate(); err != nil {
+		return err
+	}
+	clusterSecret, err := c.cluster.validate(c.database)
+	if err != nil {
 		return err
 	}
 	if c.rateLimit < 0 || c.rateBurst < 1 {
@@ -223,7 +230,7 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("become child subreaper: %w", err)
 	}
-	netm, err := network.New(network.Config{Bridge: c.bridge, Subnet: subnet, DNSUpstream: c.dnsUpstream, Run: reap.Run, Logger: log.With("component", "network")})
+	netm, err := network.New(network.Config{Bridge: c.bridge, Subnet: subnet, DNSUpstream: c.dnsUpstream, NetnsPrefix: c.build.cgroupParent, Run: reap.Run, Logger: log.With("component", "network")})
 	if err != nil {
 		return err
 	}
@@ -236,12 +243,36 @@ func serve(ctx context.Context, args []string) error {
 		Network:   netm,
 		Reaper:    reap,
 		Logger:    log.With("component", "gvisor"),
+
+		CgroupParent: c.build.cgroupParent,
 	})
 	if err != nil {
 		return err
 	}
+	// The sandbox service and the volume manager work on the node's view
+	// of the database in cluster mode (fenced writes, this node's rows).
+	var nodeStore store.Store = st
+	var cm *clusterMode
+	if c.cluster.enabled() {
+		build, err := rt.RunscDigest(ctx)
+		if err != nil {
+			return fmt.Errorf("cluster mode: runsc build: %w", err)
+		}
+		cm, err = startCluster(ctx, c.cluster, clusterSecret, st, clusterNode{name: c.cluster.nodeName, advertise: c.cluster.advertise,
+			runscBuild: build, capacity: capacity, maxSandboxes: c.maxSandboxes, templates: reg, log: log}, limits, log)
+		if err != nil {
+			return err
+		}
+		defer cm.Close()
+		nodeStore = cm.store
+		projectLimits := limits
+		limits = func(ctx context.Context, projectID string) (store.Limits, error) {
+			l, err := projectLimits(ctx, projectID)
+			return l, cluster.Unavailable(err)
+		}
+	}
 	vols, err := volume.New(volume.Config{
-		Dir: filepath.Join(c.dataDir, "volumes"), Store: st, MaxSizeGB: c.maxVolumeGB, Run: reap.Run,
+		Dir: filepath.Join(c.dataDir, "volumes"), Store: nodeStore, MaxSizeGB: c.maxVolumeGB, Run: reap.Run,
 		Logger: log.With("component", "volume"), Disk: guard,
 		MaxProjectGB: func(ctx context.Context, projectID string) (int, error) {
 			l, err := limits(ctx, projectID)
@@ -257,13 +288,16 @@ func serve(ctx context.Context, args []string) error {
 	}
 	mets := metrics.New()
 	svc := sandbox.New(sandbox.Config{
-		Runtime: rt, Store: st, Templates: reg, Volumes: vols,
+		Runtime: rt, Store: nodeStore, Templates: reg, Volumes: vols,
 		SnapshotDir: filepath.Join(c.dataDir, "snapshots"), ReadyDir: filepath.Join(c.dataDir, "ready"),
 		LogDir: filepath.Join(c.dataDir, "logs"), MaxSandboxes: c.maxSandboxes,
 		Logger: log.With("component", "sandbox"), Observer: mets, LogMaxBytes: c.logMaxBytes,
 		Capacity: capacity, Limits: limits, Disk: guard, CodeInterpreterPath: codeInterpPath,
 	})
 	defer svc.Close()
+	if cm != nil {
+		cm.sandboxes.Store(svc)
+	}
 	if err := svc.Recover(ctx); err != nil {
 		log.Error("recovery left some sandboxes behind; they are retried at next start", "err", err)
 	}
@@ -300,6 +334,13 @@ func serve(ctx context.Context, args []string) error {
 		}
 		sessions, assets = dashboard.NewSessions(c.sessionTTL, c.sessionIdle), a
 	}
+	// In cluster mode, requests for what another node holds go there.
+	var routing *clusterRouting
+	if cm != nil {
+		if routing, err = newClusterRouting(cm.member.Self(), cm.secret, cm.db, svc, vols, log.With("component", "route")); err != nil {
+			return err
+		}
+	}
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return err
@@ -317,6 +358,17 @@ func serve(ctx context.Context, args []string) error {
 			return fmt.Errorf("--metrics-listen: %w", err)
 		}
 	}
+	var iln net.Listener
+	if routing != nil {
+		if iln, err = net.Listen("tcp", c.cluster.internalListen); err != nil {
+			ln.Close()
+			pln.Close()
+			if mln != nil {
+				mln.Close()
+			}
+			return fmt.Errorf("--internal-listen: %w", err)
+		}
+	}
 	useTLS := c.tlsCert != "" && c.tlsKey != ""
 	previews := previewURLs(c.domain, pln.Addr().String(), useTLS)
 	// E2B's SDKs reach port P of sandbox S at P-S.<domain>[:proxy port].
@@ -324,24 +376,31 @@ func serve(ctx context.Context, args []string) error {
 	if previews.Port != "" {
 		e2bDomain = net.JoinHostPort(c.domain, previews.Port)
 	}
+	apiCluster, previewCluster := routing.hooks()
 	e2bAPI := e2b.Handler(e2b.Config{Auth: api.Auth{Keys: apiKeys, Limiter: limiter}, Sandboxes: svc, Templates: reg,
-		Domain: e2bDomain, Logger: log.With("component", "e2b")})
+		Domain: e2bDomain, Logger: log.With("component", "e2b"), Cluster: apiCluster})
 	srv := &http.Server{
 		Handler: api.Handler(api.Config{E2B: e2bAPI, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Templates: reg, Previews: previews, Volumes: vols,
 			Builder: &templateBuilder{reg: reg, runsc: runsc, run: reap.Run, dns: c.dnsUpstream, build: buildOpts, sandboxes: svc, metrics: mets,
 				log: log.With("component", "template")},
 			MaxBuildContext: c.maxBuildContext, Logger: log.With("component", "api"),
-			Metrics: mets, ServeMetrics: mln == nil, Ready: readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm),
-			Disk: guard, KeyStore: st, Sessions: sessions, Dashboard: assets}),
+			Metrics: mets, ServeMetrics: mln == nil, Ready: cm.readyChecks(readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm)),
+			Disk: guard, KeyStore: st, Sessions: sessions, Dashboard: assets, Cluster: apiCluster}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	psrv := &http.Server{
-		Handler:           proxy.Handler(proxy.Config{Domain: c.domain, TLS: useTLS, Previews: svc, E2B: svc, Logger: log.With("component", "proxy"), Metrics: mets}),
+		Handler: proxy.Handler(proxy.Config{Domain: c.domain, TLS: useTLS, Previews: svc, E2B: svc, Logger: log.With("component", "proxy"), Metrics: mets,
+			Cluster: previewCluster}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	msrv := &http.Server{Handler: mets.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	go func() { errc <- srv.Serve(ln) }()
+	isrv := &http.Server{}
+	if iln != nil {
+		isrv = routing.server(srv.Handler, psrv.Handler)
+		go func() { errc <- isrv.Serve(iln) }()
+	}
 	if mln != nil {
 		go func() { errc <- msrv.Serve(mln) }()
 	}
@@ -356,6 +415,10 @@ func serve(ctx context.Context, args []string) error {
 		"diskWatermarkPercent", c.diskWatermark, "logMaxBytes", c.logMaxBytes)
 	log.Info("lizard serving", "listen", ln.Addr().String(), "proxy", pln.Addr().String(), "previews", previews.Scheme+"://<sandbox>-<port>."+c.domain,
 		"data_dir", c.dataDir, "database", databaseKind(c.database), "templates", c.templateDir, "runsc", runsc)
+	if cm != nil {
+		log.Info("cluster mode", "node", cm.member.Self(), "incarnation", cm.member.Fence().Incarnation, "advertise", c.cluster.advertise,
+			"internal", c.cluster.internalListen, "lease", c.cluster.lease, "deadAfter", c.cluster.deadAfter)
+	}
 	select {
 	case err := <-errc:
 		return err
@@ -364,7 +427,7 @@ func serve(ctx context.Context, args []string) error {
 	log.Info("shutting down; sandboxes keep running")
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return errors.Join(srv.Shutdown(sctx), psrv.Shutdown(sctx), msrv.Shutdown(sctx))
+	return errors.Join(srv.Shutdown(sctx), psrv.Shutdown(sctx), msrv.Shutdown(sctx), isrv.Shutdown(sctx))
 }
 
 // readyChecks are what GET /readyz checks: the store answers, runsc and
@@ -408,6 +471,9 @@ func (c *serveConfig) validate() error {
 	}
 	if c.maxSandboxes < 1 {
 		return fmt.Errorf("--max-sandboxes %d: must be 1 or more", c.maxSandboxes)
+	}
+	if err := gvisor.ValidCgroupParent(c.build.cgroupParent); err != nil {
+		return fmt.Errorf("--cgroup-parent: %w", err)
 	}
 	return nil
 }
@@ -467,6 +533,7 @@ func (b *templateBuilder) BuildDockerfile(ctx context.Context, project, name str
 		Dockerfile: opts.Dockerfile, DockerfileName: "Dockerfile", Context: opts.ContextDir, BuildArgs: opts.BuildArgs,
 		ReadyCommand: opts.ReadyCommand, Runsc: b.runsc, DNSUpstream: b.dns, RunCommand: b.run,
 		BuildBridge: b.build.BuildBridge, BuildSubnet: b.build.BuildSubnet, BuildDeny: b.build.BuildDeny, Pull: b.build.Pull,
+		CgroupParent: b.build.CgroupParent, NetnsPrefix: b.build.NetnsPrefix,
 		Logger: b.log,
 		// The start command's ready state is part of the build: a command
 		// that fails leaves the template as it was.

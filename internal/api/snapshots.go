@@ -62,8 +62,17 @@ func (s *server) takeSnapshot(w http.ResponseWriter, r *http.Request, p store.Pr
 }
 
 func (s *server) listSnapshots(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	var all []sandbox.SnapshotInfo
+	if s.cluster != nil {
+		var err error
+		if all, err = s.cluster.Snapshots(r.Context(), p.ID); err != nil {
+			return err
+		}
+	} else {
+		all = s.sandboxes.Snapshots(p.ID)
+	}
 	out := []snapshotInfo{}
-	for _, sn := range s.sandboxes.Snapshots(p.ID) {
+	for _, sn := range all {
 		out = append(out, snapshotOf(sn))
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -63,6 +63,19 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics counts requests and bytes; nil counts nothing.
 	Metrics Recorder
+	// Cluster sends the previews of sandboxes on other nodes to their
+	// node in cluster mode; nil: every sandbox is this server's.
+	Cluster Forwarder
+}
+
+// Forwarder answers previews of sandboxes that live on another node.
+type Forwarder interface {
+	// ForwardPreview answers r on the node of sandbox id when that is
+	// another node, which then checks the token, and reports whether it
+	// did and with which outcome (as Recorder names them). It answers
+	// nothing for a sandbox of this node, an unknown or lost one, or a
+	// request a peer forwarded.
+	ForwardPreview(w http.ResponseWriter, r *http.Request, id string) (outcome string, handled bool)
 }
 
 // Recorder is told of each request: its outcome (forwarded, redirected,
@@ -189,7 +202,15 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request) string {
 	id, port, hostErr := ParseHost(r.Host, p.cfg.Domain)
 	if hostErr != nil && p.cfg.E2B != nil {
 		if id, port, ok := e2bAddress(r, p.cfg.Domain); ok {
+			if outcome, ok := p.forward(w, r, id); ok {
+				return outcome
+			}
 			return p.serveE2B(w, r, id, port)
+		}
+	}
+	if hostErr == nil {
+		if outcome, ok := p.forward(w, r, id); ok {
+			return outcome
 		}
 	}
 	want := p.decoy
@@ -236,6 +257,15 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request) string {
 	ctx := context.WithValue(context.WithValue(r.Context(), addrKey{}, target{id, addr}), outcomeKey{}, &outcome)
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
 	return outcome
+}
+
+// forward sends the request to the sandbox's node when that is another
+// one (cluster mode).
+func (p *proxy) forward(w http.ResponseWriter, r *http.Request, id string) (string, bool) {
+	if p.cfg.Cluster == nil {
+		return "", false
+	}
+	return p.cfg.Cluster.ForwardPreview(w, r, id)
 }
 
 // outcomeKey holds the outcome the error handler changes.

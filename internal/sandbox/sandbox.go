@@ -836,3 +836,31 @@ func mergeEnv(tplEnv []string, envs map[string]string) map[string]string {
 	}
 	return out
 }
+
+// DestroyLost destroys every sandbox of this server that keep rejects, as
+// a kill does, and returns their ids: a cluster node that was declared
+// dead or removed while it ran them (their rows were marked lost) calls it
+// when it learns so (internal/cluster). Sandboxes still being recovered
+// are left to recovery.
+func (s *Service) DestroyLost(ctx context.Context, keep func(id string) bool) []string {
+	s.mu.Lock()
+	var lost []*entry
+	for id, e := range s.sandboxes {
+		if !keep(id) {
+			lost = append(lost, e)
+		}
+	}
+	s.mu.Unlock()
+	var ids []string
+	for _, e := range lost {
+		e.mu.Lock()
+		if s.take(e) {
+			s.log.Warn("sandbox lost with this node's membership, destroying", "sandbox", e.rec.ID)
+			s.logs.event(e.rec.ID, "lost: this node was declared dead")
+			s.destroy(ctx, e.rec.ID)
+			ids = append(ids, e.rec.ID)
+		}
+		e.mu.Unlock()
+	}
+	return ids
+}

@@ -88,6 +88,7 @@ type dbuild struct {
 	netm    *network.Manager
 	netLock *os.File
 	runscRt string // buildRunscRoot of the build's bridge
+	cgroup  string // RUN steps' cgroups go under it: buildCgroup or /<opts.CgroupParent>
 
 	// What FROM named, once parsed: a template, or a pulled image.
 	base  Template
@@ -142,7 +143,10 @@ func (r *Registry) buildDockerfile(ctx context.Context, name string, opts Docker
 	}
 	opts.Context = ctxDir
 	b := &dbuild{r: r, name: name, opts: opts, out: newDProgress(progress, name), layers: filepath.Join(r.dir, ".layers"),
-		runscRt: buildRunscRoot(opts.BuildBridge)}
+		runscRt: buildRunscRoot(opts.BuildBridge), cgroup: buildCgroup}
+	if opts.CgroupParent != "" {
+		b.cgroup = "/" + opts.CgroupParent
+	}
 	defer b.closeNetwork()
 
 	// The layer cache is in use from the parse on: FROM an image pulls
@@ -502,7 +506,7 @@ func (b *dbuild) network(ctx context.Context) (*network.Manager, error) {
 		return nil, err
 	}
 	m, err := network.New(network.Config{Bridge: b.opts.BuildBridge, Subnet: b.opts.BuildSubnet, DNSUpstream: b.opts.DNSUpstream,
-		Deny: b.opts.BuildDeny, Run: b.opts.RunCommand, Logger: b.opts.Logger})
+		Deny: b.opts.BuildDeny, NetnsPrefix: b.opts.NetnsPrefix, Run: b.opts.RunCommand, Logger: b.opts.Logger})
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("build network (bridge %s, subnet %s; see --build-bridge, --build-subnet): %w", b.opts.BuildBridge, b.opts.BuildSubnet, err)
@@ -526,8 +530,8 @@ func (b *dbuild) closeNetwork() {
 		if err := os.RemoveAll(b.runscRt); err != nil {
 			b.out.printf("warning: removing %s: %v", b.runscRt, err)
 		}
-		ms, _ := filepath.Glob("/sys/fs/cgroup/*" + buildCgroup)
-		ms = append(ms, "/sys/fs/cgroup"+buildCgroup)
+		ms, _ := filepath.Glob("/sys/fs/cgroup/*" + b.cgroup)
+		ms = append(ms, "/sys/fs/cgroup"+b.cgroup)
 		for _, m := range ms {
 			os.Remove(m) // cgroup directories go with rmdir; missing ones are fine
 		}
@@ -597,7 +601,7 @@ func (b *dbuild) run(ctx context.Context, rootfs string, st dfStep) (err error) 
 	if err := os.Mkdir(bundle, 0o700); err != nil {
 		return err
 	}
-	spec := buildSpec(id, rootfs, etc, ep, st.Argv, env, st.Workdir, uid, gid)
+	spec := buildSpec(id, rootfs, etc, b.cgroup+"/"+id, ep, st.Argv, env, st.Workdir, uid, gid)
 	// gVisor mounts a tmpfs on /tmp unless the spec mounts something there;
 	// what a RUN writes to /tmp belongs to the layer, as in Docker.
 	if tmpDir, err := resolveInRoot(rootfs, "/tmp"); err == nil {
@@ -714,7 +718,7 @@ func (b *dbuild) cleanupRun(id, work string) error {
 	if _, err := stray.Kill("runsc", b.runscRt, id); err != nil {
 		errs = append(errs, err)
 	}
-	for _, pattern := range []string{"/sys/fs/cgroup/*" + buildCgroup + "/" + id, "/sys/fs/cgroup" + buildCgroup + "/" + id} {
+	for _, pattern := range []string{"/sys/fs/cgroup/*" + b.cgroup + "/" + id, "/sys/fs/cgroup" + b.cgroup + "/" + id} {
 		ms, _ := filepath.Glob(pattern)
 		for _, m := range ms {
 			if err := stray.RemoveDir(m); err != nil {
@@ -729,7 +733,7 @@ func (b *dbuild) cleanupRun(id, work string) error {
 }
 
 // buildSpec is the OCI config of a RUN step.
-func buildSpec(id, rootfs, etc string, ep network.Endpoint, argv, env []string, cwd string, uid, gid uint32) *specs.Spec {
+func buildSpec(id, rootfs, etc, cgroupsPath string, ep network.Endpoint, argv, env []string, cwd string, uid, gid uint32) *specs.Spec {
 	mem := int64(8 << 30)
 	pids := int64(16384)
 	return &specs.Spec{
@@ -762,7 +766,7 @@ func buildSpec(id, rootfs, etc string, ep network.Endpoint, argv, env []string, 
 				{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
 				{Type: specs.MountNamespace}, {Type: specs.NetworkNamespace, Path: ep.Netns},
 			},
-			CgroupsPath: buildCgroup + "/" + id,
+			CgroupsPath: cgroupsPath,
 			Resources: &specs.LinuxResources{
 				Memory: &specs.LinuxMemory{Limit: &mem},
 				Pids:   &specs.LinuxPids{Limit: &pids},

@@ -59,6 +59,12 @@ type DockerfileOptions struct {
 	BuildBridge string
 	BuildSubnet netip.Prefix
 	BuildDeny   []netip.Prefix
+	// CgroupParent is the cgroup (one name) RUN steps' cgroups go under
+	// ("" means lizard-build) and NetnsPrefix the prefix of their network
+	// namespaces' names ("" means network.DefaultNetnsPrefix): servers
+	// sharing a host pass their own (--cgroup-parent).
+	CgroupParent string
+	NetnsPrefix  string
 	// Pull says which registries FROM may pull images from and with what
 	// credentials; nil: public addresses only, anonymously.
 	Pull *PullPolicy

@@ -88,9 +88,10 @@ func (nd *testNode) ipArgs(args ...string) []string {
 	return append([]string{"-n", nd.name}, args...)
 }
 
-// links lists the names of the network interfaces in the server's
-// namespace.
-func (s *server) links() ([]string, error) {
+// veths lists the sandbox veths (lzv…) in the server's namespace that hang
+// on its bridge, or on none (left after their bridge went): another
+// server's sandboxes in the same namespace are not this one's.
+func (s *server) veths() ([]string, error) {
 	h := &netlink.Handle{} // the zero handle acts in this process's namespace
 	if s.node != nil {
 		ns, err := netns.GetFromPath(s.node.path)
@@ -107,9 +108,17 @@ func (s *server) links() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	bridge := -1
+	for _, l := range links {
+		if l.Attrs().Name == s.bridge() {
+			bridge = l.Attrs().Index
+		}
+	}
 	var names []string
 	for _, l := range links {
-		names = append(names, l.Attrs().Name)
+		if a := l.Attrs(); strings.HasPrefix(a.Name, "lzv") && (a.MasterIndex == 0 || a.MasterIndex == bridge) {
+			names = append(names, a.Name)
+		}
 	}
 	return names, nil
 }

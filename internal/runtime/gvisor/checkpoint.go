@@ -128,7 +128,7 @@ func (r *Runtime) Resume(ctx context.Context, id string) error {
 	if r.rawStatus(ctx, id) != "" {
 		r.runsc(ctx, nil, "delete", "--force", id)
 	}
-	if err := errors.Join(r.killStray(id), removeCgroups(id), r.removeSockets(id)); err != nil {
+	if err := errors.Join(r.killStray(id), r.removeCgroups(id), r.removeSockets(id)); err != nil {
 		return fmt.Errorf("clear the way for resume: %w", err)
 	}
 	// After a reboot the namespace (on /run) is gone; the address is kept.
@@ -164,7 +164,7 @@ func (r *Runtime) restore(ctx context.Context, st state, image string, console *
 		"--bundle", filepath.Join(r.dir(st.ID), "bundle"), st.ID)
 	if err := r.runsc(ctx, console, args...); err != nil {
 		r.runsc(context.WithoutCancel(ctx), nil, "delete", "--force", st.ID)
-		removeCgroups(st.ID)
+		r.removeCgroups(st.ID)
 		return fmt.Errorf("runsc restore: %w", err)
 	}
 	return nil

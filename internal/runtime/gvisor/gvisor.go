@@ -39,6 +39,12 @@ type Config struct {
 	Network   *network.Manager
 	Reaper    *reaper.Reaper
 	Logger    *slog.Logger
+
+	// CgroupParent is the cgroup (one name, in every hierarchy) the
+	// sandboxes' cgroups go under: /<parent>/<id>; "" means
+	// DefaultCgroupParent. Servers sharing a host pass parents of their
+	// own, so that each one's cgroup scans see only its own sandboxes.
+	CgroupParent string
 }
 
 // Runtime implements runtime.Runtime with runsc.
@@ -56,6 +62,12 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = DefaultCgroupParent
+	}
+	if err := ValidCgroupParent(cfg.CgroupParent); err != nil {
+		return nil, fmt.Errorf("gvisor: %w", err)
 	}
 	for _, p := range []string{cfg.Runsc, cfg.AgentPath} {
 		if _, err := os.Stat(p); err != nil {
@@ -98,8 +110,31 @@ type state struct {
 
 func (r *Runtime) dir(id string) string { return filepath.Join(r.cfg.StateDir, id) }
 
+// DefaultCgroupParent is the cgroup sandboxes go under unless
+// Config.CgroupParent says otherwise.
+const DefaultCgroupParent = "lizard"
+
+// ValidCgroupParent checks that parent is one cgroup name (no path): 1 to
+// 64 letters, digits, '.', '_' or '-', not starting with '.' or '-'.
+func ValidCgroupParent(parent string) error {
+	ok := parent != "" && len(parent) <= 64 && parent[0] != '.' && parent[0] != '-'
+	for _, c := range parent {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			ok = false
+		}
+	}
+	if !ok {
+		return fmt.Errorf("cgroup parent %q: want one name of 1 to 64 letters, digits, '.', '_' or '-': %w", parent, errdefs.ErrInvalid)
+	}
+	return nil
+}
+
 // cgroupPath is the sandbox's cgroup, relative to each hierarchy's root.
-func cgroupPath(id string) string { return "/lizard/" + id }
+func (r *Runtime) cgroupPath(id string) string { return cgroupPath(r.cfg.CgroupParent, id) }
+
+func cgroupPath(parent, id string) string { return "/" + parent + "/" + id }
 
 // Create implements runtime.Runtime.
 func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
@@ -155,7 +190,7 @@ func (r *Runtime) make(ctx context.Context, spec runtime.Spec, image string) (sb
 			return sb, err
 		}
 	}
-	if err := writeJSON(filepath.Join(dir, "bundle", "config.json"), ociSpec(spec, r.cfg.AgentPath, etc, ep)); err != nil {
+	if err := writeJSON(filepath.Join(dir, "bundle", "config.json"), ociSpec(spec, r.cfg.AgentPath, etc, r.cgroupPath(spec.ID), ep)); err != nil {
 		return sb, err
 	}
 	console, err := os.OpenFile(filepath.Join(dir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -239,13 +274,13 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 	// A runsc create or restore cut short leaves sandbox and gofer
 	// processes that runsc has no state for; they go by their command line.
 	errs = append(errs, r.killStray(id))
-	errs = append(errs, removeCgroups(id))
+	errs = append(errs, r.removeCgroups(id))
 	errs = append(errs, r.removeSockets(id))
 	if stateErr == nil {
 		errs = append(errs, r.cfg.Network.Teardown(st.Endpoint))
 	} else {
 		// No record of the address: remove the namespace and veth by name.
-		errs = append(errs, r.cfg.Network.Teardown(network.EndpointFor(id)))
+		errs = append(errs, r.cfg.Network.Teardown(r.cfg.Network.EndpointFor(id)))
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		errs = append(errs, err)
@@ -430,7 +465,7 @@ var _ runtime.OOMReporter = (*Runtime)(nil)
 // OOMKilled implements runtime.OOMReporter from the sandbox's memory cgroup
 // (cgroup v1 memory.oom_control, v2 memory.events).
 func (r *Runtime) OOMKilled(id string) bool {
-	for _, f := range []string{"/sys/fs/cgroup/memory" + cgroupPath(id) + "/memory.oom_control", "/sys/fs/cgroup" + cgroupPath(id) + "/memory.events"} {
+	for _, f := range []string{cgroupRoot + "/memory" + r.cgroupPath(id) + "/memory.oom_control", cgroupRoot + r.cgroupPath(id) + "/memory.events"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			continue
@@ -477,9 +512,9 @@ func (r *Runtime) killStray(id string) error {
 // removeCgroups removes the sandbox's cgroup directories in every hierarchy
 // (cgroup v1 has one per controller; v2 a single one). runsc removes them on
 // delete; this covers a create that failed half-way.
-func removeCgroups(id string) error {
+func (r *Runtime) removeCgroups(id string) error {
 	var errs []error
-	for _, m := range CgroupDirs(cgroupRoot, id) {
+	for _, m := range CgroupDirs(cgroupRoot, r.cfg.CgroupParent, id) {
 		if err := stray.RemoveDir(m); err != nil {
 			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", m, err))
 		}

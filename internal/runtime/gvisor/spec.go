@@ -20,8 +20,9 @@ var defaultCaps = []string{
 	"CAP_SYS_PTRACE",
 }
 
-// ociSpec is the bundle's config.json for a sandbox.
-func ociSpec(s runtime.Spec, agentHostPath, etcDir string, ep network.Endpoint) *specs.Spec {
+// ociSpec is the bundle's config.json for a sandbox whose cgroup is
+// cgroupsPath.
+func ociSpec(s runtime.Spec, agentHostPath, etcDir, cgroupsPath string, ep network.Endpoint) *specs.Spec {
 	mem := s.Resources.MemoryMB << 20
 	period := uint64(100000)
 	quota := int64(s.Resources.CPUs * float64(period))
@@ -62,7 +63,7 @@ func ociSpec(s runtime.Spec, agentHostPath, etcDir string, ep network.Endpoint) 
 				{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
 				{Type: specs.MountNamespace}, {Type: specs.NetworkNamespace, Path: ep.Netns},
 			},
-			CgroupsPath: cgroupPath(s.ID),
+			CgroupsPath: cgroupsPath,
 			Resources: &specs.LinuxResources{
 				Memory: &specs.LinuxMemory{Limit: &mem},
 				CPU:    &specs.LinuxCPU{Quota: &quota, Period: &period},
