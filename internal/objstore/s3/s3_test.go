@@ -92,4 +92,3 @@ func TestConformance(t *testing.T) {
 		}
 	})
 }
-
