@@ -63,6 +63,7 @@ type serveConfig struct {
 	build                                      buildFlags
 	maxBuildContext                            int64
 	watchInterval                              time.Duration
+	objectStore                                string
 }
 
 // The default rate limit is far above what a client that waits for its
@@ -81,6 +82,7 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "API listen address")
 	fs.StringVar(&c.dataDir, "data-dir", defaultDataDir, "state directory (database, sandboxes)")
 	fs.StringVar(&c.database, "database", "", databaseUsage)
+	fs.StringVar(&c.objectStore, "object-store", "", objectStoreUsage)
 	fs.StringVar(&c.templateDir, "template-dir", defaultTemplateDir, "template cache directory")
 	fs.StringVar(&c.runsc, "runsc", "", "runsc binary (default: runsc in PATH)")
 	fs.StringVar(&c.agent, "agent", "", "lizard-agent binary (default: next to this binary)")
@@ -255,6 +257,10 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	images, err := openImages(c.objectStore, log.With("component", "durable"))
+	if err != nil {
+		return err
+	}
 	mets := metrics.New()
 	svc := sandbox.New(sandbox.Config{
 		Runtime: rt, Store: st, Templates: reg, Volumes: vols,
@@ -262,6 +268,7 @@ func serve(ctx context.Context, args []string) error {
 		LogDir: filepath.Join(c.dataDir, "logs"), MaxSandboxes: c.maxSandboxes,
 		Logger: log.With("component", "sandbox"), Observer: mets, LogMaxBytes: c.logMaxBytes,
 		Capacity: capacity, Limits: limits, Disk: guard, CodeInterpreterPath: codeInterpPath,
+		Images: images,
 	})
 	defer svc.Close()
 	if err := svc.Recover(ctx); err != nil {
