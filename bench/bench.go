@@ -34,7 +34,7 @@ type config struct {
 }
 
 // sections are what -only chooses from.
-var sections = []string{"core", "checkpoints", "proxy", "volume", "desktop", "templates"}
+var sections = []string{"core", "checkpoints", "proxy", "volume", "desktop", "templates", "durable"}
 
 // runs reports whether section is to be measured.
 func (c config) runs(section string) bool {
@@ -148,6 +148,15 @@ func run(ctx context.Context, cfg config) error {
 		fmt.Println()
 		printCodeTable(os.Stdout, cr)
 	}
+	if cfg.runs("durable") {
+		// A server of its own, with an object store, on the same bridge:
+		// the first one goes first.
+		srv.stop()
+		fmt.Println()
+		if err := benchDurable(ctx, cfg, os.Stdout, max(3, cfg.n/4)); err != nil {
+			return fmt.Errorf("durable: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -193,7 +202,7 @@ type server struct {
 	client  *http.Client
 }
 
-func startServer(ctx context.Context, cfg config) (*server, error) {
+func startServer(ctx context.Context, cfg config, extra ...string) (*server, error) {
 	dir, err := os.MkdirTemp("", "lizard-bench-")
 	if err != nil {
 		return nil, err
@@ -217,6 +226,7 @@ func startServer(ctx context.Context, cfg config) (*server, error) {
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	s.cmd = exec.Command(filepath.Join(dir, "lizard"), "serve", "--listen", addr, "--proxy-listen", proxyAddr, "--data-dir", s.dataDir,
 		"--template-dir", cfg.templateDir, "--runsc", cfg.runsc, "--bridge", "lizardb0", "--subnet", "10.253.0.0/16", "--log-level", "warn")
+	s.cmd.Args = append(s.cmd.Args, extra...)
 	s.cmd.Env = append(os.Environ(), "LIZARD_API_KEY="+s.key)
 	s.cmd.Stderr = os.Stderr
 	if err := s.cmd.Start(); err != nil {
