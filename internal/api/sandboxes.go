@@ -29,8 +29,8 @@ type sandboxInfo struct {
 	PauseError *string           `json:"pauseError"`
 	// DurableAt is when a paused sandbox became durable in the object
 	// store (a lizard addition; absent while only on the node's disk).
-	DurableAt *string `json:"durableAt,omitempty"`
-	SnapshotID *string           `json:"snapshotId,omitempty"`
+	DurableAt  *string `json:"durableAt,omitempty"`
+	SnapshotID *string `json:"snapshotId,omitempty"`
 	// InternetAccess is false when egress is restricted; AllowedHosts is
 	// what a restricted sandbox may still reach.
 	InternetAccess bool     `json:"internetAccess"`

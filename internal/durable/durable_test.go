@@ -21,14 +21,7 @@ import (
 // gateway starts a versitygw for the test and returns a store on it.
 func gateway(t *testing.T) (*vgwtest.Server, objstore.Store) {
 	t.Helper()
-	gw, err := vgwtest.Start(context.Background())
-	if errors.Is(err, vgwtest.ErrNoVersitygw) {
-		t.Skip(err) // lifted by scripts/install-deps.sh
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { gw.Close() })
+	gw := vgwtest.New(t)
 	cfg, err := s3.ParseURL(gw.URL(""))
 	if err != nil {
 		t.Fatal(err)

@@ -30,8 +30,11 @@ type Images interface {
 func PauseImageName(id string) string    { return "sandboxes/" + id }
 func SnapshotImageName(id string) string { return "snapshots/" + id }
 
-// upload is a background upload of one image.
-type upload struct {
+// imageJob is background work on one image in the object store: an upload
+// or a removal. The jobs of one image run one at a time, in order, so that
+// the removal of an old upload never deletes a newer one's manifest.
+type imageJob struct {
+	upload bool
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -43,6 +46,39 @@ const (
 	uploadRetryMax = time.Minute
 )
 
+// startJob runs fn on name in the background after name's earlier jobs.
+// It does nothing once the service is closed, or when skip says so of the
+// last job (called under s.mu).
+func (s *Service) startJob(name string, upload bool, skip func(last *imageJob) bool, fn func(ctx context.Context)) {
+	s.mu.Lock()
+	prev := s.imageJobs[name]
+	if s.closed || skip(prev) {
+		s.mu.Unlock()
+		return
+	}
+	ctx, cancel := context.WithCancel(s.bgCtx)
+	j := &imageJob{upload: upload, cancel: cancel, done: make(chan struct{})}
+	s.imageJobs[name] = j
+	s.bg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.bg.Done()
+		defer close(j.done)
+		defer cancel()
+		defer func() {
+			s.mu.Lock()
+			if s.imageJobs[name] == j {
+				delete(s.imageJobs, name)
+			}
+			s.mu.Unlock()
+		}()
+		if prev != nil {
+			<-prev.done
+		}
+		fn(ctx)
+	}()
+}
+
 // makeDurable uploads the image in dir as name in the background, retrying
 // with backoff while the object store fails, and calls durable with the
 // time it became durable. It does nothing without an object store, or when
@@ -51,25 +87,8 @@ func (s *Service) makeDurable(name, dir string, durable func(at time.Time)) {
 	if s.cfg.Images == nil {
 		return
 	}
-	s.mu.Lock()
-	if _, ok := s.uploads[name]; ok || s.closed {
-		s.mu.Unlock()
-		return
-	}
-	ctx, cancel := context.WithCancel(s.bgCtx)
-	u := &upload{cancel: cancel, done: make(chan struct{})}
-	s.uploads[name] = u
-	s.bg.Add(1)
-	s.mu.Unlock()
-	go func() {
-		defer s.bg.Done()
-		defer close(u.done)
-		defer cancel()
-		defer func() {
-			s.mu.Lock()
-			delete(s.uploads, name)
-			s.mu.Unlock()
-		}()
+	uploading := func(last *imageJob) bool { return last != nil && last.upload }
+	s.startJob(name, true, uploading, func(ctx context.Context) {
 		wait := uploadRetryMin
 		for attempt := 1; ; attempt++ {
 			start := time.Now()
@@ -95,18 +114,18 @@ func (s *Service) makeDurable(name, dir string, durable func(at time.Time)) {
 			}
 			wait = min(2*wait, uploadRetryMax)
 		}
-	}()
+	})
 }
 
 // stopUpload cancels the upload of name, if one runs, and waits for it:
 // then the local image may change or go.
 func (s *Service) stopUpload(name string) {
 	s.mu.Lock()
-	u := s.uploads[name]
+	j := s.imageJobs[name]
 	s.mu.Unlock()
-	if u != nil {
-		u.cancel()
-		<-u.done
+	if j != nil && j.upload {
+		j.cancel()
+		<-j.done
 	}
 }
 
@@ -118,26 +137,23 @@ func (s *Service) dropDurable(name string) {
 		return
 	}
 	s.stopUpload(name)
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return
-	}
-	s.bg.Add(1)
-	s.mu.Unlock()
-	go func() {
-		defer s.bg.Done()
-		ctx, cancel := context.WithTimeout(s.bgCtx, 5*time.Minute)
+	never := func(*imageJob) bool { return false }
+	s.startJob(name, false, never, func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		defer cancel()
-		if _, err := s.cfg.Images.Stat(ctx, name); errors.Is(err, errdefs.ErrNotFound) {
+		_, err := s.cfg.Images.Stat(ctx, name)
+		if errors.Is(err, errdefs.ErrNotFound) {
 			return // never made durable (a cut upload's blobs go at the next sweep)
 		}
-		if err := s.cfg.Images.Delete(ctx, name); err != nil {
+		if err == nil {
+			err = s.cfg.Images.Delete(ctx, name)
+		}
+		if err != nil {
 			s.log.Warn("remove durable image; its objects stay until a later delete sweeps them", "image", name, "err", err)
 			return
 		}
 		s.log.Info("durable image removed", "image", name)
-	}()
+	})
 }
 
 // materialize makes sure the image dir of name is on this node: when it is
@@ -173,6 +189,18 @@ func (s *Service) pauseImage(id string) string {
 		return pi.PauseImage(id)
 	}
 	return ""
+}
+
+// resumeFailed puts e back to paused after a resume that did not happen,
+// and uploads its image again if an upload was stopped for the resume.
+func (s *Service) resumeFailed(e *entry, id string) {
+	s.setStatus(e, StatusPaused, "")
+	s.mu.Lock()
+	durable := e.rec.DurableAt != nil
+	s.mu.Unlock()
+	if !durable {
+		s.makePauseDurable(e, id)
+	}
 }
 
 // makePauseDurable uploads paused sandbox e's image in the background and

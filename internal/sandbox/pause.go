@@ -132,17 +132,14 @@ func (s *Service) Resume(ctx context.Context, projectID, id string) (_ Record, e
 	// The upload reads the image that the resume consumes.
 	s.stopUpload(PauseImageName(id))
 	if dir := s.pauseImage(id); dir != "" {
-		if err := s.materialize(ctx, PauseImageName(id), dir); err != nil {
-			s.log.Error("resume failed; the sandbox stays paused", "sandbox", id, "err", err)
-			s.setStatus(e, StatusPaused, "")
-			s.makePauseDurable(e, id)
-			return Record{}, fmt.Errorf("resume sandbox %q: %w", id, err)
-		}
+		err = s.materialize(ctx, PauseImageName(id), dir)
 	}
-	if err := s.cp.Resume(ctx, id); err != nil {
+	if err == nil {
+		err = s.cp.Resume(ctx, id)
+	}
+	if err != nil {
 		s.log.Error("resume failed; the sandbox stays paused", "sandbox", id, "err", err)
-		s.setStatus(e, StatusPaused, "")
-		s.makePauseDurable(e, id)
+		s.resumeFailed(e, id)
 		return Record{}, fmt.Errorf("resume sandbox %q: %w", id, err)
 	}
 	s.mu.Lock()

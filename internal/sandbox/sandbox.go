@@ -127,10 +127,10 @@ type Service struct {
 	// bgCtx is the context of background work; Close cancels it.
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
-	// uploads are the images being made durable, by name (guarded by mu);
-	// matMu serializes downloads of images.
-	uploads map[string]*upload
-	matMu   sync.Mutex
+	// imageJobs holds the last background job on each image in the object
+	// store, by name (guarded by mu); matMu serializes downloads of images.
+	imageJobs map[string]*imageJob
+	matMu     sync.Mutex
 }
 
 // entry is one live sandbox. desktop serializes its desktop's starts and
@@ -241,7 +241,7 @@ func New(cfg Config) *Service {
 	return &Service{cfg: cfg, log: cfg.Logger, cp: cp, logs: newLogs(cfg.LogDir, cfg.LogMaxBytes), sandboxes: map[string]*entry{},
 		snapshots: map[string]*snapEntry{}, readyJobs: map[readyKey]*readyJob{}, readyFailed: map[readyKey]time.Time{}, launching: map[string]string{},
 		pending: map[string]reservation{}, snapPending: map[string]int{}, recovering: map[string]Record{}, bgCtx: bgCtx, bgCancel: bgCancel,
-		uploads: map[string]*upload{}}
+		imageJobs: map[string]*imageJob{}}
 }
 
 // CreateRequest is a validated create.

@@ -22,11 +22,7 @@ import (
 func objectStore(t *testing.T) (*vgwtest.Server, objstore.Store) {
 	t.Helper()
 	requirements(t)
-	gw, err := vgwtest.Start(context.Background())
-	if err != nil {
-		t.Fatal(err) // install-deps.sh installs versitygw: not a reason to skip
-	}
-	t.Cleanup(func() { gw.Close() })
+	gw := vgwtest.New(t)
 	for _, e := range gw.Env() {
 		k, v, _ := strings.Cut(e, "=")
 		t.Setenv(k, v)
@@ -36,6 +32,23 @@ func objectStore(t *testing.T) (*vgwtest.Server, objstore.Store) {
 		t.Fatal(err)
 	}
 	return gw, st
+}
+
+// durableServer starts a server with an object store of the test's own.
+func durableServer(t *testing.T) (*vgwtest.Server, objstore.Store, *server) {
+	t.Helper()
+	gw, st := objectStore(t)
+	return gw, st, startServer(t, "", "--object-store", gw.URL("lizard"))
+}
+
+// killRemovesObjects kills sandbox id, the last user of the object store,
+// and waits until the store is empty.
+func (s *server) killRemovesObjects(t *testing.T, st objstore.Store, id string) {
+	t.Helper()
+	if code, body := s.do("DELETE", "/api/sandboxes/"+id, nil, nil); code >= 300 {
+		t.Fatalf("kill: %d %s", code, body)
+	}
+	waitNoObjects(t, st)
 }
 
 type durableInfo struct {
@@ -129,8 +142,7 @@ func (s *server) dropLocalImage(t *testing.T, id string) {
 // were; a corrupted object is refused naming it, the sandbox stays paused
 // and resumes once the object is right again; kill removes every object.
 func TestDurablePause(t *testing.T) {
-	gw, st := objectStore(t)
-	s := startServer(t, "", "--object-store", gw.URL("lizard"))
+	gw, st, s := durableServer(t)
 	id := s.create(t)
 	s.sh(t, id, counterScript)
 	pid, n := s.counter(t, id)
@@ -207,10 +219,7 @@ func TestDurablePause(t *testing.T) {
 		if len(keys(t, st, "blobs/")) == 0 {
 			t.Fatal("no blobs for a durable image")
 		}
-		if code, body := s.do("DELETE", "/api/sandboxes/"+id, nil, nil); code >= 300 {
-			t.Fatalf("kill: %d %s", code, body)
-		}
-		waitNoObjects(t, st)
+		s.killRemovesObjects(t, st, id)
 	})
 }
 
@@ -218,8 +227,7 @@ func TestDurablePause(t *testing.T) {
 // succeeds at once, locally; the upload retries, and the sandbox becomes
 // durable once the store is back (and resumes from it).
 func TestDurablePauseStoreDown(t *testing.T) {
-	gw, st := objectStore(t)
-	s := startServer(t, "", "--object-store", gw.URL("lizard"))
+	gw, st, s := durableServer(t)
 	id := s.create(t)
 	s.sh(t, id, counterScript)
 	pid, n := s.counter(t, id)
@@ -248,10 +256,7 @@ func TestDurablePauseStoreDown(t *testing.T) {
 	if pid2, n2 := s.counter(t, id); pid2 != pid || n2 <= n {
 		t.Fatalf("after resume: counter pid %d n %d, before pid %d n %d", pid2, n2, pid, n)
 	}
-	if code, body := s.do("DELETE", "/api/sandboxes/"+id, nil, nil); code >= 300 {
-		t.Fatalf("kill: %d %s", code, body)
-	}
-	waitNoObjects(t, st)
+	s.killRemovesObjects(t, st, id)
 }
 
 // TestDurableSnapshot: a snapshot becomes durable; after a restart of the
@@ -259,8 +264,7 @@ func TestDurablePauseStoreDown(t *testing.T) {
 // goes on from the snapshot's memory; deleting the snapshot removes its
 // objects.
 func TestDurableSnapshot(t *testing.T) {
-	gw, st := objectStore(t)
-	s := startServer(t, "", "--object-store", gw.URL("lizard"))
+	_, st, s := durableServer(t)
 	src := s.create(t)
 	s.sh(t, src, counterScript)
 	pid, n := s.counter(t, src)

@@ -43,14 +43,7 @@ func TestParseURL(t *testing.T) {
 
 func TestConformance(t *testing.T) {
 	ctx := context.Background()
-	gw, err := vgwtest.Start(ctx)
-	if errors.Is(err, vgwtest.ErrNoVersitygw) {
-		t.Skip(err) // lifted by scripts/install-deps.sh
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gw.Close()
+	gw := vgwtest.New(t)
 	for _, e := range gw.Env() {
 		k, v, _ := strings.Cut(e, "=")
 		t.Setenv(k, v)

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -223,4 +224,19 @@ func (s *Server) Path(key string) string {
 func (s *Server) Close() error {
 	s.Stop()
 	return os.RemoveAll(s.dir)
+}
+
+// New starts a gateway for t, closed when t ends. t is skipped when
+// versitygw is not installed (scripts/install-deps.sh installs it).
+func New(t testing.TB) *Server {
+	t.Helper()
+	gw, err := Start(context.Background())
+	if errors.Is(err, ErrNoVersitygw) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gw.Close() })
+	return gw
 }
