@@ -165,7 +165,13 @@ func (s *Store) String() string { return "s3://" + s.bucket + "/" + s.prefix }
 
 // Put implements objstore.Store.
 func (s *Store) Put(ctx context.Context, key string, r io.Reader) (objstore.Info, error) {
-	info, err := s.c.PutObject(ctx, s.bucket, s.prefix+key, r, -1, minio.PutObjectOptions{
+	size := int64(-1)
+	if l, ok := r.(interface{ Len() int }); ok {
+		// In memory already (bytes.Buffer, bytes.Reader): one request, no
+		// part buffer.
+		size = int64(l.Len())
+	}
+	info, err := s.c.PutObject(ctx, s.bucket, s.prefix+key, r, size, minio.PutObjectOptions{
 		PartSize:    PartSize,
 		ContentType: "application/octet-stream",
 	})
