@@ -21,7 +21,12 @@ SERVE_FLAGS   ?=
 # The built-in templates `make templates` builds (each only when missing).
 TEMPLATES     ?= base python node interpreter desktop
 
-TEST_ENV := LIZARD_TEMPLATE_DIR=$(TEMPLATE_DIR) LIZARD_RUNSC=$(RUNSC)
+# versitygw, the S3 gateway the object-store tests start, installed into the
+# cache by `make deps`.
+VERSITYGW_VERSION ?= v1.8.0
+VERSITYGW     := $(CACHE)/tools/versitygw-$(VERSITYGW_VERSION)/versitygw
+
+TEST_ENV := LIZARD_TEMPLATE_DIR=$(TEMPLATE_DIR) LIZARD_RUNSC=$(RUNSC) LIZARD_VERSITYGW=$(VERSITYGW)
 
 # `make package`: the Debian package, built with nfpm at a pinned version
 # (installed once into the cache with go install).
@@ -40,7 +45,7 @@ PROTOC_GEN_CONNECT_VERSION ?= v1.19.1
 PROTO_TOOLS                := $(CACHE)/tools/proto-$(PROTOC_GEN_GO_VERSION)-$(PROTOC_GEN_CONNECT_VERSION)
 
 deps:
-	CACHE=$(CACHE) RUNSC_VERSION=$(RUNSC_VERSION) scripts/install-deps.sh
+	CACHE=$(CACHE) RUNSC_VERSION=$(RUNSC_VERSION) VERSITYGW_VERSION=$(VERSITYGW_VERSION) scripts/install-deps.sh
 
 build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/lizard ./cmd/lizard

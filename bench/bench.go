@@ -31,10 +31,12 @@ type config struct {
 	templateDir string
 	// only names the sections to run (comma-separated); "" runs them all.
 	only string
+	// subnet is the servers' sandbox subnet (on bridge lizardb0).
+	subnet string
 }
 
 // sections are what -only chooses from.
-var sections = []string{"core", "checkpoints", "proxy", "volume", "desktop", "templates"}
+var sections = []string{"core", "checkpoints", "proxy", "volume", "desktop", "templates", "durable"}
 
 // runs reports whether section is to be measured.
 func (c config) runs(section string) bool {
@@ -148,6 +150,15 @@ func run(ctx context.Context, cfg config) error {
 		fmt.Println()
 		printCodeTable(os.Stdout, cr)
 	}
+	if cfg.runs("durable") {
+		// A server of its own, with an object store, on the same bridge:
+		// the first one goes first.
+		srv.stop()
+		fmt.Println()
+		if err := benchDurable(ctx, cfg, os.Stdout, max(3, cfg.n/4)); err != nil {
+			return fmt.Errorf("durable: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -193,7 +204,7 @@ type server struct {
 	client  *http.Client
 }
 
-func startServer(ctx context.Context, cfg config) (*server, error) {
+func startServer(ctx context.Context, cfg config, extra ...string) (*server, error) {
 	dir, err := os.MkdirTemp("", "lizard-bench-")
 	if err != nil {
 		return nil, err
@@ -216,7 +227,8 @@ func startServer(ctx context.Context, cfg config) (*server, error) {
 	s := &server{dir: dir, proxy: proxyAddr, url: "http://" + addr, key: "lz_bench_key_0123456789abcdef", dataDir: filepath.Join(dir, "data"),
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	s.cmd = exec.Command(filepath.Join(dir, "lizard"), "serve", "--listen", addr, "--proxy-listen", proxyAddr, "--data-dir", s.dataDir,
-		"--template-dir", cfg.templateDir, "--runsc", cfg.runsc, "--bridge", "lizardb0", "--subnet", "10.253.0.0/16", "--log-level", "warn")
+		"--template-dir", cfg.templateDir, "--runsc", cfg.runsc, "--bridge", "lizardb0", "--subnet", cfg.subnet, "--log-level", "warn")
+	s.cmd.Args = append(s.cmd.Args, extra...)
 	s.cmd.Env = append(os.Environ(), "LIZARD_API_KEY="+s.key)
 	s.cmd.Stderr = os.Stderr
 	if err := s.cmd.Start(); err != nil {

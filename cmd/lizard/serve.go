@@ -65,6 +65,7 @@ type serveConfig struct {
 	maxBuildContext                            int64
 	watchInterval                              time.Duration
 	cluster                                    clusterFlags
+	objectStore                                string
 }
 
 // The default rate limit is far above what a client that waits for its
@@ -83,6 +84,7 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "API listen address")
 	fs.StringVar(&c.dataDir, "data-dir", defaultDataDir, "state directory (database, sandboxes)")
 	fs.StringVar(&c.database, "database", "", databaseUsage)
+	fs.StringVar(&c.objectStore, "object-store", "", objectStoreUsage)
 	fs.StringVar(&c.templateDir, "template-dir", defaultTemplateDir, "template cache directory")
 	fs.StringVar(&c.runsc, "runsc", "", "runsc binary (default: runsc in PATH)")
 	fs.StringVar(&c.agent, "agent", "", "lizard-agent binary (default: next to this binary)")
@@ -286,6 +288,10 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	images, err := openImages(c.objectStore, log.With("component", "durable"))
+	if err != nil {
+		return err
+	}
 	mets := metrics.New()
 	svc := sandbox.New(sandbox.Config{
 		Runtime: rt, Store: nodeStore, Templates: reg, Volumes: vols,
@@ -293,6 +299,7 @@ func serve(ctx context.Context, args []string) error {
 		LogDir: filepath.Join(c.dataDir, "logs"), MaxSandboxes: c.maxSandboxes,
 		Logger: log.With("component", "sandbox"), Observer: mets, LogMaxBytes: c.logMaxBytes,
 		Capacity: capacity, Limits: limits, Disk: guard, CodeInterpreterPath: codeInterpPath,
+		Images: images,
 	})
 	defer svc.Close()
 	if cm != nil {

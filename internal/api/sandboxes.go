@@ -27,7 +27,10 @@ type sandboxInfo struct {
 	Region     *string           `json:"region"`
 	TimeoutMs  int64             `json:"timeoutMs"`
 	PauseError *string           `json:"pauseError"`
-	SnapshotID *string           `json:"snapshotId,omitempty"`
+	// DurableAt is when a paused sandbox became durable in the object
+	// store (a lizard addition; absent while only on the node's disk).
+	DurableAt  *string `json:"durableAt,omitempty"`
+	SnapshotID *string `json:"snapshotId,omitempty"`
 	// InternetAccess is false when egress is restricted; AllowedHosts is
 	// what a restricted sandbox may still reach.
 	InternetAccess bool     `json:"internetAccess"`
@@ -69,6 +72,10 @@ func infoOf(r sandbox.Record) sandboxInfo {
 	}
 	if r.SnapshotID != "" {
 		info.SnapshotID = &r.SnapshotID
+	}
+	if r.DurableAt != nil {
+		s := r.DurableAt.UTC().Format(time.RFC3339Nano)
+		info.DurableAt = &s
 	}
 	if r.VolumeID != "" {
 		info.VolumeID = &r.VolumeID

@@ -26,6 +26,9 @@ type snapshotInfo struct {
 	Scope           string  `json:"scope"`
 	CreatedAt       string  `json:"createdAt"`
 	Error           *string `json:"error"`
+	// DurableAt is when the image became durable in the object store (a
+	// lizard addition).
+	DurableAt *string `json:"durableAt,omitempty"`
 }
 
 func snapshotOf(sn sandbox.SnapshotInfo) snapshotInfo {
@@ -37,6 +40,10 @@ func snapshotOf(sn sandbox.SnapshotInfo) snapshotInfo {
 	}
 	if sn.Region != "" {
 		info.Region = &sn.Region
+	}
+	if sn.DurableAt != nil {
+		d := sn.DurableAt.UTC().Format(time.RFC3339Nano)
+		info.DurableAt = &d
 	}
 	return info
 }

@@ -119,6 +119,16 @@ type Checkpointer interface {
 	Restore(ctx context.Context, spec Spec, dir string) (Sandbox, error)
 }
 
+// PauseImager is implemented by Checkpointers whose pause image is a
+// directory of plain files: the sandbox service makes it durable in an
+// object store after Pause and, when it is missing (the node lost it, or
+// the sandbox comes from another node), downloads it there before Resume.
+type PauseImager interface {
+	// PauseImage is the directory Pause writes sandbox id's image into and
+	// Resume reads it from. It exists only while the sandbox is paused.
+	PauseImage(id string) string
+}
+
 // Stater is implemented by backends that can tell one sandbox's state on
 // its own, as it is at the time of the call (a listing may be older than a
 // sandbox made while it was taken).

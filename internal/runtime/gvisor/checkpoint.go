@@ -15,7 +15,10 @@ import (
 	"github.com/lizard-build/lizard/internal/runtime"
 )
 
-var _ runtime.Checkpointer = (*Runtime)(nil)
+var (
+	_ runtime.Checkpointer = (*Runtime)(nil)
+	_ runtime.PauseImager  = (*Runtime)(nil)
+)
 
 // A pause writes the image into checkpoint.tmp, renames it to checkpoint
 // (complete), records Paused in state.json, and only then deletes the
@@ -105,6 +108,9 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 	}
 	return nil
 }
+
+// PauseImage implements runtime.PauseImager.
+func (r *Runtime) PauseImage(id string) string { return filepath.Join(r.dir(id), checkpointDir) }
 
 // Resume implements runtime.Checkpointer.
 func (r *Runtime) Resume(ctx context.Context, id string) error {
