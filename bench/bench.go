@@ -34,7 +34,7 @@ type config struct {
 }
 
 // sections are what -only chooses from.
-var sections = []string{"core", "checkpoints", "proxy", "volume", "desktop", "templates"}
+var sections = []string{"core", "checkpoints", "proxy", "volume", "desktop", "templates", "e2b"}
 
 // runs reports whether section is to be measured.
 func (c config) runs(section string) bool {
@@ -147,6 +147,14 @@ func run(ctx context.Context, cfg config) error {
 		}
 		fmt.Println()
 		printCodeTable(os.Stdout, cr)
+	}
+	if cfg.runs("e2b") {
+		er, err := benchE2B(srv, cfg.n)
+		if err != nil {
+			return fmt.Errorf("e2b: %w", err)
+		}
+		fmt.Println()
+		printE2BTable(os.Stdout, er)
 	}
 	return nil
 }
