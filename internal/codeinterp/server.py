@@ -795,15 +795,18 @@ class Execute(Handler):
                                                 and isinstance(v, str) and "\0" not in v
                                                 for k, v in env.items()):
             raise HTTPError(400, "env_vars must be an object of string values with non-empty names without '='")
-        ctx = self.interp.get(ctx_id) if ctx_id else await self.interp.default(self.interp.language(language))
+        ctx = self.interp.get(ctx_id) if ctx_id else None
+        lang = ctx.language if ctx else self.interp.language(language)
         base_env = await self.interp.sandbox_env()
-        if ctx.language == "bash":
+        if lang == "bash":
             # bash cannot set names that are not identifiers: the sandbox's
-            # are left out, a call's are refused.
+            # are left out, a call's are refused (before any context starts).
             base_env = {k: v for k, v in base_env.items() if ENV_NAME.match(k)}
             for k in env:
                 if not ENV_NAME.match(k):
                     raise HTTPError(400, "env_vars: %r is not a name bash can export" % k)
+        if ctx is None:
+            ctx = await self.interp.default(lang)
 
         self.set_header("Content-Type", "application/x-ndjson")
         self.set_header("Cache-Control", "no-store")
