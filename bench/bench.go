@@ -31,6 +31,9 @@ type config struct {
 	templateDir string
 	// only names the sections to run (comma-separated); "" runs them all.
 	only string
+	// bridge and subnet are the bench server's sandbox network, apart from
+	// any other server's on the host.
+	bridge, subnet string
 }
 
 // sections are what -only chooses from.
@@ -224,7 +227,7 @@ func startServer(ctx context.Context, cfg config) (*server, error) {
 	s := &server{dir: dir, proxy: proxyAddr, url: "http://" + addr, key: "lz_bench_key_0123456789abcdef", dataDir: filepath.Join(dir, "data"),
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	s.cmd = exec.Command(filepath.Join(dir, "lizard"), "serve", "--listen", addr, "--proxy-listen", proxyAddr, "--data-dir", s.dataDir,
-		"--template-dir", cfg.templateDir, "--runsc", cfg.runsc, "--bridge", "lizardb0", "--subnet", "10.253.0.0/16", "--log-level", "warn")
+		"--template-dir", cfg.templateDir, "--runsc", cfg.runsc, "--bridge", cfg.bridge, "--subnet", cfg.subnet, "--log-level", "warn")
 	s.cmd.Env = append(os.Environ(), "LIZARD_API_KEY="+s.key)
 	s.cmd.Stderr = os.Stderr
 	if err := s.cmd.Start(); err != nil {
