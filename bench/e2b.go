@@ -10,7 +10,7 @@ import (
 
 // e2bOps are the operations bench/e2b.mjs times through each SDK, in the
 // order of the table.
-var e2bOps = []string{"create → first command", "commands.run('true')", "1 MiB write + read", "runCode('1+1')"}
+var e2bOps = []string{"create → first command", "commands.run('true')", "'true' as E2B runs it (bash -l -c)", "1 MiB write + read", "runCode('1+1')"}
 
 // e2bResult is the samples of each operation through E2B's SDKs and
 // through @lizard-build/sdk.

@@ -2,7 +2,8 @@
 // unchanged, pointed at lizard by E2B_API_URL, E2B_API_KEY and
 // E2B_SANDBOX_URL) and through @lizard-build/sdk (LIZARD_API_URL,
 // LIZARD_API_KEY): create → first command, a command, 1 MiB written and
-// read back, runCode('1+1'). Prints one JSON line of milliseconds per SDK
+// read back, runCode('1+1'). E2B runs commands in a login bash, lizard in
+// sh: the same command in a login bash through lizard's SDK is a row too. Prints one JSON line of milliseconds per SDK
 // and operation. The two SDKs take turns, so that neither gets a quieter
 // machine.
 import { Sandbox as E2BSandbox } from 'e2b'
@@ -21,6 +22,8 @@ const sdks = {
   e2b: {
     create: () => E2BSandbox.create('base', { timeoutMs: 300_000 }),
     run: async (sb, cmd) => must((await sb.commands.run(cmd)).exitCode === 0, `e2b ${cmd}`),
+    // E2B runs every command as /bin/bash -l -c.
+    runLogin: async (sb, cmd) => must((await sb.commands.run(cmd)).exitCode === 0, `e2b ${cmd}`),
     write: (sb, p, b) => sb.files.write(p, b),
     read: async (sb, p) => new Uint8Array(await sb.files.read(p, { format: 'bytes' })),
     kill: (sb) => sb.kill(),
@@ -30,6 +33,7 @@ const sdks = {
   lizard: {
     create: () => new Lizard({ project: 'default' }).create('base', { timeoutMs: 300_000 }),
     run: async (sb, cmd) => must((await sb.process.exec(cmd)).exitCode === 0, `lizard ${cmd}`),
+    runLogin: async (sb, cmd) => must((await sb.process.exec(['/bin/bash', '-l', '-c', cmd])).exitCode === 0, `lizard bash -l -c ${cmd}`),
     write: (sb, p, b) => sb.fs.write(p, b),
     read: async (sb, p) => new Uint8Array(await sb.fs.readBytes(p)),
     kill: (sb) => sb.kill(),
@@ -60,6 +64,7 @@ for (const [name, s] of Object.entries(sdks)) boxes[name] = await s.create()
 try {
   for (let i = 0; i < n * 2; i++) {
     for (const [name, s] of Object.entries(sdks)) rec(name, "commands.run('true')", await time(() => s.run(boxes[name], 'true')))
+    for (const [name, s] of Object.entries(sdks)) rec(name, "'true' as E2B runs it (bash -l -c)", await time(() => s.runLogin(boxes[name], 'true')))
   }
   for (let i = 0; i < n; i++) {
     for (const [name, s] of Object.entries(sdks)) {
