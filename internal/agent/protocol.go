@@ -160,6 +160,9 @@ type Health struct {
 // /forward/{port}.
 const ProtocolVersion = 3
 
+// ForwardVersion is the first protocol version with GET /forward/{port}.
+const ForwardVersion = 3
+
 // ForwardUpgrade is the Upgrade token of GET /forward/{port}: the agent
 // connects to port on the sandbox's loopback address (127.0.0.1, else ::1)
 // and answers 101, after which the connection carries that port's bytes

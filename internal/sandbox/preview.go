@@ -215,7 +215,11 @@ func (s *Service) DialLoopback(ctx context.Context, id string, port int) (net.Co
 		s.mu.Unlock()
 		return nil, fmt.Errorf("sandbox %q is not running: %w", id, errdefs.ErrUnavailable)
 	}
-	ag, conns := e.agent, e.conns
+	ag, conns, version := e.agent, e.conns, e.rec.AgentVersion
 	s.mu.Unlock()
+	if version < agent.ForwardVersion {
+		// The agent of an older image has no GET /forward.
+		return nil, fmt.Errorf("sandbox %q: its agent (protocol %d) cannot reach its loopback address: %w", id, version, errdefs.ErrUnavailable)
+	}
 	return ag.DialLoopback(ctx, conns.dial, port)
 }
