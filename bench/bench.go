@@ -31,12 +31,13 @@ type config struct {
 	templateDir string
 	// only names the sections to run (comma-separated); "" runs them all.
 	only string
-	// subnet is the servers' sandbox subnet (on bridge lizardb0).
-	subnet string
+	// bridge and subnet are the bench server's sandbox network, apart from
+	// any other server's on the host.
+	bridge, subnet string
 }
 
 // sections are what -only chooses from.
-var sections = []string{"core", "checkpoints", "proxy", "volume", "desktop", "templates", "durable"}
+var sections = []string{"core", "checkpoints", "proxy", "volume", "desktop", "templates", "e2b", "durable"}
 
 // runs reports whether section is to be measured.
 func (c config) runs(section string) bool {
@@ -150,6 +151,14 @@ func run(ctx context.Context, cfg config) error {
 		fmt.Println()
 		printCodeTable(os.Stdout, cr)
 	}
+	if cfg.runs("e2b") {
+		er, err := benchE2B(srv, cfg.n)
+		if err != nil {
+			return fmt.Errorf("e2b: %w", err)
+		}
+		fmt.Println()
+		printE2BTable(os.Stdout, er)
+	}
 	if cfg.runs("durable") {
 		// A server of its own, with an object store, on the same bridge:
 		// the first one goes first.
@@ -227,7 +236,7 @@ func startServer(ctx context.Context, cfg config, extra ...string) (*server, err
 	s := &server{dir: dir, proxy: proxyAddr, url: "http://" + addr, key: "lz_bench_key_0123456789abcdef", dataDir: filepath.Join(dir, "data"),
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	s.cmd = exec.Command(filepath.Join(dir, "lizard"), "serve", "--listen", addr, "--proxy-listen", proxyAddr, "--data-dir", s.dataDir,
-		"--template-dir", cfg.templateDir, "--runsc", cfg.runsc, "--bridge", "lizardb0", "--subnet", cfg.subnet, "--log-level", "warn")
+		"--template-dir", cfg.templateDir, "--runsc", cfg.runsc, "--bridge", cfg.bridge, "--subnet", cfg.subnet, "--log-level", "warn")
 	s.cmd.Args = append(s.cmd.Args, extra...)
 	s.cmd.Env = append(os.Environ(), "LIZARD_API_KEY="+s.key)
 	s.cmd.Stderr = os.Stderr

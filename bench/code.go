@@ -31,25 +31,9 @@ type codeResult struct {
 
 func benchCode(s *server, cfg config, n int) (codeResult, error) {
 	var r codeResult
-	// Node resolves the SDK's bare import from the script's directory up:
-	// run a copy of the script beside the end-to-end tests' node_modules.
-	b, err := os.ReadFile("bench/code.mjs")
+	out, err := runNode("code.mjs", n, "LIZARD_API_URL="+s.url, "LIZARD_API_KEY="+s.key)
 	if err != nil {
 		return r, err
-	}
-	local, err := filepath.Abs("test/e2e/.bench-code.mjs")
-	if err != nil {
-		return r, err
-	}
-	if err := os.WriteFile(local, b, 0o644); err != nil {
-		return r, err
-	}
-	defer os.Remove(local)
-	cmd := exec.Command("node", local, fmt.Sprint(n))
-	cmd.Env = append(os.Environ(), "LIZARD_API_URL="+s.url, "LIZARD_API_KEY="+s.key)
-	out, err := cmd.Output()
-	if err != nil {
-		return r, fmt.Errorf("bench/code.mjs: %v (run `npm install` in test/e2e)", err)
 	}
 	var res struct{ Created, RoundTrips []float64 }
 	if err := json.Unmarshal(out, &res); err != nil {
@@ -188,6 +172,33 @@ func benchStartCommand(s *server, cfg config, n int, r *codeResult) error {
 		r.coldServe = append(r.coldServe, d)
 	}
 	return nil
+}
+
+// runNode runs bench/<script> with argument n and env added, and returns
+// its stdout. Node resolves the SDKs' bare imports from the script's
+// directory up: it runs a copy of the script beside the end-to-end tests'
+// node_modules.
+func runNode(script string, n int, env ...string) ([]byte, error) {
+	b, err := os.ReadFile(filepath.Join("bench", script))
+	if err != nil {
+		return nil, err
+	}
+	local, err := filepath.Abs(filepath.Join("test/e2e", ".bench-"+script))
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(local, b, 0o644); err != nil {
+		return nil, err
+	}
+	defer os.Remove(local)
+	cmd := exec.Command("node", local, fmt.Sprint(n))
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("bench/%s: %v (run `npm install` in test/e2e)", script, err)
+	}
+	return out, nil
 }
 
 // removeTemplate removes a bench template: its name and every version.
