@@ -256,6 +256,7 @@ func TestRestartBusy(t *testing.T) {
 	s.startAnswering()
 	// Where the start's time went (debug lines of serve).
 	t.Logf("restart under load:\n%s", grepLines(s.logs(), "startup"))
+	defer func() { t.Logf("reconcile:\n%s", grepLines(s.logs(), "reconcile")) }()
 
 	req, _ := http.NewRequest("GET", s.url+"/api/sandboxes/"+slow, nil)
 	req.Header.Set("X-API-Key", s.key)
