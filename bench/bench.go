@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -34,7 +35,7 @@ type config struct {
 }
 
 // sections are what -only chooses from.
-var sections = []string{"core", "checkpoints", "proxy", "volume", "desktop", "templates"}
+var sections = []string{"core", "checkpoints", "restart", "proxy", "volume", "desktop", "templates"}
 
 // runs reports whether section is to be measured.
 func (c config) runs(section string) bool {
@@ -115,6 +116,11 @@ func run(ctx context.Context, cfg config) error {
 		}
 		results = append(results, rs...)
 	}
+	if cfg.runs("restart") {
+		if err := add(benchRestart(srv, max(3, cfg.n/5), 30)); err != nil {
+			return err
+		}
+	}
 	if len(results) > 0 {
 		printTable(os.Stdout, results)
 	}
@@ -187,6 +193,8 @@ type server struct {
 	dir     string
 	proxy   string // host:port of the preview proxy
 	cmd     *exec.Cmd
+	args    []string // of lizard, for restarts
+	exited  chan struct{} // closed once cmd is waited for
 	url     string
 	key     string
 	dataDir string
@@ -215,22 +223,47 @@ func startServer(ctx context.Context, cfg config) (*server, error) {
 	}
 	s := &server{dir: dir, proxy: proxyAddr, url: "http://" + addr, key: "lz_bench_key_0123456789abcdef", dataDir: filepath.Join(dir, "data"),
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
-	s.cmd = exec.Command(filepath.Join(dir, "lizard"), "serve", "--listen", addr, "--proxy-listen", proxyAddr, "--data-dir", s.dataDir,
-		"--template-dir", cfg.templateDir, "--runsc", cfg.runsc, "--bridge", "lizardb0", "--subnet", "10.253.0.0/16", "--log-level", "warn")
+	// A subnet and bridge of the bench's own: the tests' servers use
+	// 10.250-10.253 (and may leave their bridges behind).
+	s.args = []string{"serve", "--listen", addr, "--proxy-listen", proxyAddr, "--data-dir", s.dataDir,
+		"--template-dir", cfg.templateDir, "--runsc", cfg.runsc, "--bridge", "lizardb0", "--subnet", "10.254.0.0/16", "--log-level", "warn"}
+	if err := s.launch(); err != nil {
+		s.stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// launch starts lizard serve and returns once it answers.
+func (s *server) launch() error {
+	s.cmd = exec.Command(filepath.Join(s.dir, "lizard"), s.args...)
 	s.cmd.Env = append(os.Environ(), "LIZARD_API_KEY="+s.key)
 	s.cmd.Stderr = os.Stderr
 	if err := s.cmd.Start(); err != nil {
-		return nil, err
+		return err
 	}
-	for range 300 {
+	exited := make(chan struct{})
+	s.exited = exited
+	go func(cmd *exec.Cmd) { cmd.Wait(); close(exited) }(s.cmd)
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); {
+		select {
+		case <-exited:
+			return errors.New("lizard serve exited")
+		default:
+		}
 		if resp, err := http.Get(s.url + "/api/projects"); err == nil {
 			resp.Body.Close()
-			return s, nil
+			return nil
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
-	s.stop()
-	return nil, fmt.Errorf("lizard serve did not start")
+	return errors.New("lizard serve did not answer within 60 s")
+}
+
+// crash ends the server with SIGKILL; its sandboxes keep running.
+func (s *server) crash() {
+	s.cmd.Process.Kill()
+	<-s.exited
 }
 
 // stop ends the server (its sandboxes are killed by then) and removes its
@@ -245,9 +278,9 @@ func freeAddr() (string, error) {
 }
 
 func (s *server) stop() {
-	if s.cmd.Process != nil {
+	if s.cmd != nil && s.cmd.Process != nil {
 		s.cmd.Process.Signal(syscall.SIGTERM)
-		s.cmd.Wait()
+		<-s.exited
 	}
 	for unix.Unmount(gvisor.RunscRootFor(s.dataDir)+"/null-netns", unix.MNT_DETACH) == nil {
 	}
@@ -481,4 +514,68 @@ func benchConcurrent(ctx context.Context, s *server, raw *rawRunsc, n int) (r re
 	}
 	r.note = fmt.Sprintf("all %d succeeded; wall time for all: lizard %s, runsc %s", n, ms(lizWall), ms(rawWall))
 	return r, nil
+}
+
+// benchRestart measures a restart after kill -9 until the API answers,
+// with busy sandboxes burning CPU and, as the floor, with none.
+func benchRestart(s *server, n, busy int) (r result, err error) {
+	r.name = fmt.Sprintf("restart → listening, %d busy", busy)
+	if r.floor, err = timeit(n, s.restart); err != nil {
+		return r, err
+	}
+	var ids []string
+	defer func() {
+		for _, id := range ids {
+			s.kill(id)
+		}
+	}()
+	for range busy {
+		id, err := s.create()
+		if err != nil {
+			return r, err
+		}
+		ids = append(ids, id)
+		var out struct {
+			ExitCode int `json:"exitCode"`
+		}
+		if err := s.call("POST", "/api/sandboxes/"+id+"/exec", map[string]any{"cmd": "nohup sh -c 'while :; do :; done' > /dev/null 2>&1 &"}, &out); err != nil {
+			return r, err
+		}
+	}
+	for range n {
+		d, err := timeit(1, s.restart)
+		if err != nil {
+			return r, err
+		}
+		r.lizard = append(r.lizard, d...)
+		// The next restart starts from sandboxes all reattached.
+		for _, id := range ids {
+			if err := s.waitRecovered(id); err != nil {
+				return r, err
+			}
+		}
+	}
+	r.note = fmt.Sprintf("lizard: kill -9, then start until GET /api/projects answers, with %d sandboxes each burning its CPU (reattached in the background); floor: the same with no sandbox", busy)
+	return r, nil
+}
+
+func (s *server) restart() error {
+	s.crash()
+	return s.launch()
+}
+
+// waitRecovered waits until sandbox id answers an exec again after a
+// restart (503 recovering until then).
+func (s *server) waitRecovered(id string) error {
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		err := s.execTrue(id)
+		if err == nil {
+			return nil
+		}
+		if !strings.Contains(err.Error(), ": 503 ") || time.Now().After(deadline) {
+			return fmt.Errorf("sandbox %s after a restart: %w", id, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }

@@ -2,7 +2,7 @@
 // work, and prints a table (min, median, p95 over N runs, and the ratio of
 // medians). It starts its own `lizard serve` on a scratch data directory.
 //
-//	go run ./bench [-n 20] [-runsc PATH] [-template-dir DIR] [-only core,checkpoints,proxy,volume,desktop,templates]
+//	go run ./bench [-n 20] [-runsc PATH] [-template-dir DIR] [-only core,checkpoints,restart,proxy,volume,desktop,templates]
 package main
 
 import (
