@@ -193,7 +193,7 @@ type server struct {
 	dir     string
 	proxy   string // host:port of the preview proxy
 	cmd     *exec.Cmd
-	args    []string // of lizard, for restarts
+	args    []string      // of lizard, for restarts
 	exited  chan struct{} // closed once cmd is waited for
 	url     string
 	key     string
