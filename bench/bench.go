@@ -224,9 +224,13 @@ func startServer(ctx context.Context, cfg config) (*server, error) {
 	s := &server{dir: dir, proxy: proxyAddr, url: "http://" + addr, key: "lz_bench_key_0123456789abcdef", dataDir: filepath.Join(dir, "data"),
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	// A subnet and bridge of the bench's own: the tests' servers use
-	// 10.250-10.253 (and may leave their bridges behind).
+	// 10.250-10.253 (and may leave their bridges behind). No admission
+	// limits: 20 concurrent creates of the default size (8 GiB each)
+	// reserve more than this node and the default project may; the bench
+	// measures speed, not policy.
 	s.args = []string{"serve", "--listen", addr, "--proxy-listen", proxyAddr, "--data-dir", s.dataDir,
-		"--template-dir", cfg.templateDir, "--runsc", cfg.runsc, "--bridge", "lizardb0", "--subnet", "10.254.0.0/16", "--log-level", "warn"}
+		"--template-dir", cfg.templateDir, "--runsc", cfg.runsc, "--bridge", "lizardb0", "--subnet", "10.254.0.0/16", "--log-level", "warn",
+		"--cpu-overcommit", "0", "--memory-overcommit", "0", "--default-max-vcpus", "0", "--default-max-memory-gb", "0"}
 	if err := s.launch(); err != nil {
 		s.stop()
 		return nil, err
@@ -530,10 +534,14 @@ func benchRestart(s *server, n, busy int) (r result, err error) {
 		}
 	}()
 	for range busy {
-		id, err := s.create()
-		if err != nil {
+		// Nano, as TestRestartBusy's: each burner takes half a CPU.
+		var sb struct {
+			SandboxID string `json:"sandboxId"`
+		}
+		if err := s.call("POST", "/api/sandboxes", map[string]any{"template": "base", "size": "nano", "timeoutMs": 600000}, &sb); err != nil {
 			return r, err
 		}
+		id := sb.SandboxID
 		ids = append(ids, id)
 		var out struct {
 			ExitCode int `json:"exitCode"`
