@@ -231,6 +231,7 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("become child subreaper: %w", err)
 	}
+	reg.RunCommand = reap.Run
 	step("start reaper")
 	netm, err := network.New(network.Config{Bridge: c.bridge, Subnet: subnet, DNSUpstream: c.dnsUpstream, Run: reap.Run, Logger: log.With("component", "network")})
 	if err != nil {
