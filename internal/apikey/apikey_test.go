@@ -36,15 +36,32 @@ func (c *counting) TouchKeys(ctx context.Context, used map[string]time.Time) err
 	return c.Store.TouchKeys(ctx, used)
 }
 
-func TestSet(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := sqlite.Open(filepath.Join(dir, "lizard.db"))
+// openDB opens a new SQLite database with one project; the handle closes
+// with the test. The path opens other handles (as the CLI would).
+func openDB(t *testing.T) (path string, st *sqlite.Store, p store.Project) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "lizard.db")
+	st = openHandle(t, path)
+	p, err := st.CreateProject(context.Background(), "p", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
-	p, _ := st.CreateProject(ctx, "p", "")
+	return path, st, p
+}
+
+func openHandle(t *testing.T, path string) *sqlite.Store {
+	t.Helper()
+	st, err := sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func TestSet(t *testing.T) {
+	ctx := context.Background()
+	path, st, p := openDB(t)
 	secret, err := st.CreateKey(ctx, p.ID, "")
 	if err != nil {
 		t.Fatal(err)
@@ -81,11 +98,7 @@ func TestSet(t *testing.T) {
 	before = cs.calls.Load()
 
 	// Another process (the CLI) revokes on the same database.
-	cli, err := sqlite.Open(filepath.Join(dir, "lizard.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := openHandle(t, path)
 	if err := set.refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -160,13 +173,7 @@ func TestSetFollows(t *testing.T) {
 // database at most MissChecks times a second.
 func TestSetUnknownKey(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := sqlite.Open(filepath.Join(dir, "lizard.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	p, _ := st.CreateProject(ctx, "p", "")
+	path, st, p := openDB(t)
 	cs := &counting{Store: st}
 	var clock atomic.Int64 // seconds after start
 	start := time.Now()
@@ -177,11 +184,7 @@ func TestSetUnknownKey(t *testing.T) {
 	}
 	defer set.Close()
 
-	cli, err := sqlite.Open(filepath.Join(dir, "lizard.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := openHandle(t, path)
 	fresh, err := cli.CreateKey(ctx, p.ID, "")
 	if err != nil {
 		t.Fatal(err)
