@@ -66,8 +66,10 @@ func (s *server) keyLine(t *testing.T, secret string) []string {
 // runs.
 func TestAPIKeys(t *testing.T) {
 	s := startServer(t, "")
-	// A key the CLI just made works at its first use, before the server
-	// polled: it looks for a key it does not know in the database first.
+	// A key the CLI just made works at its first use, whether or not the
+	// server polled since: it looks for a key it does not know in the
+	// database before refusing it (internal/apikey TestSetUnknownKey
+	// proves the check itself).
 	first := s.createKey(t, "default")
 	if code, body := s.doKey(first, "GET", "/api/projects", nil, nil); code != 200 {
 		t.Fatalf("a key made by the CLI, at its first use: %d %s", code, body)
