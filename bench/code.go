@@ -47,11 +47,12 @@ func benchCode(s *server, cfg config, n int) (codeResult, error) {
 	}
 	// A Dockerfile rebuild with every step cached.
 	name := fmt.Sprintf("bench-df-%d", time.Now().UnixNano()%1e6)
-	defer removeTemplate(cfg.templateDir, name)
+	defer s.removeTemplate(name)
 	for i := range 4 {
 		t := time.Now()
 		b := exec.Command(filepath.Join(s.dir, "lizard"), "template", "build", name, "-f", "test/e2e/testdata/custom/Dockerfile",
-			"test/e2e/testdata/custom", "--template-dir", cfg.templateDir, "--runsc", cfg.runsc)
+			"test/e2e/testdata/custom", "--template-dir", cfg.templateDir, "--runsc", cfg.runsc,
+			"--project", "default", "--data-dir", s.dataDir)
 		if out, err := b.CombinedOutput(); err != nil {
 			return r, fmt.Errorf("template build: %v %s", err, out)
 		}
@@ -59,7 +60,7 @@ func benchCode(s *server, cfg config, n int) (codeResult, error) {
 			r.rebuild = append(r.rebuild, time.Since(t))
 		}
 	}
-	if err := benchStartCommand(s, cfg, n, &r); err != nil {
+	if err := benchStartCommand(s, n, &r); err != nil {
 		return r, err
 	}
 	return r, benchCodeInterpreter(s, n, &r)
@@ -131,9 +132,9 @@ const serverCmd = "sleep 1; exec python3 -m http.server --bind 127.0.0.1 8000"
 // benchStartCommand times how long a sandbox takes to answer on its
 // server's port when the server is a template's start command (kept
 // running in its ready state) and when an exec starts it after the create.
-func benchStartCommand(s *server, cfg config, n int, r *codeResult) error {
+func benchStartCommand(s *server, n int, r *codeResult) error {
 	name := fmt.Sprintf("bench-start-%d", time.Now().UnixNano()%1e6)
-	defer removeTemplate(cfg.templateDir, name)
+	defer s.removeTemplate(name)
 	df := fmt.Sprintf("FROM python\nCMD [\"sh\", \"-c\", %q]\n", serverCmd)
 	if err := s.call("POST", "/api/templates", map[string]any{"name": name, "dockerfile": df}, nil); err != nil {
 		return fmt.Errorf("build the start-command template: %w", err)
@@ -202,12 +203,11 @@ func runNode(script string, n int, env ...string) ([]byte, error) {
 }
 
 // removeTemplate removes a bench template: its name and every version.
-func removeTemplate(dir, name string) {
-	os.RemoveAll(filepath.Join(dir, name))
-	os.Remove(filepath.Join(dir, ".lock-"+name))
-	vs, _ := filepath.Glob(filepath.Join(dir, ".v", name+"@*"))
-	for _, v := range vs {
-		os.RemoveAll(v)
+// (templates belong to the bench server's project, whose directory in the
+// template cache only the server knows).
+func (s *server) removeTemplate(name string) {
+	if err := s.call("DELETE", "/api/templates/"+name, nil, nil); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: remove template:", err)
 	}
 }
 

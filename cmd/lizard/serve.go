@@ -155,6 +155,10 @@ func serve(ctx context.Context, args []string) error {
 		return fmt.Errorf("--usage-interval %s: must be at least 100ms", c.usageInterval)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// Every step until the API listens is timed (debug): a start must reach
+	// its listeners within a second or two whatever the host's load, and
+	// these lines say where the time went when it does not.
+	step := startupSteps(log)
 
 	if os.Geteuid() != 0 {
 		return errors.New("lizard serve must run as root: it creates network namespaces, cgroups and gVisor sandboxes")
@@ -178,12 +182,14 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	step("install agent and code interpreter")
 
 	st, err := openStore(ctx, c.dataDir, c.database)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	step("open store and migrate")
 	if err := firstStart(ctx, st, os.Stdout); err != nil {
 		return err
 	}
@@ -204,6 +210,7 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	}
 	defer apiKeys.Close()
+	step("load API keys")
 	var limiter api.Limiter
 	if c.rateLimit > 0 {
 		limiter = ratelimit.New(c.rateLimit, c.rateBurst, 0, nil)
@@ -228,15 +235,19 @@ func serve(ctx context.Context, args []string) error {
 	} else if len(migrated) > 0 {
 		log.Info("custom templates given to the default project", "project", def.Slug, "templates", migrated)
 	}
+	step("template layout migration")
 	reap, err := reaper.Start(ctx)
 	if err != nil {
 		return fmt.Errorf("become child subreaper: %w", err)
 	}
+	reg.RunCommand = reap.Run
+	step("start reaper")
 	netm, err := network.New(network.Config{Bridge: c.bridge, Subnet: subnet, DNSUpstream: c.dnsUpstream, NetnsPrefix: c.build.cgroupParent, Run: reap.Run, Logger: log.With("component", "network")})
 	if err != nil {
 		return err
 	}
 	defer netm.Close()
+	step("network")
 	rt, err := gvisor.New(gvisor.Config{
 		Runsc:     runsc,
 		StateDir:  filepath.Join(c.dataDir, "sandboxes"),
@@ -251,6 +262,7 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	step("gvisor runtime")
 	// The sandbox service and the volume manager work on the node's view
 	// of the database in cluster mode (fenced writes, this node's rows).
 	var nodeStore store.Store = st
@@ -284,6 +296,7 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	step("volumes")
 	buildOpts, err := c.build.options(subnet)
 	if err != nil {
 		return err
@@ -308,6 +321,7 @@ func serve(ctx context.Context, args []string) error {
 	if err := svc.Recover(ctx); err != nil {
 		log.Error("recovery left some sandboxes behind; they are retried at next start", "err", err)
 	}
+	step("sandbox service and recovery start")
 	go svc.Watch(ctx, c.watchInterval)
 	go svc.SampleUsage(ctx, c.usageInterval)
 	if err := mets.Register(metrics.NewStateCollector(metrics.StateConfig{Inventory: svc, Reservations: svc, DataDir: c.dataDir, MaxSandboxes: c.maxSandboxes})); err != nil {
@@ -340,6 +354,7 @@ func serve(ctx context.Context, args []string) error {
 			return fmt.Errorf("dashboard: %w", err)
 		}
 		sessions, assets = dashboard.NewSessions(c.sessionTTL, c.sessionIdle), a
+		step("dashboard assets")
 	}
 	// In cluster mode, requests for what another node holds go there.
 	var routing *clusterRouting
@@ -420,7 +435,8 @@ func serve(ctx context.Context, args []string) error {
 	}()
 	log.Info("admission", "vcpus", capacity.VCPUs, "memoryMb", capacity.MemoryMB, "maxSandboxes", c.maxSandboxes, "projectDefaults", c.limits,
 		"diskWatermarkPercent", c.diskWatermark, "logMaxBytes", c.logMaxBytes)
-	log.Info("lizard serving", "listen", ln.Addr().String(), "proxy", pln.Addr().String(), "previews", previews.Scheme+"://<sandbox>-<port>."+c.domain,
+	step("listen")
+	log.Info("lizard serving", "startup", time.Since(processStart).Round(time.Millisecond), "listen", ln.Addr().String(), "proxy", pln.Addr().String(), "previews", previews.Scheme+"://<sandbox>-<port>."+c.domain,
 		"data_dir", c.dataDir, "database", databaseKind(c.database), "templates", c.templateDir, "runsc", runsc)
 	if cm != nil {
 		log.Info("cluster mode", "node", cm.member.Self(), "incarnation", cm.member.Fence().Incarnation, "advertise", c.cluster.advertise,
@@ -679,4 +695,21 @@ func installFile(dir, name string, b []byte, mode os.FileMode) (string, error) {
 // internal/codeinterp) next to the agent.
 func installCodeInterpreter(dataDir string) (string, error) {
 	return installFile(filepath.Join(dataDir, "agent"), "code-interpreter-"+codeinterp.Revision()+".py", codeinterp.Program(), 0o644)
+}
+
+// processStart is when this process began (near enough: package variables
+// are set before main runs).
+var processStart = time.Now()
+
+// startupSteps returns a function that logs (debug) each step of a start
+// with how long it took since the one before, and the time since the
+// process started.
+func startupSteps(log *slog.Logger) func(name string) {
+	last := time.Now()
+	log.Debug("startup: configured", "took", last.Sub(processStart).Round(time.Millisecond))
+	return func(name string) {
+		now := time.Now()
+		log.Debug("startup: "+name, "took", now.Sub(last).Round(time.Millisecond), "sinceStart", now.Sub(processStart).Round(time.Millisecond))
+		last = now
+	}
 }

@@ -665,18 +665,9 @@ func (b *dbuild) run(ctx context.Context, rootfs string, st dfStep) (err error) 
 	return fmt.Errorf("%s: %w", msg, errdefs.ErrInvalid)
 }
 
-// combinedOutput runs cmd with opts.RunCommand, like cmd.CombinedOutput:
-// in a server that is a child subreaper, a command not run through its
-// reaper could have its exit status reaped from under it ("waitid: no child
-// processes").
+// combinedOutput runs cmd with opts.RunCommand (see combinedOutput).
 func (b *dbuild) combinedOutput(cmd *exec.Cmd) ([]byte, error) {
-	if b.opts.RunCommand == nil {
-		return cmd.CombinedOutput()
-	}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := b.opts.RunCommand(cmd)
-	return out.Bytes(), err
+	return combinedOutput(b.opts.RunCommand, cmd)
 }
 
 // runsc runs one runsc command against the build's runsc state directory.

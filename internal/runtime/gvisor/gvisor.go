@@ -51,6 +51,10 @@ type Config struct {
 type Runtime struct {
 	cfg   Config
 	build build // what checkpoints record of this server's runsc and CPU
+	// reconciled is closed once the containers a crash left half-way
+	// are settled (see reconcile); every operation that runs runsc waits
+	// for it.
+	reconciled chan struct{}
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -79,9 +83,27 @@ func New(cfg Config) (*Runtime, error) {
 			return nil, fmt.Errorf("gvisor: %w", err)
 		}
 	}
-	r := &Runtime{cfg: cfg}
-	r.reconcile(context.Background())
+	r := &Runtime{cfg: cfg, reconciled: make(chan struct{})}
+	// Addresses and egress policies are taken back at once (no runsc run);
+	// what needs runsc runs in the background: on a host busy with its
+	// sandboxes one runsc run can take many seconds, and the server must
+	// not wait for it before it serves.
+	states := r.attachAll()
+	go func() {
+		defer close(r.reconciled)
+		r.reconcile(context.Background(), states)
+	}()
 	return r, nil
+}
+
+// ready waits until reconcile is over.
+func (r *Runtime) ready(ctx context.Context) error {
+	select {
+	case <-r.reconciled:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("gvisor: waiting for the sandboxes of the last run to be settled: %w", ctx.Err())
+	}
 }
 
 // RunscRootFor is runsc's state directory (--root) for a server whose data
@@ -145,6 +167,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 // creates its container (image "") or restores it from a checkpoint image,
 // which also starts it.
 func (r *Runtime) make(ctx context.Context, spec runtime.Spec, image string) (sb runtime.Sandbox, err error) {
+	if err := r.ready(ctx); err != nil {
+		return runtime.Sandbox{}, err
+	}
 	if !validID(spec.ID) {
 		return sb, fmt.Errorf("sandbox id %q: %w", spec.ID, errdefs.ErrInvalid)
 	}
@@ -219,6 +244,9 @@ func (r *Runtime) overlayFlag(st state) []string {
 
 // Start implements runtime.Runtime.
 func (r *Runtime) Start(ctx context.Context, id string) error {
+	if err := r.ready(ctx); err != nil {
+		return err
+	}
 	if _, err := os.Stat(r.dir(id)); err != nil {
 		return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
 	}
@@ -241,6 +269,9 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 
 // Stop implements runtime.Runtime.
 func (r *Runtime) Stop(ctx context.Context, id string) error {
+	if err := r.ready(ctx); err != nil {
+		return err
+	}
 	st, err := r.status(ctx, id)
 	if err != nil {
 		return err
@@ -260,6 +291,9 @@ func (r *Runtime) Stop(ctx context.Context, id string) error {
 
 // Destroy implements runtime.Runtime.
 func (r *Runtime) Destroy(ctx context.Context, id string) error {
+	if err := r.ready(ctx); err != nil {
+		return err
+	}
 	if !validID(id) {
 		return nil
 	}
@@ -292,6 +326,9 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 // runsc no longer knows (after a reboot, or a create cut short) are reported
 // as stopped so that the caller destroys them.
 func (r *Runtime) List(ctx context.Context) ([]runtime.Sandbox, error) {
+	if err := r.ready(ctx); err != nil {
+		return nil, err
+	}
 	ents, err := os.ReadDir(r.cfg.StateDir)
 	if err != nil {
 		return nil, err
@@ -331,6 +368,9 @@ var _ runtime.Stater = (*Runtime)(nil)
 // State implements runtime.Stater: paused by its state.json, else what
 // runsc says now.
 func (r *Runtime) State(ctx context.Context, id string) (runtime.State, error) {
+	if err := r.ready(ctx); err != nil {
+		return "", err
+	}
 	st, err := r.readState(id)
 	if err != nil {
 		return "", err
