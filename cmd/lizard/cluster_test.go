@@ -14,6 +14,7 @@ import (
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/store/postgres"
 	"github.com/lizard-build/lizard/internal/store/postgres/pgtest"
+	"github.com/lizard-build/lizard/internal/store/storetest"
 )
 
 // TestClusterFlags: cluster mode's flags are checked before anything
@@ -123,17 +124,7 @@ func TestNodesCLI(t *testing.T) {
 
 	state := func(name string) string {
 		t.Helper()
-		ns, err := st.Nodes(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range ns {
-			if n.Name == name {
-				return n.State
-			}
-		}
-		t.Fatalf("no node %s", name)
-		return ""
+		return storetest.NodeOf(t, ctx, st, name).State
 	}
 	if err := Run(ctx, []string{"nodes", "drain", "node-a", "--database", url}); err != nil || state("node-a") != store.NodeDraining {
 		t.Fatalf("drain: %v, state %s", err, state("node-a"))

@@ -22,6 +22,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/apikey"
+	"github.com/lizard-build/lizard/internal/cluster"
 	"github.com/lizard-build/lizard/internal/codeinterp"
 	"github.com/lizard-build/lizard/internal/dashboard"
 	"github.com/lizard-build/lizard/internal/disk"
@@ -262,6 +263,11 @@ func serve(ctx context.Context, args []string) error {
 		}
 		defer cm.Close()
 		nodeStore = cm.store
+		projectLimits := limits
+		limits = func(ctx context.Context, projectID string) (store.Limits, error) {
+			l, err := projectLimits(ctx, projectID)
+			return l, cluster.Unavailable(err)
+		}
 	}
 	vols, err := volume.New(volume.Config{
 		Dir: filepath.Join(c.dataDir, "volumes"), Store: nodeStore, MaxSizeGB: c.maxVolumeGB, Run: reap.Run,

@@ -26,6 +26,17 @@ func (m *Member) storeError(f store.Fence, err error) error {
 		m.noteFenced(f)
 		return fmt.Errorf("this node's membership is being renewed (%v); retry: %w", err, errdefs.ErrUnavailable)
 	}
+	return Unavailable(err)
+}
+
+// Unavailable is err as it is when it carries an errdefs class, else (the
+// database did not answer, or failed) a retryable ErrUnavailable: in
+// cluster mode the database is a dependency every node shares, and its
+// outage must not read as a server error.
+func Unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
 	for _, c := range classes {
 		if errors.Is(err, c) {
 			return err

@@ -13,6 +13,7 @@ import (
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/store/postgres"
 	"github.com/lizard-build/lizard/internal/store/postgres/pgtest"
+	"github.com/lizard-build/lizard/internal/store/storetest"
 )
 
 // Short leases so that the tests see lapses; what they assert never
@@ -81,17 +82,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // stateOf reads a node's state straight from the database.
 func stateOf(t *testing.T, db store.Cluster, name string) string {
 	t.Helper()
-	ns, err := db.Nodes(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range ns {
-		if n.Name == name {
-			return n.State
-		}
-	}
-	t.Fatalf("no node %s", name)
-	return ""
+	return storetest.NodeOf(t, context.Background(), db, name).State
 }
 
 func project(t *testing.T, db store.Store) store.Project {

@@ -269,8 +269,8 @@ func StoredUsage(ctx context.Context, st store.Store) (map[string]Usage, error) 
 	}
 	for _, sb := range sbs {
 		var rec Record
-		if err := json.Unmarshal(sb.Spec, &rec); err != nil {
-			continue
+		if sb.Status == store.SandboxLost || json.Unmarshal(sb.Spec, &rec) != nil {
+			continue // lost with its cluster node: holds nothing
 		}
 		h := holds(sb.Status, rec.CPUs, rec.MemoryMB)
 		u := out[sb.ProjectID]

@@ -105,3 +105,16 @@ func SandboxNotFound(id string) error { return fmt.Errorf("sandbox %s: %w", id, 
 func (u Usage) Plus(v Usage) Usage {
 	return Usage{Sandboxes: u.Sandboxes + v.Sandboxes, VCPUs: u.VCPUs + v.VCPUs, MemoryMB: u.MemoryMB + v.MemoryMB}
 }
+
+// OldRow is what a fenced write under f of a sandbox replaces, from got
+// (the zero or one rows of its id): nil for a new one, ErrConflict when the
+// row belongs to another node.
+func OldRow(got []Sandbox, f Fence) (*Sandbox, error) {
+	if len(got) == 0 {
+		return nil, nil
+	}
+	if got[0].Node != f.Node {
+		return nil, SandboxElsewhere(got[0].ID, got[0].Node)
+	}
+	return &got[0], nil
+}

@@ -169,17 +169,14 @@ func (s *Store) PutSandboxFenced(ctx context.Context, f store.Fence, sb store.Sa
 		if err := lockNode(ctx, tx, f); err != nil {
 			return err
 		}
-		var old *store.Sandbox
 		rows, _ := tx.Query(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE id = $1 FOR UPDATE`, sb.ID)
 		got, err := collect(rows, scanSandbox)
 		if err != nil {
 			return err
 		}
-		if len(got) == 1 {
-			old = &got[0]
-			if old.Node != f.Node {
-				return store.SandboxElsewhere(sb.ID, old.Node)
-			}
+		old, err := store.OldRow(got, f)
+		if err != nil {
+			return err
 		}
 		if admit != nil {
 			if need := admit.Need(old, sb); need != (store.Usage{}) {

@@ -212,12 +212,9 @@ func (s *Store) PutSandboxFenced(ctx context.Context, f store.Fence, sb store.Sa
 		if err != nil {
 			return err
 		}
-		var old *store.Sandbox
-		if len(got) == 1 {
-			old = &got[0]
-			if old.Node != f.Node {
-				return store.SandboxElsewhere(sb.ID, old.Node)
-			}
+		old, err := store.OldRow(got, f)
+		if err != nil {
+			return err
 		}
 		if admit != nil {
 			if need := admit.Need(old, sb); need != (store.Usage{}) {

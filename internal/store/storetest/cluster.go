@@ -57,8 +57,9 @@ func nodeInfo(name string) store.NodeInfo {
 		MaxSandboxes: 10, Templates: []string{"base", "prj/custom"}}
 }
 
-// nodeOf finds a node in Nodes.
-func nodeOf(t *testing.T, ctx context.Context, c store.Cluster, name string) store.Node {
+// NodeOf finds a node in c's Nodes; the tests of the cluster's users
+// (internal/cluster, the CLI) use it too.
+func NodeOf(t *testing.T, ctx context.Context, c store.Cluster, name string) store.Node {
 	t.Helper()
 	ns, err := c.Nodes(ctx)
 	if err != nil {
@@ -79,7 +80,7 @@ func waitState(t *testing.T, ctx context.Context, c store.Cluster, name, state s
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		n := nodeOf(t, ctx, c, name)
+		n := NodeOf(t, ctx, c, name)
 		if n.State == state {
 			return n
 		}
@@ -104,7 +105,7 @@ func testRegister(t *testing.T, ctx context.Context, open func() store.Cluster, 
 	if err != nil || f1.Node != "a" || f1.Incarnation < 1 {
 		t.Fatalf("register: %+v %v", f1, err)
 	}
-	n := nodeOf(t, ctx, c, "a")
+	n := NodeOf(t, ctx, c, "a")
 	want := nodeInfo("a")
 	if n.State != store.NodeReady || n.Address != want.Address || n.RunscBuild != want.RunscBuild || n.VCPUs != 8 ||
 		n.MemoryMB != 16384 || n.MaxSandboxes != 10 || fmt.Sprint(n.Templates) != fmt.Sprint(want.Templates) ||
@@ -125,7 +126,7 @@ func testRegister(t *testing.T, ctx context.Context, open func() store.Cluster, 
 	if err := c.Heartbeat(ctx, f2, info, time.Hour); err != nil {
 		t.Fatalf("heartbeat: %v", err)
 	}
-	if n := nodeOf(t, ctx, c, "a"); n.VCPUs != 4 || len(n.Templates) != 1 || n.Incarnation != f2.Incarnation {
+	if n := NodeOf(t, ctx, c, "a"); n.VCPUs != 4 || len(n.Templates) != 1 || n.Incarnation != f2.Incarnation {
 		t.Fatalf("after a heartbeat with new info: %+v", n)
 	}
 	if err := c.Heartbeat(ctx, store.Fence{Node: "nobody", Incarnation: 1}, nodeInfo("nobody"), time.Hour); !errors.Is(err, store.ErrFenced) {
@@ -151,7 +152,7 @@ func testLease(t *testing.T, ctx context.Context, open func() store.Cluster, p s
 	if err := c.PutSandboxFenced(ctx, fa, sandboxOn(p, "sb-a1", "running", 1, 512), nil); err != nil {
 		t.Fatal(err)
 	}
-	if n := nodeOf(t, ctx, c, "b"); n.Sandboxes != 2 || n.ReservedVCPUs != 1 || n.ReservedMemoryMB != 512 {
+	if n := NodeOf(t, ctx, c, "b"); n.Sandboxes != 2 || n.ReservedVCPUs != 1 || n.ReservedMemoryMB != 512 {
 		t.Fatalf("node b's reservations: %+v", n)
 	}
 	// A live lease is never declared dead.
@@ -188,7 +189,7 @@ func testLease(t *testing.T, ctx context.Context, open func() store.Cluster, p s
 	if done, err := c.DeclareDead(ctx, "b", 0); err != nil || done {
 		t.Fatalf("declare a dead node dead again: %v %v", done, err)
 	}
-	if n := nodeOf(t, ctx, c, "b"); n.State != store.NodeDead || n.Sandboxes != 0 || n.ReservedVCPUs != 0 {
+	if n := NodeOf(t, ctx, c, "b"); n.State != store.NodeDead || n.Sandboxes != 0 || n.ReservedVCPUs != 0 {
 		t.Fatalf("dead node: %+v", n)
 	}
 	for _, id := range []string{"sb-b1", "sb-b2"} {
@@ -214,7 +215,7 @@ func testLease(t *testing.T, ctx context.Context, open func() store.Cluster, p s
 	if err != nil || fb2.Incarnation <= fb.Incarnation {
 		t.Fatalf("rejoin: %+v %v", fb2, err)
 	}
-	if n := nodeOf(t, ctx, c, "b"); n.State != store.NodeReady {
+	if n := NodeOf(t, ctx, c, "b"); n.State != store.NodeReady {
 		t.Fatalf("rejoined node: %+v", n)
 	}
 	sbs, err := c.SandboxesOn(ctx, "b")
@@ -245,7 +246,7 @@ func testRemove(t *testing.T, ctx context.Context, open func() store.Cluster, p 
 	if err := open().RemoveNode(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if n := nodeOf(t, ctx, c, "a"); n.State != store.NodeRemoved {
+	if n := NodeOf(t, ctx, c, "a"); n.State != store.NodeRemoved {
 		t.Fatalf("removed node: %+v", n)
 	}
 	if o, err := c.SandboxOwner(ctx, "sb-1"); err != nil || !o.Lost {
@@ -257,7 +258,7 @@ func testRemove(t *testing.T, ctx context.Context, open func() store.Cluster, p 
 	if done, err := c.DeclareDead(ctx, "a", 0); err != nil || done {
 		t.Fatalf("declare a removed node dead: %v %v", done, err)
 	}
-	if n := nodeOf(t, ctx, c, "a"); n.State != store.NodeRemoved {
+	if n := NodeOf(t, ctx, c, "a"); n.State != store.NodeRemoved {
 		t.Fatalf("removed node after DeclareDead: %+v", n)
 	}
 }
@@ -273,7 +274,7 @@ func testDraining(t *testing.T, ctx context.Context, open func() store.Cluster, 
 	if err := c.SetDraining(ctx, "a", true); err != nil {
 		t.Fatal(err)
 	}
-	if n := nodeOf(t, ctx, c, "a"); n.State != store.NodeDraining || !n.Draining {
+	if n := NodeOf(t, ctx, c, "a"); n.State != store.NodeDraining || !n.Draining {
 		t.Fatalf("draining node: %+v", n)
 	}
 	// Draining survives a restart.
@@ -281,7 +282,7 @@ func testDraining(t *testing.T, ctx context.Context, open func() store.Cluster, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := nodeOf(t, ctx, c, "a"); n.State != store.NodeDraining {
+	if n := NodeOf(t, ctx, c, "a"); n.State != store.NodeDraining {
 		t.Fatalf("draining node after a restart: %+v", n)
 	}
 	// A draining node's own writes go on (its sandboxes live on).
@@ -291,7 +292,7 @@ func testDraining(t *testing.T, ctx context.Context, open func() store.Cluster, 
 	if err := c.SetDraining(ctx, "a", false); err != nil {
 		t.Fatal(err)
 	}
-	if n := nodeOf(t, ctx, c, "a"); n.State != store.NodeReady || n.Draining {
+	if n := NodeOf(t, ctx, c, "a"); n.State != store.NodeReady || n.Draining {
 		t.Fatalf("undrained node: %+v", n)
 	}
 }
@@ -359,23 +360,29 @@ func testFenced(t *testing.T, ctx context.Context, open func() store.Cluster, p 
 	}
 }
 
+// twoNodes registers node a through ca and node b through cb, and makes
+// a second project.
+func twoNodes(t *testing.T, ctx context.Context, ca, cb store.Cluster) (fa, fb store.Fence, q store.Project) {
+	t.Helper()
+	var err error
+	if fa, err = ca.RegisterNode(ctx, nodeInfo("a"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if fb, err = cb.RegisterNode(ctx, nodeInfo("b"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if q, err = ca.(store.Store).CreateProject(ctx, "other", ""); err != nil {
+		t.Fatal(err)
+	}
+	return fa, fb, q
+}
+
 // holding is the admission's statuses that hold vCPUs and memory.
 var holding = []string{"creating", "running", "resuming"}
 
 func testAdmission(t *testing.T, ctx context.Context, open func() store.Cluster, p store.Project) {
 	c := open()
-	fa, err := c.RegisterNode(ctx, nodeInfo("a"), time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fb, err := c.RegisterNode(ctx, nodeInfo("b"), time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := c.(store.Store).CreateProject(ctx, "other", "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	fa, fb, q := twoNodes(t, ctx, c, c)
 	node := store.Admission{Holding: holding, NodeVCPUs: 4, NodeMemoryMB: 4096, MaxSandboxes: 3}
 	put := func(f store.Fence, sb store.Sandbox, a store.Admission) error {
 		return c.PutSandboxFenced(ctx, f, sb, &a)
@@ -455,7 +462,7 @@ func testAdmission(t *testing.T, ctx context.Context, open func() store.Cluster,
 	if err := put(fb, sandboxOn(p, "b5", "running", 2, 1024), proj); err != nil {
 		t.Fatalf("create after the other node's rows were lost: %v", err)
 	}
-	if n := nodeOf(t, ctx, c, "b"); n.Sandboxes != 3 || n.ReservedVCPUs != 7 || n.ReservedMemoryMB != 4096+1+1024 {
+	if n := NodeOf(t, ctx, c, "b"); n.Sandboxes != 3 || n.ReservedVCPUs != 7 || n.ReservedMemoryMB != 4096+1+1024 {
 		t.Fatalf("node b's reservations: %+v", n)
 	}
 }
@@ -465,18 +472,7 @@ func testAdmission(t *testing.T, ctx context.Context, open func() store.Cluster,
 // project: exactly the room is granted.
 func testAdmissionRace(t *testing.T, ctx context.Context, open func() store.Cluster, p store.Project) {
 	ca, cb := open(), open()
-	fa, err := ca.RegisterNode(ctx, nodeInfo("a"), time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fb, err := cb.RegisterNode(ctx, nodeInfo("b"), time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := ca.(store.Store).CreateProject(ctx, "other", "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	fa, fb, q := twoNodes(t, ctx, ca, cb)
 	const writers = 16
 	race := func(name string, room int, put func(i int) error) {
 		t.Helper()
@@ -532,7 +528,7 @@ func testAdmissionRace(t *testing.T, ctx context.Context, open func() store.Clus
 		}
 		return c.PutSandboxFenced(ctx, fc, sandboxOn(pr, fmt.Sprintf("n%d", i), "running", 2, 1), node)
 	})
-	if n := nodeOf(t, ctx, ca, "c"); n.ReservedVCPUs != 4 || n.Sandboxes != 2 {
+	if n := NodeOf(t, ctx, ca, "c"); n.ReservedVCPUs != 4 || n.Sandboxes != 2 {
 		t.Fatalf("node c after the race: %+v", n)
 	}
 }
