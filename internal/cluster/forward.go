@@ -141,6 +141,9 @@ func NewRouter(cfg RouterConfig) *Router {
 			}
 			return nil
 		},
+		// A stream cut short mid-way is the client's or the peer's
+		// leaving: worth a debug line, not the standard logger's.
+		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			// Nothing was written yet: the caller answers in its own
 			// shape.
@@ -222,7 +225,8 @@ func (rt *Router) send(w http.ResponseWriter, r *http.Request, t *hop) error {
 	// (E2B's envd streams, uploads answered early).
 	_ = http.NewResponseController(w).EnableFullDuplex()
 	rt.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), hopKey{}, t)))
-	if t.err == nil {
+	if t.err == nil || r.Context().Err() != nil {
+		// Answered, or the client left: nothing to say.
 		return nil
 	}
 	if t.sandbox != "" {

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -86,6 +87,10 @@ func free(n store.Node) float64 {
 	}
 	return f
 }
+
+// createTimeout bounds a create sent to a peer: a boot, or a restore of a
+// large image, with room to spare.
+const createTimeout = 5 * time.Minute
 
 // maxRefusal bounds the body of a refusal kept to answer when every node
 // refuses.
@@ -204,7 +209,9 @@ func (rt *Router) candidates(ctx context.Context, nodes []store.Node, projectID 
 // other failure after the request went out is answered as a 503: the
 // node may have made the sandbox, so no other node is tried.
 func (rt *Router) createOn(w http.ResponseWriter, r *http.Request, n store.Node, body []byte) (*refusal, error) {
-	req, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+n.Address+r.URL.RequestURI(), bytes.NewReader(body))
+	ctx, cancel := context.WithTimeout(r.Context(), createTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, r.Method, "http://"+n.Address+r.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}

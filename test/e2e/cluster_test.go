@@ -81,7 +81,7 @@ func TestClusterSDK(t *testing.T) {
 // every sandbox answers.
 func TestClusterSpread(t *testing.T) {
 	const perNode, total = 25, 60
-	c := startCluster(t, 3, "--max-sandboxes", fmt.Sprint(perNode))
+	c := startCluster(t, 3, "--max-sandboxes", fmt.Sprint(perNode), "--default-max-sandboxes", "100")
 	a := c.node("a")
 	ids := a.createMany(t, total, total)
 	count := map[string]int{}
@@ -188,7 +188,7 @@ func TestClusterNodeRemoved(t *testing.T) {
 	}
 	code, body := a.do("GET", "/api/sandboxes/"+lost, nil, nil)
 	json.Unmarshal(body, &e)
-	if code != http.StatusNotFound || e.Code != "sandbox_lost" || !strings.Contains(e.Message, "c") {
+	if code != http.StatusNotFound || e.Code != "sandbox_lost" || !strings.Contains(e.Message, `node "c"`) {
 		t.Fatalf("a sandbox of the removed node: %d %s, want 404 sandbox_lost naming c", code, body)
 	}
 	if out := a.sh(t, kept, "echo ok"); out != "ok\n" {
@@ -385,8 +385,8 @@ func TestClusterPartitionFromDatabase(t *testing.T) {
 	}
 	c.waitState("c", "dead")
 	code, body := a.do("GET", "/api/sandboxes/"+id, nil, nil)
-	if code != http.StatusNotFound || !strings.Contains(string(body), "sandbox_lost") {
-		t.Fatalf("a sandbox of the dead node through a: %d %s, want 404 sandbox_lost", code, body)
+	if code != http.StatusNotFound || !strings.Contains(string(body), "sandbox_lost") || !strings.Contains(string(body), `node \"c\"`) {
+		t.Fatalf("a sandbox of the dead node through a: %d %s, want 404 sandbox_lost naming node c", code, body)
 	}
 	heal()
 	c.waitState("c", "ready")

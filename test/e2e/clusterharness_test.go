@@ -121,10 +121,7 @@ func newClusterNetns(t *testing.T, i int, name string) *testNode {
 	run(t, "ip", "netns", "add", nd.name)
 	run(t, "ip", "link", "add", nd.hostVeth, "type", "veth", "peer", "name", "eth0", "netns", nd.name)
 	run(t, "ip", "link", "set", nd.hostVeth, "master", clusterBridge, "up")
-	run(t, "ip", "-n", nd.name, "addr", "add", nd.addr.String()+"/24", "dev", "eth0")
-	run(t, "ip", "-n", nd.name, "link", "set", "eth0", "up")
-	run(t, "ip", "-n", nd.name, "link", "set", "lo", "up")
-	run(t, "ip", "-n", nd.name, "route", "add", "default", "via", nd.hostAddr.String())
+	nd.configure(t)
 	return nd
 }
 
