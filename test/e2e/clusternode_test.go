@@ -110,10 +110,47 @@ func TestClusterOneNode(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create after the database came back: %v", err)
 	}
+
+	// The operator removes the node while it runs: its next heartbeat is
+	// fenced, it joins again as a new incarnation and destroys the two
+	// sandboxes it lost, whose rows stay, lost.
+	if out, err := exec.Command(filepath.Join(s.bin, "lizard"), "nodes", "remove", "solo", "--database", url).CombinedOutput(); err != nil {
+		t.Fatalf("nodes remove: %v\n%s", err, out)
+	}
+	deadline = time.Now().Add(60 * time.Second)
 	for _, sid := range []string{id, id2} {
-		if code, body := s.do("DELETE", "/api/sandboxes/"+sid, nil, nil); code != http.StatusNoContent && code != http.StatusOK {
-			t.Fatalf("kill %s: %d %s", sid, code, body)
+		for {
+			code, _ := s.do("GET", "/api/sandboxes/"+sid, nil, nil)
+			if code == http.StatusNotFound {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("sandbox %s of the removed node still answers %d\n%s", sid, code, s.logs())
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
+	}
+	st, err = postgres.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, sid := range []string{id, id2} {
+		if o, err := st.SandboxOwner(ctx, sid); err != nil || !o.Lost || o.Node != "solo" {
+			t.Fatalf("row of %s after the removal: %+v %v", sid, o, err)
+		}
+	}
+	if !strings.Contains(s.logs(), "THIS NODE WAS FENCED") {
+		t.Fatalf("the fence was not logged loudly\n%s", s.logs())
+	}
+	s.waitNoLeaks(t)
+	// Back as a member, it takes new sandboxes.
+	id3, err := s.createNano(ctx)
+	if err != nil {
+		t.Fatalf("create after rejoining: %v", err)
+	}
+	if code, body := s.do("DELETE", "/api/sandboxes/"+id3, nil, nil); code != http.StatusNoContent && code != http.StatusOK {
+		t.Fatalf("kill %s: %d %s", id3, code, body)
 	}
 	s.waitNoLeaks(t)
 }
