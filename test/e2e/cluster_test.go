@@ -46,36 +46,6 @@ func operations(t *testing.T, n *clusterNode, op string) uint64 {
 	return histogramCount(scrape(t, n.url+"/metrics"), "lizard_sandbox_operation_duration_seconds", map[string]string{"operation": op, "outcome": "ok"})
 }
 
-// TestClusterSDK: the official SDK's suite through node a, which is
-// draining (no sandbox of its own), so that every sandbox is placed on b
-// or c and every call, previews included, is forwarded.
-func TestClusterSDK(t *testing.T) {
-	c := startCluster(t, 3)
-	a := c.node("a")
-	c.nodesCLI("drain", "a")
-	c.waitState("a", "draining")
-	time.Sleep(cluster.DefaultNodesTTL + 200*time.Millisecond) // the routers' view of the nodes
-	files, _ := filepath.Glob("js/*.test.mjs")
-	if len(files) == 0 {
-		t.Fatal("no SDK test files")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	if err := a.runNode(ctx, files...); err != nil {
-		t.Fatalf("SDK tests through node a failed: %v", err)
-	}
-	if n := operations(t, a, "create"); n != 0 {
-		t.Errorf("draining node a created %d sandboxes", n)
-	}
-	for _, name := range []string{"b", "c"} {
-		if n := operations(t, c.node(name), "create"); n == 0 {
-			t.Errorf("node %s created no sandbox: placement did not spread", name)
-		}
-	}
-	c.nodesCLI("drain", "--undo", "a")
-	c.killAll(a)
-}
-
 // TestClusterSpread: 60 concurrent creates through one node spread over
 // the three, none over its capacity (--max-sandboxes 25 each: 75 fit), and
 // every sandbox answers.
@@ -437,5 +407,35 @@ func TestClusterLastCapacity(t *testing.T) {
 		t.Fatalf("%d creates won the last slot of the quota, want 1 (answers %v)", won, codes)
 	}
 	a.cli(t, "projects", "set", "default", "--max-sandboxes", "default")
+	c.killAll(a)
+}
+
+// TestClusterSDK: the official SDK's suite through node a, which is
+// draining (no sandbox of its own), so that every sandbox is placed on b
+// or c and every call, previews included, is forwarded.
+func TestClusterSDK(t *testing.T) {
+	c := startCluster(t, 3)
+	a := c.node("a")
+	c.nodesCLI("drain", "a")
+	c.waitState("a", "draining")
+	time.Sleep(cluster.DefaultNodesTTL + 200*time.Millisecond) // the routers' view of the nodes
+	files, _ := filepath.Glob("js/*.test.mjs")
+	if len(files) == 0 {
+		t.Fatal("no SDK test files")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	if err := a.runNode(ctx, files...); err != nil {
+		t.Fatalf("SDK tests through node a failed: %v", err)
+	}
+	if n := operations(t, a, "create"); n != 0 {
+		t.Errorf("draining node a created %d sandboxes", n)
+	}
+	for _, name := range []string{"b", "c"} {
+		if n := operations(t, c.node(name), "create"); n == 0 {
+			t.Errorf("node %s created no sandbox: placement did not spread", name)
+		}
+	}
+	c.nodesCLI("drain", "--undo", "a")
 	c.killAll(a)
 }
