@@ -156,7 +156,13 @@ func TestClusterNodeRemoved(t *testing.T) {
 		Code    string `json:"code"`
 		Message string `json:"message"`
 	}
+	// Until a's cache of the owner expires (a few seconds) the answer is
+	// a retryable 503, as for a node that is only down.
 	code, body := a.do("GET", "/api/sandboxes/"+lost, nil, nil)
+	for deadline := time.Now().Add(15 * time.Second); code == http.StatusServiceUnavailable && time.Now().Before(deadline); {
+		time.Sleep(250 * time.Millisecond)
+		code, body = a.do("GET", "/api/sandboxes/"+lost, nil, nil)
+	}
 	json.Unmarshal(body, &e)
 	if code != http.StatusNotFound || e.Code != "sandbox_lost" || !strings.Contains(e.Message, `node "c"`) {
 		t.Fatalf("a sandbox of the removed node: %d %s, want 404 sandbox_lost naming c", code, body)
