@@ -360,7 +360,12 @@ func TestClusterPartitionFromDatabase(t *testing.T) {
 		t.Fatalf("create through c while it cannot reach the database: %d %s %v, want 503", code, body, err)
 	}
 	c.waitState("c", "dead")
+	// a may still hold the owner in its cache for a few seconds.
 	code, body := a.do("GET", "/api/sandboxes/"+id, nil, nil)
+	for deadline := time.Now().Add(15 * time.Second); code != http.StatusNotFound && time.Now().Before(deadline); {
+		time.Sleep(250 * time.Millisecond)
+		code, body = a.do("GET", "/api/sandboxes/"+id, nil, nil)
+	}
 	if code != http.StatusNotFound || !strings.Contains(string(body), "sandbox_lost") || !strings.Contains(string(body), `node \"c\"`) {
 		t.Fatalf("a sandbox of the dead node through a: %d %s, want 404 sandbox_lost naming node c", code, body)
 	}
