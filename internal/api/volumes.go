@@ -68,12 +68,20 @@ func (s *server) createVolume(w http.ResponseWriter, r *http.Request, p store.Pr
 			return err
 		}
 	}
-	v, err := s.volumes.Create(r.Context(), p.ID, req.Name, req.SizeGB, req.Region, req.GetOrCreate)
-	if err != nil {
-		return err
+	create := func() error {
+		v, err := s.volumes.Create(r.Context(), p.ID, req.Name, req.SizeGB, req.Region, req.GetOrCreate)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusCreated, volumeOf(v))
+		return nil
 	}
-	writeJSON(w, http.StatusCreated, volumeOf(v))
-	return nil
+	if s.cluster != nil {
+		// A new volume lives where its sandboxes will: on a node placement
+		// chooses (never a draining one), like a sandbox create.
+		return s.cluster.Create(w, r, p.ID, Placement{}, body, create)
+	}
+	return create()
 }
 
 func (s *server) listVolumes(w http.ResponseWriter, r *http.Request, p store.Project) error {
