@@ -82,12 +82,15 @@ func TestManifestDeterministic(t *testing.T) {
 // manifest.
 func TestManifestSeesChanges(t *testing.T) {
 	changes := map[string]func(root string) error{
-		"content":     func(r string) error { return os.WriteFile(filepath.Join(r, "etc", "hostname"), []byte("bax\n"), 0o644) },
-		"mode":        func(r string) error { return os.Chmod(filepath.Join(r, "usr/bin", "tool"), 0o700) },
-		"link target": func(r string) error { os.Remove(filepath.Join(r, "bin")); return os.Symlink("/usr/bin", filepath.Join(r, "bin")) },
-		"new file":    func(r string) error { return os.WriteFile(filepath.Join(r, "etc", "new"), nil, 0o644) },
-		"removed":     func(r string) error { return os.Remove(filepath.Join(r, "usr/bin", "tool2")) },
-		"owner":       func(r string) error { return os.Lchown(filepath.Join(r, "etc", "hostname"), 1000, 1000) },
+		"content": func(r string) error { return os.WriteFile(filepath.Join(r, "etc", "hostname"), []byte("bax\n"), 0o644) },
+		"mode":    func(r string) error { return os.Chmod(filepath.Join(r, "usr/bin", "tool"), 0o700) },
+		"link target": func(r string) error {
+			os.Remove(filepath.Join(r, "bin"))
+			return os.Symlink("/usr/bin", filepath.Join(r, "bin"))
+		},
+		"new file": func(r string) error { return os.WriteFile(filepath.Join(r, "etc", "new"), nil, 0o644) },
+		"removed":  func(r string) error { return os.Remove(filepath.Join(r, "usr/bin", "tool2")) },
+		"owner":    func(r string) error { return os.Lchown(filepath.Join(r, "etc", "hostname"), 1000, 1000) },
 	}
 	base := filepath.Join(t.TempDir(), "base")
 	digestTree(t, base)
