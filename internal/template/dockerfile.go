@@ -23,6 +23,7 @@ import (
 	"github.com/moby/buildkit/frontend/dockerfile/shell"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/runtime"
 )
 
 // A Dockerfile build turns a Dockerfile into a template: FROM names a
@@ -48,8 +49,9 @@ type DockerfileOptions struct {
 	Context string
 	// BuildArgs are the values of ARGs (--build-arg NAME=VALUE).
 	BuildArgs map[string]string
-	// Runsc is the runsc binary RUN steps run with.
-	Runsc string
+	// Runtime runs the RUN steps: the node's runtime, each step a
+	// container on the build network whose root is the layer.
+	Runtime runtime.Runner
 	// DNSUpstream is where the build network's resolver forwards ("" means
 	// the host's first nameserver).
 	DNSUpstream string

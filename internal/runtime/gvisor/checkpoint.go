@@ -42,7 +42,7 @@ func (r *Runtime) readState(id string) (state, error) {
 // when frozen, "stopped", "created"), or "" when runsc has none.
 func (r *Runtime) rawStatus(ctx context.Context, id string) string {
 	var out bytes.Buffer
-	if err := r.cfg.Reaper.Run(r.command(ctx, &out, "state", id)); err != nil {
+	if err := r.runCmd(r.command(ctx, &out, "state", id)); err != nil {
 		return ""
 	}
 	var s struct {
@@ -128,7 +128,7 @@ func (r *Runtime) Resume(ctx context.Context, id string) error {
 	if r.rawStatus(ctx, id) != "" {
 		r.runsc(ctx, nil, "delete", "--force", id)
 	}
-	if err := errors.Join(r.killStray(id), removeCgroups(id), r.removeSockets(id)); err != nil {
+	if err := errors.Join(r.release(id, r.dir(id))...); err != nil {
 		return fmt.Errorf("clear the way for resume: %w", err)
 	}
 	// After a reboot the namespace (on /run) is gone; the address is kept.
@@ -216,6 +216,10 @@ func (r *Runtime) Restore(ctx context.Context, spec runtime.Spec, dir string) (r
 // recovery has judged anything. One runsc run for all: on a host busy with
 // its sandboxes each run is slow.
 func (r *Runtime) reconcile(ctx context.Context) {
+	r.removeRuns(ctx)
+	if r.cfg.Network == nil {
+		return // no sandboxes
+	}
 	ents, err := os.ReadDir(r.cfg.StateDir)
 	if err != nil {
 		return

@@ -8,8 +8,8 @@ import (
 	"github.com/lizard-build/lizard/internal/network"
 )
 
-// Leaks lists what the host still holds for sandbox id, or for every lizard
-// sandbox when id is "": mounts, network namespaces, veths, cgroups, runsc
+// Leaks lists what the host still holds for sandbox (or Run container) id,
+// or for every lizard sandbox when id is "": mounts, network namespaces, veths, cgroups, runsc
 // processes and state directories. Tests use it to prove that destroy and
 // failed creates clean up.
 func (r *Runtime) Leaks(id string) []string {
@@ -58,10 +58,15 @@ func (r *Runtime) Leaks(id string) []string {
 			}
 		}
 	}
-	if ents, err := os.ReadDir(r.cfg.StateDir); err == nil {
+	// Sandboxes' directories, and those of Run's containers in runsDir.
+	for _, dir := range []string{r.cfg.StateDir, filepath.Join(r.cfg.StateDir, runsDir)} {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
 		for _, e := range ents {
-			if match(e.Name()) {
-				out = append(out, "dir "+filepath.Join(r.cfg.StateDir, e.Name()))
+			if e.Name() != runsDir && match(e.Name()) {
+				out = append(out, "dir "+filepath.Join(dir, e.Name()))
 			}
 		}
 	}
