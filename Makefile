@@ -2,7 +2,8 @@
 #
 #   make run     install what is needed, build, build the templates, serve
 #   make test    the same setup, then every test (scripts/test.sh)
-#   make deps | build | templates | bench | package | proto | clean
+#   make cluster a three-node cluster on this machine (make cluster-down stops it)
+#   make deps | build | templates | bench | package | image | proto | clean
 SHELL := /bin/bash
 .DEFAULT_GOAL := build
 
@@ -20,7 +21,12 @@ SERVE_FLAGS   ?=
 # The built-in templates `make templates` builds (each only when missing).
 TEMPLATES     ?= base python node interpreter desktop
 
-TEST_ENV := LIZARD_TEMPLATE_DIR=$(TEMPLATE_DIR) LIZARD_RUNSC=$(RUNSC)
+# versitygw, the S3 gateway the object-store tests start, installed into the
+# cache by `make deps`.
+VERSITYGW_VERSION ?= v1.8.0
+VERSITYGW     := $(CACHE)/tools/versitygw-$(VERSITYGW_VERSION)/versitygw
+
+TEST_ENV := LIZARD_TEMPLATE_DIR=$(TEMPLATE_DIR) LIZARD_RUNSC=$(RUNSC) LIZARD_VERSITYGW=$(VERSITYGW)
 
 # `make package`: the Debian package, built with nfpm at a pinned version
 # (installed once into the cache with go install).
@@ -30,7 +36,7 @@ NFPM          := $(CACHE)/tools/nfpm-$(NFPM_VERSION)/nfpm
 VERSION       ?= 0.0.0+git$(shell git log -1 --format=%cd.%h --date=format:%Y%m%d 2>/dev/null || echo unknown)
 DEB_ARCH      ?= $(shell $(GO) env GOARCH)
 
-.PHONY: deps build templates run test bench package proto clean dashboard-vendor
+.PHONY: deps build templates run test bench package image proto clean dashboard-vendor cluster cluster-down
 
 # `make proto`: regenerates the envd Connect code (internal/envd) from its
 # .proto files with Debian's protoc and pinned Go plugins.
@@ -39,7 +45,7 @@ PROTOC_GEN_CONNECT_VERSION ?= v1.19.1
 PROTO_TOOLS                := $(CACHE)/tools/proto-$(PROTOC_GEN_GO_VERSION)-$(PROTOC_GEN_CONNECT_VERSION)
 
 deps:
-	CACHE=$(CACHE) RUNSC_VERSION=$(RUNSC_VERSION) scripts/install-deps.sh
+	CACHE=$(CACHE) RUNSC_VERSION=$(RUNSC_VERSION) VERSITYGW_VERSION=$(VERSITYGW_VERSION) scripts/install-deps.sh
 
 build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/lizard ./cmd/lizard
@@ -56,6 +62,15 @@ run: deps build templates
 test: deps build templates
 	$(TEST_ENV) scripts/test.sh
 
+# `make cluster`: PostgreSQL and three nodes, each in a network namespace of
+# its own, in the foreground until Ctrl-C (docs/CLUSTER.md);
+# `make cluster-down` stops one from another shell.
+cluster: deps build templates
+	LIZARD_BIN=$(CURDIR)/$(BIN)/lizard TEMPLATE_DIR=$(TEMPLATE_DIR) RUNSC=$(RUNSC) scripts/cluster.sh up
+
+cluster-down:
+	scripts/cluster.sh down
+
 bench: build templates
 	$(TEST_ENV) $(GO) run ./bench
 
@@ -65,6 +80,13 @@ $(NFPM):
 package: build $(NFPM)
 	mkdir -p $(DIST)
 	LIZARD_VERSION=$(VERSION) LIZARD_ARCH=$(DEB_ARCH) $(NFPM) package --config deploy/nfpm.yaml --packager deb --target $(DIST)/
+
+# `make image`: the node image of the Helm chart (deploy/Dockerfile,
+# docs/KUBERNETES.md), with the template cache as its `templates` build
+# context. Needs Docker with buildx; IMAGE names it (REGISTRY/lizard:TAG).
+IMAGE ?= lizard:dev
+image: templates
+	docker buildx build -f deploy/Dockerfile --build-context templates=$(TEMPLATE_DIR) -t $(IMAGE) .
 
 $(PROTO_TOOLS)/protoc-gen-connect-go:
 	command -v protoc >/dev/null || apt-get install -y protobuf-compiler

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -31,10 +32,13 @@ type config struct {
 	templateDir string
 	// only names the sections to run (comma-separated); "" runs them all.
 	only string
+	// bridge and subnet are the bench server's sandbox network, apart from
+	// any other server's on the host.
+	bridge, subnet string
 }
 
 // sections are what -only chooses from.
-var sections = []string{"core", "checkpoints", "proxy", "volume", "desktop", "templates"}
+var sections = []string{"core", "checkpoints", "restart", "proxy", "volume", "desktop", "templates", "e2b", "durable"}
 
 // runs reports whether section is to be measured.
 func (c config) runs(section string) bool {
@@ -115,6 +119,11 @@ func run(ctx context.Context, cfg config) error {
 		}
 		results = append(results, rs...)
 	}
+	if cfg.runs("restart") {
+		if err := add(benchRestart(srv, max(3, cfg.n/5), 30)); err != nil {
+			return err
+		}
+	}
 	if len(results) > 0 {
 		printTable(os.Stdout, results)
 	}
@@ -147,6 +156,23 @@ func run(ctx context.Context, cfg config) error {
 		}
 		fmt.Println()
 		printCodeTable(os.Stdout, cr)
+	}
+	if cfg.runs("e2b") {
+		er, err := benchE2B(srv, cfg.n)
+		if err != nil {
+			return fmt.Errorf("e2b: %w", err)
+		}
+		fmt.Println()
+		printE2BTable(os.Stdout, er)
+	}
+	if cfg.runs("durable") {
+		// A server of its own, with an object store, on the same bridge:
+		// the first one goes first.
+		srv.stop()
+		fmt.Println()
+		if err := benchDurable(ctx, cfg, os.Stdout, max(3, cfg.n/4)); err != nil {
+			return fmt.Errorf("durable: %w", err)
+		}
 	}
 	return nil
 }
@@ -187,13 +213,15 @@ type server struct {
 	dir     string
 	proxy   string // host:port of the preview proxy
 	cmd     *exec.Cmd
+	args    []string      // of lizard, for restarts
+	exited  chan struct{} // closed once cmd is waited for
 	url     string
 	key     string
 	dataDir string
 	client  *http.Client
 }
 
-func startServer(ctx context.Context, cfg config) (*server, error) {
+func startServer(ctx context.Context, cfg config, extra ...string) (*server, error) {
 	dir, err := os.MkdirTemp("", "lizard-bench-")
 	if err != nil {
 		return nil, err
@@ -215,22 +243,51 @@ func startServer(ctx context.Context, cfg config) (*server, error) {
 	}
 	s := &server{dir: dir, proxy: proxyAddr, url: "http://" + addr, key: "lz_bench_key_0123456789abcdef", dataDir: filepath.Join(dir, "data"),
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
-	s.cmd = exec.Command(filepath.Join(dir, "lizard"), "serve", "--listen", addr, "--proxy-listen", proxyAddr, "--data-dir", s.dataDir,
-		"--template-dir", cfg.templateDir, "--runsc", cfg.runsc, "--bridge", "lizardb0", "--subnet", "10.253.0.0/16", "--log-level", "warn")
+	// A subnet and bridge of the bench's own: the tests' servers use
+	// 10.250-10.253 (and may leave their bridges behind). No admission
+	// limits: 20 concurrent creates of the default size (8 GiB each)
+	// reserve more than this node and the default project may; the bench
+	// measures speed, not policy.
+	s.args = append([]string{"serve", "--listen", addr, "--proxy-listen", proxyAddr, "--data-dir", s.dataDir,
+		"--template-dir", cfg.templateDir, "--runsc", cfg.runsc, "--bridge", cfg.bridge, "--subnet", cfg.subnet, "--log-level", "warn",
+		"--cpu-overcommit", "0", "--memory-overcommit", "0", "--default-max-vcpus", "0", "--default-max-memory-gb", "0"}, extra...)
+	if err := s.launch(); err != nil {
+		s.stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// launch starts lizard serve and returns once it answers.
+func (s *server) launch() error {
+	s.cmd = exec.Command(filepath.Join(s.dir, "lizard"), s.args...)
 	s.cmd.Env = append(os.Environ(), "LIZARD_API_KEY="+s.key)
 	s.cmd.Stderr = os.Stderr
 	if err := s.cmd.Start(); err != nil {
-		return nil, err
+		return err
 	}
-	for range 300 {
+	exited := make(chan struct{})
+	s.exited = exited
+	go func(cmd *exec.Cmd) { cmd.Wait(); close(exited) }(s.cmd)
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); {
+		select {
+		case <-exited:
+			return errors.New("lizard serve exited")
+		default:
+		}
 		if resp, err := http.Get(s.url + "/api/projects"); err == nil {
 			resp.Body.Close()
-			return s, nil
+			return nil
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
-	s.stop()
-	return nil, fmt.Errorf("lizard serve did not start")
+	return errors.New("lizard serve did not answer within 60 s")
+}
+
+// crash ends the server with SIGKILL; its sandboxes keep running.
+func (s *server) crash() {
+	s.cmd.Process.Kill()
+	<-s.exited
 }
 
 // stop ends the server (its sandboxes are killed by then) and removes its
@@ -245,9 +302,9 @@ func freeAddr() (string, error) {
 }
 
 func (s *server) stop() {
-	if s.cmd.Process != nil {
+	if s.cmd != nil && s.cmd.Process != nil {
 		s.cmd.Process.Signal(syscall.SIGTERM)
-		s.cmd.Wait()
+		<-s.exited
 	}
 	for unix.Unmount(gvisor.RunscRootFor(s.dataDir)+"/null-netns", unix.MNT_DETACH) == nil {
 	}
@@ -481,4 +538,80 @@ func benchConcurrent(ctx context.Context, s *server, raw *rawRunsc, n int) (r re
 	}
 	r.note = fmt.Sprintf("all %d succeeded; wall time for all: lizard %s, runsc %s", n, ms(lizWall), ms(rawWall))
 	return r, nil
+}
+
+// benchRestart measures a restart after kill -9 until the API answers,
+// with busy sandboxes burning CPU and, as the floor, with none.
+func benchRestart(s *server, n, busy int) (r result, err error) {
+	r.name = fmt.Sprintf("restart → listening, %d busy", busy)
+	for range n {
+		d, err := s.restart()
+		if err != nil {
+			return r, err
+		}
+		r.floor = append(r.floor, d)
+	}
+	var ids []string
+	defer func() {
+		for _, id := range ids {
+			s.kill(id)
+		}
+	}()
+	for range busy {
+		// Nano, as TestRestartBusy's: each burner takes half a CPU.
+		var sb struct {
+			SandboxID string `json:"sandboxId"`
+		}
+		if err := s.call("POST", "/api/sandboxes", map[string]any{"template": "base", "size": "nano", "timeoutMs": 600000}, &sb); err != nil {
+			return r, err
+		}
+		id := sb.SandboxID
+		ids = append(ids, id)
+		var out struct {
+			ExitCode int `json:"exitCode"`
+		}
+		if err := s.call("POST", "/api/sandboxes/"+id+"/exec", map[string]any{"cmd": "nohup sh -c 'while :; do :; done' > /dev/null 2>&1 &"}, &out); err != nil {
+			return r, err
+		}
+	}
+	for range n {
+		d, err := s.restart()
+		if err != nil {
+			return r, err
+		}
+		r.lizard = append(r.lizard, d)
+		// The next restart starts from sandboxes all reattached.
+		for _, id := range ids {
+			if err := s.waitRecovered(id); err != nil {
+				return r, err
+			}
+		}
+	}
+	r.note = fmt.Sprintf("lizard: after a kill -9, from the start of a new server until GET /api/projects answers, with %d sandboxes each burning its CPU (reattached in the background); floor: the same with no sandbox", busy)
+	return r, nil
+}
+
+// restart kills the server with SIGKILL, waits until it is gone, and
+// returns how long a new one takes from its start until it answers.
+func (s *server) restart() (time.Duration, error) {
+	s.crash()
+	t := time.Now()
+	err := s.launch()
+	return time.Since(t), err
+}
+
+// waitRecovered waits until sandbox id answers an exec again after a
+// restart (503 recovering until then).
+func (s *server) waitRecovered(id string) error {
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		err := s.execTrue(id)
+		if err == nil {
+			return nil
+		}
+		if !strings.Contains(err.Error(), ": 503 ") || time.Now().After(deadline) {
+			return fmt.Errorf("sandbox %s after a restart: %w", id, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }

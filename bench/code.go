@@ -31,25 +31,9 @@ type codeResult struct {
 
 func benchCode(s *server, cfg config, n int) (codeResult, error) {
 	var r codeResult
-	// Node resolves the SDK's bare import from the script's directory up:
-	// run a copy of the script beside the end-to-end tests' node_modules.
-	b, err := os.ReadFile("bench/code.mjs")
+	out, err := runNode("code.mjs", n, "LIZARD_API_URL="+s.url, "LIZARD_API_KEY="+s.key)
 	if err != nil {
 		return r, err
-	}
-	local, err := filepath.Abs("test/e2e/.bench-code.mjs")
-	if err != nil {
-		return r, err
-	}
-	if err := os.WriteFile(local, b, 0o644); err != nil {
-		return r, err
-	}
-	defer os.Remove(local)
-	cmd := exec.Command("node", local, fmt.Sprint(n))
-	cmd.Env = append(os.Environ(), "LIZARD_API_URL="+s.url, "LIZARD_API_KEY="+s.key)
-	out, err := cmd.Output()
-	if err != nil {
-		return r, fmt.Errorf("bench/code.mjs: %v (run `npm install` in test/e2e)", err)
 	}
 	var res struct{ Created, RoundTrips []float64 }
 	if err := json.Unmarshal(out, &res); err != nil {
@@ -63,11 +47,12 @@ func benchCode(s *server, cfg config, n int) (codeResult, error) {
 	}
 	// A Dockerfile rebuild with every step cached.
 	name := fmt.Sprintf("bench-df-%d", time.Now().UnixNano()%1e6)
-	defer removeTemplate(cfg.templateDir, name)
+	defer s.removeTemplate(name)
 	for i := range 4 {
 		t := time.Now()
 		b := exec.Command(filepath.Join(s.dir, "lizard"), "template", "build", name, "-f", "test/e2e/testdata/custom/Dockerfile",
-			"test/e2e/testdata/custom", "--template-dir", cfg.templateDir, "--runsc", cfg.runsc)
+			"test/e2e/testdata/custom", "--template-dir", cfg.templateDir, "--runsc", cfg.runsc,
+			"--project", "default", "--data-dir", s.dataDir)
 		if out, err := b.CombinedOutput(); err != nil {
 			return r, fmt.Errorf("template build: %v %s", err, out)
 		}
@@ -75,7 +60,7 @@ func benchCode(s *server, cfg config, n int) (codeResult, error) {
 			r.rebuild = append(r.rebuild, time.Since(t))
 		}
 	}
-	if err := benchStartCommand(s, cfg, n, &r); err != nil {
+	if err := benchStartCommand(s, n, &r); err != nil {
 		return r, err
 	}
 	return r, benchCodeInterpreter(s, n, &r)
@@ -147,9 +132,9 @@ const serverCmd = "sleep 1; exec python3 -m http.server --bind 127.0.0.1 8000"
 // benchStartCommand times how long a sandbox takes to answer on its
 // server's port when the server is a template's start command (kept
 // running in its ready state) and when an exec starts it after the create.
-func benchStartCommand(s *server, cfg config, n int, r *codeResult) error {
+func benchStartCommand(s *server, n int, r *codeResult) error {
 	name := fmt.Sprintf("bench-start-%d", time.Now().UnixNano()%1e6)
-	defer removeTemplate(cfg.templateDir, name)
+	defer s.removeTemplate(name)
 	df := fmt.Sprintf("FROM python\nCMD [\"sh\", \"-c\", %q]\n", serverCmd)
 	if err := s.call("POST", "/api/templates", map[string]any{"name": name, "dockerfile": df}, nil); err != nil {
 		return fmt.Errorf("build the start-command template: %w", err)
@@ -190,13 +175,39 @@ func benchStartCommand(s *server, cfg config, n int, r *codeResult) error {
 	return nil
 }
 
+// runNode runs bench/<script> with argument n and env added, and returns
+// its stdout. Node resolves the SDKs' bare imports from the script's
+// directory up: it runs a copy of the script beside the end-to-end tests'
+// node_modules.
+func runNode(script string, n int, env ...string) ([]byte, error) {
+	b, err := os.ReadFile(filepath.Join("bench", script))
+	if err != nil {
+		return nil, err
+	}
+	local, err := filepath.Abs(filepath.Join("test/e2e", ".bench-"+script))
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(local, b, 0o644); err != nil {
+		return nil, err
+	}
+	defer os.Remove(local)
+	cmd := exec.Command("node", local, fmt.Sprint(n))
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("bench/%s: %v (run `npm install` in test/e2e)", script, err)
+	}
+	return out, nil
+}
+
 // removeTemplate removes a bench template: its name and every version.
-func removeTemplate(dir, name string) {
-	os.RemoveAll(filepath.Join(dir, name))
-	os.Remove(filepath.Join(dir, ".lock-"+name))
-	vs, _ := filepath.Glob(filepath.Join(dir, ".v", name+"@*"))
-	for _, v := range vs {
-		os.RemoveAll(v)
+// (templates belong to the bench server's project, whose directory in the
+// template cache only the server knows).
+func (s *server) removeTemplate(name string) {
+	if err := s.call("DELETE", "/api/templates/"+name, nil, nil); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: remove template:", err)
 	}
 }
 

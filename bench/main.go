@@ -2,7 +2,7 @@
 // work, and prints a table (min, median, p95 over N runs, and the ratio of
 // medians). It starts its own `lizard serve` on a scratch data directory.
 //
-//	go run ./bench [-n 20] [-runsc PATH] [-template-dir DIR] [-only core,checkpoints,proxy,volume,desktop,templates]
+//	go run ./bench [-n 20] [-runsc PATH] [-template-dir DIR] [-only core,checkpoints,restart,proxy,volume,desktop,templates,e2b,durable]
 package main
 
 import (
@@ -23,6 +23,8 @@ func main() {
 	flag.StringVar(&cfg.runsc, "runsc", os.Getenv("LIZARD_RUNSC"), "runsc binary (default: runsc in PATH)")
 	flag.StringVar(&cfg.templateDir, "template-dir", envOr("LIZARD_TEMPLATE_DIR", "/var/cache/lizard/templates"), "template cache")
 	flag.StringVar(&cfg.only, "only", "", "measure only these sections, comma-separated: "+strings.Join(sections, ", "))
+	flag.StringVar(&cfg.bridge, "bridge", "lizardb0", "the bench server's sandbox bridge")
+	flag.StringVar(&cfg.subnet, "subnet", "10.254.0.0/16", "the bench server's sandbox subnet")
 	flag.Parse()
 	if err := run(ctx, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

@@ -8,11 +8,14 @@
 #   CACHE          where runsc builds and templates live (/var/cache/lizard)
 #   RUNSC_VERSION  gvisor.dev/gvisor module version to build runsc from
 #   RUNSC_LINK     where runsc is linked for PATH lookups (/usr/local/bin/runsc)
+#   VERSITYGW_VERSION  the versitygw (S3 gateway for the object-store tests
+#                  and `make cluster`) installed into $CACHE/tools/versitygw-<version>
 set -euo pipefail
 
 CACHE=${CACHE:-/var/cache/lizard}
 RUNSC_VERSION=${RUNSC_VERSION:-v0.0.0-20260905035102-160fafc42237}
 RUNSC_LINK=${RUNSC_LINK:-/usr/local/bin/runsc}
+VERSITYGW_VERSION=${VERSITYGW_VERSION:-v1.8.0}
 
 log() { printf '[deps] %s\n' "$*"; }
 die() { printf '[deps] error: %s\n' "$*" >&2; exit 1; }
@@ -81,3 +84,16 @@ if [ "$(readlink -- "$RUNSC_LINK" 2>/dev/null || true)" != "$runsc" ]; then
 	log "linked $RUNSC_LINK -> $runsc"
 fi
 log "runsc: $("$RUNSC_LINK" --version 2>/dev/null | head -n1 || echo '?')"
+
+# ---- versitygw ----
+# An S3-compatible gateway (POSIX backend) that the object-store tests
+# start on loopback (internal/objstore/vgwtest); built once per version.
+vgw="$CACHE/tools/versitygw-$VERSITYGW_VERSION/versitygw"
+if [ -x "$vgw" ]; then
+	log "versitygw $VERSITYGW_VERSION already installed: $vgw"
+else
+	log "installing versitygw $VERSITYGW_VERSION"
+	mkdir -p "$(dirname -- "$vgw")"
+	GOBIN="$(dirname -- "$vgw")" CGO_ENABLED=0 go install -trimpath "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
+	log "installed $vgw"
+fi

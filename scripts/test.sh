@@ -4,6 +4,9 @@
 # summary and exits with go test's status.
 # Packages run one at a time (-p 1): the runtime and end-to-end tests share
 # the host's cgroup tree and namespace directory and count its leftovers.
+# The end-to-end tests include the cluster's (test/e2e/cluster_test.go:
+# three nodes in network namespaces of their own on a PostgreSQL of the
+# test's own, docs/CLUSTER.md's failure table).
 #
 # Then the end-to-end tests that lean on the store run again with the servers
 # on PostgreSQL (LIZARD_E2E_DATABASE=postgres), the packages that need
@@ -26,7 +29,7 @@ fi
 
 echo "[test] go test ./... (LIZARD_TEMPLATE_DIR=${LIZARD_TEMPLATE_DIR:-} LIZARD_RUNSC=${LIZARD_RUNSC:-}; log: $log)"
 # shellcheck disable=SC2086 # GO_TEST_FLAGS is a list of flags
-go test -count=1 -p 1 -timeout 40m ${GO_TEST_FLAGS:-} ./... 2>&1 | tee "$log"
+go test -count=1 -p 1 -timeout 60m ${GO_TEST_FLAGS:-} ./... 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 
 # The end-to-end tests that lean on the store most, again with every server

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/lizard-build/lizard/internal/runtime/gvisor"
 	"github.com/lizard-build/lizard/internal/template"
 )
 
@@ -17,6 +18,7 @@ type buildFlags struct {
 	allow          listFlag
 	auth           string
 	mirror         string
+	cgroupParent   string
 }
 
 func (f *buildFlags) register(fs *flag.FlagSet) {
@@ -24,6 +26,7 @@ func (f *buildFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.subnet, "build-subnet", template.DefaultBuildSubnet.String(), "subnet of the build network (another server on the host needs another)")
 	fs.Var(&f.allow, "registry-allow", "HOST[:PORT] of a registry FROM may pull from although it is on a loopback, link-local or private address (repeatable)")
 	fs.StringVar(&f.auth, "registry-auth", "", "registry credentials for image pulls, a file in Docker's config.json format (\"auths\"); default: none")
+	fs.StringVar(&f.cgroupParent, "cgroup-parent", gvisor.DefaultCgroupParent, "this server's name on the host: sandboxes' and Dockerfile RUN steps' cgroups go under /NAME (lizard template build's RUN steps' under /NAME-build) and their network namespaces are NAME-<id>; another server on the host needs another")
 	fs.StringVar(&f.mirror, "debian-mirror", "", "Debian mirror URL for built-in templates (default: the host's, from /etc/apt/sources.list*)")
 }
 
@@ -40,11 +43,15 @@ func (f *buildFlags) options(sandboxSubnet netip.Prefix) (template.DockerfileOpt
 	if f.bridge == "" || len(f.bridge) > 15 {
 		return template.DockerfileOptions{}, fmt.Errorf("--build-bridge %q: need an interface name of 1 to 15 characters", f.bridge)
 	}
+	if err := gvisor.ValidCgroupParent(f.cgroupParent); err != nil {
+		return template.DockerfileOptions{}, fmt.Errorf("--cgroup-parent: %w", err)
+	}
 	pull, err := template.NewPullPolicy(f.allow, f.auth)
 	if err != nil {
 		return template.DockerfileOptions{}, err
 	}
-	return template.DockerfileOptions{BuildBridge: f.bridge, BuildSubnet: subnet, BuildDeny: []netip.Prefix{sandboxSubnet}, Pull: pull}, nil
+	return template.DockerfileOptions{BuildBridge: f.bridge, BuildSubnet: subnet, BuildDeny: []netip.Prefix{sandboxSubnet}, Pull: pull,
+		NetnsPrefix: f.cgroupParent}, nil
 }
 
 // listFlag collects a repeatable flag's values.

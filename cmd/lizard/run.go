@@ -28,6 +28,7 @@ const usage = `usage:
   lizard keys create --project P [--data-dir DIR | --database URL]
   lizard keys ls --project P [--data-dir DIR | --database URL]
   lizard keys revoke ID [--data-dir DIR | --database URL]
+  lizard nodes ls|drain NODE [--undo]|remove NODE --database URL   (cluster mode)
   lizard template build NAME [--if-missing] [--debian-mirror URL] [--template-dir DIR]
   lizard template build NAME -f DOCKERFILE [CONTEXT] [--project P] [--build-arg K=V]... [--runsc PATH]
         [--registry-allow HOST[:PORT]]... [--registry-auth FILE] [--build-bridge BR] [--build-subnet CIDR]
@@ -58,6 +59,8 @@ func Run(ctx context.Context, args []string) error {
 		return projects(ctx, args[1:])
 	case "keys":
 		return keys(ctx, args[1:])
+	case "nodes":
+		return nodes(ctx, args[1:])
 	case "template", "templates":
 		return templates(ctx, args[1:])
 	case "config":
@@ -227,7 +230,7 @@ func templates(ctx context.Context, args []string) error {
 		}
 		opts.Dockerfile, opts.DockerfileName, opts.Context = data, *dockerfile, context
 		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
-		rt, err := buildRuntime(rs, opts.Logger)
+		rt, err := buildRuntime(rs, bf.cgroupParent+"-build", opts.Logger)
 		if err != nil {
 			return err
 		}
@@ -325,8 +328,9 @@ func (f *buildArgFlag) Set(s string) error {
 // buildRuntime is the runtime a `lizard template build` runs RUN steps
 // with: gVisor's, making no sandboxes, with state directories of this
 // process's own (a server's runtime, and its recovery, never see them);
-// RemoveState removes them.
-func buildRuntime(runsc string, log *slog.Logger) (*gvisor.Runtime, error) {
+// RemoveState removes them. Its containers' cgroups go under cgroupParent
+// (not a server's: a server's scans and cleanups never see them).
+func buildRuntime(runsc, cgroupParent string, log *slog.Logger) (*gvisor.Runtime, error) {
 	if err := os.MkdirAll("/run/lizard", 0o755); err != nil {
 		return nil, err
 	}
@@ -334,7 +338,7 @@ func buildRuntime(runsc string, log *slog.Logger) (*gvisor.Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	rt, err := gvisor.New(gvisor.Config{Runsc: runsc, StateDir: dir, RunscRoot: filepath.Join(dir, "runsc"), Logger: log})
+	rt, err := gvisor.New(gvisor.Config{Runsc: runsc, StateDir: dir, RunscRoot: filepath.Join(dir, "runsc"), CgroupParent: cgroupParent, Logger: log})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err

@@ -22,6 +22,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/apikey"
+	"github.com/lizard-build/lizard/internal/cluster"
 	"github.com/lizard-build/lizard/internal/codeinterp"
 	"github.com/lizard-build/lizard/internal/dashboard"
 	"github.com/lizard-build/lizard/internal/disk"
@@ -64,6 +65,8 @@ type serveConfig struct {
 	build                                      buildFlags
 	maxBuildContext                            int64
 	watchInterval                              time.Duration
+	cluster                                    clusterFlags
+	objectStore                                string
 }
 
 // The default rate limit is far above what a client that waits for its
@@ -82,6 +85,7 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "API listen address")
 	fs.StringVar(&c.dataDir, "data-dir", defaultDataDir, "state directory (database, sandboxes)")
 	fs.StringVar(&c.database, "database", "", databaseUsage)
+	fs.StringVar(&c.objectStore, "object-store", "", objectStoreUsage)
 	fs.StringVar(&c.templateDir, "template-dir", defaultTemplateDir, "template cache directory")
 	fs.StringVar(&c.runsc, "runsc", "", "runsc binary (default: runsc in PATH)")
 	fs.StringVar(&c.agent, "agent", "", "lizard-agent binary (default: next to this binary)")
@@ -115,6 +119,7 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs.DurationVar(&c.sessionTTL, "dashboard-session-ttl", dashboard.DefaultTTL, "how long a dashboard sign-in lasts")
 	fs.DurationVar(&c.sessionIdle, "dashboard-session-idle", dashboard.DefaultIdle, "a dashboard session ends after this long without a request (at most --dashboard-session-ttl)")
 	c.build.register(fs)
+	c.cluster.register(fs)
 	fs.Int64Var(&c.maxBuildContext, "max-build-context", api.DefaultMaxBuildContext, "largest POST /api/templates request (Dockerfile and build context files) in bytes")
 	return fs
 }
@@ -128,6 +133,10 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	}
 	if err := c.validate(); err != nil {
+		return err
+	}
+	clusterSecret, err := c.cluster.validate(c.database)
+	if err != nil {
 		return err
 	}
 	if c.rateLimit < 0 || c.rateBurst < 1 {
@@ -147,6 +156,10 @@ func serve(ctx context.Context, args []string) error {
 		return fmt.Errorf("--usage-interval %s: must be at least 100ms", c.usageInterval)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// Every step until the API listens is timed (debug): a start must reach
+	// its listeners within a second or two whatever the host's load, and
+	// these lines say where the time went when it does not.
+	step := startupSteps(log)
 
 	if os.Geteuid() != 0 {
 		return errors.New("lizard serve must run as root: it creates network namespaces, cgroups and gVisor sandboxes")
@@ -170,12 +183,14 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	step("install agent and code interpreter")
 
 	st, err := openStore(ctx, c.dataDir, c.database)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	step("open store and migrate")
 	if err := firstStart(ctx, st, os.Stdout); err != nil {
 		return err
 	}
@@ -196,6 +211,7 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	}
 	defer apiKeys.Close()
+	step("load API keys")
 	var limiter api.Limiter
 	if c.rateLimit > 0 {
 		limiter = ratelimit.New(c.rateLimit, c.rateBurst, 0, nil)
@@ -220,15 +236,19 @@ func serve(ctx context.Context, args []string) error {
 	} else if len(migrated) > 0 {
 		log.Info("custom templates given to the default project", "project", def.Slug, "templates", migrated)
 	}
+	step("template layout migration")
 	reap, err := reaper.Start(ctx)
 	if err != nil {
 		return fmt.Errorf("become child subreaper: %w", err)
 	}
-	netm, err := network.New(network.Config{Bridge: c.bridge, Subnet: subnet, DNSUpstream: c.dnsUpstream, Run: reap.Run, Logger: log.With("component", "network")})
+	reg.RunCommand = reap.Run
+	step("start reaper")
+	netm, err := network.New(network.Config{Bridge: c.bridge, Subnet: subnet, DNSUpstream: c.dnsUpstream, NetnsPrefix: c.build.cgroupParent, Run: reap.Run, Logger: log.With("component", "network")})
 	if err != nil {
 		return err
 	}
 	defer netm.Close()
+	step("network")
 	rt, err := gvisor.New(gvisor.Config{
 		Runsc:     runsc,
 		StateDir:  filepath.Join(c.dataDir, "sandboxes"),
@@ -237,12 +257,37 @@ func serve(ctx context.Context, args []string) error {
 		Network:   netm,
 		Reaper:    reap,
 		Logger:    log.With("component", "gvisor"),
+
+		CgroupParent: c.build.cgroupParent,
 	})
 	if err != nil {
 		return err
 	}
+	step("gvisor runtime")
+	// The sandbox service and the volume manager work on the node's view
+	// of the database in cluster mode (fenced writes, this node's rows).
+	var nodeStore store.Store = st
+	var cm *clusterMode
+	if c.cluster.enabled() {
+		build, err := rt.RunscDigest(ctx)
+		if err != nil {
+			return fmt.Errorf("cluster mode: runsc build: %w", err)
+		}
+		cm, err = startCluster(ctx, c.cluster, clusterSecret, st, clusterNode{name: c.cluster.nodeName, advertise: c.cluster.advertise,
+			runscBuild: build, capacity: capacity, maxSandboxes: c.maxSandboxes, templates: reg, log: log}, limits, log)
+		if err != nil {
+			return err
+		}
+		defer cm.Close()
+		nodeStore = cm.store
+		projectLimits := limits
+		limits = func(ctx context.Context, projectID string) (store.Limits, error) {
+			l, err := projectLimits(ctx, projectID)
+			return l, cluster.Unavailable(err)
+		}
+	}
 	vols, err := volume.New(volume.Config{
-		Dir: filepath.Join(c.dataDir, "volumes"), Store: st, MaxSizeGB: c.maxVolumeGB, Run: reap.Run,
+		Dir: filepath.Join(c.dataDir, "volumes"), Store: nodeStore, MaxSizeGB: c.maxVolumeGB, Run: reap.Run,
 		Logger: log.With("component", "volume"), Disk: guard,
 		MaxProjectGB: func(ctx context.Context, projectID string) (int, error) {
 			l, err := limits(ctx, projectID)
@@ -252,22 +297,32 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	step("volumes")
 	buildOpts, err := c.build.options(subnet)
+	if err != nil {
+		return err
+	}
+	images, err := openImages(c.objectStore, log.With("component", "durable"))
 	if err != nil {
 		return err
 	}
 	mets := metrics.New()
 	svc := sandbox.New(sandbox.Config{
-		Runtime: rt, Store: st, Templates: reg, Volumes: vols,
+		Runtime: rt, Store: nodeStore, Templates: reg, Volumes: vols,
 		SnapshotDir: filepath.Join(c.dataDir, "snapshots"), ReadyDir: filepath.Join(c.dataDir, "ready"),
 		LogDir: filepath.Join(c.dataDir, "logs"), MaxSandboxes: c.maxSandboxes,
 		Logger: log.With("component", "sandbox"), Observer: mets, LogMaxBytes: c.logMaxBytes,
 		Capacity: capacity, Limits: limits, Disk: guard, CodeInterpreterPath: codeInterpPath,
+		Images: images,
 	})
 	defer svc.Close()
+	if cm != nil {
+		cm.sandboxes.Store(svc)
+	}
 	if err := svc.Recover(ctx); err != nil {
 		log.Error("recovery left some sandboxes behind; they are retried at next start", "err", err)
 	}
+	step("sandbox service and recovery start")
 	go svc.Watch(ctx, c.watchInterval)
 	go svc.SampleUsage(ctx, c.usageInterval)
 	if err := mets.Register(metrics.NewStateCollector(metrics.StateConfig{Inventory: svc, Reservations: svc, DataDir: c.dataDir, MaxSandboxes: c.maxSandboxes})); err != nil {
@@ -300,6 +355,14 @@ func serve(ctx context.Context, args []string) error {
 			return fmt.Errorf("dashboard: %w", err)
 		}
 		sessions, assets = dashboard.NewSessions(c.sessionTTL, c.sessionIdle), a
+		step("dashboard assets")
+	}
+	// In cluster mode, requests for what another node holds go there.
+	var routing *clusterRouting
+	if cm != nil {
+		if routing, err = newClusterRouting(cm.member.Self(), cm.secret, cm.db, svc, vols, log.With("component", "route")); err != nil {
+			return err
+		}
 	}
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
@@ -318,6 +381,17 @@ func serve(ctx context.Context, args []string) error {
 			return fmt.Errorf("--metrics-listen: %w", err)
 		}
 	}
+	var iln net.Listener
+	if routing != nil {
+		if iln, err = net.Listen("tcp", c.cluster.internalListen); err != nil {
+			ln.Close()
+			pln.Close()
+			if mln != nil {
+				mln.Close()
+			}
+			return fmt.Errorf("--internal-listen: %w", err)
+		}
+	}
 	useTLS := c.tlsCert != "" && c.tlsKey != ""
 	previews := previewURLs(c.domain, pln.Addr().String(), useTLS)
 	// E2B's SDKs reach port P of sandbox S at P-S.<domain>[:proxy port].
@@ -325,24 +399,31 @@ func serve(ctx context.Context, args []string) error {
 	if previews.Port != "" {
 		e2bDomain = net.JoinHostPort(c.domain, previews.Port)
 	}
+	apiCluster, previewCluster := routing.hooks()
 	e2bAPI := e2b.Handler(e2b.Config{Auth: api.Auth{Keys: apiKeys, Limiter: limiter}, Sandboxes: svc, Templates: reg,
-		Domain: e2bDomain, Logger: log.With("component", "e2b")})
+		Domain: e2bDomain, Logger: log.With("component", "e2b"), Cluster: apiCluster})
 	srv := &http.Server{
 		Handler: api.Handler(api.Config{E2B: e2bAPI, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Templates: reg, Previews: previews, Volumes: vols,
 			Builder: &templateBuilder{reg: reg, runtime: rt, run: reap.Run, dns: c.dnsUpstream, build: buildOpts, sandboxes: svc, metrics: mets,
 				log: log.With("component", "template")},
 			MaxBuildContext: c.maxBuildContext, Logger: log.With("component", "api"),
-			Metrics: mets, ServeMetrics: mln == nil, Ready: readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm),
-			Disk: guard, KeyStore: st, Sessions: sessions, Dashboard: assets}),
+			Metrics: mets, ServeMetrics: mln == nil, Ready: cm.readyChecks(readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm)),
+			Disk: guard, KeyStore: st, Sessions: sessions, Dashboard: assets, Cluster: apiCluster}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	psrv := &http.Server{
-		Handler:           proxy.Handler(proxy.Config{Domain: c.domain, TLS: useTLS, Previews: svc, E2B: svc, Logger: log.With("component", "proxy"), Metrics: mets}),
+		Handler: proxy.Handler(proxy.Config{Domain: c.domain, TLS: useTLS, Previews: svc, E2B: svc, Loopback: svc, Logger: log.With("component", "proxy"), Metrics: mets,
+			Cluster: previewCluster}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	msrv := &http.Server{Handler: mets.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	go func() { errc <- srv.Serve(ln) }()
+	isrv := &http.Server{}
+	if iln != nil {
+		isrv = routing.server(srv.Handler, psrv.Handler)
+		go func() { errc <- isrv.Serve(iln) }()
+	}
 	if mln != nil {
 		go func() { errc <- msrv.Serve(mln) }()
 	}
@@ -355,8 +436,13 @@ func serve(ctx context.Context, args []string) error {
 	}()
 	log.Info("admission", "vcpus", capacity.VCPUs, "memoryMb", capacity.MemoryMB, "maxSandboxes", c.maxSandboxes, "projectDefaults", c.limits,
 		"diskWatermarkPercent", c.diskWatermark, "logMaxBytes", c.logMaxBytes)
-	log.Info("lizard serving", "listen", ln.Addr().String(), "proxy", pln.Addr().String(), "previews", previews.Scheme+"://<sandbox>-<port>."+c.domain,
+	step("listen")
+	log.Info("lizard serving", "startup", time.Since(processStart).Round(time.Millisecond), "listen", ln.Addr().String(), "proxy", pln.Addr().String(), "previews", previews.Scheme+"://<sandbox>-<port>."+c.domain,
 		"data_dir", c.dataDir, "database", databaseKind(c.database), "templates", c.templateDir, "runsc", runsc)
+	if cm != nil {
+		log.Info("cluster mode", "node", cm.member.Self(), "incarnation", cm.member.Fence().Incarnation, "advertise", c.cluster.advertise,
+			"internal", c.cluster.internalListen, "lease", c.cluster.lease, "deadAfter", c.cluster.deadAfter)
+	}
 	select {
 	case err := <-errc:
 		return err
@@ -365,7 +451,7 @@ func serve(ctx context.Context, args []string) error {
 	log.Info("shutting down; sandboxes keep running")
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return errors.Join(srv.Shutdown(sctx), psrv.Shutdown(sctx), msrv.Shutdown(sctx))
+	return errors.Join(srv.Shutdown(sctx), psrv.Shutdown(sctx), msrv.Shutdown(sctx), isrv.Shutdown(sctx))
 }
 
 // readyChecks are what GET /readyz checks: the store answers, runsc and
@@ -409,6 +495,9 @@ func (c *serveConfig) validate() error {
 	}
 	if c.maxSandboxes < 1 {
 		return fmt.Errorf("--max-sandboxes %d: must be 1 or more", c.maxSandboxes)
+	}
+	if err := gvisor.ValidCgroupParent(c.build.cgroupParent); err != nil {
+		return fmt.Errorf("--cgroup-parent: %w", err)
 	}
 	return nil
 }
@@ -468,7 +557,7 @@ func (b *templateBuilder) BuildDockerfile(ctx context.Context, project, name str
 		Dockerfile: opts.Dockerfile, DockerfileName: "Dockerfile", Context: opts.ContextDir, BuildArgs: opts.BuildArgs,
 		ReadyCommand: opts.ReadyCommand, Runtime: b.runtime, DNSUpstream: b.dns, RunCommand: b.run,
 		BuildBridge: b.build.BuildBridge, BuildSubnet: b.build.BuildSubnet, BuildDeny: b.build.BuildDeny, Pull: b.build.Pull,
-		Logger: b.log,
+		NetnsPrefix: b.build.NetnsPrefix, Logger: b.log,
 		// The start command's ready state is part of the build: a command
 		// that fails leaves the template as it was.
 		BeforeSwitch: func(ctx context.Context, t template.Template, progress io.Writer) error {
@@ -606,4 +695,21 @@ func installFile(dir, name string, b []byte, mode os.FileMode) (string, error) {
 // internal/codeinterp) next to the agent.
 func installCodeInterpreter(dataDir string) (string, error) {
 	return installFile(filepath.Join(dataDir, "agent"), "code-interpreter-"+codeinterp.Revision()+".py", codeinterp.Program(), 0o644)
+}
+
+// processStart is when this process began (near enough: package variables
+// are set before main runs).
+var processStart = time.Now()
+
+// startupSteps returns a function that logs (debug) each step of a start
+// with how long it took since the one before, and the time since the
+// process started.
+func startupSteps(log *slog.Logger) func(name string) {
+	last := time.Now()
+	log.Debug("startup: configured", "took", last.Sub(processStart).Round(time.Millisecond))
+	return func(name string) {
+		now := time.Now()
+		log.Debug("startup: "+name, "took", now.Sub(last).Round(time.Millisecond), "sinceStart", now.Sub(processStart).Round(time.Millisecond))
+		last = now
+	}
 }

@@ -1,17 +1,20 @@
 package agent
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
 )
@@ -403,4 +406,70 @@ func statusClass(status int) error {
 		return errdefs.ErrTooLarge
 	}
 	return errdefs.ErrUnavailable
+}
+
+// DialLoopback returns a connection to port on the sandbox's loopback
+// address, through the agent (GET /forward/{port}, an upgrade): how the
+// node reaches a server bound to 127.0.0.1 only. dial makes the
+// connection to the agent, so the caller decides how it is tracked. An
+// agent without the route (older than protocol version 3) and nothing
+// listening on the port are ErrNotFound.
+func (c *Client) DialLoopback(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error), port int) (net.Conn, error) {
+	u, err := url.Parse(c.base + "/forward/" + strconv.Itoa(port))
+	if err != nil {
+		return nil, fmt.Errorf("agent forward: %w: %w", err, errdefs.ErrInvalid)
+	}
+	conn, err := dial(ctx, "tcp", u.Host)
+	if err != nil {
+		return nil, fmt.Errorf("agent forward: %w: %w", err, errdefs.ErrUnavailable)
+	}
+	// The upgrade is made on a connection of its own, which then belongs
+	// to the caller: net/http's client would hand back a body, not a conn.
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	req, _ := http.NewRequest(http.MethodGet, u.String(), nil)
+	req.Header.Set(TokenHeader, c.token)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", ForwardUpgrade)
+	br := bufio.NewReader(conn)
+	var resp *http.Response
+	if err = req.Write(conn); err == nil {
+		resp, err = http.ReadResponse(br, req)
+	}
+	if err != nil {
+		conn.Close()
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return nil, fmt.Errorf("agent forward: %w: %w", err, errdefs.ErrUnavailable)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		defer conn.Close()
+		return nil, responseError(resp)
+	}
+	if !stop() {
+		conn.Close()
+		return nil, fmt.Errorf("agent forward: %w: %w", ctx.Err(), errdefs.ErrUnavailable)
+	}
+	if br.Buffered() == 0 {
+		return conn, nil
+	}
+	return &bufferedConn{Conn: conn, r: br}, nil
+}
+
+// bufferedConn reads first what the reader of the upgrade's answer took
+// beyond it.
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *bufferedConn) Read(b []byte) (int, error) { return c.r.Read(b) }
+
+// CloseWrite half-closes the connection, as a *net.TCPConn does.
+func (c *bufferedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Conn.Close()
 }

@@ -156,8 +156,20 @@ type Health struct {
 // optional fields, never remove or change one. The server keeps the version
 // each sandbox's agent reported (Client.Version, recorded per sandbox) and
 // uses what a version added only with agents of at least that version.
-// Versions: 1 — everything above; 2 — Health reports Version.
-const ProtocolVersion = 2
+// Versions: 1 — everything above; 2 — Health reports Version; 3 — GET
+// /forward/{port}.
+const ProtocolVersion = 3
+
+// ForwardVersion is the first protocol version with GET /forward/{port}.
+const ForwardVersion = 3
+
+// ForwardUpgrade is the Upgrade token of GET /forward/{port}: the agent
+// connects to port on the sandbox's loopback address (127.0.0.1, else ::1)
+// and answers 101, after which the connection carries that port's bytes
+// both ways; nothing listening there is a 404 not_found. The node uses it
+// for servers bound to the loopback address only, which are not reachable
+// at the sandbox's own address. The agent's own port is refused (400).
+const ForwardUpgrade = "lizard-forward"
 
 // ExecRequest starts one command.
 type ExecRequest struct {

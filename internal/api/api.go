@@ -72,6 +72,9 @@ type Config struct {
 	// E2B serves E2B's REST API (internal/e2b) beside this one, under
 	// E2BPaths; nil serves none.
 	E2B http.Handler
+	// Cluster routes requests to the node that holds what they name, and
+	// places creates, in cluster mode; nil on a single server.
+	Cluster Cluster
 }
 
 // E2BPaths are the path patterns of E2B's REST API, including those lizard
@@ -104,6 +107,7 @@ type server struct {
 	ready     []ReadyCheck
 	keyStore  KeyStore
 	sessions  Sessions
+	cluster   Cluster
 }
 
 // Handler returns the API's http.Handler.
@@ -112,7 +116,7 @@ func Handler(cfg Config) http.Handler {
 		cfg.Logger = slog.Default()
 	}
 	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, templates: cfg.Templates, previews: cfg.Previews, volumes: cfg.Volumes, builder: cfg.Builder, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready, maxBuild: cfg.MaxBuildContext, disk: cfg.Disk,
-		keyStore: cfg.KeyStore, sessions: cfg.Sessions}
+		keyStore: cfg.KeyStore, sessions: cfg.Sessions, cluster: cfg.Cluster}
 	if s.maxBuild <= 0 {
 		s.maxBuild = DefaultMaxBuildContext
 	}
@@ -215,7 +219,11 @@ func (s *server) authed(h func(http.ResponseWriter, *http.Request, store.Project
 		if err == nil {
 			err = auth.allow(w, r, k)
 		}
+		forwarded := false
 		if err == nil {
+			forwarded, err = s.forward(w, r, k.Project.ID)
+		}
+		if err == nil && !forwarded {
 			r = r.WithContext(context.WithValue(r.Context(), keyIDKey{}, k.ID))
 			err = h(w, r, k.Project)
 		}
@@ -275,6 +283,15 @@ func (a Auth) allow(w http.ResponseWriter, r *http.Request, k apikey.Key) error 
 func Decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	return decode(w, r, limit, v)
 }
+
+// ReadBody reads a request body of at most limit bytes, as the Lizard API
+// does (for internal/e2b).
+func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	return readBody(w, r, limit)
+}
+
+// Unmarshal decodes a JSON body as Decode does (for internal/e2b).
+func Unmarshal(b []byte, v any) error { return unmarshal(b, v) }
 
 // decode reads a JSON body of at most limit bytes into v. An empty body is
 // accepted as {} (the SDKs send Content-Type: application/json on body-less

@@ -27,7 +27,10 @@ type sandboxInfo struct {
 	Region     *string           `json:"region"`
 	TimeoutMs  int64             `json:"timeoutMs"`
 	PauseError *string           `json:"pauseError"`
-	SnapshotID *string           `json:"snapshotId,omitempty"`
+	// DurableAt is when a paused sandbox became durable in the object
+	// store (a lizard addition; absent while only on the node's disk).
+	DurableAt  *string `json:"durableAt,omitempty"`
+	SnapshotID *string `json:"snapshotId,omitempty"`
 	// InternetAccess is false when egress is restricted; AllowedHosts is
 	// what a restricted sandbox may still reach.
 	InternetAccess bool     `json:"internetAccess"`
@@ -39,6 +42,8 @@ type sandboxInfo struct {
 	// Metrics is the latest usage sample (getInfo only; a lizard
 	// addition).
 	Metrics *usagePoint `json:"metrics,omitempty"`
+	// Node holds the sandbox (cluster mode only).
+	Node string `json:"node,omitempty"`
 }
 
 func infoOf(r sandbox.Record) sandboxInfo {
@@ -68,6 +73,10 @@ func infoOf(r sandbox.Record) sandboxInfo {
 	if r.SnapshotID != "" {
 		info.SnapshotID = &r.SnapshotID
 	}
+	if r.DurableAt != nil {
+		s := r.DurableAt.UTC().Format(time.RFC3339Nano)
+		info.DurableAt = &s
+	}
 	if r.VolumeID != "" {
 		info.VolumeID = &r.VolumeID
 	}
@@ -95,8 +104,12 @@ type createRequest struct {
 const defaultTimeoutMs = 300_000
 
 func (s *server) createSandbox(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	body, err := readBody(w, r, maxBody)
+	if err != nil {
+		return err
+	}
 	var req createRequest
-	if err := decode(w, r, maxBody, &req); err != nil {
+	if err := unmarshal(body, &req); err != nil {
 		return err
 	}
 	if err := sameProject(p, req.ProjectID); err != nil {
@@ -114,27 +127,50 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request, p store.P
 	if req.TimeoutMs != nil {
 		timeout = *req.TimeoutMs
 	}
-	if req.SnapshotID != "" {
-		rec, err := s.sandboxes.Restore(r.Context(), p.ID, req.SnapshotID, timeout)
+	create := func() error {
+		if req.SnapshotID != "" {
+			rec, err := s.sandboxes.Restore(r.Context(), p.ID, req.SnapshotID, timeout)
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusCreated, s.localInfo(rec))
+			return nil
+		}
+		rec, err := s.sandboxes.Create(r.Context(), sandbox.CreateRequest{
+			ProjectID: p.ID, Template: req.Template, Size: req.Size, TimeoutMs: timeout,
+			Region: req.Region, Metadata: req.Metadata, Envs: req.Envs, Egress: egress, Volume: vol,
+		})
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusCreated, infoOf(rec))
+		writeJSON(w, http.StatusCreated, s.localInfo(rec))
 		return nil
 	}
-	rec, err := s.sandboxes.Create(r.Context(), sandbox.CreateRequest{
-		ProjectID: p.ID, Template: req.Template, Size: req.Size, TimeoutMs: timeout,
-		Region: req.Region, Metadata: req.Metadata, Envs: req.Envs, Egress: egress, Volume: vol,
-	})
-	if err != nil {
-		return err
+	if s.cluster == nil {
+		return create()
 	}
-	writeJSON(w, http.StatusCreated, infoOf(rec))
-	return nil
+	want := Placement{Template: req.Template, Snapshot: req.SnapshotID, Volume: vol}
+	if req.SnapshotID != "" {
+		want.Template, want.Volume = "", ""
+	}
+	return s.cluster.Create(w, r, p.ID, want, body, create)
 }
 
 func (s *server) listSandboxes(w http.ResponseWriter, r *http.Request, p store.Project) error {
 	out := []sandboxInfo{}
+	if s.cluster != nil {
+		all, err := s.cluster.Sandboxes(r.Context(), p.ID)
+		if err != nil {
+			return err
+		}
+		for _, ns := range all {
+			info := infoOf(ns.Record)
+			info.Node = ns.Node
+			out = append(out, info)
+		}
+		writeJSON(w, http.StatusOK, out)
+		return nil
+	}
 	for _, rec := range s.sandboxes.List(p.ID) {
 		out = append(out, infoOf(rec))
 	}
@@ -154,7 +190,7 @@ func (s *server) getSandbox(w http.ResponseWriter, r *http.Request, p store.Proj
 	if err != nil {
 		return err
 	}
-	info := infoOf(rec)
+	info := s.localInfo(rec)
 	if u, ok := s.sandboxes.LatestUsage(rec.ID); ok {
 		pt := pointOf(u)
 		info.Metrics = &pt
@@ -203,7 +239,7 @@ func (s *server) resumeSandbox(w http.ResponseWriter, r *http.Request, p store.P
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, infoOf(rec))
+	writeJSON(w, http.StatusOK, s.localInfo(rec))
 	return nil
 }
 
@@ -239,7 +275,7 @@ func (s *server) forkSandbox(w http.ResponseWriter, r *http.Request, p store.Pro
 			out[i].Error = msg
 			continue
 		}
-		info := infoOf(*res.Sandbox)
+		info := s.localInfo(*res.Sandbox)
 		out[i].Sandbox = &info
 	}
 	writeJSON(w, http.StatusOK, out)

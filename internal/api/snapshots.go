@@ -26,6 +26,9 @@ type snapshotInfo struct {
 	Scope           string  `json:"scope"`
 	CreatedAt       string  `json:"createdAt"`
 	Error           *string `json:"error"`
+	// DurableAt is when the image became durable in the object store (a
+	// lizard addition).
+	DurableAt *string `json:"durableAt,omitempty"`
 }
 
 func snapshotOf(sn sandbox.SnapshotInfo) snapshotInfo {
@@ -37,6 +40,10 @@ func snapshotOf(sn sandbox.SnapshotInfo) snapshotInfo {
 	}
 	if sn.Region != "" {
 		info.Region = &sn.Region
+	}
+	if sn.DurableAt != nil {
+		d := sn.DurableAt.UTC().Format(time.RFC3339Nano)
+		info.DurableAt = &d
 	}
 	return info
 }
@@ -62,8 +69,17 @@ func (s *server) takeSnapshot(w http.ResponseWriter, r *http.Request, p store.Pr
 }
 
 func (s *server) listSnapshots(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	var all []sandbox.SnapshotInfo
+	if s.cluster != nil {
+		var err error
+		if all, err = s.cluster.Snapshots(r.Context(), p.ID); err != nil {
+			return err
+		}
+	} else {
+		all = s.sandboxes.Snapshots(p.ID)
+	}
 	out := []snapshotInfo{}
-	for _, sn := range s.sandboxes.Snapshots(p.ID) {
+	for _, sn := range all {
 		out = append(out, snapshotOf(sn))
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -1,7 +1,9 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"time"
 
@@ -51,8 +53,20 @@ func (s *server) createVolume(w http.ResponseWriter, r *http.Request, p store.Pr
 		Region      string `json:"region"`
 		GetOrCreate bool   `json:"getOrCreate"`
 	}
-	if err := decode(w, r, maxBody, &req); err != nil {
+	body, err := readBody(w, r, maxBody)
+	if err != nil {
 		return err
+	}
+	if err := unmarshal(body, &req); err != nil {
+		return err
+	}
+	if s.cluster != nil && req.Name != "" {
+		// A name the project has on another node is that node's to
+		// answer (getOrCreate, or the conflict).
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		if forwarded, err := s.cluster.Forward(w, r, p.ID, Ref{Kind: RefVolume, ID: req.Name}); forwarded || err != nil {
+			return err
+		}
 	}
 	v, err := s.volumes.Create(r.Context(), p.ID, req.Name, req.SizeGB, req.Region, req.GetOrCreate)
 	if err != nil {
@@ -66,7 +80,11 @@ func (s *server) listVolumes(w http.ResponseWriter, r *http.Request, p store.Pro
 	if err := sameProject(p, r.PathValue("pid")); err != nil {
 		return err
 	}
-	vs, err := s.volumes.List(r.Context(), p.ID)
+	list := s.volumes.List
+	if s.cluster != nil {
+		list = s.cluster.Volumes
+	}
+	vs, err := list(r.Context(), p.ID)
 	if err != nil {
 		return err
 	}

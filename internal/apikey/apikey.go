@@ -1,8 +1,11 @@
 // Package apikey is the server's in-memory view of the valid API keys: a
-// request's key is checked against it without a database query, so an
-// unknown key never reaches the database. The view follows the store's key
-// generation, polled every Poll, so a key revoked or created by the CLI (a
-// different process on the same database) takes effect within that time.
+// request's key is checked against it without a database query. The view
+// follows the store's key generation, polled every Poll, so a key revoked
+// by the CLI (a different process on the same database) takes effect
+// within that time; a key the view does not hold is looked for once more
+// in the database before it is refused (at most MissChecks times a second,
+// so a flood of bad keys does not reach the database), so a key the CLI
+// just created works at once.
 // When keys were last used is gathered in memory and written in one batch
 // every Flush. Only internal/api uses it; cmd/lizard wires it.
 package apikey
@@ -15,6 +18,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/ratelimit"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -29,14 +33,22 @@ type Store interface {
 const (
 	DefaultPoll  = 250 * time.Millisecond
 	DefaultFlush = 2 * time.Second
+	// DefaultMissChecks: a few database checks a second for keys the view
+	// does not hold; the poll finds the rest within DefaultPoll.
+	DefaultMissChecks = 4
 )
 
 // Config wires a Set.
 type Config struct {
-	Store  Store
-	Poll   time.Duration // how often the key generation is read (DefaultPoll)
-	Flush  time.Duration // how often last-used times are written (DefaultFlush)
-	Logger *slog.Logger
+	Store Store
+	Poll  time.Duration // how often the key generation is read (DefaultPoll)
+	Flush time.Duration // how often last-used times are written (DefaultFlush)
+	// MissChecks is how many times a second (on average, and at once) a
+	// key the view does not hold makes it look at the database before
+	// the key is refused (DefaultMissChecks).
+	MissChecks int
+	Now        func() time.Time // the clock of MissChecks (time.Now)
+	Logger     *slog.Logger
 }
 
 // Key is a valid API key: its id (not secret) and its project.
@@ -54,6 +66,8 @@ type Set struct {
 	gen  int64
 	keys map[string]Key // by hash
 
+	missChecks *ratelimit.Limiter
+
 	usedMu sync.Mutex
 	used   map[string]time.Time // by key id, since the last flush
 
@@ -70,10 +84,14 @@ func Open(ctx context.Context, cfg Config) (*Set, error) {
 	if cfg.Flush <= 0 {
 		cfg.Flush = DefaultFlush
 	}
+	if cfg.MissChecks <= 0 {
+		cfg.MissChecks = DefaultMissChecks
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Set{cfg: cfg, gen: -1, used: map[string]time.Time{}, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Set{cfg: cfg, gen: -1, used: map[string]time.Time{}, stop: make(chan struct{}), done: make(chan struct{}),
+		missChecks: ratelimit.New(float64(cfg.MissChecks), cfg.MissChecks, 1, cfg.Now)}
 	if err := s.refresh(ctx); err != nil {
 		return nil, err
 	}
@@ -82,11 +100,14 @@ func Open(ctx context.Context, cfg Config) (*Set, error) {
 }
 
 // Lookup returns the key whose secret this is and notes its use. An
-// unknown or revoked key is errdefs.ErrUnauthenticated.
+// unknown or revoked key is errdefs.ErrUnauthenticated. A key not in the
+// view is looked for in the database first, while MissChecks allows.
 func (s *Set) Lookup(secret string) (Key, error) {
-	s.mu.RLock()
-	k, ok := s.keys[store.HashKey(secret)]
-	s.mu.RUnlock()
+	hash := store.HashKey(secret)
+	k, ok := s.get(hash)
+	if !ok && s.checkMiss() {
+		k, ok = s.get(hash)
+	}
 	if !ok {
 		return Key{}, fmt.Errorf("API key: %w", errdefs.ErrUnauthenticated)
 	}
@@ -94,6 +115,28 @@ func (s *Set) Lookup(secret string) (Key, error) {
 	s.used[k.ID] = time.Now()
 	s.usedMu.Unlock()
 	return k, nil
+}
+
+func (s *Set) get(hash string) (Key, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	k, ok := s.keys[hash]
+	return k, ok
+}
+
+// checkMiss brings the view up to date for a key it does not hold, unless
+// MissChecks were spent; it reports whether it did.
+func (s *Set) checkMiss() bool {
+	if _, ok := s.missChecks.Allow(""); !ok {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.refresh(ctx); err != nil {
+		s.cfg.Logger.Warn("look for an unknown API key", "err", err)
+		return false
+	}
+	return true
 }
 
 // Reload reads the store's keys now if they changed, instead of at the next

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -26,11 +27,25 @@ var static embed.FS
 
 // asset is one file of the app, with its gzip form and an ETag.
 type asset struct {
-	name string
-	body []byte
-	gz   []byte
-	etag string
-	ct   string
+	name   string
+	body   []byte
+	etag   string
+	ct     string
+	gzOnce sync.Once
+	gz     []byte // set by gzipped
+}
+
+// gzipped is the file compressed, made on first use: compressing every
+// file at start costs a busy host's server seconds before it can listen.
+func (f *asset) gzipped() []byte {
+	f.gzOnce.Do(func() {
+		var gz bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&gz, gzip.BestCompression)
+		zw.Write(f.body)
+		zw.Close()
+		f.gz = gz.Bytes()
+	})
+	return f.gz
 }
 
 // Assets serves the app: "/" is index.html, "/dashboard/static/NAME" the
@@ -41,7 +56,7 @@ type Assets struct {
 	files map[string]*asset
 }
 
-// NewAssets loads and compresses the embedded files.
+// NewAssets loads the embedded files (each is compressed when first sent).
 func NewAssets() (*Assets, error) {
 	a := &Assets{files: map[string]*asset{}}
 	err := fs.WalkDir(static, "static", func(p string, d fs.DirEntry, err error) error {
@@ -52,17 +67,13 @@ func NewAssets() (*Assets, error) {
 		if err != nil {
 			return err
 		}
-		var gz bytes.Buffer
-		zw, _ := gzip.NewWriterLevel(&gz, gzip.BestCompression)
-		zw.Write(b)
-		zw.Close()
 		sum := sha256.Sum256(b)
 		ct := mime.TypeByExtension(path.Ext(p))
 		if ct == "" {
 			ct = "application/octet-stream"
 		}
 		name := strings.TrimPrefix(p, "static/")
-		a.files[name] = &asset{name: name, body: b, gz: gz.Bytes(), etag: `"` + hex.EncodeToString(sum[:12]) + `"`, ct: ct}
+		a.files[name] = &asset{name: name, body: b, etag: `"` + hex.EncodeToString(sum[:12]) + `"`, ct: ct}
 		return nil
 	})
 	return a, err
@@ -73,7 +84,7 @@ func NewAssets() (*Assets, error) {
 func (a *Assets) CompressedSize() int {
 	n := 0
 	for _, f := range a.files {
-		n += len(f.gz)
+		n += len(f.gzipped())
 	}
 	return n
 }
@@ -105,7 +116,7 @@ func (a *Assets) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body := f.body
 	if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
 		h.Set("Content-Encoding", "gzip")
-		body = f.gz
+		body = f.gzipped()
 	}
 	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(body))
 }

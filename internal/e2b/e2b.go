@@ -48,6 +48,10 @@ type Config struct {
 	// domain, with its port unless it is the scheme's default).
 	Domain string
 	Logger *slog.Logger
+	// Cluster routes per-sandbox requests to the sandbox's node, places
+	// creates and lists every node's sandboxes in cluster mode; nil on a
+	// single server.
+	Cluster api.Cluster
 }
 
 type server struct {
@@ -56,6 +60,7 @@ type server struct {
 	templates Templates
 	domain    string
 	log       *slog.Logger
+	cluster   api.Cluster
 }
 
 // maxBody bounds request bodies.
@@ -66,7 +71,7 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &server{auth: cfg.Auth, sandboxes: cfg.Sandboxes, templates: cfg.Templates, domain: cfg.Domain, log: cfg.Logger}
+	s := &server{auth: cfg.Auth, sandboxes: cfg.Sandboxes, templates: cfg.Templates, domain: cfg.Domain, log: cfg.Logger, cluster: cfg.Cluster}
 	mux := http.NewServeMux()
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request, store.Project) error) {
 		mux.Handle(pattern, s.authed(h))
@@ -95,7 +100,13 @@ func Handler(cfg Config) http.Handler {
 func (s *server) authed(h func(http.ResponseWriter, *http.Request, store.Project) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, err := s.auth.Project(w, r)
-		if err == nil {
+		forwarded := false
+		if err == nil && s.cluster != nil {
+			if id := r.PathValue("id"); id != "" {
+				forwarded, err = s.cluster.Forward(w, r, p.ID, api.Ref{Kind: api.RefSandbox, ID: id})
+			}
+		}
+		if err == nil && !forwarded {
 			err = h(w, r, p)
 		}
 		if err != nil {

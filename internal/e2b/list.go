@@ -192,13 +192,28 @@ func (s *server) list(w http.ResponseWriter, r *http.Request, p store.Project) e
 	if err != nil {
 		return err
 	}
-	recs, next := lq.page(s.sandboxes.List(p.ID))
+	all := s.sandboxes.List(p.ID)
+	usage := s.latestUsage
+	if s.cluster != nil {
+		// Every node's sandboxes, each with its node's latest sample.
+		ns, err := s.cluster.Sandboxes(r.Context(), p.ID)
+		if err != nil {
+			return err
+		}
+		all = make([]sandbox.Record, len(ns))
+		samples := make(map[string]*sandbox.UsageSample, len(ns))
+		for i, n := range ns {
+			all[i], samples[n.Record.ID] = n.Record, n.Usage
+		}
+		usage = func(id string) *sandbox.UsageSample { return samples[id] }
+	}
+	recs, next := lq.page(all)
 	if next != "" {
 		w.Header().Set("X-Next-Token", next)
 	}
 	out := make([]detail, len(recs))
 	for i, rec := range recs {
-		out[i] = s.listed(rec)
+		out[i] = listed(rec, usage(rec.ID))
 	}
 	api.WriteJSON(w, http.StatusOK, out)
 	return nil

@@ -114,8 +114,12 @@ func optionalTimeout(w http.ResponseWriter, r *http.Request) (int64, error) {
 }
 
 func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	body, err := api.ReadBody(w, r, maxBody)
+	if err != nil {
+		return err
+	}
 	var req newSandbox
-	if err := api.Decode(w, r, maxBody, &req); err != nil {
+	if err := api.Unmarshal(body, &req); err != nil {
 		return err
 	}
 	tpl := req.TemplateID
@@ -160,16 +164,22 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project)
 	if err != nil {
 		return err
 	}
-	rec, err := s.sandboxes.Create(r.Context(), sandbox.CreateRequest{
-		ProjectID: p.ID, Template: tpl, Size: sandboxSize, TimeoutMs: timeout, Metadata: req.Metadata, Envs: req.EnvVars,
-		Egress: egress, E2B: true, Secure: req.Secure != nil && *req.Secure, PrivateTraffic: private,
-		AutoPause: req.AutoPause != nil && *req.AutoPause,
-	})
-	if err != nil {
-		return err
+	create := func() error {
+		rec, err := s.sandboxes.Create(r.Context(), sandbox.CreateRequest{
+			ProjectID: p.ID, Template: tpl, Size: sandboxSize, TimeoutMs: timeout, Metadata: req.Metadata, Envs: req.EnvVars,
+			Egress: egress, E2B: true, Secure: req.Secure != nil && *req.Secure, PrivateTraffic: private,
+			AutoPause: req.AutoPause != nil && *req.AutoPause,
+		})
+		if err != nil {
+			return err
+		}
+		api.WriteJSON(w, http.StatusCreated, s.infoOf(rec))
+		return nil
 	}
-	api.WriteJSON(w, http.StatusCreated, s.infoOf(rec))
-	return nil
+	if s.cluster == nil {
+		return create()
+	}
+	return s.cluster.Create(w, r, p.ID, api.Placement{Template: tpl}, body, create)
 }
 
 // e2bSandbox returns the project's sandbox made through the E2B API;
@@ -219,6 +229,14 @@ func (s *server) connect(w http.ResponseWriter, r *http.Request, p store.Project
 	}
 	status := http.StatusOK
 	if rec.Status != sandbox.StatusRunning {
+		// A sandbox paused at its deadline has no time left: the timeout
+		// asked for is set first, so it counts from the resume and the
+		// old deadline cannot pause it again on the way.
+		if timeout > 0 {
+			if err := s.sandboxes.SetTimeout(r.Context(), p.ID, rec.ID, timeout); err != nil {
+				return err
+			}
+		}
 		if rec, err = s.sandboxes.Resume(r.Context(), p.ID, rec.ID); err != nil {
 			return err
 		}
@@ -285,11 +303,20 @@ type lifecycle struct {
 	AutoResume bool   `json:"autoResume"`
 }
 
+// latestUsage is the latest usage sample of a sandbox of this node; nil
+// before the first.
+func (s *server) latestUsage(id string) *sandbox.UsageSample {
+	if u, ok := s.sandboxes.LatestUsage(id); ok {
+		return &u
+	}
+	return nil
+}
+
 // listed is rec as E2B lists it; its disk size is what the latest usage
-// sample saw of the sandbox's disk limit (0 before the first).
-func (s *server) listed(rec sandbox.Record) detail {
+// sample u saw of the sandbox's disk limit (0 before the first).
+func listed(rec sandbox.Record, u *sandbox.UsageSample) detail {
 	var disk int64
-	if u, ok := s.sandboxes.LatestUsage(rec.ID); ok {
+	if u != nil {
 		disk = u.DiskTotal >> 20
 	}
 	end := rec.StartedAt.Add(time.Duration(rec.TimeoutMs) * time.Millisecond)
@@ -316,7 +343,7 @@ func (s *server) get(w http.ResponseWriter, r *http.Request, p store.Project) er
 	if err != nil {
 		return err
 	}
-	d := s.listed(rec)
+	d := listed(rec, s.latestUsage(rec.ID))
 	d.EnvdAccessToken = rec.EnvdToken
 	if s.domain != "" {
 		d.Domain = &s.domain

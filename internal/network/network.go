@@ -37,6 +37,11 @@ type Config struct {
 	// subnet of another lizard bridge: the build network denies the
 	// sandboxes', so RUN steps reach no sandbox).
 	Deny []netip.Prefix
+	// NetnsPrefix names the endpoints' network namespaces
+	// (/run/netns/<prefix>-<id>); "" means DefaultNetnsPrefix. Servers
+	// sharing a host pass prefixes of their own, so that each one's scans
+	// of /run/netns see only its own namespaces.
+	NetnsPrefix string
 	// Run runs a command (iptables) and waits for it; nil runs it plainly.
 	// A server that is a child subreaper passes its reaper's Run, so that
 	// the command's status is not reaped away from under it.
@@ -72,6 +77,10 @@ type Manager struct {
 
 const netnsDir = "/run/netns"
 
+// DefaultNetnsPrefix is the prefix of the namespaces' names unless
+// Config.NetnsPrefix says otherwise.
+const DefaultNetnsPrefix = "lizard"
+
 // New makes sure the bridge exists, is up and carries the gateway address.
 func New(cfg Config) (*Manager, error) {
 	if !cfg.Subnet.Addr().Is4() || cfg.Subnet.Bits() > 30 {
@@ -81,6 +90,9 @@ func New(cfg Config) (*Manager, error) {
 	gw := cfg.Subnet.Addr().Next()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.NetnsPrefix == "" {
+		cfg.NetnsPrefix = DefaultNetnsPrefix
 	}
 	if err := checkSubnetFree(cfg.Bridge, cfg.Subnet); err != nil {
 		return nil, err
@@ -262,11 +274,12 @@ func isBroadcast(a netip.Addr, p netip.Prefix) bool {
 	return v&mask == mask
 }
 
-// names derives the namespace and host veth names from a sandbox id; veth
-// names are limited to 15 bytes, so they use a hash.
-func names(id string) (nsName, hostVeth string) {
+// names derives the namespace and host veth names from a sandbox id and
+// the namespace prefix; veth names are limited to 15 bytes, so they use a
+// hash.
+func names(prefix, id string) (nsName, hostVeth string) {
 	h := sha256.Sum256([]byte(id))
-	return "lizard-" + id, "lzv" + hex.EncodeToString(h[:])[:11]
+	return prefix + "-" + id, "lzv" + hex.EncodeToString(h[:])[:11]
 }
 
 // Setup creates the namespace, the veth pair and the addressing for sandbox
@@ -301,7 +314,7 @@ func (m *Manager) Rebuild(id string, ep Endpoint, e Egress) error {
 }
 
 func (m *Manager) setup(id string, addr netip.Addr) (ep Endpoint, err error) {
-	nsName, hostVeth := names(id)
+	nsName, hostVeth := names(m.cfg.NetnsPrefix, id)
 	ep = Endpoint{Netns: netnsDir + "/" + nsName, HostVeth: hostVeth, Addr: addr, Gateway: m.gateway, Bits: m.cfg.Subnet.Bits()}
 	defer func() {
 		if err != nil {
@@ -435,12 +448,25 @@ func newNamedNetns(name string) (netns.NsHandle, error) {
 	return ns, err
 }
 
-// EndpointFor returns the names an endpoint for id would have, without an
+// EndpointFor returns the names an endpoint for id would have under
+// namespace prefix (Config.NetnsPrefix, "" for the default), without an
 // address; enough for Teardown of a leftover.
-func EndpointFor(id string) Endpoint {
-	nsName, hostVeth := names(id)
+func EndpointFor(prefix, id string) Endpoint {
+	if prefix == "" {
+		prefix = DefaultNetnsPrefix
+	}
+	nsName, hostVeth := names(prefix, id)
 	return Endpoint{Netns: netnsDir + "/" + nsName, HostVeth: hostVeth}
 }
+
+// EndpointFor is the package's EndpointFor under m's namespace prefix.
+func (m *Manager) EndpointFor(id string) Endpoint { return EndpointFor(m.cfg.NetnsPrefix, id) }
+
+// NetnsPrefix is the prefix of m's namespaces' names: /run/netns/<prefix>-<id>.
+func (m *Manager) NetnsPrefix() string { return m.cfg.NetnsPrefix }
+
+// Bridge is the name of the bridge m's endpoints hang on.
+func (m *Manager) Bridge() string { return m.cfg.Bridge }
 
 // Ready checks that the bridge sandboxes hang on exists and is up.
 func (m *Manager) Ready() error {

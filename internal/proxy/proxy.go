@@ -25,6 +25,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -52,6 +53,14 @@ type Previews interface {
 	PreviewAddr(ctx context.Context, sandboxID string, port int) (string, error)
 }
 
+// LoopbackDialer reaches servers that listen on a sandbox's loopback
+// address only (127.0.0.1), which its own address does not serve.
+type LoopbackDialer interface {
+	// DialLoopback connects to port on the loopback address inside a
+	// running sandbox (through its agent).
+	DialLoopback(ctx context.Context, sandboxID string, port int) (net.Conn, error)
+}
+
 // Config wires the proxy.
 type Config struct {
 	Domain   string // e.g. "sandbox.localhost"
@@ -59,10 +68,27 @@ type Config struct {
 	Previews Previews
 	// E2B routes E2B-addressed requests (e2b.go); nil serves only
 	// lizard-addressed ones.
-	E2B    E2BTargets
-	Logger *slog.Logger
+	E2B E2BTargets
+	// Loopback, when not nil, is asked for a connection when nothing
+	// listens on the port at the sandbox's address: a server bound to
+	// 127.0.0.1 in the sandbox is reachable as if bound to every address.
+	Loopback LoopbackDialer
+	Logger   *slog.Logger
 	// Metrics counts requests and bytes; nil counts nothing.
 	Metrics Recorder
+	// Cluster sends the previews of sandboxes on other nodes to their
+	// node in cluster mode; nil: every sandbox is this server's.
+	Cluster Forwarder
+}
+
+// Forwarder answers previews of sandboxes that live on another node.
+type Forwarder interface {
+	// ForwardPreview answers r on the node of sandbox id when that is
+	// another node, which then checks the token, and reports whether it
+	// did and with which outcome (as Recorder names them). It answers
+	// nothing for a sandbox of this node, an unknown or lost one, or a
+	// request a peer forwarded.
+	ForwardPreview(w http.ResponseWriter, r *http.Request, id string) (outcome string, handled bool)
 }
 
 // Recorder is told of each request: its outcome (forwarded, redirected,
@@ -89,13 +115,25 @@ type addrKey struct{}
 type target struct{ sandbox, addr string }
 
 // dial connects to the address of the request's target; the address in
-// the URL only names the pool.
-func dial(ctx context.Context, network, _ string) (net.Conn, error) {
+// the URL only names the pool. A port that nothing listens on at that
+// address is tried on the sandbox's loopback address, where servers bound
+// to 127.0.0.1 listen (a user starting one expects its preview to work).
+func (p *proxy) dial(ctx context.Context, network, _ string) (net.Conn, error) {
 	t, ok := ctx.Value(addrKey{}).(target)
 	if !ok {
 		return nil, errors.New("proxy: dial without a target")
 	}
-	return (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext(ctx, network, t.addr)
+	c, err := (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext(ctx, network, t.addr)
+	if err == nil || p.cfg.Loopback == nil || !errors.Is(err, syscall.ECONNREFUSED) {
+		return c, err
+	}
+	_, ps, _ := net.SplitHostPort(t.addr)
+	port, _ := strconv.Atoi(ps)
+	lc, lerr := p.cfg.Loopback.DialLoopback(ctx, t.sandbox, port)
+	if lerr != nil {
+		return nil, fmt.Errorf("%w (loopback: %w)", err, lerr)
+	}
+	return lc, nil
 }
 
 // bufferPool lends the reverse proxy 64 KiB copy buffers.
@@ -147,7 +185,7 @@ func Handler(cfg Config) http.Handler {
 			}
 		},
 		Transport: &http.Transport{
-			DialContext:         dial,
+			DialContext:         p.dial,
 			MaxIdleConnsPerHost: 32,
 			IdleConnTimeout:     90 * time.Second,
 		},
@@ -189,7 +227,15 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request) string {
 	id, port, hostErr := ParseHost(r.Host, p.cfg.Domain)
 	if hostErr != nil && p.cfg.E2B != nil {
 		if id, port, ok := e2bAddress(r, p.cfg.Domain); ok {
+			if outcome, ok := p.forward(w, r, id); ok {
+				return outcome
+			}
 			return p.serveE2B(w, r, id, port)
+		}
+	}
+	if hostErr == nil {
+		if outcome, ok := p.forward(w, r, id); ok {
+			return outcome
 		}
 	}
 	want := p.decoy
@@ -236,6 +282,15 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request) string {
 	ctx := context.WithValue(context.WithValue(r.Context(), addrKey{}, target{id, addr}), outcomeKey{}, &outcome)
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
 	return outcome
+}
+
+// forward sends the request to the sandbox's node when that is another
+// one (cluster mode).
+func (p *proxy) forward(w http.ResponseWriter, r *http.Request, id string) (string, bool) {
+	if p.cfg.Cluster == nil {
+		return "", false
+	}
+	return p.cfg.Cluster.ForwardPreview(w, r, id)
 }
 
 // outcomeKey holds the outcome the error handler changes.

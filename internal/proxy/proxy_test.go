@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -211,5 +212,51 @@ func TestMetrics(t *testing.T) {
 	}
 	if rec.out < int64(len("got hello")) {
 		t.Errorf("bytes out %d, want at least %d", rec.out, len("got hello"))
+	}
+}
+
+// loopbackTo is a LoopbackDialer that reaches one address for sandbox
+// "down" and records what it was asked.
+type loopbackTo struct {
+	addr  string
+	asked []string
+}
+
+func (l *loopbackTo) DialLoopback(ctx context.Context, id string, port int) (net.Conn, error) {
+	l.asked = append(l.asked, fmt.Sprintf("%s:%d", id, port))
+	if id != "down" {
+		return nil, errdefs.ErrNotFound
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", l.addr)
+}
+
+// TestLoopbackFallback: a port nothing listens on at the sandbox's
+// address is tried on its loopback address; if nothing answers there
+// either, the answer is the usual 502.
+func TestLoopbackFallback(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("loopback server"))
+	}))
+	defer up.Close()
+	lb := &loopbackTo{addr: strings.TrimPrefix(up.URL, "http://")}
+	h := Handler(Config{Domain: "d.test", Previews: &fakePreviews{}, Loopback: lb})
+	req := httptest.NewRequest("GET", "http://down-80.d.test/", nil)
+	req.Header.Set(TokenHeader, "down-token")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK || rec.Body.String() != "loopback server" {
+		t.Fatalf("through the loopback: %d %q", rec.Code, rec.Body)
+	}
+	if len(lb.asked) != 1 || lb.asked[0] != "down:1" {
+		t.Fatalf("loopback asked for %v, want [down:1] (the port of the refused address)", lb.asked)
+	}
+
+	lb.addr = "127.0.0.1:1"
+	h = Handler(Config{Domain: "d.test", Previews: &fakePreviews{}, Loopback: lb})
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusBadGateway {
+		t.Fatalf("nothing on the loopback either: %d %q", rec.Code, rec.Body)
 	}
 }

@@ -1,6 +1,7 @@
 // Package ratelimit is a token bucket per key (an API key's id): Rate
 // requests a second on average, Burst at once. The number of buckets kept
-// is bounded. Only internal/api uses it; cmd/lizard configures it.
+// is bounded. internal/api uses it for requests (cmd/lizard configures it),
+// internal/apikey for its database checks of unknown keys.
 package ratelimit
 
 import (

@@ -120,6 +120,16 @@ type Checkpointer interface {
 	Restore(ctx context.Context, spec Spec, dir string) (Sandbox, error)
 }
 
+// PauseImager is implemented by Checkpointers whose pause image is a
+// directory of plain files: the sandbox service makes it durable in an
+// object store after Pause and, when it is missing (the node lost it, or
+// the sandbox comes from another node), downloads it there before Resume.
+type PauseImager interface {
+	// PauseImage is the directory Pause writes sandbox id's image into and
+	// Resume reads it from. It exists only while the sandbox is paused.
+	PauseImage(id string) string
+}
+
 // RunSpec is a command to run to its end in a container of its own (see
 // Runner): a template build's step.
 type RunSpec struct {

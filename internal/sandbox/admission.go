@@ -105,37 +105,17 @@ func (s *Service) limits(ctx context.Context, project string) (store.Limits, err
 }
 
 // checkAdmit decides whether need fits: the project's quota first (429
-// quota_exceeded), then the node's capacity (503 capacity).
+// quota_exceeded), then the node's capacity (503 capacity). Cluster
+// admission (store.Cluster.PutSandboxFenced) decides by the same rules.
 func checkAdmit(lim store.Limits, node Capacity, maxSandboxes int, nodeUse, projUse, need usage) error {
-	if err := checkQuota(lim, projUse, need); err != nil {
-		return err
-	}
-	full := func(unit string, used, capacity, needs float64, show func(float64) string) error {
-		return &errdefs.Exceeded{Unit: unit, Limit: capacity, InUse: used, Needed: needs,
-			Err: fmt.Errorf("node capacity: %s %s of %s reserved, this needs %s; retry later: %w", unit, show(used), show(capacity), show(needs), errdefs.ErrCapacity)}
-	}
-	switch {
-	case need.Sandboxes > 0 && maxSandboxes > 0 && nodeUse.Sandboxes+need.Sandboxes > maxSandboxes:
-		return full("sandboxes", float64(nodeUse.Sandboxes), float64(maxSandboxes), float64(need.Sandboxes), fmtCPU)
-	case need.VCPUs > 0 && node.VCPUs > 0 && nodeUse.VCPUs+need.VCPUs > node.VCPUs+1e-9:
-		return full("vcpu", nodeUse.VCPUs, node.VCPUs, need.VCPUs, fmtCPU)
-	case need.MemoryMB > 0 && node.MemoryMB > 0 && nodeUse.MemoryMB+need.MemoryMB > node.MemoryMB:
-		return full("memory-gb", gib(nodeUse.MemoryMB), gib(node.MemoryMB), gib(need.MemoryMB), fmtGiB)
-	}
-	return nil
+	a := store.Admission{NodeVCPUs: node.VCPUs, NodeMemoryMB: node.MemoryMB, MaxSandboxes: maxSandboxes, Limits: lim}
+	return a.Check(store.Usage(nodeUse), store.Usage(projUse), store.Usage(need))
 }
 
 // checkQuota decides whether need fits the project's limits.
 func checkQuota(lim store.Limits, projUse, need usage) error {
-	switch {
-	case need.Sandboxes > 0 && lim.Sandboxes > 0 && projUse.Sandboxes+need.Sandboxes > lim.Sandboxes:
-		return quotaError(store.LimitSandboxes, float64(projUse.Sandboxes), float64(lim.Sandboxes), float64(need.Sandboxes))
-	case need.VCPUs > 0 && lim.VCPUs > 0 && projUse.VCPUs+need.VCPUs > float64(lim.VCPUs)+1e-9:
-		return quotaError(store.LimitVCPUs, projUse.VCPUs, float64(lim.VCPUs), need.VCPUs)
-	case need.MemoryMB > 0 && lim.MemoryGB > 0 && projUse.MemoryMB+need.MemoryMB > int64(lim.MemoryGB)<<10:
-		return quotaError(store.LimitMemoryGB, gib(projUse.MemoryMB), float64(lim.MemoryGB), gib(need.MemoryMB))
-	}
-	return nil
+	a := store.Admission{Limits: lim}
+	return a.Check(store.Usage{}, store.Usage(projUse), store.Usage(need))
 }
 
 // quotaError is the refusal of needed more of limit to a project that
@@ -148,7 +128,7 @@ func gib(mb int64) float64 { return float64(mb) / 1024 }
 
 func fmtCPU(v float64) string { return store.FormatAmount(v) }
 
-func fmtGiB(gb float64) string { return fmtCPU(gb) + " GiB" }
+func fmtGiB(gb float64) string { return store.FormatGiB(gb) }
 
 // admit decides, without reserving, whether n more sandboxes of rec's size
 // would fit now: the early refusal of work that reserves later (a fork's
@@ -289,8 +269,8 @@ func StoredUsage(ctx context.Context, st store.Store) (map[string]Usage, error) 
 	}
 	for _, sb := range sbs {
 		var rec Record
-		if err := json.Unmarshal(sb.Spec, &rec); err != nil {
-			continue
+		if sb.Status == store.SandboxLost || json.Unmarshal(sb.Spec, &rec) != nil {
+			continue // lost with its cluster node: holds nothing
 		}
 		h := holds(sb.Status, rec.CPUs, rec.MemoryMB)
 		u := out[sb.ProjectID]

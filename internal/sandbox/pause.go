@@ -70,7 +70,11 @@ func (s *Service) Pause(ctx context.Context, projectID, id string) (err error) {
 	s.mu.Unlock()
 	s.log.Info("sandbox paused", "sandbox", id, "took", time.Since(start))
 	s.logs.event(id, "paused")
-	return s.persist(context.WithoutCancel(ctx), rec)
+	if err := s.persist(context.WithoutCancel(ctx), rec); err != nil {
+		return err
+	}
+	s.makePauseDurable(e, id)
+	return nil
 }
 
 // setStatus puts e back to status (running after a failed pause, paused
@@ -125,9 +129,17 @@ func (s *Service) Resume(ctx context.Context, projectID, id string) (_ Record, e
 	e.since = start
 	s.mu.Unlock()
 	s.setStatus(e, StatusResuming, "")
-	if err := s.cp.Resume(ctx, id); err != nil {
+	// The upload reads the image that the resume consumes.
+	s.stopUpload(PauseImageName(id))
+	if dir := s.pauseImage(id); dir != "" {
+		err = s.materialize(ctx, PauseImageName(id), dir)
+	}
+	if err == nil {
+		err = s.cp.Resume(ctx, id)
+	}
+	if err != nil {
 		s.log.Error("resume failed; the sandbox stays paused", "sandbox", id, "err", err)
-		s.setStatus(e, StatusPaused, "")
+		s.resumeFailed(e, id)
 		return Record{}, fmt.Errorf("resume sandbox %q: %w", id, err)
 	}
 	s.mu.Lock()
@@ -136,7 +148,12 @@ func (s *Service) Resume(ctx context.Context, projectID, id string) (_ Record, e
 	if err := waitReady(ctx, ag, s.cfg.AgentReadyTimeout); err != nil {
 		// It runs but does not answer: pause it again so nothing is lost.
 		s.cp.Pause(context.WithoutCancel(ctx), id)
+		s.mu.Lock()
+		e.rec.DurableAt = nil
+		s.mu.Unlock()
 		s.setStatus(e, StatusPaused, "")
+		s.dropDurable(PauseImageName(id))
+		s.makePauseDurable(e, id)
 		return Record{}, fmt.Errorf("resume sandbox %q: agent did not answer: %w", id, err)
 	}
 	s.mu.Lock()
@@ -147,9 +164,12 @@ func (s *Service) Resume(ctx context.Context, projectID, id string) (_ Record, e
 		e.rec.EndAt = deadline(time.Now().UTC(), e.rec.RemainingMs)
 	}
 	e.rec.RemainingMs = 0
+	e.rec.DurableAt = nil
 	s.armLocked(e)
 	rec := e.rec
 	s.mu.Unlock()
+	// Its image is gone: so go the objects that kept it.
+	s.dropDurable(PauseImageName(id))
 	s.log.Info("sandbox resumed", "sandbox", id, "took", time.Since(start))
 	s.logs.event(id, "resumed")
 	return rec, s.persist(context.WithoutCancel(ctx), rec)

@@ -197,3 +197,29 @@ func (s *Service) E2BTarget(id string, port int) (proxy.E2BTarget, error) {
 		Addr: net.JoinHostPort(host, strconv.Itoa(port)), Envd: port == agent.Port, TrafficToken: rec.TrafficToken,
 	}, nil
 }
+
+var _ proxy.LoopbackDialer = (*Service)(nil)
+
+// DialLoopback implements proxy.LoopbackDialer: a connection to port on
+// the loopback address of a running sandbox, through its agent, for
+// servers that listen on 127.0.0.1 only. The connection is one of the
+// agent's, so a kill or pause cuts it. The proxy calls it only for
+// requests it has admitted.
+func (s *Service) DialLoopback(ctx context.Context, id string, port int) (net.Conn, error) {
+	if port == agent.Port {
+		return nil, fmt.Errorf("port %d is the agent's: %w", port, errdefs.ErrInvalid)
+	}
+	s.mu.Lock()
+	e, ok := s.sandboxes[id]
+	if !ok || e.gone || e.rec.Status != StatusRunning || e.agent == nil || e.conns == nil {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("sandbox %q is not running: %w", id, errdefs.ErrUnavailable)
+	}
+	ag, conns, version := e.agent, e.conns, e.rec.AgentVersion
+	s.mu.Unlock()
+	if version < agent.ForwardVersion {
+		// The agent of an older image has no GET /forward.
+		return nil, fmt.Errorf("sandbox %q: its agent (protocol %d) cannot reach its loopback address: %w", id, version, errdefs.ErrUnavailable)
+	}
+	return ag.DialLoopback(ctx, conns.dial, port)
+}

@@ -261,6 +261,10 @@ func (s *Service) reattach(ctx context.Context, rec Record, st runtime.State) er
 		switch rec.Status {
 		case StatusPaused, StatusResuming:
 			// The resume went through before the crash.
+			if rec.DurableAt != nil {
+				rec.DurableAt = nil
+				defer s.dropDurable(PauseImageName(rec.ID))
+			}
 			rec.EndAt = deadline(time.Now().UTC(), rec.RemainingMs)
 			rec.RemainingMs = 0
 			rec.Status = StatusRunning
@@ -280,6 +284,9 @@ func (s *Service) reattach(ctx context.Context, rec Record, st runtime.State) er
 	s.sandboxes[rec.ID] = e
 	s.armLocked(e)
 	s.mu.Unlock()
+	if rec.Status == StatusPaused && rec.DurableAt == nil {
+		s.makePauseDurable(e, rec.ID) // the server stopped before it was
+	}
 	s.log.Info("recover: reattached", "sandbox", rec.ID, "status", rec.Status)
 	return nil
 }
@@ -320,7 +327,7 @@ func (s *Service) recoverSnapshots(ctx context.Context) error {
 			s.cfg.Store.DeleteSnapshot(ctx, r.ID)
 			continue
 		}
-		if _, err := os.Stat(filepath.Join(s.snapshotDir(snap.ID), "checkpoint.img")); err != nil {
+		if _, err := os.Stat(filepath.Join(s.snapshotDir(snap.ID), "checkpoint.img")); err != nil && (snap.DurableAt == nil || s.cfg.Images == nil) {
 			s.log.Warn("recover: snapshot image missing, removing the snapshot", "snapshot", snap.ID)
 			s.cfg.Store.DeleteSnapshot(ctx, r.ID)
 			continue
@@ -330,9 +337,13 @@ func (s *Service) recoverSnapshots(ctx context.Context) error {
 			snap.Rootfs = s.knownRootfs("", snap.ProjectID, snap.Template)
 			s.putSnapshot(ctx, snap)
 		}
+		se := &snapEntry{snap: snap}
 		s.mu.Lock()
-		s.snapshots[snap.ID] = &snapEntry{snap: snap}
+		s.snapshots[snap.ID] = se
 		s.mu.Unlock()
+		if snap.DurableAt == nil {
+			s.makeSnapshotDurable(se) // the server stopped before it was
+		}
 	}
 	ents, _ := os.ReadDir(s.cfg.SnapshotDir)
 	for _, e := range ents {

@@ -83,6 +83,9 @@ type Config struct {
 	// (internal/codeinterp), mounted read-only in the sandboxes of the
 	// templates that run it (template.NeedsCodeInterpreter); "": none.
 	CodeInterpreterPath string
+	// Images keeps pause images and snapshots durable in an object store
+	// (durable.Images); nil: they live only on this node's disk.
+	Images Images
 }
 
 // DefaultMaxSandboxes is the cap on live sandboxes unless configured.
@@ -124,6 +127,10 @@ type Service struct {
 	// bgCtx is the context of background work; Close cancels it.
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
+	// imageJobs holds the last background job on each image in the object
+	// store, by name (guarded by mu); matMu serializes downloads of images.
+	imageJobs map[string]*imageJob
+	matMu     sync.Mutex
 }
 
 // entry is one live sandbox. desktop serializes its desktop's starts and
@@ -168,6 +175,10 @@ type Record struct {
 	// paused sandbox's deadline does not run. 0 with no deadline.
 	RemainingMs int64  `json:"remainingMs,omitempty"`
 	PauseError  string `json:"pauseError,omitempty"`
+	// DurableAt is when the paused sandbox's image was made durable in the
+	// object store (any node can resume it from there); nil while it is
+	// only on this node's disk, and when not paused.
+	DurableAt *time.Time `json:"durableAt,omitempty"`
 	// SnapshotID names the snapshot the sandbox was restored from; PoolOf
 	// the snapshot whose warm pool holds it (status pooled).
 	SnapshotID string `json:"snapshotId,omitempty"`
@@ -229,7 +240,8 @@ func New(cfg Config) *Service {
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, log: cfg.Logger, cp: cp, logs: newLogs(cfg.LogDir, cfg.LogMaxBytes), sandboxes: map[string]*entry{},
 		snapshots: map[string]*snapEntry{}, readyJobs: map[readyKey]*readyJob{}, readyFailed: map[readyKey]time.Time{}, launching: map[string]string{},
-		pending: map[string]reservation{}, snapPending: map[string]int{}, recovering: map[string]Record{}, bgCtx: bgCtx, bgCancel: bgCancel}
+		pending: map[string]reservation{}, snapPending: map[string]int{}, recovering: map[string]Record{}, bgCtx: bgCtx, bgCancel: bgCancel,
+		imageJobs: map[string]*imageJob{}}
 }
 
 // CreateRequest is a validated create.
@@ -681,6 +693,7 @@ func (s *Service) destroy(ctx context.Context, id string) error {
 		return fmt.Errorf("destroy sandbox %q: %w", id, err)
 	}
 	s.logs.remove(id)
+	s.dropDurable(PauseImageName(id))
 	if s.cfg.Volumes != nil {
 		if err := s.cfg.Volumes.Detach(ctx, id); err != nil {
 			s.log.Error("detach volume", "sandbox", id, "err", err)
@@ -835,4 +848,32 @@ func mergeEnv(tplEnv []string, envs map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// DestroyLost destroys every sandbox of this server that keep rejects, as
+// a kill does, and returns their ids: a cluster node that was declared
+// dead or removed while it ran them (their rows were marked lost) calls it
+// when it learns so (internal/cluster). Sandboxes still being recovered
+// are left to recovery.
+func (s *Service) DestroyLost(ctx context.Context, keep func(id string) bool) []string {
+	s.mu.Lock()
+	var lost []*entry
+	for id, e := range s.sandboxes {
+		if !keep(id) {
+			lost = append(lost, e)
+		}
+	}
+	s.mu.Unlock()
+	var ids []string
+	for _, e := range lost {
+		e.mu.Lock()
+		if s.take(e) {
+			s.log.Warn("sandbox lost with this node's membership, destroying", "sandbox", e.rec.ID)
+			s.logs.event(e.rec.ID, "lost: this node was declared dead")
+			s.destroy(ctx, e.rec.ID)
+			ids = append(ids, e.rec.ID)
+		}
+		e.mu.Unlock()
+	}
+	return ids
 }

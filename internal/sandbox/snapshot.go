@@ -55,6 +55,9 @@ type Snapshot struct {
 	E2B            bool `json:"e2b,omitempty"`
 	Secure         bool `json:"secure,omitempty"`
 	PrivateTraffic bool `json:"privateTraffic,omitempty"`
+	// DurableAt is when the image was made durable in the object store
+	// (nil: only on this node's disk).
+	DurableAt *time.Time `json:"durableAt,omitempty"`
 }
 
 // SnapshotInfo is a snapshot with its pool's state.
@@ -135,6 +138,7 @@ func (s *Service) TakeSnapshot(ctx context.Context, projectID, id, name string, 
 	release()
 	s.log.Info("snapshot taken", "snapshot", snap.ID, "sandbox", id)
 	s.logs.event(id, "snapshot %s taken", snap.ID)
+	s.makeSnapshotDurable(se)
 	s.fillPool(se)
 	return s.snapshotInfo(se), nil
 }
@@ -279,6 +283,7 @@ func (s *Service) DeleteSnapshot(ctx context.Context, projectID, id string) erro
 	delete(s.snapshots, id)
 	s.mu.Unlock()
 	s.trimPool(ctx, se)
+	s.dropDurable(SnapshotImageName(id))
 	if err := s.cfg.Store.DeleteSnapshot(ctx, id); err != nil {
 		return err
 	}
@@ -390,6 +395,13 @@ func (s *Service) restoreCopy(ctx context.Context, rec Record, snap Snapshot, di
 		return Record{}, err
 	}
 	rec.Rootfs = rootfs
+	if dir == s.snapshotDir(snap.ID) {
+		// Not on this node's disk (lost, or taken on another node): from
+		// the object store.
+		if err := s.materialize(ctx, SnapshotImageName(snap.ID), dir); err != nil {
+			return Record{}, fmt.Errorf("restore snapshot %s: %w", snap.ID, err)
+		}
+	}
 	size, err := LookupSize(snap.Size)
 	if err != nil {
 		return Record{}, err

@@ -79,6 +79,12 @@ const (
 // or removed while it ran.
 const SandboxLost = "lost"
 
+// NotReserving are the statuses of live sandbox rows that hold no vCPUs or
+// memory (what Nodes sums as reserved skips them, with lost rows): paused,
+// as the single-node admission counts (a sandbox being paused still holds
+// its memory until it is paused).
+var NotReserving = []string{"paused"}
+
 // NodeInfo is what a node reports of itself when it registers and on each
 // heartbeat.
 type NodeInfo struct {

@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -83,13 +84,13 @@ func (r *Registry) build(ctx context.Context, name string, progress io.Writer, i
 		}
 	}
 	rep.printf("building %s (%s, debootstrap --variant=%s) from %s", name, rec.Suite, rec.Variant, mirror)
-	if err := runDebootstrap(ctx, deb, rec, rootfs, mirror, lock.f, rep); err != nil {
+	if err := runDebootstrap(ctx, r.RunCommand, deb, rec, rootfs, mirror, lock.f, rep); err != nil {
 		return Template{}, fmt.Errorf("build template %q: %w", name, err)
 	}
 
 	rep.setStep(stepFinish)
 	if len(rec.Install) > 0 {
-		if err := aptInstall(ctx, rootfs, rec.Install, lock.f, rep); err != nil {
+		if err := aptInstall(ctx, r.RunCommand, rootfs, rec.Install, lock.f, rep); err != nil {
 			return Template{}, fmt.Errorf("build template %q: %w", name, err)
 		}
 	}
@@ -97,13 +98,13 @@ func (r *Registry) build(ctx context.Context, name string, progress io.Writer, i
 		if err := ctx.Err(); err != nil {
 			return Template{}, fmt.Errorf("build template %q: %w", name, err)
 		}
-		if err := s.Run(ctx, rootfs); err != nil {
+		if err := s.Run(ctx, rootfs, r.RunCommand); err != nil {
 			return Template{}, fmt.Errorf("build template %q: %s: %w", name, s.Desc, err)
 		}
 	}
 	for _, argv := range rec.Check {
 		rep.printf("checking: %s", strings.Join(argv, " "))
-		if err := runInRootfs(ctx, rootfs, lock.f, rep, rep.toolLine, argv...); err != nil {
+		if err := runInRootfs(ctx, r.RunCommand, rootfs, lock.f, rep, rep.toolLine, argv...); err != nil {
 			return Template{}, fmt.Errorf("build template %q: %w", name, toolFailed(ctx, "check "+strings.Join(argv, " "), err, rep))
 		}
 	}
@@ -420,18 +421,18 @@ func (l *buildLock) unlock() {
 // ---- debootstrap ----
 
 // runDebootstrap runs debootstrap into rootfs, feeding its output to rep.
-func runDebootstrap(ctx context.Context, deb string, rec recipe, rootfs, mirror string, lockFile *os.File, rep *reporter) error {
+func runDebootstrap(ctx context.Context, run RunFunc, deb string, rec recipe, rootfs, mirror string, lockFile *os.File, rep *reporter) error {
 	args := []string{"--variant=" + rec.Variant}
 	if len(rec.Packages) > 0 {
 		args = append(args, "--include="+strings.Join(rec.Packages, ","))
 	}
 	args = append(args, rec.Suite, rootfs, mirror)
 
-	cmd := exec.Command(deb, args...)
+	cmd := exec.CommandContext(ctx, deb, args...)
 	cmd.Dir = "/"
 	cmd.Env = toolEnv()
 	rep.setStep(stepResolve)
-	werr := runTool(ctx, cmd, lockFile, rep, rep.debootstrapLine)
+	werr := runTool(ctx, run, cmd, lockFile, rep, rep.debootstrapLine)
 	if werr == nil || ctx.Err() != nil {
 		return werr
 	}
@@ -458,13 +459,17 @@ func runDebootstrap(ctx context.Context, deb string, rec recipe, rootfs, mirror 
 	return fmt.Errorf("debootstrap: %v: %w", werr, errdefs.ErrUnavailable)
 }
 
-// runTool runs cmd (a build tool: debootstrap, apt-get) to its end, feeding
+// runTool runs cmd (a build tool: debootstrap, apt-get; made with
+// exec.CommandContext(ctx)) to its end with run (nil: cmd.Run), feeding
 // each line of its output to onLine. The tool gets the lock file as an extra
 // descriptor so that, should this process die, the lock stays held until
 // the tool is gone too. On cancellation the process group gets SIGTERM
 // (debootstrap then unmounts what it mounted) and SIGKILL 15 s later; the
 // result is then ctx.Err().
-func runTool(ctx context.Context, cmd *exec.Cmd, lockFile *os.File, rep *reporter, onLine func(string)) error {
+func runTool(ctx context.Context, run RunFunc, cmd *exec.Cmd, lockFile *os.File, rep *reporter, onLine func(string)) error {
+	if run == nil {
+		run = (*exec.Cmd).Run
+	}
 	rep.clearTail()
 	lw := &lineWriter{fn: onLine}
 	cmd.Stdout = lw
@@ -475,40 +480,40 @@ func runTool(ctx context.Context, cmd *exec.Cmd, lockFile *os.File, rep *reporte
 	}
 	cmd.SysProcAttr.Setpgid = true
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGTERM
-	cmd.WaitDelay = 10 * time.Second
-
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", filepath.Base(cmd.Path), err)
+	cmd.Cancel = func() error {
+		rep.printf("cancelling (%v)", ctx.Err())
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
 	}
-	pgid := cmd.Process.Pid
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	// After Cancel: the leader is killed this long after the SIGTERM
+	// (and the rest of its group below); also how long output is read
+	// after it exits.
+	cmd.WaitDelay = 15 * time.Second
 
-	tick := time.NewTicker(5 * time.Second)
-	defer tick.Stop()
-	ctxDone := ctx.Done()
-	var kill <-chan time.Time
-	var werr error
-wait:
-	for {
-		select {
-		case werr = <-done:
-			break wait
-		case <-tick.C:
-			rep.heartbeat(15 * time.Second)
-		case <-ctxDone:
-			ctxDone = nil
-			rep.printf("cancelling (%v)", ctx.Err())
-			syscall.Kill(-pgid, syscall.SIGTERM)
-			kill = time.After(15 * time.Second)
-		case <-kill:
-			kill = nil
-			syscall.Kill(-pgid, syscall.SIGKILL)
+	stop := make(chan struct{})
+	var beats sync.WaitGroup
+	beats.Add(1)
+	go func() {
+		defer beats.Done()
+		tick := time.NewTicker(5 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				rep.heartbeat(15 * time.Second)
+			}
 		}
-	}
+	}()
+	werr := run(cmd)
+	close(stop)
+	beats.Wait()
 	lw.Flush()
+	if cmd.Process == nil {
+		return fmt.Errorf("start %s: %w", filepath.Base(cmd.Path), werr)
+	}
 	if ctx.Err() != nil {
-		syscall.Kill(-pgid, syscall.SIGKILL) // stragglers of the group, if any
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // stragglers of the group, if any
 		return ctx.Err()
 	}
 	return werr
@@ -550,14 +555,14 @@ func logTail(path string, n int) []string {
 	return lines
 }
 
-// chrootRun runs prog (a path inside rootfs) chrooted into rootfs. It is
-// only used on trees this package has just built.
-func chrootRun(ctx context.Context, rootfs, prog string, args ...string) error {
+// chrootRun runs prog (a path inside rootfs) chrooted into rootfs, with run
+// (nil: cmd.Run). It is only used on trees this package has just built.
+func chrootRun(ctx context.Context, run RunFunc, rootfs, prog string, args ...string) error {
 	cmd := exec.CommandContext(ctx, prog, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: rootfs}
 	cmd.Dir = "/"
 	cmd.Env = []string{"PATH=" + hostPath, "LC_ALL=C", "HOME=/root", "DEBIAN_FRONTEND=noninteractive"}
-	out, err := cmd.CombinedOutput()
+	out, err := combinedOutput(run, cmd)
 	if err != nil {
 		return fmt.Errorf("%s %s: %v: %s", prog, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}

@@ -6,14 +6,20 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lizard-build/lizard/internal/reaper"
 )
 
 func TestParseMountsUnder(t *testing.T) {
@@ -272,4 +278,82 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestBuildToolsRunCommand: the commands of a built-in build (debootstrap,
+// the chroot's) go through the registry's RunCommand, so that in a server
+// (a child subreaper) they run through its reaper: their exit statuses
+// come back intact while the reaper reaps, and a cancelled tool's group is
+// stopped.
+func TestBuildToolsRunCommand(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("chroot needs root")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reap, err := reaper.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Int32
+	run := func(cmd *exec.Cmd) error {
+		ran.Add(1)
+		return reap.Run(cmd)
+	}
+	exitCode := func(err error) int {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			t.Fatalf("want an exit status, got %v", err)
+		}
+		return ee.ExitCode()
+	}
+	for i := range 20 {
+		if err := chrootRun(ctx, run, "/", "/bin/sh", "-c", "exit 0"); err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+	}
+	if err := chrootRun(ctx, run, "/", "/bin/sh", "-c", "exit 3"); err == nil || !strings.Contains(err.Error(), "exit status 3") {
+		t.Fatalf("chroot command: %v, want exit status 3", err)
+	}
+	lock, err := os.CreateTemp(t.TempDir(), "lock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	rep := newReporter(nil, "test")
+	if code := exitCode(runInRootfs(ctx, run, "/", lock, rep, func(string) {}, "sh", "-c", "exit 4")); code != 4 {
+		t.Fatalf("command in the build chroot: exit %d, want 4", code)
+	}
+
+	// Cancelled once it runs: the group (sh and its sleep) is stopped.
+	tctx, tcancel := context.WithCancel(ctx)
+	defer tcancel()
+	cmd := exec.CommandContext(tctx, "sh", "-c", "sleep 1000 & echo $!; wait")
+	var sleeper string
+	err = runTool(tctx, run, cmd, lock, rep, func(line string) {
+		sleeper = line
+		tcancel()
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled tool: %v, want context.Canceled", err)
+	}
+	if n := ran.Load(); n != 23 {
+		t.Fatalf("%d commands went through RunCommand, want 23", n)
+	}
+	pid, err := strconv.Atoi(sleeper)
+	if err != nil {
+		t.Fatalf("the tool's sleep: %q", sleeper)
+	}
+	// The sleep was SIGTERMed with its group: gone, or a zombie the
+	// reaper has yet to collect.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil || strings.Contains(string(b), ") Z ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cancelled tool's sleep (pid %d) still runs", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -485,7 +485,7 @@ func (b *dbuild) network(ctx context.Context) (*network.Manager, error) {
 		return nil, err
 	}
 	m, err := network.New(network.Config{Bridge: b.opts.BuildBridge, Subnet: b.opts.BuildSubnet, DNSUpstream: b.opts.DNSUpstream,
-		Deny: b.opts.BuildDeny, Run: b.opts.RunCommand, Logger: b.opts.Logger})
+		Deny: b.opts.BuildDeny, NetnsPrefix: b.opts.NetnsPrefix, Run: b.opts.RunCommand, Logger: b.opts.Logger})
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("build network (bridge %s, subnet %s; see --build-bridge, --build-subnet): %w", b.opts.BuildBridge, b.opts.BuildSubnet, err)
@@ -596,18 +596,9 @@ func (b *dbuild) run(ctx context.Context, rootfs string, st dfStep) (err error) 
 	return fmt.Errorf("%s: %w", msg, errdefs.ErrInvalid)
 }
 
-// combinedOutput runs cmd with opts.RunCommand, like cmd.CombinedOutput:
-// in a server that is a child subreaper, a command not run through its
-// reaper could have its exit status reaped from under it ("waitid: no child
-// processes").
+// combinedOutput runs cmd with opts.RunCommand (see combinedOutput).
 func (b *dbuild) combinedOutput(cmd *exec.Cmd) ([]byte, error) {
-	if b.opts.RunCommand == nil {
-		return cmd.CombinedOutput()
-	}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := b.opts.RunCommand(cmd)
-	return out.Bytes(), err
+	return combinedOutput(b.opts.RunCommand, cmd)
 }
 
 // ---- users ----

@@ -61,6 +61,10 @@ type DockerfileOptions struct {
 	BuildBridge string
 	BuildSubnet netip.Prefix
 	BuildDeny   []netip.Prefix
+	// NetnsPrefix is the prefix of the RUN steps' network namespaces'
+	// names ("" means network.DefaultNetnsPrefix): servers sharing a host
+	// pass their own (--cgroup-parent). Their cgroups are Runtime's.
+	NetnsPrefix string
 	// Pull says which registries FROM may pull images from and with what
 	// credentials; nil: public addresses only, anonymously.
 	Pull *PullPolicy
@@ -86,6 +90,20 @@ type DockerfileOptions struct {
 
 // RunFunc runs a command to its end, like (*exec.Cmd).Run.
 type RunFunc func(*exec.Cmd) error
+
+// combinedOutput runs cmd with run (nil: cmd.Run), like cmd.CombinedOutput:
+// in a server that is a child subreaper, a command not run through its
+// reaper could have its exit status reaped from under it ("waitid: no child
+// processes").
+func combinedOutput(run RunFunc, cmd *exec.Cmd) ([]byte, error) {
+	if run == nil {
+		return cmd.CombinedOutput()
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := run(cmd)
+	return out.Bytes(), err
+}
 
 // stepKind says what an instruction does to the build.
 type stepKind int

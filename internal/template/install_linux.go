@@ -28,12 +28,12 @@ exec "$@"`
 
 // runInRootfs runs argv chrooted into rootfs (a tree this package has just
 // built) with /proc mounted, feeding its output to onLine.
-func runInRootfs(ctx context.Context, rootfs string, lockFile *os.File, rep *reporter, onLine func(string), argv ...string) error {
-	cmd := exec.Command("/bin/sh", append([]string{"-c", mountScript, "sh"}, argv...)...)
+func runInRootfs(ctx context.Context, run RunFunc, rootfs string, lockFile *os.File, rep *reporter, onLine func(string), argv ...string) error {
+	cmd := exec.CommandContext(ctx, "/bin/sh", append([]string{"-c", mountScript, "sh"}, argv...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: rootfs, Unshareflags: syscall.CLONE_NEWNS}
 	cmd.Dir = "/"
 	cmd.Env = chrootEnv()
-	return runTool(ctx, cmd, lockFile, rep, onLine)
+	return runTool(ctx, run, cmd, lockFile, rep, onLine)
 }
 
 // chrootEnv is the environment of programs run in a build chroot: nothing
@@ -59,7 +59,7 @@ const policyRCD = "#!/bin/sh\nexit 101\n"
 // aptInstall installs pkgs (and what they depend on, without recommends)
 // into rootfs with the rootfs's own apt-get, from the sources debootstrap
 // configured: the mirror the template was bootstrapped from.
-func aptInstall(ctx context.Context, rootfs string, pkgs []string, lockFile *os.File, rep *reporter) error {
+func aptInstall(ctx context.Context, run RunFunc, rootfs string, pkgs []string, lockFile *os.File, rep *reporter) error {
 	rep.printf("installing with apt-get: %s", strings.Join(pkgs, " "))
 	rcd := filepath.Join(rootfs, "usr", "sbin", "policy-rc.d")
 	if err := replaceFile(rcd, []byte(policyRCD), 0o755); err != nil {
@@ -67,13 +67,13 @@ func aptInstall(ctx context.Context, rootfs string, pkgs []string, lockFile *os.
 	}
 	apt := []string{"apt-get", "-q", "-y", "-o", "Acquire::Retries=3", "-o", "Dpkg::Use-Pty=0"}
 	prog := &aptProgress{rep: rep}
-	if err := runInRootfs(ctx, rootfs, lockFile, rep, prog.line, append(apt, "update")...); err != nil {
+	if err := runInRootfs(ctx, run, rootfs, lockFile, rep, prog.line, append(apt, "update")...); err != nil {
 		return toolFailed(ctx, "apt-get update", err, rep)
 	}
 	install := append(apt,
 		"-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold",
 		"install", "--no-install-recommends")
-	if err := runInRootfs(ctx, rootfs, lockFile, rep, prog.line, append(install, pkgs...)...); err != nil {
+	if err := runInRootfs(ctx, run, rootfs, lockFile, rep, prog.line, append(install, pkgs...)...); err != nil {
 		return toolFailed(ctx, "apt-get install", err, rep)
 	}
 	rep.setDetail("")

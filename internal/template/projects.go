@@ -46,7 +46,7 @@ func (r *Registry) Project(project string) (*Registry, error) {
 	}
 	top := r.top()
 	return &Registry{
-		dir: filepath.Join(top.dir, projectsDir, project), Mirror: top.Mirror, Debootstrap: top.Debootstrap,
+		dir: filepath.Join(top.dir, projectsDir, project), Mirror: top.Mirror, Debootstrap: top.Debootstrap, RunCommand: top.RunCommand,
 		parent: top, project: project,
 	}, nil
 }

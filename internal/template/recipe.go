@@ -44,10 +44,10 @@ func (r recipe) allPackages() []string {
 }
 
 // postStep is one configuration step of a new rootfs. Steps may run programs
-// inside the rootfs only through chrootRun.
+// inside the rootfs only through chrootRun, with run (nil: cmd.Run).
 type postStep struct {
 	Desc string
-	Run  func(ctx context.Context, rootfs string) error
+	Run  func(ctx context.Context, rootfs string, run RunFunc) error
 }
 
 // basePackages are in every built-in template (debootstrap --include).
@@ -146,7 +146,7 @@ func AliasesOf(name string) []string {
 // works as it does on other sandbox platforms: a sandbox is disposable, so
 // there is no system to protect from pip, and agents expect plain
 // `pip install` to succeed.
-var allowPip = postStep{"letting pip install packages", func(_ context.Context, rootfs string) error {
+var allowPip = postStep{"letting pip install packages", func(_ context.Context, rootfs string, _ RunFunc) error {
 	matches, err := filepath.Glob(filepath.Join(rootfs, "usr", "lib", "python3*", "EXTERNALLY-MANAGED"))
 	if err != nil {
 		return err
@@ -164,7 +164,7 @@ var allowPip = postStep{"letting pip install packages", func(_ context.Context, 
 // MPLBACKEND in the environment: ipykernel selects the inline backend (plots
 // as image/png results) only when MPLBACKEND is unset, and the environment
 // variable would override it.
-var aggBackend = postStep{"making Agg matplotlib's default backend", func(_ context.Context, rootfs string) error {
+var aggBackend = postStep{"making Agg matplotlib's default backend", func(_ context.Context, rootfs string, _ RunFunc) error {
 	p := filepath.Join(rootfs, "etc", "matplotlibrc")
 	old, err := os.ReadFile(p)
 	if err != nil && !os.IsNotExist(err) {
@@ -187,14 +187,14 @@ var aggBackend = postStep{"making Agg matplotlib's default backend", func(_ cont
 // addUser creates group and user name with uid = gid = id, home
 // /home/<name> owned by it and shell /bin/bash, using the rootfs's own
 // groupadd/useradd in a chroot.
-func addUser(name string, id int) func(context.Context, string) error {
-	return func(ctx context.Context, rootfs string) error {
+func addUser(name string, id int) func(context.Context, string, RunFunc) error {
+	return func(ctx context.Context, rootfs string, run RunFunc) error {
 		ids := fmt.Sprint(id)
-		if err := chrootRun(ctx, rootfs, "/usr/sbin/groupadd", "--gid", ids, name); err != nil {
+		if err := chrootRun(ctx, run, rootfs, "/usr/sbin/groupadd", "--gid", ids, name); err != nil {
 			return err
 		}
 		home := "/home/" + name
-		if err := chrootRun(ctx, rootfs, "/usr/sbin/useradd",
+		if err := chrootRun(ctx, run, rootfs, "/usr/sbin/useradd",
 			"--uid", ids, "--gid", ids, "--home-dir", home, "--create-home",
 			"--shell", "/bin/bash", "--comment", name, name); err != nil {
 			return err
@@ -209,7 +209,7 @@ func addUser(name string, id int) func(context.Context, string) error {
 }
 
 // makeLizardDir creates the empty /.lizard mount point.
-func makeLizardDir(_ context.Context, rootfs string) error {
+func makeLizardDir(_ context.Context, rootfs string, _ RunFunc) error {
 	p := filepath.Join(rootfs, ".lizard")
 	if err := os.Mkdir(p, 0o755); err != nil && !os.IsExist(err) {
 		return err
@@ -224,13 +224,13 @@ ff02::2	ip6-allrouters
 `
 
 // writeHosts writes an /etc/hosts that does not depend on a hostname.
-func writeHosts(_ context.Context, rootfs string) error {
+func writeHosts(_ context.Context, rootfs string, _ RunFunc) error {
 	return replaceFile(filepath.Join(rootfs, "etc", "hosts"), []byte(hostsFile), 0o644)
 }
 
 // removeHostFiles removes /etc/hostname, which debootstrap copies from the
 // build host: the sandbox's hostname comes from the runtime.
-func removeHostFiles(_ context.Context, rootfs string) error {
+func removeHostFiles(_ context.Context, rootfs string, _ RunFunc) error {
 	err := os.Remove(filepath.Join(rootfs, "etc", "hostname"))
 	if err != nil && !os.IsNotExist(err) {
 		return err
@@ -240,7 +240,7 @@ func removeHostFiles(_ context.Context, rootfs string) error {
 
 // cleanApt removes downloaded packages and package lists; `apt-get update`
 // inside a sandbox brings the lists back.
-func cleanApt(_ context.Context, rootfs string) error {
+func cleanApt(_ context.Context, rootfs string, _ RunFunc) error {
 	for _, pattern := range []string{
 		"var/cache/apt/archives/*.deb",
 		"var/cache/apt/*.bin",

@@ -27,7 +27,7 @@ func TestDesktopRecipe(t *testing.T) {
 
 	rootfs := t.TempDir()
 	for _, s := range desktopPost {
-		if err := s.Run(context.Background(), rootfs); err != nil {
+		if err := s.Run(context.Background(), rootfs, nil); err != nil {
 			t.Fatalf("%s: %v", s.Desc, err)
 		}
 	}

@@ -132,7 +132,7 @@ func TestAggBackend(t *testing.T) {
 	}
 	rc := filepath.Join(rootfs, "etc", "matplotlibrc")
 	// Without a matplotlibrc: one is written.
-	if err := aggBackend.Run(context.Background(), rootfs); err != nil {
+	if err := aggBackend.Run(context.Background(), rootfs, nil); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(rc); string(b) != "backend: Agg\n" {
@@ -142,7 +142,7 @@ func TestAggBackend(t *testing.T) {
 	if err := os.WriteFile(rc, []byte("#backend: Agg\nbackend      : TkAgg\nfont.size: 10"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := aggBackend.Run(context.Background(), rootfs); err != nil {
+	if err := aggBackend.Run(context.Background(), rootfs, nil); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(rc); string(b) != "#backend: Agg\nfont.size: 10\nbackend: Agg\n" {
@@ -159,14 +159,14 @@ func TestAllowPip(t *testing.T) {
 	if err := os.WriteFile(marker, []byte("[externally-managed]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := allowPip.Run(context.Background(), rootfs); err != nil {
+	if err := allowPip.Run(context.Background(), rootfs, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(marker); !os.IsNotExist(err) {
 		t.Errorf("marker still there: %v", err)
 	}
 	// Nothing to remove is fine.
-	if err := allowPip.Run(context.Background(), rootfs); err != nil {
+	if err := allowPip.Run(context.Background(), rootfs, nil); err != nil {
 		t.Error(err)
 	}
 }

@@ -170,6 +170,11 @@ type Registry struct {
 	// Debootstrap is the debootstrap program; "" means "debootstrap" from
 	// PATH, falling back to /usr/sbin/debootstrap.
 	Debootstrap string
+	// RunCommand runs the commands of Build and EnsureBuilt (debootstrap,
+	// the build chroot's commands) to their end; nil means cmd.Run. A
+	// server passes its reaper's Run, so that its child subreaper does
+	// not take their exit statuses.
+	RunCommand RunFunc
 
 	// Of a project's registry (see Project): the top registry, holding
 	// the built-in templates, and the project.

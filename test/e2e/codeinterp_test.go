@@ -273,6 +273,8 @@ func TestCodeInterpreter(t *testing.T) {
 			map[string]any{"code": "1", "language": "cobol"},
 			map[string]any{"code": "1", "language": "python", "context_id": "x"},
 			map[string]any{"code": "1", "env_vars": map[string]any{"A": 1}},
+			map[string]any{"code": "1", "language": "typescript"},
+			map[string]any{"code": "1", "language": "bash", "env_vars": map[string]any{"A-B": "x"}},
 			[]int{1},
 		} {
 			resp, _ := c.call(t, "POST", "/execute", b)
@@ -282,6 +284,11 @@ func TestCodeInterpreter(t *testing.T) {
 			}
 			if body := readAll(t, resp); resp.StatusCode != 400 || json.Unmarshal([]byte(body), &e) != nil || e.Code != 400 || e.Message == "" {
 				t.Errorf("execute %v: %d %s", b, resp.StatusCode, body)
+			}
+			// A language without a kernel names the ones there are.
+			if m, ok := b.(map[string]any); ok && (m["language"] == "cobol" || m["language"] == "typescript") &&
+				!strings.Contains(e.Message, "supported: bash, javascript, python") {
+				t.Errorf("execute %v: message %q does not name the supported languages", b, e.Message)
 			}
 		}
 		resp, _ := c.call(t, "POST", "/contexts", map[string]any{"cwd": "/nonexistent"})

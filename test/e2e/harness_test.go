@@ -158,13 +158,21 @@ func startServer(t *testing.T, dataDir string, extraArgs ...string) *server {
 // listeners are the node's; the test reaches it at the node's address.
 func startServerOn(t *testing.T, node *testNode, dataDir string, extraArgs ...string) *server {
 	t.Helper()
-	requirements(t)
-	bin := build(t)
 	if dataDir == "" {
 		dataDir = t.TempDir()
 	}
-	s := &server{t: t, bin: bin, dataDir: dataDir, templateDir: serverTemplateDir(t, dataDir), db: databaseFor(t, dataDir), key: "lz_e2e_test_key_0123456789abcdef", extra: extraArgs, node: node}
+	s := newServerOn(t, node, dataDir, databaseFor(t, dataDir), extraArgs...)
 	s.start()
+	return s
+}
+
+// newServerOn is a server not started yet, on dataDir and database db
+// ("" for SQLite), whose end the test's cleanup sees to.
+func newServerOn(t *testing.T, node *testNode, dataDir, db string, extraArgs ...string) *server {
+	t.Helper()
+	requirements(t)
+	bin := build(t)
+	s := &server{t: t, bin: bin, dataDir: dataDir, templateDir: serverTemplateDir(t, dataDir), db: db, key: "lz_e2e_test_key_0123456789abcdef", extra: extraArgs, node: node}
 	t.Cleanup(func() {
 		s.stop()
 		if t.Failed() {
@@ -176,6 +184,14 @@ func startServerOn(t *testing.T, node *testNode, dataDir string, extraArgs ...st
 		for unix.Unmount(filepath.Join(root, "null-netns"), unix.MNT_DETACH) == nil {
 		}
 		os.RemoveAll(root)
+		// So does a cgroup parent of its own (runsc makes it, nothing
+		// removes it; rmdir leaves it if a sandbox is still in it).
+		if p := s.cgroupParent(); p != gvisor.DefaultCgroupParent {
+			dirs, _ := filepath.Glob(filepath.Join(cgroupRoot, "*", p))
+			for _, d := range append(dirs, filepath.Join(cgroupRoot, p)) {
+				os.Remove(d)
+			}
+		}
 	})
 	return s
 }
@@ -221,9 +237,17 @@ func (s *server) launch() error {
 		// A namespace of the test's own: every port is free.
 		addr, proxyAddr = s.node.addr.String()+":8080", s.node.addr.String()+":8081"
 	}
+	// A test that names its addresses (the last of each flag wins) gets
+	// them.
+	if a := lastFlag(s.extra, "--listen"); a != "" {
+		addr = a
+	}
+	if a := lastFlag(s.extra, "--proxy-listen"); a != "" {
+		proxyAddr = a
+	}
 	s.url, s.proxy = "http://"+addr, proxyAddr
 	args := append([]string{"serve", "--listen", addr, "--proxy-listen", proxyAddr, "--template-dir", s.templateDir,
-		"--bridge", "lizarde0", "--subnet", "10.252.0.0/16", "--log-level", "debug"}, s.stateArgs()...)
+		"--bridge", defaultE2EBridge, "--subnet", "10.252.0.0/16", "--log-level", "debug"}, s.stateArgs()...)
 	if r := os.Getenv("LIZARD_RUNSC"); r != "" {
 		args = append(args, "--runsc", r)
 	}
@@ -244,9 +268,11 @@ func (s *server) launch() error {
 	}
 	s.exited = make(chan struct{})
 	go func(cmd *exec.Cmd, exited chan struct{}) { cmd.Wait(); close(exited) }(s.cmd, s.exited)
-	// Generous: a restart under load (TestRestartBusy: 30 CPU burners on
-	// 2 cores) once took 37 s to listen.
-	deadline := time.Now().Add(90 * time.Second)
+	// The server listens before anything slow (runsc runs, probes) is
+	// done, whatever its sandboxes' load (TestRestartBusy: 55 ms); the
+	// margin is for a host that other work keeps busy (bench/ saw 14 s at
+	// a load average of 85 on 2 cores).
+	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
 		case <-s.exited:
@@ -261,7 +287,22 @@ func (s *server) launch() error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return errors.New("no answer within 90 s")
+	return errors.New("no answer within 30 s")
+}
+
+// defaultE2EBridge is the test servers' sandbox bridge unless a test passes
+// --bridge.
+const defaultE2EBridge = "lizarde0"
+
+// lastFlag is the value of the last "name value" pair in args, "" if none.
+func lastFlag(args []string, name string) string {
+	v := ""
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == name {
+			v = args[i+1]
+		}
+	}
+	return v
 }
 
 // freeAddr returns a loopback address with a port that was free just now.
@@ -301,10 +342,10 @@ func (s *server) scrub() {
 	time.Sleep(200 * time.Millisecond)
 	ents, _ := os.ReadDir(filepath.Join(s.dataDir, "sandboxes"))
 	for _, e := range ents {
-		ep := network.EndpointFor(e.Name())
+		ep := network.EndpointFor(s.cgroupParent(), e.Name())
 		exec.Command("ip", s.node.ipArgs("link", "del", ep.HostVeth)...).Run()
 		exec.Command("ip", "netns", "del", filepath.Base(ep.Netns)).Run()
-		for _, c := range gvisor.CgroupDirs(cgroupRoot, e.Name()) {
+		for _, c := range gvisor.CgroupDirs(cgroupRoot, s.cgroupParent(), e.Name()) {
 			os.Remove(c)
 		}
 	}
@@ -434,33 +475,35 @@ func (s *server) runNodeEnv(ctx context.Context, env []string, files ...string) 
 var cgroupRoot = "/sys/fs/cgroup"
 
 // leaks lists host resources held by lizard sandboxes of this server: what
-// is left after every sandbox is gone must be nothing.
+// is left after every sandbox is gone must be nothing. Only this server's
+// count (its --cgroup-parent, which also prefixes its network namespaces,
+// its --bridge, runsc root and data dir), so servers sharing the host do
+// not see each other's.
 func (s *server) leaks() []string {
 	var out []string
+	parent := s.cgroupParent()
 	if ents, err := os.ReadDir("/run/netns"); err == nil {
 		for _, e := range ents {
-			if strings.HasPrefix(e.Name(), "lizard-") {
+			if gvisor.OwnNetns(parent, e.Name()) {
 				out = append(out, "netns "+e.Name())
 			}
 		}
 	}
 	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) > 4 && (strings.Contains(f[4], "/run/netns/lizard-") || strings.Contains(f[4], s.dataDir)) {
+			if f := strings.Fields(line); len(f) > 4 && (strings.HasPrefix(f[4], "/run/netns/") && gvisor.OwnNetns(parent, filepath.Base(f[4])) || strings.Contains(f[4], s.dataDir)) {
 				out = append(out, "mount "+f[4])
 			}
 		}
 	}
-	names, err := s.links()
+	names, err := s.veths()
 	if err != nil {
 		out = append(out, "(cannot list links: "+err.Error()+")")
 	}
 	for _, name := range names {
-		if strings.HasPrefix(name, "lzv") {
-			out = append(out, "veth "+name)
-		}
+		out = append(out, "veth "+name)
 	}
-	for _, c := range gvisor.CgroupDirs(cgroupRoot, "") {
+	for _, c := range gvisor.CgroupDirs(cgroupRoot, parent, "") {
 		out = append(out, "cgroup "+c)
 	}
 	if ents, err := os.ReadDir(filepath.Join(s.dataDir, "sandboxes")); err == nil {
@@ -476,15 +519,31 @@ func (s *server) leaks() []string {
 			out = append(out, "dir "+e.Name())
 		}
 	}
+	root := gvisor.RunscRootFor(s.dataDir)
 	if ents, err := os.ReadDir("/proc"); err == nil {
 		for _, e := range ents {
 			b, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-			if c := string(b); strings.Contains(c, "runsc") && strings.Contains(c, "/run/lizard/runsc") {
+			if c := string(b); strings.Contains(c, "runsc") && strings.Contains(c, root) {
 				out = append(out, "process "+e.Name())
 			}
 		}
 	}
 	return out
+}
+
+// cgroupParent is the server's --cgroup-parent.
+func (s *server) cgroupParent() string { return s.flag("--cgroup-parent", gvisor.DefaultCgroupParent) }
+
+// bridge is the server's --bridge.
+func (s *server) bridge() string { return s.flag("--bridge", defaultE2EBridge) }
+
+// flag is the value of flag name in the server's extra arguments (the last
+// one given wins, as in the flag package), def when they do not set it.
+func (s *server) flag(name, def string) string {
+	if v := lastFlag(s.extra, name); v != "" {
+		return v
+	}
+	return def
 }
 
 // waitNoLeaks polls until nothing is left, for cleanups that finish just

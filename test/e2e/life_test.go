@@ -254,6 +254,9 @@ func TestRestartBusy(t *testing.T) {
 	nft("add", "chain", "inet", table, "out", "{ type filter hook output priority 0 ; }")
 	nft("add", "rule", "inet", table, "out", "ip", "daddr", addr, "tcp", "dport", "49983", "drop")
 	s.startAnswering()
+	// Where the start's time went (debug lines of serve).
+	t.Logf("restart under load:\n%s", grepLines(s.logs(), "startup"))
+	defer func() { t.Logf("reconcile:\n%s", grepLines(s.logs(), "reconcile")) }()
 
 	req, _ := http.NewRequest("GET", s.url+"/api/sandboxes/"+slow, nil)
 	req.Header.Set("X-API-Key", s.key)

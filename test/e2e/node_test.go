@@ -42,24 +42,25 @@ func newTestNode(t *testing.T, n int) *testNode {
 	nd.path = "/run/netns/" + nd.name
 	nd.remove()
 	t.Cleanup(nd.remove)
-	run := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%v: %v %s", args, err, out)
-		}
-	}
-	run("ip", "netns", "add", nd.name)
-	run("ip", "link", "add", nd.hostVeth, "type", "veth", "peer", "name", "eth0", "netns", nd.name)
-	run("ip", "addr", "add", nd.hostAddr.String()+"/24", "dev", nd.hostVeth)
-	run("ip", "link", "set", nd.hostVeth, "up")
-	run("ip", "-n", nd.name, "addr", "add", nd.addr.String()+"/24", "dev", "eth0")
-	run("ip", "-n", nd.name, "link", "set", "eth0", "up")
-	run("ip", "-n", nd.name, "link", "set", "lo", "up")
-	run("ip", "-n", nd.name, "route", "add", "default", "via", nd.hostAddr.String())
+	run(t, "ip", "netns", "add", nd.name)
+	run(t, "ip", "link", "add", nd.hostVeth, "type", "veth", "peer", "name", "eth0", "netns", nd.name)
+	run(t, "ip", "addr", "add", nd.hostAddr.String()+"/24", "dev", nd.hostVeth)
+	run(t, "ip", "link", "set", nd.hostVeth, "up")
+	nd.configure(t)
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return nd
+}
+
+// configure gives the node's end its address, brings its links up and
+// routes through the host's end.
+func (nd *testNode) configure(t *testing.T) {
+	t.Helper()
+	run(t, "ip", "-n", nd.name, "addr", "add", nd.addr.String()+"/24", "dev", "eth0")
+	run(t, "ip", "-n", nd.name, "link", "set", "eth0", "up")
+	run(t, "ip", "-n", nd.name, "link", "set", "lo", "up")
+	run(t, "ip", "-n", nd.name, "route", "add", "default", "via", nd.hostAddr.String())
 }
 
 // remove deletes the namespace (and with it the veth pair and whatever a
@@ -88,9 +89,10 @@ func (nd *testNode) ipArgs(args ...string) []string {
 	return append([]string{"-n", nd.name}, args...)
 }
 
-// links lists the names of the network interfaces in the server's
-// namespace.
-func (s *server) links() ([]string, error) {
+// veths lists the sandbox veths (lzv…) in the server's namespace that hang
+// on its bridge, or on none (left after their bridge went): another
+// server's sandboxes in the same namespace are not this one's.
+func (s *server) veths() ([]string, error) {
 	h := &netlink.Handle{} // the zero handle acts in this process's namespace
 	if s.node != nil {
 		ns, err := netns.GetFromPath(s.node.path)
@@ -107,9 +109,17 @@ func (s *server) links() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	bridge := -1
+	for _, l := range links {
+		if l.Attrs().Name == s.bridge() {
+			bridge = l.Attrs().Index
+		}
+	}
 	var names []string
 	for _, l := range links {
-		names = append(names, l.Attrs().Name)
+		if a := l.Attrs(); strings.HasPrefix(a.Name, "lzv") && (a.MasterIndex == 0 || a.MasterIndex == bridge) {
+			names = append(names, a.Name)
+		}
 	}
 	return names, nil
 }

@@ -77,6 +77,10 @@ func TestDebianPackage(t *testing.T) {
 			{"usr/bin/lizard", 0o755},
 			{"usr/bin/lizard-agent", 0o755},
 			{"lib/systemd/system/lizard.service", 0o644},
+			{"lib/systemd/system/lizard-drain.service", 0o644},
+			{"usr/lib/lizard/node-hook", 0o755},
+			{"usr/share/doc/lizard/examples/cluster.conf", 0o644},
+			{"usr/share/doc/lizard/examples/cluster.env", 0o644},
 			{"etc/lizard/lizard.toml", 0o644},
 			{"usr/share/doc/lizard/CONFIG.md", 0o644},
 			{"usr/share/doc/lizard/OPERATIONS.md", 0o644},
@@ -112,26 +116,59 @@ func TestDebianPackage(t *testing.T) {
 	})
 
 	t.Run("unit", func(t *testing.T) {
-		out, err := exec.CommandContext(ctx, "systemd-analyze", "verify", "--root="+root, "lizard.service").CombinedOutput()
-		if err != nil || len(bytes.TrimSpace(out)) > 0 {
-			t.Errorf("systemd-analyze verify: %v\n%s", err, out)
-		}
-		unit, _ := os.ReadFile(filepath.Join(root, "lib/systemd/system/lizard.service"))
-		for _, line := range []string{
+		verifyUnits(t, ctx, root, "lizard.service")
+		unitHas(t, root, "lizard.service",
 			"ExecStart=/usr/bin/lizard serve --config /etc/lizard/lizard.toml",
 			"ExecStartPre=/usr/bin/lizard template build base --if-missing --config /etc/lizard/lizard.toml",
 			"Restart=on-failure",
 			"KillMode=process",
-		} {
-			if !slices.Contains(strings.Split(string(unit), "\n"), line) {
-				t.Errorf("unit lacks %q", line)
-			}
-		}
+		)
+	})
+
+	// Cluster mode as deploy/systemd/cluster.conf says to set it up: the
+	// drop-in and the settings file in place, both units still verify, and
+	// the drain unit runs the packaged hook.
+	t.Run("cluster units", func(t *testing.T) {
+		inRoot(t, ctx, root, "install -D -m 0644 /usr/share/doc/lizard/examples/cluster.conf /etc/systemd/system/lizard.service.d/cluster.conf"+
+			" && install -m 0600 /usr/share/doc/lizard/examples/cluster.env /etc/lizard/cluster.env"+
+			" && sh -n /usr/lib/lizard/node-hook")
+		defer inRoot(t, ctx, root, "rm -rf /etc/systemd/system/lizard.service.d /etc/lizard/cluster.env")
+		verifyUnits(t, ctx, root, "lizard.service", "lizard-drain.service")
+		unitHas(t, root, "lizard-drain.service",
+			"ExecStart=/usr/lib/lizard/node-hook start 300",
+			"ExecStop=/usr/lib/lizard/node-hook stop",
+			"EnvironmentFile=/etc/lizard/cluster.env",
+			"After=lizard.service network-online.target",
+		)
 	})
 
 	t.Run("serve", func(t *testing.T) {
 		serveInRoot(t, ctx, root, runsc)
 	})
+}
+
+// verifyUnits runs `systemd-analyze verify` on units installed in root,
+// which must say nothing.
+func verifyUnits(t *testing.T, ctx context.Context, root string, units ...string) {
+	t.Helper()
+	out, err := exec.CommandContext(ctx, "systemd-analyze", append([]string{"verify", "--root=" + root}, units...)...).CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("systemd-analyze verify %v: %v\n%s", units, err, out)
+	}
+}
+
+// unitHas checks that the unit installed in root has each line.
+func unitHas(t *testing.T, root, unit string, lines ...string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "lib/systemd/system", unit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range lines {
+		if !slices.Contains(strings.Split(string(b), "\n"), line) {
+			t.Errorf("%s lacks %q", unit, line)
+		}
+	}
 }
 
 // buildPackage runs `make package` into a temporary directory and returns

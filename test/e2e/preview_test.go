@@ -29,6 +29,13 @@ type exposed struct {
 // startApp runs testdata/app.py on port in the sandbox and waits for it.
 func (s *server) startApp(t *testing.T, id string, port int) {
 	t.Helper()
+	s.startAppOn(t, id, "0.0.0.0", port)
+}
+
+// startAppOn runs testdata/app.py on bind:port in the sandbox and waits
+// for it.
+func (s *server) startAppOn(t *testing.T, id, bind string, port int) {
+	t.Helper()
 	app, err := os.ReadFile("testdata/app.py")
 	if err != nil {
 		t.Fatal(err)
@@ -36,8 +43,8 @@ func (s *server) startApp(t *testing.T, id string, port int) {
 	if code, body := s.do("POST", "/api/sandboxes/"+id+"/files", map[string]any{"path": "/tmp/app.py", "content": string(app)}, nil); code >= 300 {
 		t.Fatalf("write app: %d %s", code, body)
 	}
-	s.sh(t, id, fmt.Sprintf(`nohup python3 /tmp/app.py %d > /tmp/app.log 2>&1 &
-for i in $(seq 1 100); do curl -s -o /dev/null http://127.0.0.1:%d/ && exit 0; sleep 0.05; done; cat /tmp/app.log; exit 1`, port, port))
+	s.sh(t, id, fmt.Sprintf(`nohup python3 /tmp/app.py %d %s > /tmp/app-%d.log 2>&1 &
+for i in $(seq 1 100); do curl -s -o /dev/null http://127.0.0.1:%d/ && exit 0; sleep 0.05; done; cat /tmp/app-%d.log; exit 1`, port, bind, port, port, port))
 }
 
 // exposedApp creates a sandbox running testdata/app.py on port 8000 and
@@ -188,6 +195,37 @@ func TestPreview(t *testing.T) {
 		}
 		if code, _ := s.do("POST", "/api/sandboxes/"+id+"/expose/70000", nil, nil); code != 400 {
 			t.Fatalf("expose port 70000: %d", code)
+		}
+	})
+	t.Run("an app bound to 127.0.0.1 only is served too", func(t *testing.T) {
+		s.startAppOn(t, id, "127.0.0.1", 8002)
+		// It is not reachable at the sandbox's own address: the proxy
+		// goes through the agent to the loopback address.
+		s.sh(t, id, `addr=$(hostname -I | cut -d' ' -f1); test -n "$addr" && ! curl -s -o /dev/null --max-time 5 http://$addr:8002/`)
+		var lo exposed
+		if code, body := s.do("POST", "/api/sandboxes/"+id+"/expose/8002", nil, &lo); code != 200 {
+			t.Fatalf("expose: %d %s", code, body)
+		}
+		lt := http.Header{"X-Lizard-Access-Token": {lo.AccessToken}}
+		r := s.preview(t, "GET", lo.Hostname, "/page", lt, nil)
+		if body := readAll(t, r); r.StatusCode != 200 || !strings.Contains(body, "hello from the sandbox") {
+			t.Fatalf("loopback app: %d %s", r.StatusCode, body)
+		}
+		r = s.preview(t, "GET", lo.Hostname, "/big", lt, nil)
+		n, _ := io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+		if n != 8<<20 {
+			t.Fatalf("loopback download: %d bytes", n)
+		}
+		if got := wsEcho(t, s.proxy, lo.Hostname, lo.AccessToken, "ping to the loopback"); got != "echo: ping to the loopback" {
+			t.Fatalf("websocket: %q", got)
+		}
+		// A port nothing listens on, anywhere, is still a 502.
+		if code, body := s.do("POST", "/api/sandboxes/"+id+"/expose/8003", nil, &lo); code != 200 {
+			t.Fatalf("expose: %d %s", code, body)
+		}
+		if r := s.preview(t, "GET", lo.Hostname, "/", http.Header{"X-Lizard-Access-Token": {lo.AccessToken}}, nil); r.StatusCode != http.StatusBadGateway {
+			t.Fatalf("closed port: %d", r.StatusCode)
 		}
 	})
 	t.Run("a paused sandbox resumes on a request; the token stays valid", func(t *testing.T) {

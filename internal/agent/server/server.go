@@ -161,6 +161,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("POST /watch", s.handle(s.watch))
 	mux.Handle("GET /watch/events", s.handle(s.watchEvents))
 	mux.Handle("DELETE /watch", s.handle(s.unwatch))
+	mux.Handle("GET /forward/{port}", s.handle(s.forward))
 	// A catch-all keeps unknown routes (and wrong methods) answering JSON.
 	mux.Handle("/", s.handle(func(w http.ResponseWriter, r *http.Request) error {
 		return errNotFound("no route %s %s", r.Method, r.URL.Path)

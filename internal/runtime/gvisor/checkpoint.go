@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/lizard-build/lizard/internal/disk"
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -15,7 +16,10 @@ import (
 	"github.com/lizard-build/lizard/internal/runtime"
 )
 
-var _ runtime.Checkpointer = (*Runtime)(nil)
+var (
+	_ runtime.Checkpointer = (*Runtime)(nil)
+	_ runtime.PauseImager  = (*Runtime)(nil)
+)
 
 // A pause writes the image into checkpoint.tmp, renames it to checkpoint
 // (complete), records Paused in state.json, and only then deletes the
@@ -81,6 +85,9 @@ func (r *Runtime) save(ctx context.Context, id, image string) error {
 
 // Pause implements runtime.Checkpointer.
 func (r *Runtime) Pause(ctx context.Context, id string) error {
+	if err := r.ready(ctx); err != nil {
+		return err
+	}
 	st, err := r.readState(id)
 	if err != nil {
 		return err
@@ -106,8 +113,14 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 	return nil
 }
 
+// PauseImage implements runtime.PauseImager.
+func (r *Runtime) PauseImage(id string) string { return filepath.Join(r.dir(id), checkpointDir) }
+
 // Resume implements runtime.Checkpointer.
 func (r *Runtime) Resume(ctx context.Context, id string) error {
+	if err := r.ready(ctx); err != nil {
+		return err
+	}
 	st, err := r.readState(id)
 	if err != nil {
 		return err
@@ -164,7 +177,7 @@ func (r *Runtime) restore(ctx context.Context, st state, image string, console *
 		"--bundle", filepath.Join(r.dir(st.ID), "bundle"), st.ID)
 	if err := r.runsc(ctx, console, args...); err != nil {
 		r.runsc(context.WithoutCancel(ctx), nil, "delete", "--force", st.ID)
-		removeCgroups(st.ID)
+		r.removeCgroups(st.ID)
 		return fmt.Errorf("runsc restore: %w", err)
 	}
 	return nil
@@ -172,6 +185,9 @@ func (r *Runtime) restore(ctx context.Context, st state, image string, console *
 
 // Snapshot implements runtime.Checkpointer.
 func (r *Runtime) Snapshot(ctx context.Context, id, dir string) error {
+	if err := r.ready(ctx); err != nil {
+		return err
+	}
 	if _, err := r.readState(id); err != nil {
 		return err
 	}
@@ -208,27 +224,21 @@ func (r *Runtime) Restore(ctx context.Context, spec runtime.Spec, dir string) (r
 	return r.make(ctx, spec, dir)
 }
 
-// reconcile finishes or undoes checkpoint steps that a crash cut short: a
-// paused sandbox whose container is still there loses the container (the
-// image is its state), a frozen one is thawed, and partial images go. It
-// also takes back each sandbox's address and egress policy, so that no new
-// sandbox gets an address in use and the resolver knows every policy before
-// recovery has judged anything. One runsc run for all: on a host busy with
-// its sandboxes each run is slow.
-func (r *Runtime) reconcile(ctx context.Context) {
-	r.removeRuns(ctx)
+// attachAll takes back each sandbox's address and egress policy, so that
+// no new sandbox gets an address in use and the resolver knows every
+// policy before recovery has judged anything. It returns the sandboxes'
+// states by id (none for a runtime without a network, which has no
+// sandboxes).
+func (r *Runtime) attachAll() map[string]state {
 	if r.cfg.Network == nil {
-		return // no sandboxes
+		return nil
 	}
+	start := time.Now()
 	ents, err := os.ReadDir(r.cfg.StateDir)
 	if err != nil {
-		return
+		return nil
 	}
-	raws, err := r.runscListRaw(ctx)
-	if err != nil {
-		r.cfg.Logger.Error("reconcile: runsc list", "err", err)
-		raws = nil
-	}
+	states := map[string]state{}
 	for _, e := range ents {
 		id := e.Name()
 		if !e.IsDir() || !validID(id) {
@@ -238,9 +248,33 @@ func (r *Runtime) reconcile(ctx context.Context) {
 		if err != nil {
 			continue
 		}
+		states[id] = st
 		if err := r.cfg.Network.Attach(st.Endpoint, st.Egress); err != nil {
 			r.cfg.Logger.Error("re-apply network policy", "sandbox", id, "err", err)
 		}
+	}
+	r.cfg.Logger.Debug("sandbox addresses and egress policies taken back", "sandboxes", len(states), "took", time.Since(start).Round(time.Millisecond))
+	return states
+}
+
+// reconcile removes what Runs cut short left (removeRuns) and finishes or
+// undoes checkpoint steps that a crash cut short: a paused sandbox whose
+// container is still there loses the container (the image is its state),
+// a frozen one is thawed, and partial images go. One runsc run for all: on
+// a host busy with its sandboxes each run is slow.
+func (r *Runtime) reconcile(ctx context.Context, states map[string]state) {
+	r.removeRuns(ctx)
+	if len(states) == 0 {
+		return
+	}
+	start := time.Now()
+	raws, err := r.runscListRaw(ctx)
+	if err != nil {
+		r.cfg.Logger.Error("reconcile: runsc list", "err", err)
+		raws = nil
+	}
+	r.cfg.Logger.Debug("reconcile: runsc list", "took", time.Since(start).Round(time.Millisecond))
+	for id, st := range states {
 		os.RemoveAll(filepath.Join(r.dir(id), checkpointDir+tmpSuffix))
 		if raws == nil {
 			continue // nothing known of the containers: leave them be
@@ -257,6 +291,7 @@ func (r *Runtime) reconcile(ctx context.Context) {
 			os.RemoveAll(filepath.Join(r.dir(id), checkpointDir))
 		}
 	}
+	r.cfg.Logger.Debug("reconcile: done", "sandboxes", len(states), "took", time.Since(start).Round(time.Millisecond))
 }
 
 func orNone(s string) string {

@@ -146,3 +146,11 @@ func (r *Runtime) compatible(ctx context.Context, image string) error {
 	return errdefs.WithCode("incompatible_checkpoint",
 		fmt.Errorf("checkpoint %s cannot be restored here: %s; the image is kept: %w", image, strings.Join(why, "; "), errdefs.ErrConflict))
 }
+
+// RunscDigest is the SHA-256 of this server's runsc binary, as checkpoint
+// manifests record it: the build a cluster node reports, since images
+// restore only on nodes of the same build.
+func (r *Runtime) RunscDigest(ctx context.Context) (string, error) {
+	m, err := r.manifest(ctx)
+	return m.RunscDigest, err
+}

@@ -44,12 +44,23 @@ type Config struct {
 	// nil runs them directly.
 	Reaper *reaper.Reaper
 	Logger *slog.Logger
+
+	// CgroupParent is the cgroup (one name, in every hierarchy) the
+	// containers' cgroups go under, the sandboxes' and Run's alike:
+	// /<parent>/<id>; "" means DefaultCgroupParent. Servers sharing a
+	// host pass parents of their own, so that each one's cgroup scans see
+	// only its own containers.
+	CgroupParent string
 }
 
 // Runtime implements runtime.Runtime with runsc.
 type Runtime struct {
 	cfg   Config
 	build build // what checkpoints record of this server's runsc and CPU
+	// reconciled is closed once the containers a crash left half-way
+	// are settled (see reconcile); every operation that runs runsc waits
+	// for it.
+	reconciled chan struct{}
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -61,6 +72,12 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = DefaultCgroupParent
+	}
+	if err := ValidCgroupParent(cfg.CgroupParent); err != nil {
+		return nil, fmt.Errorf("gvisor: %w", err)
 	}
 	for _, p := range []string{cfg.Runsc, cfg.AgentPath} {
 		if p == "" && cfg.Network == nil {
@@ -75,9 +92,27 @@ func New(cfg Config) (*Runtime, error) {
 			return nil, fmt.Errorf("gvisor: %w", err)
 		}
 	}
-	r := &Runtime{cfg: cfg}
-	r.reconcile(context.Background())
+	r := &Runtime{cfg: cfg, reconciled: make(chan struct{})}
+	// Addresses and egress policies are taken back at once (no runsc run);
+	// what needs runsc runs in the background: on a host busy with its
+	// sandboxes one runsc run can take many seconds, and the server must
+	// not wait for it before it serves.
+	states := r.attachAll()
+	go func() {
+		defer close(r.reconciled)
+		r.reconcile(context.Background(), states)
+	}()
 	return r, nil
+}
+
+// ready waits until reconcile is over.
+func (r *Runtime) ready(ctx context.Context) error {
+	select {
+	case <-r.reconciled:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("gvisor: waiting for the sandboxes of the last run to be settled: %w", ctx.Err())
+	}
 }
 
 // RunscRootFor is runsc's state directory (--root) for a server whose data
@@ -106,8 +141,31 @@ type state struct {
 
 func (r *Runtime) dir(id string) string { return filepath.Join(r.cfg.StateDir, id) }
 
+// DefaultCgroupParent is the cgroup sandboxes go under unless
+// Config.CgroupParent says otherwise.
+const DefaultCgroupParent = "lizard"
+
+// ValidCgroupParent checks that parent is one cgroup name (no path): 1 to
+// 64 letters, digits, '.', '_' or '-', not starting with '.' or '-'.
+func ValidCgroupParent(parent string) error {
+	ok := parent != "" && len(parent) <= 64 && parent[0] != '.' && parent[0] != '-'
+	for _, c := range parent {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			ok = false
+		}
+	}
+	if !ok {
+		return fmt.Errorf("cgroup parent %q: want one name of 1 to 64 letters, digits, '.', '_' or '-': %w", parent, errdefs.ErrInvalid)
+	}
+	return nil
+}
+
 // cgroupPath is the sandbox's cgroup, relative to each hierarchy's root.
-func cgroupPath(id string) string { return "/lizard/" + id }
+func (r *Runtime) cgroupPath(id string) string { return cgroupPath(r.cfg.CgroupParent, id) }
+
+func cgroupPath(parent, id string) string { return "/" + parent + "/" + id }
 
 // Create implements runtime.Runtime.
 func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
@@ -118,6 +176,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbo
 // creates its container (image "") or restores it from a checkpoint image,
 // which also starts it.
 func (r *Runtime) make(ctx context.Context, spec runtime.Spec, image string) (sb runtime.Sandbox, err error) {
+	if err := r.ready(ctx); err != nil {
+		return runtime.Sandbox{}, err
+	}
 	if !validID(spec.ID) {
 		return sb, fmt.Errorf("sandbox id %q: %w", spec.ID, errdefs.ErrInvalid)
 	}
@@ -166,7 +227,7 @@ func (r *Runtime) make(ctx context.Context, spec runtime.Spec, image string) (sb
 			return sb, err
 		}
 	}
-	if err := writeJSON(filepath.Join(dir, "bundle", "config.json"), ociSpec(spec, r.cfg.AgentPath, etc, ep)); err != nil {
+	if err := writeJSON(filepath.Join(dir, "bundle", "config.json"), ociSpec(spec, r.cfg.AgentPath, etc, r.cgroupPath(spec.ID), ep)); err != nil {
 		return sb, err
 	}
 	console, err := os.OpenFile(filepath.Join(dir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -195,6 +256,9 @@ func (r *Runtime) overlayFlag(st state) []string {
 
 // Start implements runtime.Runtime.
 func (r *Runtime) Start(ctx context.Context, id string) error {
+	if err := r.ready(ctx); err != nil {
+		return err
+	}
 	if _, err := os.Stat(r.dir(id)); err != nil {
 		return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
 	}
@@ -217,6 +281,9 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 
 // Stop implements runtime.Runtime.
 func (r *Runtime) Stop(ctx context.Context, id string) error {
+	if err := r.ready(ctx); err != nil {
+		return err
+	}
 	st, err := r.status(ctx, id)
 	if err != nil {
 		return err
@@ -236,6 +303,9 @@ func (r *Runtime) Stop(ctx context.Context, id string) error {
 
 // Destroy implements runtime.Runtime.
 func (r *Runtime) Destroy(ctx context.Context, id string) error {
+	if err := r.ready(ctx); err != nil {
+		return err
+	}
 	if !validID(id) || r.cfg.Network == nil {
 		return nil // a runtime without a network has no sandboxes
 	}
@@ -252,7 +322,7 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 		errs = append(errs, r.cfg.Network.Teardown(st.Endpoint))
 	} else {
 		// No record of the address: remove the namespace and veth by name.
-		errs = append(errs, r.cfg.Network.Teardown(network.EndpointFor(id)))
+		errs = append(errs, r.cfg.Network.Teardown(r.cfg.Network.EndpointFor(id)))
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		errs = append(errs, err)
@@ -275,13 +345,16 @@ func (r *Runtime) deleteContainer(ctx context.Context, id string) error {
 // for, which go by their command line), its cgroups, its control sockets.
 // runsc must know the container no more (deleteContainer).
 func (r *Runtime) release(id, dir string) []error {
-	return []error{r.killStray(id, dir), removeCgroups(id), r.removeSockets(id)}
+	return []error{r.killStray(id, dir), r.removeCgroups(id), r.removeSockets(id)}
 }
 
 // List implements runtime.Runtime. Sandboxes whose directory exists but that
 // runsc no longer knows (after a reboot, or a create cut short) are reported
 // as stopped so that the caller destroys them.
 func (r *Runtime) List(ctx context.Context) ([]runtime.Sandbox, error) {
+	if err := r.ready(ctx); err != nil {
+		return nil, err
+	}
 	ents, err := os.ReadDir(r.cfg.StateDir)
 	if err != nil {
 		return nil, err
@@ -321,6 +394,9 @@ var _ runtime.Stater = (*Runtime)(nil)
 // State implements runtime.Stater: paused by its state.json, else what
 // runsc says now.
 func (r *Runtime) State(ctx context.Context, id string) (runtime.State, error) {
+	if err := r.ready(ctx); err != nil {
+		return "", err
+	}
 	st, err := r.readState(id)
 	if err != nil {
 		return "", err
@@ -463,7 +539,7 @@ var _ runtime.OOMReporter = (*Runtime)(nil)
 // OOMKilled implements runtime.OOMReporter from the sandbox's memory cgroup
 // (cgroup v1 memory.oom_control, v2 memory.events).
 func (r *Runtime) OOMKilled(id string) bool {
-	for _, f := range []string{"/sys/fs/cgroup/memory" + cgroupPath(id) + "/memory.oom_control", "/sys/fs/cgroup" + cgroupPath(id) + "/memory.events"} {
+	for _, f := range []string{cgroupRoot + "/memory" + r.cgroupPath(id) + "/memory.oom_control", cgroupRoot + r.cgroupPath(id) + "/memory.events"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			continue
@@ -510,9 +586,9 @@ func (r *Runtime) killStray(id, dir string) error {
 // removeCgroups removes the sandbox's cgroup directories in every hierarchy
 // (cgroup v1 has one per controller; v2 a single one). runsc removes them on
 // delete; this covers a create that failed half-way.
-func removeCgroups(id string) error {
+func (r *Runtime) removeCgroups(id string) error {
 	var errs []error
-	for _, m := range CgroupDirs(cgroupRoot, id) {
+	for _, m := range CgroupDirs(cgroupRoot, r.cfg.CgroupParent, id) {
 		if err := stray.RemoveDir(m); err != nil {
 			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", m, err))
 		}

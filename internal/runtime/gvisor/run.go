@@ -36,6 +36,11 @@ func (r *Runtime) Run(ctx context.Context, spec runtime.RunSpec) (code int, err 
 	if spec.Network == nil || spec.Output == nil || len(spec.Args) == 0 {
 		return 0, fmt.Errorf("run %s: a network, an output and a command are needed: %w", spec.ID, errdefs.ErrInvalid)
 	}
+	// Not before the leftovers of Runs cut short are gone (reconcile): one
+	// could have this id.
+	if err := r.ready(ctx); err != nil {
+		return 0, err
+	}
 	if err := os.MkdirAll(filepath.Join(r.cfg.StateDir, runsDir), 0o700); err != nil {
 		return 0, err
 	}
@@ -88,7 +93,7 @@ func (r *Runtime) Run(ctx context.Context, spec runtime.RunSpec) (code int, err 
 			return 0, err
 		}
 	}
-	if err := writeJSON(filepath.Join(bundle, "config.json"), runSpec(spec, etc, ep)); err != nil {
+	if err := writeJSON(filepath.Join(bundle, "config.json"), runSpec(spec, etc, r.cgroupPath(spec.ID), ep)); err != nil {
 		return 0, err
 	}
 	var from int64
@@ -121,7 +126,9 @@ func (r *Runtime) Run(ctx context.Context, spec runtime.RunSpec) (code int, err 
 }
 
 // removeRuns removes the containers of Runs that a process of the server
-// that ended mid-run left: their containers, processes, cgroups and files.
+// that ended mid-run left: their containers, processes, cgroups (under the
+// runtime's parent, as its sandboxes') and files. It runs in reconcile,
+// in the background of New; Run waits for it.
 // Their addresses were on networks of their own, which go with them.
 func (r *Runtime) removeRuns(ctx context.Context) {
 	root := filepath.Join(r.cfg.StateDir, runsDir)

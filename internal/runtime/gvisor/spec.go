@@ -20,16 +20,16 @@ var defaultCaps = []string{
 	"CAP_SYS_PTRACE",
 }
 
-// ociSpec is the bundle's config.json for a sandbox: the agent as its
-// init, bind-mounted read-only.
-func ociSpec(s runtime.Spec, agentHostPath, etcDir string, ep network.Endpoint) *specs.Spec {
+// ociSpec is the bundle's config.json for a sandbox whose cgroup is
+// cgroupsPath: the agent as its init, bind-mounted read-only.
+func ociSpec(s runtime.Spec, agentHostPath, etcDir, cgroupsPath string, ep network.Endpoint) *specs.Spec {
 	proc := process([]string{agentPath}, []string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME=/root",
 		agent.EnvToken + "=" + s.AgentToken,
 	}, "/", 0, 0)
 	agentMount := specs.Mount{Destination: agentPath, Type: "bind", Source: agentHostPath, Options: []string{"bind", "ro"}}
-	spec := containerSpec(s.ID, s.Rootfs, etcDir, ep.Netns, cgroupPath(s.ID), proc, s.Resources, []specs.Mount{agentMount}, s.Mounts)
+	spec := containerSpec(s.ID, s.Rootfs, etcDir, ep.Netns, cgroupsPath, proc, s.Resources, []specs.Mount{agentMount}, s.Mounts)
 	// A sandbox always has a CPU quota (of 0 when asked none, as ever:
 	// checkpoints are restored with the spec they were taken with).
 	if spec.Linux.Resources.CPU == nil {
@@ -39,15 +39,16 @@ func ociSpec(s runtime.Spec, agentHostPath, etcDir string, ep network.Endpoint) 
 	return spec
 }
 
-// runSpec is the bundle's config.json for a Runner container: the
-// command itself is its init, and its root is the rootfs itself.
-func runSpec(s runtime.RunSpec, etcDir string, ep network.Endpoint) *specs.Spec {
+// runSpec is the bundle's config.json for a Runner container whose cgroup
+// is cgroupsPath: the command itself is its init, and its root is the
+// rootfs itself.
+func runSpec(s runtime.RunSpec, etcDir, cgroupsPath string, ep network.Endpoint) *specs.Spec {
 	hostname := s.Hostname
 	if hostname == "" {
 		hostname = s.ID
 	}
 	proc := process(s.Args, s.Env, s.Cwd, s.UID, s.GID)
-	return containerSpec(hostname, s.Rootfs, etcDir, ep.Netns, cgroupPath(s.ID), proc, s.Resources, nil, s.Mounts)
+	return containerSpec(hostname, s.Rootfs, etcDir, ep.Netns, cgroupsPath, proc, s.Resources, nil, s.Mounts)
 }
 
 // process is the init process of a container: Docker's default

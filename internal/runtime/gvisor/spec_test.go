@@ -14,11 +14,11 @@ import (
 // read-only where asked, read-write otherwise.
 func TestOCISpecMounts(t *testing.T) {
 	ep := network.Endpoint{Netns: "/run/netns/lizard-x", Addr: netip.MustParseAddr("10.250.0.2"), Gateway: netip.MustParseAddr("10.250.0.1")}
-	base := ociSpec(runtime.Spec{ID: "x", Rootfs: "/rootfs"}, "/agent", "/etc-dir", ep)
+	base := ociSpec(runtime.Spec{ID: "x", Rootfs: "/rootfs"}, "/agent", "/etc-dir", "/lizard/x", ep)
 	with := ociSpec(runtime.Spec{ID: "x", Rootfs: "/rootfs", Mounts: []runtime.Mount{
 		{Source: "/prog.py", Destination: "/.lizard/prog.py", ReadOnly: true},
 		{Source: "/vol", Destination: "/workspace"},
-	}}, "/agent", "/etc-dir", ep)
+	}}, "/agent", "/etc-dir", "/lizard/x", ep)
 	if len(with.Mounts) != len(base.Mounts)+2 {
 		t.Fatalf("%d mounts with two more than %d", len(with.Mounts), len(base.Mounts))
 	}

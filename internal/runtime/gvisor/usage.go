@@ -2,12 +2,15 @@ package gvisor
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/vishvananda/netlink"
 
 	"github.com/lizard-build/lizard/internal/cgroup"
 	"github.com/lizard-build/lizard/internal/runtime"
@@ -24,28 +27,32 @@ func (r *Runtime) Usage(id string) (runtime.Usage, error) {
 	if err != nil {
 		return runtime.Usage{}, err
 	}
-	cg, err := cgroup.Read(cgroup.Root, cgroupPath(id))
+	cg, err := cgroup.Read(cgroup.Root, r.cgroupPath(id))
 	if err != nil {
 		return runtime.Usage{}, err
 	}
 	u := runtime.Usage{CPUNanos: cg.CPUNanos, MemoryBytes: cg.MemoryBytes, MemoryLimit: cg.MemoryLimit, DiskLimit: st.DiskMB << 20}
-	stats := filepath.Join("/sys/class/net", st.Endpoint.HostVeth, "statistics")
-	if u.RxBytes, err = readCounter(filepath.Join(stats, "tx_bytes")); err != nil {
-		return runtime.Usage{}, err
+	// From netlink, which answers for this process's network namespace;
+	// /sys/class/net is the one's that mounted sysfs, not this server's
+	// when it runs in a namespace of its own (nodes sharing a host).
+	veth, err := netlink.LinkByName(st.Endpoint.HostVeth)
+	if err != nil {
+		return runtime.Usage{}, fmt.Errorf("veth %s: %w", st.Endpoint.HostVeth, err)
 	}
-	if u.TxBytes, err = readCounter(filepath.Join(stats, "rx_bytes")); err != nil {
-		return runtime.Usage{}, err
+	if ls := veth.Attrs().Statistics; ls != nil {
+		u.RxBytes, u.TxBytes = ls.TxBytes, ls.RxBytes
 	}
-	u.DiskBytes = overlayUsed(id, filepath.Join(r.dir(id), "overlay"))
+	u.DiskBytes = overlayUsed(r.cgroupPath(id), filepath.Join(r.dir(id), "overlay"))
 	return u, nil
 }
 
 // overlayUsed is the space the sandbox's writable layer takes on disk. runsc
 // unlinks the overlay's file ("filestore") in dir right after creating it,
-// so it is found among the open files of the sandbox's processes; the
-// files still in dir are counted when none holds one.
-func overlayUsed(id, dir string) int64 {
-	pids, _ := cgroup.Procs(cgroup.Root, cgroupPath(id))
+// so it is found among the open files of the sandbox's processes (those of
+// its cgroup, cgroupPath); the files still in dir are counted when none
+// holds one.
+func overlayUsed(cgroupPath, dir string) int64 {
+	pids, _ := cgroup.Procs(cgroup.Root, cgroupPath)
 	for _, pid := range pids {
 		fdDir := "/proc/" + strconv.Itoa(pid) + "/fd"
 		fds, err := os.ReadDir(fdDir)
@@ -64,14 +71,6 @@ func overlayUsed(id, dir string) int64 {
 		}
 	}
 	return diskUsed(dir)
-}
-
-func readCounter(file string) (uint64, error) {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
 }
 
 // diskUsed is the space the files under dir take on disk.

@@ -128,11 +128,20 @@ func collect[T any](rows pgx.Rows, scan pgx.RowToFunc[T]) ([]T, error) {
 
 // PutSandbox inserts a sandbox record or updates the one with its id.
 func (s *Store) PutSandbox(ctx context.Context, sb store.Sandbox) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO sandboxes(id, project_id, template, size, status, spec, started_at, end_at, pause_error)
-		VALUES($1, $2, $3, $4, $5, $6, $7, $8, $9)
-		ON CONFLICT(id) DO UPDATE SET status = excluded.status, spec = excluded.spec, end_at = excluded.end_at, pause_error = excluded.pause_error`,
-		sb.ID, sb.ProjectID, sb.Template, sb.Size, sb.Status, string(sb.Spec), sb.StartedAt, sb.EndAt, nullString(sb.PauseError))
+	_, err := s.pool.Exec(ctx, upsertSandbox, sandboxArgs(sb)...)
 	return err
+}
+
+// upsertSandbox inserts a sandbox row or updates what changes of it (its
+// node never does).
+const upsertSandbox = `INSERT INTO sandboxes(id, project_id, template, size, status, spec, started_at, end_at, pause_error, node, cpus, memory_mb)
+		VALUES($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+		ON CONFLICT(id) DO UPDATE SET status = excluded.status, spec = excluded.spec, end_at = excluded.end_at,
+			pause_error = excluded.pause_error, cpus = excluded.cpus, memory_mb = excluded.memory_mb`
+
+func sandboxArgs(sb store.Sandbox) []any {
+	return []any{sb.ID, sb.ProjectID, sb.Template, sb.Size, sb.Status, string(sb.Spec), sb.StartedAt, sb.EndAt,
+		nullString(sb.PauseError), sb.Node, sb.CPUs, sb.MemoryMB}
 }
 
 func nullString(s string) *string {
@@ -150,21 +159,26 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 
 // Sandboxes lists every sandbox record.
 func (s *Store) Sandboxes(ctx context.Context) ([]store.Sandbox, error) {
-	rows, _ := s.pool.Query(ctx, `SELECT id, project_id, template, size, status, spec::text, started_at, end_at, coalesce(pause_error, '') FROM sandboxes`)
-	return collect(rows, func(r pgx.CollectableRow) (sb store.Sandbox, err error) {
-		var spec string
-		err = r.Scan(&sb.ID, &sb.ProjectID, &sb.Template, &sb.Size, &sb.Status, &spec, &sb.StartedAt, &sb.EndAt, &sb.PauseError)
-		sb.Spec = json.RawMessage(spec)
-		sb.StartedAt, sb.EndAt = sb.StartedAt.UTC(), utcPtr(sb.EndAt)
-		return sb, err
-	})
+	rows, _ := s.pool.Query(ctx, `SELECT `+sandboxColumns+` FROM sandboxes`)
+	return collect(rows, scanSandbox)
+}
+
+const sandboxColumns = `id, project_id, template, size, status, spec::text, started_at, end_at, coalesce(pause_error, ''), node, cpus, memory_mb`
+
+func scanSandbox(r pgx.CollectableRow) (sb store.Sandbox, err error) {
+	var spec string
+	err = r.Scan(&sb.ID, &sb.ProjectID, &sb.Template, &sb.Size, &sb.Status, &spec, &sb.StartedAt, &sb.EndAt, &sb.PauseError,
+		&sb.Node, &sb.CPUs, &sb.MemoryMB)
+	sb.Spec = json.RawMessage(spec)
+	sb.StartedAt, sb.EndAt = sb.StartedAt.UTC(), utcPtr(sb.EndAt)
+	return sb, err
 }
 
 // PutSnapshot inserts a snapshot record or updates its spec.
 func (s *Store) PutSnapshot(ctx context.Context, sn store.Snapshot) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO snapshots(id, project_id, spec, created_at) VALUES($1, $2, $3, $4)
+	_, err := s.pool.Exec(ctx, `INSERT INTO snapshots(id, project_id, spec, created_at, node) VALUES($1, $2, $3, $4, $5)
 		ON CONFLICT(id) DO UPDATE SET spec = excluded.spec`,
-		sn.ID, sn.ProjectID, string(sn.Spec), sn.CreatedAt)
+		sn.ID, sn.ProjectID, string(sn.Spec), sn.CreatedAt, sn.Node)
 	return err
 }
 
@@ -176,10 +190,10 @@ func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
 
 // Snapshots lists every snapshot record, oldest first.
 func (s *Store) Snapshots(ctx context.Context) ([]store.Snapshot, error) {
-	rows, _ := s.pool.Query(ctx, `SELECT id, project_id, spec::text, created_at FROM snapshots ORDER BY created_at, id`)
+	rows, _ := s.pool.Query(ctx, `SELECT id, project_id, spec::text, created_at, node FROM snapshots ORDER BY created_at, id`)
 	return collect(rows, func(r pgx.CollectableRow) (sn store.Snapshot, err error) {
 		var spec string
-		err = r.Scan(&sn.ID, &sn.ProjectID, &spec, &sn.CreatedAt)
+		err = r.Scan(&sn.ID, &sn.ProjectID, &spec, &sn.CreatedAt, &sn.Node)
 		sn.Spec, sn.CreatedAt = json.RawMessage(spec), sn.CreatedAt.UTC()
 		return sn, err
 	})
@@ -188,8 +202,8 @@ func (s *Store) Snapshots(ctx context.Context) ([]store.Snapshot, error) {
 // InsertVolume adds a volume; a name the project already has is
 // ErrConflict.
 func (s *Store) InsertVolume(ctx context.Context, v store.Volume) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO volumes(id, project_id, name, spec, created_at) VALUES($1, $2, $3, $4, $5)`,
-		v.ID, v.ProjectID, v.Name, string(v.Spec), v.CreatedAt)
+	_, err := s.pool.Exec(ctx, `INSERT INTO volumes(id, project_id, name, spec, created_at, node) VALUES($1, $2, $3, $4, $5, $6)`,
+		v.ID, v.ProjectID, v.Name, string(v.Spec), v.CreatedAt, v.Node)
 	if isUnique(err) {
 		return store.VolumeExists(v.Name)
 	}
@@ -210,10 +224,10 @@ func (s *Store) DeleteVolume(ctx context.Context, id string) error {
 
 // Volumes lists every volume record, oldest first.
 func (s *Store) Volumes(ctx context.Context) ([]store.Volume, error) {
-	rows, _ := s.pool.Query(ctx, `SELECT id, project_id, name, spec::text, created_at FROM volumes ORDER BY created_at, id`)
+	rows, _ := s.pool.Query(ctx, `SELECT id, project_id, name, spec::text, created_at, node FROM volumes ORDER BY created_at, id`)
 	return collect(rows, func(r pgx.CollectableRow) (v store.Volume, err error) {
 		var spec string
-		err = r.Scan(&v.ID, &v.ProjectID, &v.Name, &spec, &v.CreatedAt)
+		err = r.Scan(&v.ID, &v.ProjectID, &v.Name, &spec, &v.CreatedAt, &v.Node)
 		v.Spec, v.CreatedAt = json.RawMessage(spec), v.CreatedAt.UTC()
 		return v, err
 	})

@@ -25,6 +25,17 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+func TestClusterConformance(t *testing.T) {
+	srv := pgtest.ForTest(t)
+	storetest.RunCluster(t, func(t *testing.T) func() (store.Store, error) {
+		url, err := srv.NewDatabase(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func() (store.Store, error) { return Open(context.Background(), url) }
+	})
+}
+
 // TestMigrations: a new database is at SchemaVersion with one row per
 // version; servers opening it at once all succeed; a database a newer
 // lizard migrated is refused and left as it was.

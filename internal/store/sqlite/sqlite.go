@@ -32,10 +32,13 @@ var _ store.Store = (*Store)(nil)
 // Open opens (creating if needed) the database at path and brings its
 // schema up to date; a newer schema is store.ErrSchemaNewer.
 func Open(path string) (*Store, error) {
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)")
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
+	// BEGIN IMMEDIATE: a transaction that reads, then writes (cluster
+	// admission) takes the write lock first, so that another process on the
+	// file makes it wait (busy_timeout) instead of failing its upgrade.
 	// One writer at a time is SQLite's rule; a single connection also keeps
 	// the pragmas above in force for every statement.
 	db.SetMaxOpenConns(1)
@@ -130,11 +133,20 @@ func isUnique(err error) bool {
 
 // PutSandbox inserts or replaces a sandbox record.
 func (s *Store) PutSandbox(ctx context.Context, sb store.Sandbox) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO sandboxes(id, project_id, template, size, status, spec, started_at, end_at, pause_error)
-		VALUES(?,?,?,?,?,?,?,?,?)
-		ON CONFLICT(id) DO UPDATE SET status=excluded.status, spec=excluded.spec, end_at=excluded.end_at, pause_error=excluded.pause_error`,
-		sb.ID, sb.ProjectID, sb.Template, sb.Size, sb.Status, string(sb.Spec), fmtTime(sb.StartedAt), fmtTimePtr(sb.EndAt), nullString(sb.PauseError))
+	_, err := s.db.ExecContext(ctx, upsertSandbox, sandboxArgs(sb)...)
 	return err
+}
+
+// upsertSandbox inserts a sandbox row or updates what changes of it (its
+// node never does).
+const upsertSandbox = `INSERT INTO sandboxes(id, project_id, template, size, status, spec, started_at, end_at, pause_error, node, cpus, memory_mb)
+		VALUES(?,?,?,?,?,?,?,?,?,?,?,?)
+		ON CONFLICT(id) DO UPDATE SET status=excluded.status, spec=excluded.spec, end_at=excluded.end_at,
+			pause_error=excluded.pause_error, cpus=excluded.cpus, memory_mb=excluded.memory_mb`
+
+func sandboxArgs(sb store.Sandbox) []any {
+	return []any{sb.ID, sb.ProjectID, sb.Template, sb.Size, sb.Status, string(sb.Spec), fmtTime(sb.StartedAt), fmtTimePtr(sb.EndAt),
+		nullString(sb.PauseError), sb.Node, sb.CPUs, sb.MemoryMB}
 }
 
 // DeleteSandbox removes a record; a missing one is not an error.
@@ -145,7 +157,16 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 
 // Sandboxes lists every sandbox record.
 func (s *Store) Sandboxes(ctx context.Context) ([]store.Sandbox, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, project_id, template, size, status, spec, started_at, end_at, pause_error FROM sandboxes`)
+	return querySandboxes(ctx, s.db, `SELECT `+sandboxColumns+` FROM sandboxes`)
+}
+
+const sandboxColumns = `id, project_id, template, size, status, spec, started_at, end_at, pause_error, node, cpus, memory_mb`
+
+// querySandboxes runs a query of sandboxColumns.
+func querySandboxes(ctx context.Context, q interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, query string, args ...any) ([]store.Sandbox, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +176,8 @@ func (s *Store) Sandboxes(ctx context.Context) ([]store.Sandbox, error) {
 		var sb store.Sandbox
 		var spec, started string
 		var end, perr sql.NullString
-		if err := rows.Scan(&sb.ID, &sb.ProjectID, &sb.Template, &sb.Size, &sb.Status, &spec, &started, &end, &perr); err != nil {
+		if err := rows.Scan(&sb.ID, &sb.ProjectID, &sb.Template, &sb.Size, &sb.Status, &spec, &started, &end, &perr,
+			&sb.Node, &sb.CPUs, &sb.MemoryMB); err != nil {
 			return nil, err
 		}
 		sb.Spec = json.RawMessage(spec)
@@ -187,9 +209,9 @@ func nullString(s string) any {
 
 // PutSnapshot inserts or replaces a snapshot record.
 func (s *Store) PutSnapshot(ctx context.Context, sn store.Snapshot) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots(id, project_id, spec, created_at) VALUES(?,?,?,?)
+	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots(id, project_id, spec, created_at, node) VALUES(?,?,?,?,?)
 		ON CONFLICT(id) DO UPDATE SET spec=excluded.spec`,
-		sn.ID, sn.ProjectID, string(sn.Spec), fmtTime(sn.CreatedAt))
+		sn.ID, sn.ProjectID, string(sn.Spec), fmtTime(sn.CreatedAt), sn.Node)
 	return err
 }
 
@@ -201,7 +223,7 @@ func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
 
 // Snapshots lists every snapshot record, oldest first.
 func (s *Store) Snapshots(ctx context.Context) ([]store.Snapshot, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, project_id, spec, created_at FROM snapshots ORDER BY created_at, id`)
+	rows, err := s.db.QueryContext(ctx, `SELECT id, project_id, spec, created_at, node FROM snapshots ORDER BY created_at, id`)
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +232,7 @@ func (s *Store) Snapshots(ctx context.Context) ([]store.Snapshot, error) {
 	for rows.Next() {
 		var sn store.Snapshot
 		var spec, created string
-		if err := rows.Scan(&sn.ID, &sn.ProjectID, &spec, &created); err != nil {
+		if err := rows.Scan(&sn.ID, &sn.ProjectID, &spec, &created, &sn.Node); err != nil {
 			return nil, err
 		}
 		sn.Spec = json.RawMessage(spec)
@@ -223,8 +245,8 @@ func (s *Store) Snapshots(ctx context.Context) ([]store.Snapshot, error) {
 // InsertVolume adds a volume; a name the project already has is
 // ErrConflict.
 func (s *Store) InsertVolume(ctx context.Context, v store.Volume) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO volumes(id, project_id, name, spec, created_at) VALUES(?,?,?,?,?)`,
-		v.ID, v.ProjectID, v.Name, string(v.Spec), fmtTime(v.CreatedAt))
+	_, err := s.db.ExecContext(ctx, `INSERT INTO volumes(id, project_id, name, spec, created_at, node) VALUES(?,?,?,?,?,?)`,
+		v.ID, v.ProjectID, v.Name, string(v.Spec), fmtTime(v.CreatedAt), v.Node)
 	if isUnique(err) {
 		return store.VolumeExists(v.Name)
 	}
@@ -245,7 +267,7 @@ func (s *Store) DeleteVolume(ctx context.Context, id string) error {
 
 // Volumes lists every volume record, oldest first.
 func (s *Store) Volumes(ctx context.Context) ([]store.Volume, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, project_id, name, spec, created_at FROM volumes ORDER BY created_at, id`)
+	rows, err := s.db.QueryContext(ctx, `SELECT id, project_id, name, spec, created_at, node FROM volumes ORDER BY created_at, id`)
 	if err != nil {
 		return nil, err
 	}
@@ -254,7 +276,7 @@ func (s *Store) Volumes(ctx context.Context) ([]store.Volume, error) {
 	for rows.Next() {
 		var v store.Volume
 		var spec, created string
-		if err := rows.Scan(&v.ID, &v.ProjectID, &v.Name, &spec, &created); err != nil {
+		if err := rows.Scan(&v.ID, &v.ProjectID, &v.Name, &spec, &created, &v.Node); err != nil {
 			return nil, err
 		}
 		v.Spec = json.RawMessage(spec)

@@ -14,3 +14,10 @@ func TestConformance(t *testing.T) {
 		return func() (store.Store, error) { return Open(path) }
 	})
 }
+
+func TestClusterConformance(t *testing.T) {
+	storetest.RunCluster(t, func(t *testing.T) func() (store.Store, error) {
+		path := filepath.Join(t.TempDir(), "lizard.db")
+		return func() (store.Store, error) { return Open(path) }
+	})
+}

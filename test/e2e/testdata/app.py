@@ -98,4 +98,6 @@ ws.onerror = () => { document.getElementById('ws').textContent = 'websocket erro
 
 
 ThreadingHTTPServer.allow_reuse_address = True
-ThreadingHTTPServer(("0.0.0.0", int(sys.argv[1])), App).serve_forever()
+# The address to bind is the second argument (default: every address).
+bind = sys.argv[2] if len(sys.argv) > 2 else "0.0.0.0"
+ThreadingHTTPServer((bind, int(sys.argv[1])), App).serve_forever()

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
@@ -37,11 +38,31 @@ type Server struct {
 	dir string   // holds data/, the socket and log
 	bin string   // initdb's and pg_ctl's directory
 	run []string // runuser … when root
+	// tcp, when valid, is the one TCP address the server also listens on
+	// (StartTCP); URLs then use it.
+	tcp netip.AddrPort
+	up  bool // between Up and Down
 }
 
 // Start makes and starts a cluster. As root, the server runs as the
 // postgres user (initdb refuses root).
 func Start(ctx context.Context) (*Server, error) {
+	return start(ctx, netip.AddrPort{}, netip.Prefix{})
+}
+
+// StartTCP is Start with the server also listening on addr (an address of
+// a bridge of the test's own, never a wildcard) and trusting connections
+// from clients in allow: for tests whose servers run in network namespaces
+// of their own and must reach the database over the network (and lose it
+// to a firewall rule).
+func StartTCP(ctx context.Context, addr netip.AddrPort, allow netip.Prefix) (*Server, error) {
+	if !addr.IsValid() || addr.Addr().IsUnspecified() || !allow.IsValid() {
+		return nil, fmt.Errorf("pgtest: listen address %s, clients %s: want one address and a prefix", addr, allow)
+	}
+	return start(ctx, addr, allow)
+}
+
+func start(ctx context.Context, tcp netip.AddrPort, allow netip.Prefix) (*Server, error) {
 	bin := os.Getenv("LIZARD_PG_BIN")
 	if bin == "" {
 		bin = BinDir
@@ -55,7 +76,7 @@ func Start(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{dir: dir, bin: bin}
+	s := &Server{dir: dir, bin: bin, tcp: tcp}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
@@ -75,13 +96,50 @@ func Start(ctx context.Context) (*Server, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	opts := fmt.Sprintf("-c listen_addresses='' -k %s -p %d -c fsync=off -c synchronous_commit=off -c full_page_writes=off", dir, port)
-	if err := s.cmd(ctx, filepath.Join(bin, "pg_ctl"), "-D", data, "-l", filepath.Join(dir, "log"), "-o", opts, "-w", "start"); err != nil {
-		log, _ := os.ReadFile(filepath.Join(dir, "log"))
+	if allow.IsValid() {
+		hba := fmt.Sprintf("host all all %s trust\n", allow.Masked())
+		f, err := os.OpenFile(filepath.Join(data, "pg_hba.conf"), os.O_APPEND|os.O_WRONLY, 0)
+		if err == nil {
+			_, err = f.WriteString(hba)
+			f.Close()
+		}
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+	if err := s.Up(ctx); err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("%w\n%s", err, log)
+		return nil, err
 	}
 	return s, nil
+}
+
+// Up starts the server on its data directory: at Start, and again after
+// Down.
+func (s *Server) Up(ctx context.Context) error {
+	listen, p := "", port
+	if s.tcp.IsValid() {
+		listen, p = s.tcp.Addr().String(), int(s.tcp.Port())
+	}
+	opts := fmt.Sprintf("-c listen_addresses='%s' -k %s -p %d -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off", listen, s.dir, p)
+	if err := s.cmd(ctx, filepath.Join(s.bin, "pg_ctl"), "-D", filepath.Join(s.dir, "data"), "-l", filepath.Join(s.dir, "log"), "-o", opts, "-w", "start"); err != nil {
+		log, _ := os.ReadFile(filepath.Join(s.dir, "log"))
+		return fmt.Errorf("%w\n%s", err, log)
+	}
+	s.up = true
+	return nil
+}
+
+// Down stops the server and keeps its data, for tests of a database
+// outage: clients' connections are cut and new ones refused until Up. It
+// is a fast shutdown, not an immediate one: with synchronous_commit off an
+// immediate stop would lose the last commits.
+func (s *Server) Down(ctx context.Context) error { return s.stop(ctx, "fast") }
+
+func (s *Server) stop(ctx context.Context, mode string) error {
+	s.up = false
+	return s.cmd(ctx, filepath.Join(s.bin, "pg_ctl"), "-D", filepath.Join(s.dir, "data"), "-m", mode, "-w", "stop")
 }
 
 func (s *Server) cmd(ctx context.Context, name string, args ...string) error {
@@ -95,6 +153,9 @@ func (s *Server) cmd(ctx context.Context, name string, args ...string) error {
 
 // URL is the connection URL of database name on the server.
 func (s *Server) URL(name string) string {
+	if s.tcp.IsValid() {
+		return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", s.tcp, name)
+	}
 	return fmt.Sprintf("postgres://postgres@/%s?host=%s&port=%d&sslmode=disable", name, url.QueryEscape(s.dir), port)
 }
 
@@ -115,7 +176,10 @@ func (s *Server) NewDatabase(ctx context.Context) (string, error) {
 
 // Stop stops the server at once and removes its directory.
 func (s *Server) Stop() error {
-	err := s.cmd(context.Background(), filepath.Join(s.bin, "pg_ctl"), "-D", filepath.Join(s.dir, "data"), "-m", "immediate", "-w", "stop")
+	var err error
+	if s.up {
+		err = s.stop(context.Background(), "immediate")
+	}
 	if rerr := os.RemoveAll(s.dir); err == nil {
 		err = rerr
 	}

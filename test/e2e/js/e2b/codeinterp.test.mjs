@@ -34,6 +34,15 @@ test('runCode keeps state, streams output, returns results, charts and errors; c
     assert.ok(png, JSON.stringify(chart.toJSON()))
     assert.ok(png.formats().includes('png'))
     assert.equal(Buffer.from(png.png, 'base64').subarray(1, 4).toString(), 'PNG')
+    // ... and its chart, as the SDK reads Result.chart.
+    assert.equal(png.chart.type, 'line', JSON.stringify(png.chart))
+    assert.deepEqual(png.chart.elements[0].points, [[1, 1], [2, 4], [3, 9]])
+    assert.equal(png.chart.x_scale, 'linear')
+    const bars = await sbx.runCode("import matplotlib.pyplot as plt\nplt.bar(['a', 'b'], [3, 5])\nplt.title('bars')\nplt.show()")
+    const bar = bars.results.find((r) => r.chart)
+    assert.equal(bar.chart.type, 'bar')
+    assert.equal(bar.chart.title, 'bars')
+    assert.deepEqual(bar.chart.elements.map((e) => [e.label, e.value]), [['a', 3], ['b', 5]])
 
     // Rich results: HTML and data of a DataFrame.
     const df = await sbx.runCode("import pandas as pd\npd.DataFrame({'a': [1, 2]})")
@@ -68,6 +77,45 @@ test('runCode keeps state, streams output, returns results, charts and errors; c
 
     // A language the template has no kernel for is refused, not a 500.
     await assert.rejects(sbx.runCode('1', { language: 'r' }), /400/)
+  } finally {
+    await sbx.kill()
+  }
+})
+
+test('JavaScript and bash contexts; the sandbox\'s envs reach every context', async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 300_000, envs: { SBX_VAR: 'from-create' } })
+  try {
+    assert.equal((await sbx.runCode("import os; os.environ.get('SBX_VAR')")).text, "'from-create'")
+
+    // JavaScript (node): state across calls, output, the last value, envs.
+    const js = await sbx.runCode('let a = 40; console.log("hi"); a + 2', { language: 'js' })
+    assert.equal(js.error, undefined)
+    assert.equal(js.text, '42')
+    assert.equal(js.logs.stdout.join(''), 'hi\n')
+    const jsEnv = await sbx.runCode('a + process.env.SBX_VAR + process.env.CALL', { language: 'javascript', envs: { CALL: '!' } })
+    assert.equal(jsEnv.text, "'40from-create!'")
+    assert.equal((await sbx.runCode('process.env.CALL', { language: 'javascript' })).text, undefined)
+    const jsErr = await sbx.runCode('throw new TypeError("boom")', { language: 'javascript' })
+    assert.equal(jsErr.error.name, 'TypeError')
+    assert.equal(jsErr.error.value, 'boom')
+    assert.equal((await sbx.runCode('const r = await Promise.resolve(7)\nr * 2', { language: 'js' })).text, '14')
+
+    // bash: variables and cwd persist; envs for a call; a failing status.
+    const sh = await sbx.runCode('echo $SBX_VAR $CALL; echo err >&2; X=5; cd /tmp', { language: 'bash', envs: { CALL: 'c' } })
+    assert.equal(sh.error, undefined)
+    assert.equal(sh.logs.stdout.join(''), 'from-create c\n')
+    assert.equal(sh.logs.stderr.join(''), 'err\n')
+    const sh2 = await sbx.runCode('echo $X $(pwd) ${CALL-unset}; false', { language: 'bash' })
+    assert.equal(sh2.logs.stdout.join(''), '5 /tmp unset\n')
+    assert.equal(sh2.error.name, 'ExitError')
+    assert.equal(sh2.error.value, 'exit status 1')
+
+    const ctx = await sbx.createCodeContext({ language: 'bash', cwd: '/tmp' })
+    assert.equal(ctx.language, 'bash')
+    assert.equal((await sbx.runCode('pwd; echo ${X-unset}', { context: ctx })).logs.stdout.join(''), '/tmp\nunset\n')
+
+    // TypeScript is not run (node has no TypeScript here): a clear 400.
+    await assert.rejects(sbx.runCode('1', { language: 'typescript' }), /400/)
   } finally {
     await sbx.kill()
   }

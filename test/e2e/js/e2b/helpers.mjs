@@ -43,9 +43,10 @@ export async function sh(id, cmd) {
   return out
 }
 
-// startServer runs an HTTP server on port in the sandbox and waits for it.
-export async function startServer(id, port) {
-  await sh(id, `mkdir -p /tmp/www && echo hello-from-${id} > /tmp/www/index.html && cd /tmp/www && (nohup python3 -m http.server ${port} > /tmp/http.log 2>&1 &) ; for i in $(seq 1 100); do curl -s -o /dev/null http://127.0.0.1:${port}/ && exit 0; sleep 0.05; done; cat /tmp/http.log; exit 1`)
+// startServer runs an HTTP server on port (of bind, default every
+// address) in the sandbox and waits for it.
+export async function startServer(id, port, bind = '0.0.0.0') {
+  await sh(id, `mkdir -p /tmp/www && echo hello-from-${id} > /tmp/www/index.html && cd /tmp/www && (nohup python3 -m http.server --bind ${bind} ${port} > /tmp/http.log 2>&1 &) ; for i in $(seq 1 100); do curl -s -o /dev/null http://127.0.0.1:${port}/ && exit 0; sleep 0.05; done; cat /tmp/http.log; exit 1`)
 }
 
 // get sends GET / to host (as sbx.getHost(port) gives it) through the

@@ -30,6 +30,20 @@ test('getHost(port) reaches a server in the sandbox; ports are public', async ()
   })
 })
 
+test('getHost(port) reaches a server bound to 127.0.0.1 only', async () => {
+  await withSandbox(async (sbx) => {
+    await startServer(sbx.sandboxId, 8002, '127.0.0.1')
+    // Not at the sandbox's own address: only its loopback serves it.
+    const direct = await sbx.commands.run(`curl -s -o /dev/null --max-time 5 http://$(hostname -I | cut -d' ' -f1):8002/`).catch((e) => e)
+    assert.notEqual(direct.exitCode, 0)
+    const res = await get(sbx.getHost(8002))
+    assert.equal(res.status, 200, res.body)
+    assert.equal(res.body.trim(), `hello-from-${sbx.sandboxId}`)
+    // Nothing on the port at all is still E2B's 502.
+    assert.equal((await get(sbx.getHost(8003))).status, 502)
+  })
+})
+
 test('private traffic needs the traffic access token', async () => {
   await withSandbox(async (sbx) => {
     assert.ok(sbx.trafficAccessToken, 'no traffic access token')

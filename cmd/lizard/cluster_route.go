@@ -1,0 +1,57 @@
+package main
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/api"
+	"github.com/lizard-build/lizard/internal/cluster"
+	"github.com/lizard-build/lizard/internal/proxy"
+	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/volume"
+)
+
+// clusterRouting is cluster mode's routing of requests between nodes
+// (internal/cluster: internal.go, forward.go, place.go, list.go): the
+// router the API, the E2B API and the preview proxy consult, and the
+// internal listener's server.
+type clusterRouting struct {
+	router *cluster.Router
+	signer *cluster.Signer
+	local  cluster.Local
+	log    *slog.Logger
+}
+
+// newClusterRouting builds node self's routing over the shared database
+// db, with this node's sandbox service and volume manager as its part of
+// the lists.
+func newClusterRouting(self string, secret []byte, db cluster.Database, svc *sandbox.Service, vols *volume.Manager, log *slog.Logger) (*clusterRouting, error) {
+	signer, err := cluster.NewSigner(self, secret)
+	if err != nil {
+		return nil, err
+	}
+	local := cluster.LocalService{Node: self, Service: svc, VolumeManager: vols}
+	return &clusterRouting{
+		router: cluster.NewRouter(cluster.RouterConfig{Self: self, Directory: db, Store: db, Signer: signer, Local: local, Logger: log}),
+		signer: signer, local: local, log: log,
+	}, nil
+}
+
+// hooks are what the API, the E2B API and the proxy get: the router in
+// cluster mode, nil interfaces on a single server (cr nil).
+func (cr *clusterRouting) hooks() (api.Cluster, proxy.Forwarder) {
+	if cr == nil {
+		return nil, nil
+	}
+	return cr.router, cr.router
+}
+
+// server is the server of --internal-listen: the requests peers forward,
+// to this node's API handler and preview proxy, and their list calls.
+func (cr *clusterRouting) server(apiH, proxyH http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           cluster.InternalHandler(cluster.InternalConfig{Signer: cr.signer, API: apiH, Proxy: proxyH, Local: cr.local, Logger: cr.log}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+}

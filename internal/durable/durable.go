@@ -1,0 +1,487 @@
+// Package durable makes checkpoint images (a paused sandbox's image, a
+// snapshot) durable in an object store and brings them back: Upload
+// compresses each file of an image directory in chunks (zstd, streamed) into
+// content-addressed blobs and writes the image's manifest last; Materialize
+// downloads an image into a local directory, verifying every digest, so
+// that nothing corrupt or truncated is ever restored. The sandbox service
+// uses it; in cluster mode a node calls Materialize to resume or restore
+// what another node made durable.
+//
+// Layout in the store:
+//
+//	images/<name>/manifest.json   the Manifest; its presence is durability
+//	blobs/sha256/<hex>            zstd of one chunk; hex is the SHA-256 of
+//	                              these stored bytes
+//
+// Blobs are shared by every image whose chunks compress to the same bytes
+// (runs of zero pages do), so Delete removes only blobs that no manifest
+// still references.
+package durable
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/objstore"
+)
+
+// ChunkSize is the uncompressed size of a blob (the last of a file may be
+// shorter). One compressed chunk per worker is held in memory.
+const ChunkSize = 16 << 20
+
+// workers is how many chunks are compressed and moved at a time: uploads
+// run in the background beside the sandboxes, on a few cores.
+const workers = 2
+
+// CheckpointFile is the runtime's checkpoint manifest (runsc build, CPU
+// features) in an image; Upload copies it into the image's Manifest.
+const CheckpointFile = "lizard-checkpoint.json"
+
+// Manifest describes a durable image.
+type Manifest struct {
+	Version   int       `json:"version"` // 1
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"createdAt"`
+	// Checkpoint is the image's CheckpointFile (runsc build and the CPU
+	// features it needs), so that a node can tell whether it can restore
+	// the image before it downloads it.
+	Checkpoint json.RawMessage `json:"checkpoint,omitempty"`
+	Files      []File          `json:"files"`
+}
+
+// File is one regular file of the image, as a list of chunks.
+type File struct {
+	Path   string      `json:"path"` // slash-separated, relative to the image
+	Mode   fs.FileMode `json:"mode"`
+	Size   int64       `json:"size"`
+	SHA256 string      `json:"sha256"` // of the whole file
+	Chunks []Chunk     `json:"chunks"`
+}
+
+// Chunk is ChunkSize bytes of a file (fewer at its end), stored compressed
+// as blob StoredSHA256.
+type Chunk struct {
+	Size         int64  `json:"size"`
+	SHA256       string `json:"sha256"` // of the uncompressed bytes
+	StoredSize   int64  `json:"storedSize"`
+	StoredSHA256 string `json:"storedSha256"`
+}
+
+// Stored is the total of the stored (compressed) sizes of m's chunks.
+func (m Manifest) Stored() (stored, size int64) {
+	for _, f := range m.Files {
+		size += f.Size
+		for _, c := range f.Chunks {
+			stored += c.StoredSize
+		}
+	}
+	return stored, size
+}
+
+// Images is the durable images of one object store.
+type Images struct {
+	obj objstore.Store
+	log *slog.Logger
+	// gc keeps an upload from reusing a blob that a concurrent Delete is
+	// about to remove (uploads take it shared, Delete's sweep exclusive).
+	// It guards one server; nodes of a cluster sweeping at once are a
+	// known gap (see Delete).
+	gc sync.RWMutex
+}
+
+// New returns the images kept in obj.
+func New(obj objstore.Store, log *slog.Logger) *Images {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Images{obj: obj, log: log}
+}
+
+func manifestKey(name string) string { return "images/" + name + "/manifest.json" }
+func blobKey(sum string) string      { return "blobs/sha256/" + sum }
+
+const blobPrefix = "blobs/sha256/"
+
+// ValidName reports whether name can name an image: slash-separated
+// segments of letters, digits, '-', '_' and '.', none of them "." or "..".
+func ValidName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, seg := range strings.Split(name, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return false
+		}
+		for _, r := range seg {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// Upload makes the image in dir durable as name: every regular file in
+// chunks, each compressed and stored unless a blob of the same bytes is
+// there, then the manifest. dir must not change meanwhile. Upload again
+// replaces the manifest. A failed or canceled Upload leaves no manifest
+// (blobs it stored are swept by a later Delete).
+func (im *Images) Upload(ctx context.Context, name, dir string) (Manifest, error) {
+	if !ValidName(name) {
+		return Manifest{}, fmt.Errorf("image name %q: %w", name, errdefs.ErrInvalid)
+	}
+	m := Manifest{Version: 1, Name: name, CreatedAt: time.Now().UTC()}
+	if b, err := os.ReadFile(filepath.Join(dir, CheckpointFile)); err == nil && json.Valid(b) {
+		m.Checkpoint = json.RawMessage(b)
+	}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		m.Files = append(m.Files, File{Path: filepath.ToSlash(rel), Mode: info.Mode().Perm(), Size: info.Size()})
+		return nil
+	})
+	if err != nil {
+		return Manifest{}, fmt.Errorf("upload image %s: %w", name, err)
+	}
+	if len(m.Files) == 0 {
+		return Manifest{}, fmt.Errorf("upload image %s: %s holds no files: %w", name, dir, errdefs.ErrInvalid)
+	}
+	im.gc.RLock()
+	defer im.gc.RUnlock()
+	for i := range m.Files {
+		if err := im.uploadFile(ctx, filepath.Join(dir, filepath.FromSlash(m.Files[i].Path)), &m.Files[i]); err != nil {
+			return Manifest{}, fmt.Errorf("upload image %s: %s: %w", name, m.Files[i].Path, err)
+		}
+	}
+	b, err := json.MarshalIndent(m, "", " ")
+	if err != nil {
+		return Manifest{}, err
+	}
+	if _, err := im.obj.Put(ctx, manifestKey(name), bytes.NewReader(b)); err != nil {
+		return Manifest{}, fmt.Errorf("upload image %s: manifest: %w", name, err)
+	}
+	return m, nil
+}
+
+var encoders = sync.Pool{New: func() any {
+	e, _ := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(zstd.SpeedDefault))
+	return e
+}}
+
+func (im *Images) uploadFile(ctx context.Context, p string, f *File) error {
+	fh, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer fh.Close()
+	st, err := fh.Stat()
+	if err != nil {
+		return err
+	}
+	if st.Size() != f.Size {
+		return fmt.Errorf("changed while uploading (%d bytes, then %d)", f.Size, st.Size())
+	}
+	n := int((f.Size + ChunkSize - 1) / ChunkSize)
+	f.Chunks = make([]Chunk, n)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(workers)
+	for i := range n {
+		off := int64(i) * ChunkSize
+		size := min(ChunkSize, f.Size-off)
+		g.Go(func() error {
+			c, err := im.uploadChunk(gctx, io.NewSectionReader(fh, off, size))
+			if err != nil {
+				return fmt.Errorf("chunk at %d: %w", off, err)
+			}
+			if c.Size != size {
+				return fmt.Errorf("chunk at %d: read %d bytes of %d: the file changed", off, c.Size, size)
+			}
+			f.Chunks[i] = c
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	// The whole file's digest: a second read, from the page cache.
+	h := sha256.New()
+	if _, err := io.Copy(h, io.NewSectionReader(fh, 0, f.Size)); err != nil {
+		return err
+	}
+	f.SHA256 = hex.EncodeToString(h.Sum(nil))
+	return nil
+}
+
+// uploadChunk compresses r into memory, hashing both sides, and stores the
+// result unless a blob of those bytes is there.
+func (im *Images) uploadChunk(ctx context.Context, r io.Reader) (Chunk, error) {
+	var buf bytes.Buffer
+	raw, stored := sha256.New(), sha256.New()
+	enc := encoders.Get().(*zstd.Encoder)
+	defer encoders.Put(enc)
+	enc.Reset(io.MultiWriter(&buf, stored))
+	n, err := io.Copy(enc, io.TeeReader(r, raw))
+	if err == nil {
+		err = enc.Close()
+	}
+	if err != nil {
+		return Chunk{}, err
+	}
+	c := Chunk{Size: n, SHA256: hex.EncodeToString(raw.Sum(nil)), StoredSize: int64(buf.Len()), StoredSHA256: hex.EncodeToString(stored.Sum(nil))}
+	if info, err := im.obj.Stat(ctx, blobKey(c.StoredSHA256)); err == nil && info.Size == c.StoredSize {
+		return c, nil
+	}
+	if _, err := im.obj.Put(ctx, blobKey(c.StoredSHA256), &buf); err != nil {
+		return Chunk{}, err
+	}
+	return c, nil
+}
+
+// Stat reads name's manifest: errdefs.ErrNotFound when name is not durable.
+func (im *Images) Stat(ctx context.Context, name string) (Manifest, error) {
+	var m Manifest
+	if !ValidName(name) {
+		return m, fmt.Errorf("image name %q: %w", name, errdefs.ErrInvalid)
+	}
+	rc, err := im.obj.Get(ctx, manifestKey(name), 0, -1)
+	if err != nil {
+		return m, fmt.Errorf("image %s: %w", name, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, 64<<20))
+	if err != nil {
+		return m, fmt.Errorf("image %s: read manifest: %w", name, errors.Join(err, errdefs.ErrUnavailable))
+	}
+	if err := json.Unmarshal(b, &m); err != nil || m.Version != 1 {
+		return m, corrupt(manifestKey(name), name, fmt.Sprintf("not a version 1 manifest (%v)", err))
+	}
+	for _, f := range m.Files {
+		if p := path.Clean(f.Path); p != f.Path || !fs.ValidPath(p) || p == "." {
+			return m, corrupt(manifestKey(name), name, fmt.Sprintf("file path %q", f.Path))
+		}
+	}
+	return m, nil
+}
+
+// corrupt is the error for an object whose bytes are not what the manifest
+// says: 409 corrupt_object naming it.
+func corrupt(key, name, why string) error {
+	return errdefs.WithCode("corrupt_object", fmt.Errorf("object %s of image %s is corrupt: %s; the image is not restored: %w", key, name, why, errdefs.ErrConflict))
+}
+
+// Materialize downloads image name into dir, which must not exist: into
+// dir+".tmp" first, renamed once every file's size and every chunk's
+// digests (stored and uncompressed) and every file's digest matched the
+// manifest. A missing, corrupt or truncated object is an errdefs.ErrConflict
+// with code corrupt_object naming the object, and leaves no dir; a store
+// that does not answer, errdefs.ErrUnavailable; no such image,
+// errdefs.ErrNotFound.
+func (im *Images) Materialize(ctx context.Context, name, dir string) (Manifest, error) {
+	m, err := im.Stat(ctx, name)
+	if err != nil {
+		return m, err
+	}
+	if _, err := os.Stat(dir); err == nil {
+		return m, fmt.Errorf("materialize image %s: %s exists: %w", name, dir, errdefs.ErrConflict)
+	}
+	tmp := dir + ".tmp"
+	os.RemoveAll(tmp)
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return m, err
+	}
+	for _, f := range m.Files {
+		if err := im.downloadFile(ctx, name, filepath.Join(tmp, filepath.FromSlash(f.Path)), f); err != nil {
+			os.RemoveAll(tmp)
+			return m, fmt.Errorf("materialize image %s: %w", name, err)
+		}
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		os.RemoveAll(tmp)
+		return m, err
+	}
+	return m, nil
+}
+
+func (im *Images) downloadFile(ctx context.Context, name, p string, f File) error {
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	fh, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_RDWR, f.Mode|0o600)
+	if err != nil {
+		return err
+	}
+	defer fh.Close()
+	var total int64
+	for _, c := range f.Chunks {
+		total += c.Size
+	}
+	if total != f.Size {
+		return corrupt(manifestKey(name), name, fmt.Sprintf("%s: chunks hold %d bytes, the file %d", f.Path, total, f.Size))
+	}
+	if err := fh.Truncate(f.Size); err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(workers)
+	var off int64
+	for _, c := range f.Chunks {
+		w := io.NewOffsetWriter(fh, off)
+		off += c.Size
+		g.Go(func() error { return im.downloadChunk(gctx, name, w, c) })
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, io.NewSectionReader(fh, 0, f.Size)); err != nil {
+		return err
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != f.SHA256 {
+		return corrupt(manifestKey(name), name, fmt.Sprintf("%s: SHA-256 %s, the manifest says %s", f.Path, got, f.SHA256))
+	}
+	return fh.Sync()
+}
+
+var decoders = sync.Pool{New: func() any {
+	d, _ := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(2*ChunkSize))
+	return d
+}}
+
+// downloadChunk writes chunk c at w, checking the stored bytes' size and
+// digest and the uncompressed bytes'.
+func (im *Images) downloadChunk(ctx context.Context, name string, w io.Writer, c Chunk) error {
+	key := blobKey(c.StoredSHA256)
+	rc, err := im.obj.Get(ctx, key, 0, -1)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return corrupt(key, name, "missing")
+	}
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	stored := &countHash{h: sha256.New()}
+	dec := decoders.Get().(*zstd.Decoder)
+	defer decoders.Put(dec)
+	// One byte past the stored size tells a longer object from a whole one.
+	if err := dec.Reset(io.TeeReader(io.LimitReader(rc, c.StoredSize+1), stored)); err != nil {
+		return err
+	}
+	raw := &countHash{h: sha256.New()}
+	_, err = io.Copy(io.MultiWriter(w, raw), io.LimitReader(dec, c.Size+1))
+	// Whatever the decoder did not need still counts for the stored digest.
+	io.Copy(stored, io.LimitReader(rc, c.StoredSize+1-stored.n))
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case stored.n != c.StoredSize:
+		return corrupt(key, name, fmt.Sprintf("%d bytes stored, the manifest says %d (truncated or replaced)", stored.n, c.StoredSize))
+	case stored.sum() != c.StoredSHA256:
+		return corrupt(key, name, fmt.Sprintf("SHA-256 of the stored bytes is %s", stored.sum()))
+	case err != nil:
+		return corrupt(key, name, fmt.Sprintf("does not decompress: %v", err))
+	case raw.n != c.Size || raw.sum() != c.SHA256:
+		return corrupt(key, name, fmt.Sprintf("decompresses to %d bytes with SHA-256 %s, the manifest says %d bytes with %s", raw.n, raw.sum(), c.Size, c.SHA256))
+	}
+	return nil
+}
+
+type countHash struct {
+	h hash.Hash
+	n int64
+}
+
+func (c *countHash) Write(p []byte) (int, error) { c.n += int64(len(p)); return c.h.Write(p) }
+func (c *countHash) sum() string                 { return hex.EncodeToString(c.h.Sum(nil)) }
+
+// Delete removes image name's manifest, then every blob that no remaining
+// manifest references. A missing image is not an error. Blobs stored by an
+// upload of this server still in flight are kept (the sweep waits for it);
+// two servers of a cluster, one sweeping while the other uploads a blob
+// that already existed, could lose that blob: the other's Materialize then
+// reports it missing (corrupt_object), never restores wrong bytes.
+func (im *Images) Delete(ctx context.Context, name string) error {
+	if !ValidName(name) {
+		return fmt.Errorf("image name %q: %w", name, errdefs.ErrInvalid)
+	}
+	if err := im.obj.Delete(ctx, manifestKey(name)); err != nil {
+		return fmt.Errorf("delete image %s: %w", name, err)
+	}
+	return im.Sweep(ctx)
+}
+
+// Sweep removes the blobs no manifest references.
+func (im *Images) Sweep(ctx context.Context) error {
+	im.gc.Lock()
+	defer im.gc.Unlock()
+	used := map[string]bool{}
+	err := im.obj.List(ctx, "images/", func(i objstore.Info) error {
+		if !strings.HasSuffix(i.Key, "/manifest.json") {
+			return nil
+		}
+		name := strings.TrimSuffix(strings.TrimPrefix(i.Key, "images/"), "/manifest.json")
+		m, err := im.Stat(ctx, name)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return nil // deleted meanwhile
+		}
+		if err != nil {
+			// A manifest that cannot be read may still reference blobs.
+			return fmt.Errorf("sweep: %w", err)
+		}
+		for _, f := range m.Files {
+			for _, c := range f.Chunks {
+				used[c.StoredSHA256] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	var unused []string
+	err = im.obj.List(ctx, blobPrefix, func(i objstore.Info) error {
+		if !used[strings.TrimPrefix(i.Key, blobPrefix)] {
+			unused = append(unused, i.Key)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, k := range unused {
+		if err := im.obj.Delete(ctx, k); err != nil {
+			return err
+		}
+	}
+	if len(unused) > 0 {
+		im.log.Debug("durable: swept unreferenced blobs", "count", len(unused))
+	}
+	return nil
+}
