@@ -26,7 +26,7 @@ func (f *buildFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.subnet, "build-subnet", template.DefaultBuildSubnet.String(), "subnet of the build network (another server on the host needs another)")
 	fs.Var(&f.allow, "registry-allow", "HOST[:PORT] of a registry FROM may pull from although it is on a loopback, link-local or private address (repeatable)")
 	fs.StringVar(&f.auth, "registry-auth", "", "registry credentials for image pulls, a file in Docker's config.json format (\"auths\"); default: none")
-	fs.StringVar(&f.cgroupParent, "cgroup-parent", gvisor.DefaultCgroupParent, "this server's name on the host: sandboxes' cgroups go under /NAME (Dockerfile RUN steps' under /NAME-build) and their network namespaces are NAME-<id>; another server on the host needs another")
+	fs.StringVar(&f.cgroupParent, "cgroup-parent", gvisor.DefaultCgroupParent, "this server's name on the host: sandboxes' and Dockerfile RUN steps' cgroups go under /NAME (lizard template build's RUN steps' under /NAME-build) and their network namespaces are NAME-<id>; another server on the host needs another")
 	fs.StringVar(&f.mirror, "debian-mirror", "", "Debian mirror URL for built-in templates (default: the host's, from /etc/apt/sources.list*)")
 }
 
@@ -51,7 +51,7 @@ func (f *buildFlags) options(sandboxSubnet netip.Prefix) (template.DockerfileOpt
 		return template.DockerfileOptions{}, err
 	}
 	return template.DockerfileOptions{BuildBridge: f.bridge, BuildSubnet: subnet, BuildDeny: []netip.Prefix{sandboxSubnet}, Pull: pull,
-		CgroupParent: f.cgroupParent + "-build", NetnsPrefix: f.cgroupParent}, nil
+		NetnsPrefix: f.cgroupParent}, nil
 }
 
 // listFlag collects a repeatable flag's values.

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lizard-build/lizard/internal/runtime/gvisor"
 	"github.com/lizard-build/lizard/internal/template"
 )
 
@@ -228,9 +229,16 @@ func templates(ctx context.Context, args []string) error {
 			return err
 		}
 		opts.Dockerfile, opts.DockerfileName, opts.Context = data, *dockerfile, context
-		opts.BuildArgs, opts.ReadyCommand, opts.Runsc = buildArgs.m, *readyCmd, rs
 		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+		rt, err := buildRuntime(rs, bf.cgroupParent+"-build", opts.Logger)
+		if err != nil {
+			return err
+		}
+		opts.BuildArgs, opts.ReadyCommand, opts.Runtime = buildArgs.m, *readyCmd, rt
 		t, err := preg.BuildDockerfile(ctx, pos[1], opts, os.Stdout)
+		if rerr := rt.RemoveState(); rerr != nil {
+			opts.Logger.Warn("remove the build's runtime state", "err", rerr)
+		}
 		if err == nil && len(t.StartCommand) > 0 {
 			// The ready state is a checkpoint the server takes with its own
 			// runtime and network; `lizard serve` looks for new templates
@@ -315,4 +323,25 @@ func (f *buildArgFlag) Set(s string) error {
 	}
 	f.m[k] = v
 	return nil
+}
+
+// buildRuntime is the runtime a `lizard template build` runs RUN steps
+// with: gVisor's, making no sandboxes, with state directories of this
+// process's own (a server's runtime, and its recovery, never see them);
+// RemoveState removes them. Its containers' cgroups go under cgroupParent
+// (not a server's: a server's scans and cleanups never see them).
+func buildRuntime(runsc, cgroupParent string, log *slog.Logger) (*gvisor.Runtime, error) {
+	if err := os.MkdirAll("/run/lizard", 0o755); err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("/run/lizard", "build-")
+	if err != nil {
+		return nil, err
+	}
+	rt, err := gvisor.New(gvisor.Config{Runsc: runsc, StateDir: dir, RunscRoot: filepath.Join(dir, "runsc"), CgroupParent: cgroupParent, Logger: log})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return rt, nil
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/lizard-build/lizard/internal/proxy"
 	"github.com/lizard-build/lizard/internal/ratelimit"
 	"github.com/lizard-build/lizard/internal/reaper"
+	"github.com/lizard-build/lizard/internal/runtime"
 	"github.com/lizard-build/lizard/internal/runtime/gvisor"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
@@ -403,7 +404,7 @@ func serve(ctx context.Context, args []string) error {
 		Domain: e2bDomain, Logger: log.With("component", "e2b"), Cluster: apiCluster})
 	srv := &http.Server{
 		Handler: api.Handler(api.Config{E2B: e2bAPI, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Templates: reg, Previews: previews, Volumes: vols,
-			Builder: &templateBuilder{reg: reg, runsc: runsc, run: reap.Run, dns: c.dnsUpstream, build: buildOpts, sandboxes: svc, metrics: mets,
+			Builder: &templateBuilder{reg: reg, runtime: rt, run: reap.Run, dns: c.dnsUpstream, build: buildOpts, sandboxes: svc, metrics: mets,
 				log: log.With("component", "template")},
 			MaxBuildContext: c.maxBuildContext, Logger: log.With("component", "api"),
 			Metrics: mets, ServeMetrics: mln == nil, Ready: cm.readyChecks(readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm)),
@@ -533,11 +534,11 @@ func previewURLs(domain, proxyAddr string, useTLS bool) api.PreviewURLs {
 }
 
 // templateBuilder builds Dockerfile templates for the API with this
-// server's runsc, and its reaper for the runsc processes it adopts; a
-// template with a start command gets its ready state made right away.
+// server's runtime (RUN steps), and its reaper for the commands builds run;
+// a template with a start command gets its ready state made right away.
 type templateBuilder struct {
 	reg       *template.Registry
-	runsc     string
+	runtime   runtime.Runner
 	run       func(*exec.Cmd) error
 	dns       string
 	build     template.DockerfileOptions // the build network and pull policy
@@ -554,10 +555,9 @@ func (b *templateBuilder) BuildDockerfile(ctx context.Context, project, name str
 	}
 	t, err := reg.BuildDockerfile(ctx, name, template.DockerfileOptions{
 		Dockerfile: opts.Dockerfile, DockerfileName: "Dockerfile", Context: opts.ContextDir, BuildArgs: opts.BuildArgs,
-		ReadyCommand: opts.ReadyCommand, Runsc: b.runsc, DNSUpstream: b.dns, RunCommand: b.run,
+		ReadyCommand: opts.ReadyCommand, Runtime: b.runtime, DNSUpstream: b.dns, RunCommand: b.run,
 		BuildBridge: b.build.BuildBridge, BuildSubnet: b.build.BuildSubnet, BuildDeny: b.build.BuildDeny, Pull: b.build.Pull,
-		CgroupParent: b.build.CgroupParent, NetnsPrefix: b.build.NetnsPrefix,
-		Logger: b.log,
+		NetnsPrefix: b.build.NetnsPrefix, Logger: b.log,
 		// The start command's ready state is part of the build: a command
 		// that fails leaves the template as it was.
 		BeforeSwitch: func(ctx context.Context, t template.Template, progress io.Writer) error {

@@ -9,6 +9,7 @@ package runtime
 import (
 	"context"
 	"net/netip"
+	"os"
 
 	"github.com/lizard-build/lizard/internal/network"
 )
@@ -127,6 +128,47 @@ type PauseImager interface {
 	// PauseImage is the directory Pause writes sandbox id's image into and
 	// Resume reads it from. It exists only while the sandbox is paused.
 	PauseImage(id string) string
+}
+
+// RunSpec is a command to run to its end in a container of its own (see
+// Runner): a template build's step.
+type RunSpec struct {
+	// ID names the container while it runs; as Spec.ID. It must not be a
+	// sandbox's.
+	ID string
+	// Rootfs is the absolute path of the container's root, which it
+	// writes in place: what the command writes stays there.
+	Rootfs   string
+	Hostname string // "" is ID
+	// The command, its environment, working directory and user.
+	Args     []string
+	Env      []string
+	Cwd      string
+	UID, GID uint32
+	// Resources caps the container: CPUs 0 is no CPU quota; DiskMB does
+	// not apply (the rootfs is written in place).
+	Resources Resources
+	Mounts    []Mount
+	// Network is the network the container gets an address on (its own
+	// namespace and veth, as a sandbox on the runtime's), with the gateway
+	// as its nameserver; its egress policy is the network's.
+	Network *network.Manager
+	// Output gets the command's stdout and stderr as it writes them;
+	// open it with O_APPEND (the two streams share it).
+	Output *os.File
+}
+
+// Runner is implemented by backends that can run one command to its end in
+// a container of its own, outside their sandboxes: template builds run
+// their steps with it, so that there is one way to run a container.
+type Runner interface {
+	// Run runs spec's command and returns its exit status once it ends
+	// (128+n when signal n killed it). A command that cannot start (no
+	// such program, a bad spec) is an errdefs.ErrInvalid error naming why;
+	// other failures of the backend are errors too. Cancelling ctx kills
+	// the command. Run leaves nothing behind but what the command wrote
+	// to spec.Rootfs and spec.Output.
+	Run(ctx context.Context, spec RunSpec) (exitCode int, err error)
 }
 
 // Stater is implemented by backends that can tell one sandbox's state on

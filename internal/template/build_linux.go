@@ -171,14 +171,17 @@ func (r *Registry) install(name, tmp string, rep *reporter) error {
 	return err
 }
 
-// installChecked moves the finished build tmp to a new version directory
-// <dir>/.v/<name>@<unique>, calls check (may be nil) with that directory,
-// and, if check succeeds, switches <dir>/<name> to it. Versions installed
-// before stay where they are (see Prune). On failure the new version is
-// removed and name's current version is untouched. The caller holds the
-// build lock of name.
+// installChecked seals the finished build tmp (seal: its manifest and
+// digest) and moves it to the version directory <dir>/.v/<name>@sha256-<hex>
+// its digest names, calls check (may be nil) with that directory, and, if
+// check succeeds, switches <dir>/<name> to it. When the registry holds that
+// version already (a build of the same bits), tmp is removed and the
+// version it holds is the one checked and switched to. Versions installed
+// before stay where they are (see Prune). On failure a version this call
+// placed is removed (one it found is kept: sandboxes may use it) and name's
+// current version is untouched. The caller holds the build lock of name.
 func (r *Registry) installChecked(name, tmp string, rep *reporter, check func(vdir string) error) (string, error) {
-	vdir, err := r.place(name, tmp)
+	vdir, placed, err := r.place(name, tmp)
 	if err != nil {
 		return "", err
 	}
@@ -189,32 +192,43 @@ func (r *Registry) installChecked(name, tmp string, rep *reporter, check func(vd
 		err = r.switchTo(name, vdir, rep)
 	}
 	if err != nil {
-		if rerr := r.removeTree(vdir); rerr != nil {
-			rep.printf("warning: could not remove unused version %s: %v", vdir, rerr)
+		if placed {
+			if rerr := r.removeTree(vdir); rerr != nil {
+				rep.printf("warning: could not remove unused version %s: %v", vdir, rerr)
+			}
 		}
 		return "", err
 	}
 	return vdir, nil
 }
 
-// place moves the finished build tmp to a new version directory of name,
-// <dir>/.v/<name>@<UTC time>-<n>, and returns that directory.
-func (r *Registry) place(name, tmp string) (string, error) {
+// place seals the finished build tmp and moves it to its version
+// directory, <dir>/.v/<name>@sha256-<hex>, and returns that directory;
+// placed is false when that version was there already and tmp was removed.
+func (r *Registry) place(name, tmp string) (vdir string, placed bool, err error) {
 	vroot := filepath.Join(r.dir, versionsDir)
 	if err := os.MkdirAll(vroot, 0o755); err != nil {
-		return "", fmt.Errorf("make versions directory: %w", err)
+		return "", false, fmt.Errorf("make versions directory: %w", err)
 	}
-	stamp := time.Now().UTC().Format("20060102T150405Z")
-	vdir, err := reserveDir(vroot, name+"@"+stamp+"-")
+	digest, err := seal(name, tmp)
 	if err != nil {
-		return "", err
+		return "", false, fmt.Errorf("digest of the build: %w", err)
 	}
+	vdir = filepath.Join(vroot, name+"@"+dirDigest(digest))
+	if _, err := readVersion(vdir); err == nil {
+		// The same bits are a version already: keep that one.
+		if err := r.removeTree(tmp); err != nil {
+			return "", false, fmt.Errorf("remove the build of a version held already: %w", err)
+		}
+		return vdir, false, nil
+	}
+	// Versions are renamed into place whole, so a directory without
+	// metadata there is no version; rename(2) replaces it only if empty.
 	if err := syscall.Rename(tmp, vdir); err != nil {
-		os.Remove(vdir)
-		return "", fmt.Errorf("move build into place: rename %s %s: %w", tmp, vdir, err)
+		return "", false, fmt.Errorf("move build into place: rename %s %s: %w", tmp, vdir, err)
 	}
 	syncDir(vroot)
-	return vdir, nil
+	return vdir, true, nil
 }
 
 // reserveDir makes a new empty directory in dir whose name starts with

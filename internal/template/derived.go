@@ -61,7 +61,9 @@ func (r *Registry) getDerived(name string, d derivation) (Template, error) {
 	return d.apply(name, t), nil
 }
 
-// apply makes template name of its base's version t.
+// apply makes template name of its base's version t. Its Digest stays
+// t's: it names the version directory the derived template runs on, which
+// is what another node must hold.
 func (d derivation) apply(name string, t Template) Template {
 	t.Name = name
 	t.Version += "+" + d.Revision

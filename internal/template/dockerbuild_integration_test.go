@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lizard-build/lizard/internal/runtime/gvisor"
 )
 
 // realTemplateDir is the built templates' cache, as the e2e tests find it:
@@ -32,7 +34,7 @@ func realTemplateDir() string {
 // last step cached), and checks that a failing RUN reports its exit code
 // and output and leaves the template and the host as they were.
 func TestDockerfileBuildReal(t *testing.T) {
-	r, runsc := realBaseRegistry(t)
+	r, rt := realBaseRegistry(t)
 	dir := r.Dir()
 	bctx := t.TempDir()
 	os.WriteFile(filepath.Join(bctx, "hello.txt"), []byte("hello\n"), 0o644)
@@ -54,7 +56,7 @@ RUN echo v1 > /tmp/last.txt
 		var out bytes.Buffer
 		tpl, err := r.BuildDockerfile(ctx, "custom", DockerfileOptions{
 			Dockerfile: []byte(df), DockerfileName: "Dockerfile", Context: bctx,
-			BuildArgs: map[string]string{"WHO": "test"}, Runsc: runsc,
+			BuildArgs: map[string]string{"WHO": "test"}, Runtime: rt,
 		}, &out)
 		t.Logf("build output:\n%s", out.String())
 		return tpl, out.String(), err
@@ -138,7 +140,7 @@ RUN echo v1 > /tmp/last.txt
 	if now, err := r.Get("custom"); err != nil || now.Version != tpl2.Version {
 		t.Errorf("after a failed build the template is %+v, %v; want version %s", now, err, tpl2.Version)
 	}
-	if leaks := dockerBuildLeaks(dir); len(leaks) > 0 {
+	if leaks := dockerBuildLeaks(dir, rt); len(leaks) > 0 {
 		t.Errorf("left behind: %q", leaks)
 	}
 }
@@ -146,7 +148,7 @@ RUN echo v1 > /tmp/last.txt
 // realBaseRegistry returns a new registry whose base is the real base
 // template, and the runsc binary to build with; it skips the test when
 // either is missing or the test is not root.
-func realBaseRegistry(t *testing.T) (*Registry, string) {
+func realBaseRegistry(t *testing.T) (*Registry, *testRuntime) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("Dockerfile builds need root (gVisor, network namespaces)")
@@ -167,14 +169,43 @@ func realBaseRegistry(t *testing.T) (*Registry, string) {
 	if err := os.Symlink(filepath.Join(realTemplates, "base"), filepath.Join(dir, "base")); err != nil {
 		t.Fatal(err)
 	}
-	return NewRegistry(dir), runsc
+	return NewRegistry(dir), newTestRuntime(t, runsc)
+}
+
+// testRuntime is the gVisor runtime a test's builds run their steps with,
+// as `lizard template build`'s: no sandboxes, state of its own.
+type testRuntime struct {
+	*gvisor.Runtime
+	dir string // its state directory, runsc's root under it
+}
+
+func newTestRuntime(t *testing.T, runsc string) *testRuntime {
+	t.Helper()
+	if err := os.MkdirAll("/run/lizard", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("/run/lizard", "test-build-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := gvisor.New(gvisor.Config{Runsc: runsc, StateDir: dir, RunscRoot: filepath.Join(dir, "runsc")})
+	if err != nil {
+		os.RemoveAll(dir)
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := rt.RemoveState(); err != nil {
+			t.Errorf("remove the runtime's state: %v", err)
+		}
+	})
+	return &testRuntime{Runtime: rt, dir: dir}
 }
 
 // TestDockerfileBeforeSwitch: the hook sees the new version complete at
 // its final path while the old one is still current; a hook that fails
 // fails the build and leaves the old version current and no new version.
 func TestDockerfileBeforeSwitch(t *testing.T) {
-	r, runsc := realBaseRegistry(t)
+	r, rt := realBaseRegistry(t)
 	bctx := t.TempDir()
 	build := func(n string, hook func(context.Context, Template, io.Writer) error) (Template, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -183,7 +214,7 @@ func TestDockerfileBeforeSwitch(t *testing.T) {
 		var out bytes.Buffer
 		tpl, err := r.BuildDockerfile(ctx, "hooked", DockerfileOptions{
 			Dockerfile:     []byte("FROM base\nCOPY n.txt /opt/\nCMD [\"sleep\", \"infinity\"]\n"),
-			DockerfileName: "Dockerfile", Context: bctx, Runsc: runsc, BeforeSwitch: hook,
+			DockerfileName: "Dockerfile", Context: bctx, Runtime: rt, BeforeSwitch: hook,
 		}, &out)
 		t.Logf("build output:\n%s", out.String())
 		return tpl, err
@@ -253,17 +284,19 @@ func TestDockerfileBeforeSwitch(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(first.Rootfs, "opt/n.txt")); err != nil || string(b) != "1" {
 		t.Errorf("first version after the rebuild: %q, %v", b, err)
 	}
-	if leaks := dockerBuildLeaks(r.Dir()); len(leaks) > 0 {
+	if leaks := dockerBuildLeaks(r.Dir(), rt); len(leaks) > 0 {
 		t.Errorf("left behind: %q", leaks)
 	}
 }
 
-// dockerBuildLeaks lists what Dockerfile builds may leave on the host.
-func dockerBuildLeaks(dir string) []string {
+// dockerBuildLeaks lists what Dockerfile builds may leave on the host: in
+// the registry dir, of the build network, and of the steps' containers run
+// by rt.
+func dockerBuildLeaks(dir string, rt *testRuntime) []string {
 	var out []string
 	for _, pattern := range []string{
 		filepath.Join(dir, ".build-*"), filepath.Join(dir, ".old-*"), filepath.Join(dir, ".link-*"), filepath.Join(dir, ".layers", ".tmp-*"),
-		"/run/netns/lizard-lzb*", "/sys/fs/cgroup/*" + buildCgroup, "/sys/fs/cgroup" + buildCgroup, buildRunscRoot(DefaultBuildBridge),
+		"/run/netns/lizard-lzb*", "/sys/fs/cgroup/*/lizard/lzb*", "/sys/fs/cgroup/lizard/lzb*", filepath.Join(rt.dir, ".run", "*"),
 		"/sys/class/net/" + DefaultBuildBridge, "/sys/class/net/lzv*",
 	} {
 		ms, _ := filepath.Glob(pattern)
@@ -278,15 +311,12 @@ func dockerBuildLeaks(dir string) []string {
 			out = append(out, m)
 		}
 	}
-	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil && bytes.Contains(b, []byte(buildRunscRoot(DefaultBuildBridge))) {
-		out = append(out, "mount under "+buildRunscRoot(DefaultBuildBridge))
-	}
 	if b, err := exec.Command("nft", "list", "tables").Output(); err == nil && bytes.Contains(b, []byte("lizard_"+DefaultBuildBridge)) {
 		out = append(out, "nftables table lizard_"+DefaultBuildBridge)
 	}
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
-		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && bytes.Contains(b, []byte(buildRunscRoot(DefaultBuildBridge))) {
+		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && bytes.Contains(b, []byte(rt.dir)) {
 			out = append(out, "process "+e.Name())
 		}
 	}

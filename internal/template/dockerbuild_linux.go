@@ -25,11 +25,9 @@ import (
 	"syscall"
 	"time"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
-
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/network"
-	"github.com/lizard-build/lizard/internal/stray"
+	"github.com/lizard-build/lizard/internal/runtime"
 )
 
 // The build network: RUN steps reach the Debian mirror (apt-get) through a
@@ -40,11 +38,11 @@ import (
 // buildStateDir), so one build's teardown never pulls it from under
 // another. Servers on one host use bridges and subnets of their own
 // (DockerfileOptions.BuildBridge, BuildSubnet), and each bridge has its own
-// lock and runsc state directory.
+// lock. The steps run as containers of the node's runtime
+// (DockerfileOptions.Runtime) on that network.
 const (
 	DefaultBuildBridge = "lizardbuild0"
 	buildStateDir      = "/run/lizard"
-	buildCgroup        = "/lizard-build"
 )
 
 // DefaultBuildSubnet is the build network's subnet unless
@@ -54,19 +52,6 @@ var DefaultBuildSubnet = netip.MustParsePrefix("10.247.0.0/16")
 // buildNetLockPath is the lock builds on bridge take turns with.
 func buildNetLockPath(bridge string) string {
 	return filepath.Join(buildStateDir, "build-network-"+bridge+".lock")
-}
-
-// buildRunscRoot is runsc's state directory for the RUN steps on bridge.
-func buildRunscRoot(bridge string) string {
-	return filepath.Join(buildStateDir, "runsc-build-"+bridge)
-}
-
-// buildCaps are the capabilities of RUN steps: Docker's default set, as in
-// sandboxes; gVisor stands between them and the host kernel.
-var buildCaps = []string{
-	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
-	"CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP",
-	"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
 }
 
 // layerInfo is <layer>/layer.json: what made the layer (informational).
@@ -87,8 +72,6 @@ type dbuild struct {
 
 	netm    *network.Manager
 	netLock *os.File
-	runscRt string // buildRunscRoot of the build's bridge
-	cgroup  string // RUN steps' cgroups go under it: buildCgroup or /<opts.CgroupParent>
 
 	// What FROM named, once parsed: a template, or a pulled image.
 	base  Template
@@ -119,8 +102,8 @@ func (r *Registry) buildDockerfile(ctx context.Context, name string, opts Docker
 	if os.Geteuid() != 0 {
 		return Template{}, fmt.Errorf("Dockerfile builds need root (gVisor sandboxes, network namespaces): %w", errdefs.ErrPermission)
 	}
-	if opts.Runsc == "" {
-		return Template{}, fmt.Errorf("no runsc binary: %w", errdefs.ErrUnavailable)
+	if opts.Runtime == nil {
+		return Template{}, fmt.Errorf("no runtime to run RUN steps with: %w", errdefs.ErrUnavailable)
 	}
 	if opts.DockerfileName == "" {
 		opts.DockerfileName = "Dockerfile"
@@ -142,11 +125,7 @@ func (r *Registry) buildDockerfile(ctx context.Context, name string, opts Docker
 		return Template{}, fmt.Errorf("build context %s is not a directory: %w", opts.Context, errdefs.ErrInvalid)
 	}
 	opts.Context = ctxDir
-	b := &dbuild{r: r, name: name, opts: opts, out: newDProgress(progress, name), layers: filepath.Join(r.dir, ".layers"),
-		runscRt: buildRunscRoot(opts.BuildBridge), cgroup: buildCgroup}
-	if opts.CgroupParent != "" {
-		b.cgroup = "/" + opts.CgroupParent
-	}
+	b := &dbuild{r: r, name: name, opts: opts, out: newDProgress(progress, name), layers: filepath.Join(r.dir, ".layers")}
 	defer b.closeNetwork()
 
 	// The layer cache is in use from the parse on: FROM an image pulls
@@ -516,25 +495,14 @@ func (b *dbuild) network(ctx context.Context) (*network.Manager, error) {
 }
 
 // closeNetwork removes the build network (bridge, firewall table,
-// resolver), runsc's state directory of builds and the builds' parent
-// cgroups, and lets other builds have them: RUN steps of all builds hold
-// the same lock, so none is using them now.
+// resolver) and lets other builds have it: RUN steps of all builds hold
+// the same lock, so none is using it now.
 func (b *dbuild) closeNetwork() {
 	if b.netm != nil {
 		if err := b.netm.Remove(); err != nil {
 			b.out.printf("warning: removing the build network: %v", err)
 		}
 		b.netm = nil
-		// runsc bind-mounts a "null-netns" into its state directory.
-		syscall.Unmount(filepath.Join(b.runscRt, "null-netns"), syscall.MNT_DETACH|umountNoFollow)
-		if err := os.RemoveAll(b.runscRt); err != nil {
-			b.out.printf("warning: removing %s: %v", b.runscRt, err)
-		}
-		ms, _ := filepath.Glob("/sys/fs/cgroup/*" + b.cgroup)
-		ms = append(ms, "/sys/fs/cgroup"+b.cgroup)
-		for _, m := range ms {
-			os.Remove(m) // cgroup directories go with rmdir; missing ones are fine
-		}
 	}
 	if b.netLock != nil {
 		b.netLock.Close()
@@ -542,8 +510,9 @@ func (b *dbuild) closeNetwork() {
 	}
 }
 
-// run runs a RUN step in a gVisor sandbox whose root is rootfs itself
-// (--overlay2=none: the writes are the layer).
+// run runs a RUN step with the node's runtime (opts.Runtime), in a
+// container on the build network whose root is rootfs itself: the writes
+// are the layer.
 func (b *dbuild) run(ctx context.Context, rootfs string, st dfStep) (err error) {
 	netm, err := b.network(ctx)
 	if err != nil {
@@ -552,23 +521,13 @@ func (b *dbuild) run(ctx context.Context, rootfs string, st dfStep) (err error) 
 	var rnd [6]byte
 	rand.Read(rnd[:])
 	id := "lzb" + hex.EncodeToString(rnd[:])
-	// The step's bundle, /etc files and log live beside the rootfs, in the
-	// layer's temporary directory, and go before it is renamed.
+	// The step's log lives beside the rootfs, in the layer's temporary
+	// directory, and goes before it is renamed.
 	work := filepath.Join(filepath.Dir(rootfs), ".run")
 	if err := os.Mkdir(work, 0o700); err != nil {
 		return err
 	}
 	defer os.RemoveAll(work)
-
-	ep, err := netm.Setup(id, network.Egress{})
-	if err != nil {
-		return fmt.Errorf("network: %w", err)
-	}
-	defer func() {
-		if terr := netm.Teardown(ep); terr != nil && err == nil {
-			err = fmt.Errorf("network teardown: %w", terr)
-		}
-	}()
 
 	uid, gid, home, err := lookupUser(rootfs, st.User)
 	if err != nil {
@@ -584,34 +543,18 @@ func (b *dbuild) run(ctx context.Context, rootfs string, st dfStep) (err error) 
 	if _, ok := lookupEnv(env, "HOME"); !ok {
 		env = setEnv(env, "HOME", home)
 	}
-	etc := filepath.Join(work, "etc")
-	if err := os.Mkdir(etc, 0o755); err != nil {
-		return err
+	spec := runtime.RunSpec{
+		ID: id, Rootfs: rootfs, Hostname: "build",
+		Args: st.Argv, Env: env, Cwd: st.Workdir, UID: uid, GID: gid,
+		Resources: runtime.Resources{MemoryMB: 8 << 10, Pids: 16384},
+		Network:   netm,
 	}
-	files := map[string]string{
-		"hosts":       "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" + ep.Addr.String() + "\tbuild\n",
-		"resolv.conf": "nameserver " + ep.Gateway.String() + "\noptions timeout:2 attempts:2\n",
-	}
-	for n, c := range files {
-		if err := os.WriteFile(filepath.Join(etc, n), []byte(c), 0o644); err != nil {
-			return err
-		}
-	}
-	bundle := filepath.Join(work, "bundle")
-	if err := os.Mkdir(bundle, 0o700); err != nil {
-		return err
-	}
-	spec := buildSpec(id, rootfs, etc, b.cgroup+"/"+id, ep, st.Argv, env, st.Workdir, uid, gid)
 	// gVisor mounts a tmpfs on /tmp unless the spec mounts something there;
 	// what a RUN writes to /tmp belongs to the layer, as in Docker.
 	if tmpDir, err := resolveInRoot(rootfs, "/tmp"); err == nil {
 		if fi, err := os.Lstat(tmpDir); err == nil && fi.IsDir() {
-			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/tmp", Type: "bind", Source: tmpDir, Options: []string{"bind", "rw"}})
+			spec.Mounts = append(spec.Mounts, runtime.Mount{Source: tmpDir, Destination: "/tmp"})
 		}
-	}
-	sb, _ := json.MarshalIndent(spec, "", "  ")
-	if err := os.WriteFile(filepath.Join(bundle, "config.json"), sb, 0o600); err != nil {
-		return err
 	}
 	logPath := filepath.Join(work, "output.log")
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -619,37 +562,25 @@ func (b *dbuild) run(ctx context.Context, rootfs string, st dfStep) (err error) 
 		return err
 	}
 	defer logf.Close()
+	spec.Output = logf
 
-	defer func() {
-		if cerr := b.cleanupRun(id, work); cerr != nil && err == nil {
-			err = cerr
-		}
-	}()
 	tail := b.out.follow(logPath)
 	defer tail.stop()
-
-	// runsc run (create, start and wait in one) exits with the step's exit
-	// status: a detached container's sandbox is gone by the time a later
-	// runsc wait asks, and the status with it.
-	rerr := b.runsc(ctx, logf, nil, "run", "--bundle", bundle, id)
+	code, rerr := b.opts.Runtime.Run(ctx, spec)
 	tail.stop()
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	var ee *exec.ExitError
-	if rerr != nil && !errors.As(rerr, &ee) {
-		return fmt.Errorf("RUN: runsc run: %v: %w", rerr, errdefs.ErrUnavailable)
+	if errors.Is(rerr, errdefs.ErrInvalid) {
+		return fmt.Errorf("RUN %s: %w", strings.Join(st.Argv, " "), rerr)
 	}
-	if rerr == nil {
+	if rerr != nil {
+		return fmt.Errorf("RUN: %w", rerr)
+	}
+	if code == 0 {
 		return nil
 	}
 	last := tail.last(10)
-	// runsc's own failures (a missing program, a bad spec) exit 128 with
-	// its message last.
-	if n := len(last); ee.ExitCode() == 128 && n > 0 && strings.HasPrefix(last[n-1], "running container:") {
-		return fmt.Errorf("RUN %s: %s: %w", strings.Join(st.Argv, " "), last[n-1], errdefs.ErrInvalid)
-	}
-	code := ee.ExitCode()
 	status := fmt.Sprintf("exit code %d", code)
 	if code > 128 && code < 128+65 {
 		status = fmt.Sprintf("exit code %d (signal %s)", code, syscall.Signal(code-128))
@@ -668,102 +599,6 @@ func (b *dbuild) run(ctx context.Context, rootfs string, st dfStep) (err error) 
 // combinedOutput runs cmd with opts.RunCommand (see combinedOutput).
 func (b *dbuild) combinedOutput(cmd *exec.Cmd) ([]byte, error) {
 	return combinedOutput(b.opts.RunCommand, cmd)
-}
-
-// runsc runs one runsc command against the build's runsc state directory.
-// stdio, when given, is its stdout and stderr (and so the container's).
-func (b *dbuild) runsc(ctx context.Context, stdio *os.File, stdout *bytes.Buffer, args ...string) error {
-	full := append([]string{"--root", b.runscRt, "--platform", "systrap", "--overlay2=none"}, args...)
-	cmd := exec.CommandContext(ctx, b.opts.Runsc, full...)
-	// runsc dies with the build rather than outlive it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	var stderr bytes.Buffer
-	if stdio != nil {
-		cmd.Stdout, cmd.Stderr = stdio, stdio
-	} else {
-		cmd.Stderr = &stderr
-		if stdout != nil {
-			cmd.Stdout = stdout
-		}
-	}
-	run := b.opts.RunCommand
-	if run == nil {
-		run = (*exec.Cmd).Run
-	}
-	if err := run(cmd); err != nil {
-		if s := strings.TrimSpace(stderr.String()); s != "" {
-			return fmt.Errorf("%w: %s", err, s)
-		}
-		return err
-	}
-	return nil
-}
-
-// cleanupRun removes the container of a RUN step and whatever it left:
-// runsc processes runsc lost track of, and its cgroups.
-func (b *dbuild) cleanupRun(id, work string) error {
-	var errs []error
-	if err := b.runsc(context.Background(), nil, nil, "delete", "--force", id); err != nil && !strings.Contains(err.Error(), "does not exist") {
-		errs = append(errs, fmt.Errorf("runsc delete: %w", err))
-	}
-	if _, err := stray.Kill("runsc", b.runscRt, id); err != nil {
-		errs = append(errs, err)
-	}
-	for _, pattern := range []string{"/sys/fs/cgroup/*" + b.cgroup + "/" + id, "/sys/fs/cgroup" + b.cgroup + "/" + id} {
-		ms, _ := filepath.Glob(pattern)
-		for _, m := range ms {
-			if err := stray.RemoveDir(m); err != nil {
-				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", m, err))
-			}
-		}
-	}
-	if len(errs) > 0 {
-		b.out.printf("warning: cleaning up RUN container %s: %v", id, errors.Join(errs...))
-	}
-	return errors.Join(errs...)
-}
-
-// buildSpec is the OCI config of a RUN step.
-func buildSpec(id, rootfs, etc, cgroupsPath string, ep network.Endpoint, argv, env []string, cwd string, uid, gid uint32) *specs.Spec {
-	mem := int64(8 << 30)
-	pids := int64(16384)
-	return &specs.Spec{
-		Version: specs.Version,
-		Process: &specs.Process{
-			Args: argv,
-			Env:  env,
-			Cwd:  cwd,
-			User: specs.User{UID: uid, GID: gid},
-			Capabilities: &specs.LinuxCapabilities{
-				Bounding: buildCaps, Effective: buildCaps, Permitted: buildCaps,
-			},
-			Rlimits: []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20}},
-		},
-		Root:     &specs.Root{Path: rootfs},
-		Hostname: "build",
-		Mounts: []specs.Mount{
-			{Destination: "/proc", Type: "proc", Source: "proc"},
-			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
-			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
-			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
-			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
-			// Name resolution through the build network's resolver; the
-			// files are the step's, not the layer's.
-			{Destination: "/etc/hosts", Type: "bind", Source: etc + "/hosts", Options: []string{"bind", "rw"}},
-			{Destination: "/etc/resolv.conf", Type: "bind", Source: etc + "/resolv.conf", Options: []string{"bind", "rw"}},
-		},
-		Linux: &specs.Linux{
-			Namespaces: []specs.LinuxNamespace{
-				{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
-				{Type: specs.MountNamespace}, {Type: specs.NetworkNamespace, Path: ep.Netns},
-			},
-			CgroupsPath: cgroupsPath,
-			Resources: &specs.LinuxResources{
-				Memory: &specs.LinuxMemory{Limit: &mem},
-				Pids:   &specs.LinuxPids{Limit: &pids},
-			},
-		},
-	}
 }
 
 // ---- users ----

@@ -23,6 +23,7 @@ import (
 	"github.com/moby/buildkit/frontend/dockerfile/shell"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/runtime"
 )
 
 // A Dockerfile build turns a Dockerfile into a template: FROM names a
@@ -48,8 +49,9 @@ type DockerfileOptions struct {
 	Context string
 	// BuildArgs are the values of ARGs (--build-arg NAME=VALUE).
 	BuildArgs map[string]string
-	// Runsc is the runsc binary RUN steps run with.
-	Runsc string
+	// Runtime runs the RUN steps: the node's runtime, each step a
+	// container on the build network whose root is the layer.
+	Runtime runtime.Runner
 	// DNSUpstream is where the build network's resolver forwards ("" means
 	// the host's first nameserver).
 	DNSUpstream string
@@ -59,12 +61,10 @@ type DockerfileOptions struct {
 	BuildBridge string
 	BuildSubnet netip.Prefix
 	BuildDeny   []netip.Prefix
-	// CgroupParent is the cgroup (one name) RUN steps' cgroups go under
-	// ("" means lizard-build) and NetnsPrefix the prefix of their network
-	// namespaces' names ("" means network.DefaultNetnsPrefix): servers
-	// sharing a host pass their own (--cgroup-parent).
-	CgroupParent string
-	NetnsPrefix  string
+	// NetnsPrefix is the prefix of the RUN steps' network namespaces'
+	// names ("" means network.DefaultNetnsPrefix): servers sharing a host
+	// pass their own (--cgroup-parent). Their cgroups are Runtime's.
+	NetnsPrefix string
 	// Pull says which registries FROM may pull images from and with what
 	// credentials; nil: public addresses only, anonymously.
 	Pull *PullPolicy

@@ -23,7 +23,7 @@ import (
 // reuses the pulled layer on the next build. A missing image and an
 // unreachable registry are clear errors.
 func TestDockerfileFromImage(t *testing.T) {
-	r, runsc := realBaseRegistry(t)
+	r, rt := realBaseRegistry(t)
 	host := ocitest.Registry(t)
 	ref := host + "/lizard/busybox:1"
 	digest := ocitest.PushBusybox(t, ref)
@@ -40,7 +40,7 @@ func TestDockerfileFromImage(t *testing.T) {
 		defer cancel()
 		var out bytes.Buffer
 		tpl, err := r.BuildDockerfile(ctx, "fromimage", DockerfileOptions{
-			Dockerfile: []byte(df), DockerfileName: "Dockerfile", Context: t.TempDir(), Runsc: runsc, Pull: policy,
+			Dockerfile: []byte(df), DockerfileName: "Dockerfile", Context: t.TempDir(), Runtime: rt, Pull: policy,
 		}, &out)
 		t.Logf("build output:\n%s", out.String())
 		return tpl, out.String(), err
@@ -104,7 +104,7 @@ func TestDockerfileFromImage(t *testing.T) {
 			t.Errorf("FROM %s: %v (code %q), want %v, code %q, naming it", c.from, err, errdefs.Code(err), c.want, c.code)
 		}
 	}
-	if l := dockerBuildLeaks(r.Dir()); len(l) > 0 {
+	if l := dockerBuildLeaks(r.Dir(), rt); len(l) > 0 {
 		t.Errorf("left behind: %v", l)
 	}
 }

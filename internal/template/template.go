@@ -8,13 +8,19 @@
 //
 //	<dir>/<name>                            link to .v/<name>@<unique>, the current version
 //	<dir>/.v/<name>@<unique>/rootfs         a version's root filesystem
-//	<dir>/.v/<name>@<unique>/template.json  its metadata (version, size, build time, env)
+//	<dir>/.v/<name>@<unique>/template.json  its metadata (version, digest, size, build time, env)
+//	<dir>/.v/<name>@<unique>/manifest       every entry of its rootfs (type, mode, owner, size, SHA-256)
 //	<dir>/.build-<name>-<n>/                a build in progress (ignored by Get and List)
 //	<dir>/.link-<name>-<n>                  a new link of <name> about to be renamed over it
 //	<dir>/.lock-<name>                      flock(2) lock serializing builds of <name>
 //
-// <unique> is the build's UTC time and a random suffix; "legacy-<n>" for a
-// template of the older layout, where <dir>/<name> was itself the directory
+// <unique> is "sha256-<hex>", from the version's digest (see Version and
+// digestOf): the SHA-256 of its manifest and its config, so the same bits
+// have the same directory name on every node, and a build that makes the
+// bits of a version the registry holds switches to that version rather
+// than store a second copy. Versions made before digests keep their
+// names, the build's UTC time and a random suffix, and have no manifest;
+// "legacy-<n>" is a template of the older layout, where <dir>/<name> was itself the directory
 // holding rootfs and template.json (Get and List still read such a
 // directory, and the next build of the name moves it under .v).
 //
@@ -73,6 +79,9 @@ type Template struct {
 	Project string `json:"project,omitempty"`
 	// Version identifies the build, e.g. "bookworm-20260101T120000Z".
 	Version string `json:"version"`
+	// Digest names the version's content on every node (see
+	// Version.Digest); "" for a version made before digests.
+	Digest string `json:"digest,omitempty"`
 	// Rootfs is the root filesystem directory of the version read: an
 	// absolute path without symbolic links, which keeps naming that
 	// version after rebuilds, for as long as it exists (see Prune).
@@ -123,8 +132,11 @@ func (t Template) Key() string {
 // stored: it follows from where the directory is, so a registry directory
 // can be moved.
 type metadata struct {
-	Name      string    `json:"name"`
-	Version   string    `json:"version"`
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	// Digest: see Version.Digest; written by seal once the rootfs is
+	// final.
+	Digest    string    `json:"digest,omitempty"`
 	SizeBytes int64     `json:"size_bytes"`
 	BuiltAt   time.Time `json:"built_at"`
 	Env       []string  `json:"env,omitempty"`
@@ -254,6 +266,7 @@ func readTemplate(name, dir string) (Template, error) {
 	return Template{
 		Name:      name,
 		Version:   m.Version,
+		Digest:    m.Digest,
 		Rootfs:    rootfs,
 		SizeBytes: m.SizeBytes,
 		BuiltAt:   m.BuiltAt,

@@ -508,6 +508,14 @@ func (s *server) leaks() []string {
 	}
 	if ents, err := os.ReadDir(filepath.Join(s.dataDir, "sandboxes")); err == nil {
 		for _, e := range ents {
+			if e.Name() == ".run" {
+				// The runtime's containers of template build steps.
+				runs, _ := os.ReadDir(filepath.Join(s.dataDir, "sandboxes", ".run"))
+				for _, r := range runs {
+					out = append(out, "run dir "+r.Name())
+				}
+				continue
+			}
 			out = append(out, "dir "+e.Name())
 		}
 	}

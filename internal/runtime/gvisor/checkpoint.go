@@ -46,7 +46,7 @@ func (r *Runtime) readState(id string) (state, error) {
 // when frozen, "stopped", "created"), or "" when runsc has none.
 func (r *Runtime) rawStatus(ctx context.Context, id string) string {
 	var out bytes.Buffer
-	if err := r.cfg.Reaper.Run(r.command(ctx, &out, "state", id)); err != nil {
+	if err := r.runCmd(r.command(ctx, &out, "state", id)); err != nil {
 		return ""
 	}
 	var s struct {
@@ -141,7 +141,7 @@ func (r *Runtime) Resume(ctx context.Context, id string) error {
 	if r.rawStatus(ctx, id) != "" {
 		r.runsc(ctx, nil, "delete", "--force", id)
 	}
-	if err := errors.Join(r.killStray(id), r.removeCgroups(id), r.removeSockets(id)); err != nil {
+	if err := errors.Join(r.release(id, r.dir(id))...); err != nil {
 		return fmt.Errorf("clear the way for resume: %w", err)
 	}
 	// After a reboot the namespace (on /run) is gone; the address is kept.
@@ -227,8 +227,12 @@ func (r *Runtime) Restore(ctx context.Context, spec runtime.Spec, dir string) (r
 // attachAll takes back each sandbox's address and egress policy, so that
 // no new sandbox gets an address in use and the resolver knows every
 // policy before recovery has judged anything. It returns the sandboxes'
-// states by id.
+// states by id (none for a runtime without a network, which has no
+// sandboxes).
 func (r *Runtime) attachAll() map[string]state {
+	if r.cfg.Network == nil {
+		return nil
+	}
 	start := time.Now()
 	ents, err := os.ReadDir(r.cfg.StateDir)
 	if err != nil {
@@ -253,11 +257,13 @@ func (r *Runtime) attachAll() map[string]state {
 	return states
 }
 
-// reconcile finishes or undoes checkpoint steps that a crash cut short: a
-// paused sandbox whose container is still there loses the container (the
-// image is its state), a frozen one is thawed, and partial images go. One
-// runsc run for all: on a host busy with its sandboxes each run is slow.
+// reconcile removes what Runs cut short left (removeRuns) and finishes or
+// undoes checkpoint steps that a crash cut short: a paused sandbox whose
+// container is still there loses the container (the image is its state),
+// a frozen one is thawed, and partial images go. One runsc run for all: on
+// a host busy with its sandboxes each run is slow.
 func (r *Runtime) reconcile(ctx context.Context, states map[string]state) {
+	r.removeRuns(ctx)
 	if len(states) == 0 {
 		return
 	}

@@ -49,7 +49,7 @@ type build struct {
 
 func (r *Runtime) manifest(ctx context.Context) (Manifest, error) {
 	r.build.once.Do(func() {
-		r.build.m, r.build.err = currentManifest(ctx, r.cfg.Runsc, r.cfg.Reaper.Run)
+		r.build.m, r.build.err = currentManifest(ctx, r.cfg.Runsc, r.runCmd)
 	})
 	return r.build.m, r.build.err
 }

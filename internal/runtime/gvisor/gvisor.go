@@ -36,14 +36,20 @@ type Config struct {
 	RunscRoot string // runsc's own state (--root), e.g. /run/lizard/runsc
 	AgentPath string // host path of the static lizard-agent binary
 	Platform  string // "systrap" unless told otherwise
-	Network   *network.Manager
-	Reaper    *reaper.Reaper
-	Logger    *slog.Logger
+	// Network is the sandboxes' network. A runtime without one (and
+	// without an agent) makes no sandboxes: it only Runs commands, each
+	// on the network its RunSpec names (`lizard template build`).
+	Network *network.Manager
+	// Reaper runs runsc commands in a server that is a child subreaper;
+	// nil runs them directly.
+	Reaper *reaper.Reaper
+	Logger *slog.Logger
 
 	// CgroupParent is the cgroup (one name, in every hierarchy) the
-	// sandboxes' cgroups go under: /<parent>/<id>; "" means
-	// DefaultCgroupParent. Servers sharing a host pass parents of their
-	// own, so that each one's cgroup scans see only its own sandboxes.
+	// containers' cgroups go under, the sandboxes' and Run's alike:
+	// /<parent>/<id>; "" means DefaultCgroupParent. Servers sharing a
+	// host pass parents of their own, so that each one's cgroup scans see
+	// only its own containers.
 	CgroupParent string
 }
 
@@ -74,6 +80,9 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("gvisor: %w", err)
 	}
 	for _, p := range []string{cfg.Runsc, cfg.AgentPath} {
+		if p == "" && cfg.Network == nil {
+			continue // no sandboxes: no agent needed
+		}
 		if _, err := os.Stat(p); err != nil {
 			return nil, fmt.Errorf("gvisor: %w", err)
 		}
@@ -175,6 +184,9 @@ func (r *Runtime) make(ctx context.Context, spec runtime.Spec, image string) (sb
 	}
 	if !filepath.IsAbs(spec.Rootfs) {
 		return sb, fmt.Errorf("rootfs %q: must be absolute: %w", spec.Rootfs, errdefs.ErrInvalid)
+	}
+	if r.cfg.Network == nil {
+		return sb, fmt.Errorf("this runtime makes no sandboxes (no network): %w", errdefs.ErrUnavailable)
 	}
 	dir := r.dir(spec.ID)
 	if err := os.Mkdir(dir, 0o700); err != nil {
@@ -294,22 +306,18 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 	if err := r.ready(ctx); err != nil {
 		return err
 	}
-	if !validID(id) {
-		return nil
+	if !validID(id) || r.cfg.Network == nil {
+		return nil // a runtime without a network has no sandboxes
 	}
 	var errs []error
 	dir := r.dir(id)
 	var st state
 	stateErr := readJSON(filepath.Join(dir, "state.json"), &st)
-	if err := r.runsc(ctx, nil, "delete", "--force", id); err != nil && r.known(ctx, id) {
+	if err := r.deleteContainer(ctx, id); err != nil {
 		// Keep the directory: it is how the next attempt finds the sandbox.
-		return fmt.Errorf("runsc delete: %w", err)
+		return err
 	}
-	// A runsc create or restore cut short leaves sandbox and gofer
-	// processes that runsc has no state for; they go by their command line.
-	errs = append(errs, r.killStray(id))
-	errs = append(errs, r.removeCgroups(id))
-	errs = append(errs, r.removeSockets(id))
+	errs = append(errs, r.release(id, dir)...)
 	if stateErr == nil {
 		errs = append(errs, r.cfg.Network.Teardown(st.Endpoint))
 	} else {
@@ -320,6 +328,24 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// deleteContainer deletes container id from runsc; an error only when
+// runsc failed and still knows the container.
+func (r *Runtime) deleteContainer(ctx context.Context, id string) error {
+	if err := r.runsc(ctx, nil, "delete", "--force", id); err != nil && r.known(ctx, id) {
+		return fmt.Errorf("runsc delete: %w", err)
+	}
+	return nil
+}
+
+// release frees what container id, whose files are in dir, holds on the
+// host besides its network and files: what a runsc create, restore or run
+// cut short leaves (sandbox and gofer processes that runsc has no state
+// for, which go by their command line), its cgroups, its control sockets.
+// runsc must know the container no more (deleteContainer).
+func (r *Runtime) release(id, dir string) []error {
+	return []error{r.killStray(id, dir), r.removeCgroups(id), r.removeSockets(id)}
 }
 
 // List implements runtime.Runtime. Sandboxes whose directory exists but that
@@ -393,7 +419,7 @@ func (r *Runtime) status(ctx context.Context, id string) (runtime.State, error) 
 	}
 	var out bytes.Buffer
 	cmd := r.command(ctx, &out, "state", id)
-	if err := r.cfg.Reaper.Run(cmd); err != nil {
+	if err := r.runCmd(cmd); err != nil {
 		return runtime.StateStopped, nil
 	}
 	var s struct {
@@ -430,7 +456,7 @@ func (r *Runtime) runscList(ctx context.Context) (map[string]runtime.State, erro
 // rawStatus), in one runsc run.
 func (r *Runtime) runscListRaw(ctx context.Context) (map[string]string, error) {
 	var out bytes.Buffer
-	if err := r.cfg.Reaper.Run(r.command(ctx, &out, "list", "--format", "json")); err != nil {
+	if err := r.runCmd(r.command(ctx, &out, "list", "--format", "json")); err != nil {
 		return nil, fmt.Errorf("runsc list: %w", err)
 	}
 	var list []struct {
@@ -472,6 +498,14 @@ func (r *Runtime) command(ctx context.Context, stdout *bytes.Buffer, args ...str
 	return cmd
 }
 
+// runCmd runs cmd to its end through the reaper, if there is one.
+func (r *Runtime) runCmd(cmd *exec.Cmd) error {
+	if r.cfg.Reaper == nil {
+		return cmd.Run()
+	}
+	return r.cfg.Reaper.Run(cmd)
+}
+
 // runsc runs one runsc command; stdio, when given, becomes the stdout and
 // stderr of the command (and so of a container it creates). An error carries
 // what runsc printed: its stderr, or what it added to stdio.
@@ -488,7 +522,7 @@ func (r *Runtime) runsc(ctx context.Context, stdio *os.File, args ...string) err
 		cmd.Stderr = &stderr
 	}
 	start := time.Now()
-	err := r.cfg.Reaper.Run(cmd)
+	err := r.runCmd(cmd)
 	r.cfg.Logger.Debug("runsc", "args", strings.Join(args, " "), "took", time.Since(start), "err", err)
 	if err != nil {
 		msg := strings.TrimSpace(stderr.String())
@@ -539,10 +573,10 @@ func (r *Runtime) removeSockets(id string) error {
 	return errors.Join(errs...)
 }
 
-// killStray kills the runsc processes of sandbox id that runsc itself no
-// longer knows, and waits for them to go.
-func (r *Runtime) killStray(id string) error {
-	pids, err := stray.Kill("runsc", r.cfg.RunscRoot, r.dir(id)+"/")
+// killStray kills the runsc processes of container id (files in dir) that
+// runsc itself no longer knows, and waits for them to go.
+func (r *Runtime) killStray(id, dir string) error {
+	pids, err := stray.Kill("runsc", r.cfg.RunscRoot, dir+"/")
 	if len(pids) > 0 {
 		r.cfg.Logger.Warn("killed runsc processes left by an interrupted command", "sandbox", id, "pids", pids)
 	}

@@ -94,3 +94,13 @@ func TestCheckpointConformance(t *testing.T) {
 	rt, env := newRuntime(t)
 	runtimetest.RunCheckpointer(t, rt, env)
 }
+
+func TestRunnerConformance(t *testing.T) {
+	rt, env := newRuntime(t)
+	netm, err := network.New(network.Config{Bridge: "lizardtr0", Subnet: netip.MustParsePrefix("10.237.0.0/16")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { netm.Remove() })
+	runtimetest.RunRunner(t, rt, runtimetest.RunnerEnv{Rootfs: env.Rootfs, Network: netm, Leaks: rt.Leaks})
+}

@@ -6,18 +6,25 @@ import (
 	"strings"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/lizard-build/lizard/internal/network"
 )
 
-// Leaks lists what the host still holds for sandbox id, or for every
-// sandbox of this runtime when id is "": mounts, network namespaces, veths,
-// cgroups, runsc processes and state directories. Only this runtime's are
-// counted (its namespace prefix, bridge, cgroup parent, runsc root and
-// state directory), so servers sharing a host each see their own. Tests use
-// it to prove that destroy and failed creates clean up.
+// Leaks lists what the host still holds for sandbox (or Run container) id,
+// or for every container of this runtime when id is "": mounts, network
+// namespaces, veths, cgroups, runsc processes and state directories. Only
+// this runtime's are counted (its namespace prefix, bridge, cgroup parent,
+// runsc root and state directory), so servers sharing a host each see
+// their own; Run's containers count as the sandboxes (their cgroups are
+// under the same parent, their directories in the state directory's
+// runsDir). Tests use it to prove that destroy and failed creates clean up.
 func (r *Runtime) Leaks(id string) []string {
 	var out []string
 	match := func(s string) bool { return id == "" || strings.Contains(s, id) }
-	prefix := r.cfg.Network.NetnsPrefix()
+	prefix, bridge := network.DefaultNetnsPrefix, ""
+	if r.cfg.Network != nil { // a runtime of Runs only has none
+		prefix, bridge = r.cfg.Network.NetnsPrefix(), r.cfg.Network.Bridge()
+	}
 
 	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
@@ -36,9 +43,9 @@ func (r *Runtime) Leaks(id string) []string {
 	}
 	veth := ""
 	if id != "" {
-		veth = r.cfg.Network.EndpointFor(id).HostVeth
+		veth = network.EndpointFor(prefix, id).HostVeth
 	}
-	for _, name := range OwnVeths(r.cfg.Network.Bridge()) {
+	for _, name := range OwnVeths(bridge) {
 		if veth == "" || name == veth {
 			out = append(out, "veth "+name)
 		}
@@ -59,10 +66,15 @@ func (r *Runtime) Leaks(id string) []string {
 			}
 		}
 	}
-	if ents, err := os.ReadDir(r.cfg.StateDir); err == nil {
+	// Sandboxes' directories, and those of Run's containers in runsDir.
+	for _, dir := range []string{r.cfg.StateDir, filepath.Join(r.cfg.StateDir, runsDir)} {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
 		for _, e := range ents {
-			if match(e.Name()) {
-				out = append(out, "dir "+filepath.Join(r.cfg.StateDir, e.Name()))
+			if e.Name() != runsDir && match(e.Name()) {
+				out = append(out, "dir "+filepath.Join(dir, e.Name()))
 			}
 		}
 	}

@@ -21,57 +21,96 @@ var defaultCaps = []string{
 }
 
 // ociSpec is the bundle's config.json for a sandbox whose cgroup is
-// cgroupsPath.
+// cgroupsPath: the agent as its init, bind-mounted read-only.
 func ociSpec(s runtime.Spec, agentHostPath, etcDir, cgroupsPath string, ep network.Endpoint) *specs.Spec {
-	mem := s.Resources.MemoryMB << 20
-	period := uint64(100000)
-	quota := int64(s.Resources.CPUs * float64(period))
-	pids := s.Resources.Pids
-	spec := &specs.Spec{
-		Version: specs.Version,
-		Process: &specs.Process{
-			Args: []string{agentPath},
-			Env: []string{
-				"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-				"HOME=/root",
-				agent.EnvToken + "=" + s.AgentToken,
-			},
-			Cwd:  "/",
-			User: specs.User{UID: 0, GID: 0},
-			Capabilities: &specs.LinuxCapabilities{
-				Bounding: defaultCaps, Effective: defaultCaps, Permitted: defaultCaps,
-			},
-			Rlimits: []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20}},
+	proc := process([]string{agentPath}, []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=/root",
+		agent.EnvToken + "=" + s.AgentToken,
+	}, "/", 0, 0)
+	agentMount := specs.Mount{Destination: agentPath, Type: "bind", Source: agentHostPath, Options: []string{"bind", "ro"}}
+	spec := containerSpec(s.ID, s.Rootfs, etcDir, ep.Netns, cgroupsPath, proc, s.Resources, []specs.Mount{agentMount}, s.Mounts)
+	// A sandbox always has a CPU quota (of 0 when asked none, as ever:
+	// checkpoints are restored with the spec they were taken with).
+	if spec.Linux.Resources.CPU == nil {
+		period, quota := uint64(100000), int64(0)
+		spec.Linux.Resources.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
+	}
+	return spec
+}
+
+// runSpec is the bundle's config.json for a Runner container whose cgroup
+// is cgroupsPath: the command itself is its init, and its root is the
+// rootfs itself.
+func runSpec(s runtime.RunSpec, etcDir, cgroupsPath string, ep network.Endpoint) *specs.Spec {
+	hostname := s.Hostname
+	if hostname == "" {
+		hostname = s.ID
+	}
+	proc := process(s.Args, s.Env, s.Cwd, s.UID, s.GID)
+	return containerSpec(hostname, s.Rootfs, etcDir, ep.Netns, cgroupsPath, proc, s.Resources, nil, s.Mounts)
+}
+
+// process is the init process of a container: Docker's default
+// capabilities (defaultCaps) and a high open-file limit.
+func process(args, env []string, cwd string, uid, gid uint32) *specs.Process {
+	return &specs.Process{
+		Args: args,
+		Env:  env,
+		Cwd:  cwd,
+		User: specs.User{UID: uid, GID: gid},
+		Capabilities: &specs.LinuxCapabilities{
+			Bounding: defaultCaps, Effective: defaultCaps, Permitted: defaultCaps,
 		},
-		Root:     &specs.Root{Path: s.Rootfs},
-		Hostname: s.ID,
+		Rlimits: []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20}},
+	}
+}
+
+// containerSpec is a container's OCI config: proc in fresh namespaces but
+// the network namespace netns, cgroup with res's limits (a CPU quota only
+// when res.CPUs is set), /proc, /dev, /sys, the mounts in own, the
+// container's /etc/hosts and /etc/resolv.conf from etcDir, then mounts.
+func containerSpec(hostname, rootfs, etcDir, netns, cgroup string, proc *specs.Process, res runtime.Resources, own []specs.Mount, mounts []runtime.Mount) *specs.Spec {
+	mem := res.MemoryMB << 20
+	pids := res.Pids
+	spec := &specs.Spec{
+		Version:  specs.Version,
+		Process:  proc,
+		Root:     &specs.Root{Path: rootfs},
+		Hostname: hostname,
 		Mounts: []specs.Mount{
 			{Destination: "/proc", Type: "proc", Source: "proc"},
 			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
 			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
 			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
 			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
-			{Destination: agentPath, Type: "bind", Source: agentHostPath, Options: []string{"bind", "ro"}},
-			// The sandbox's own name resolution: its hostname, and the
-			// gateway as nameserver rather than whatever resolver the
-			// template's build host had.
-			{Destination: "/etc/hosts", Type: "bind", Source: etcDir + "/hosts", Options: []string{"bind", "rw"}},
-			{Destination: "/etc/resolv.conf", Type: "bind", Source: etcDir + "/resolv.conf", Options: []string{"bind", "rw"}},
 		},
 		Linux: &specs.Linux{
 			Namespaces: []specs.LinuxNamespace{
 				{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
-				{Type: specs.MountNamespace}, {Type: specs.NetworkNamespace, Path: ep.Netns},
+				{Type: specs.MountNamespace}, {Type: specs.NetworkNamespace, Path: netns},
 			},
-			CgroupsPath: cgroupsPath,
+			CgroupsPath: cgroup,
 			Resources: &specs.LinuxResources{
 				Memory: &specs.LinuxMemory{Limit: &mem},
-				CPU:    &specs.LinuxCPU{Quota: &quota, Period: &period},
 				Pids:   &specs.LinuxPids{Limit: &pids},
 			},
 		},
 	}
-	for _, m := range s.Mounts {
+	if res.CPUs > 0 {
+		period := uint64(100000)
+		quota := int64(res.CPUs * float64(period))
+		spec.Linux.Resources.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
+	}
+	spec.Mounts = append(spec.Mounts, own...)
+	spec.Mounts = append(spec.Mounts,
+		// The container's own name resolution: its hostname, and the
+		// gateway as nameserver rather than whatever resolver the
+		// template's build host had.
+		specs.Mount{Destination: "/etc/hosts", Type: "bind", Source: etcDir + "/hosts", Options: []string{"bind", "rw"}},
+		specs.Mount{Destination: "/etc/resolv.conf", Type: "bind", Source: etcDir + "/resolv.conf", Options: []string{"bind", "rw"}},
+	)
+	for _, m := range mounts {
 		mode := "rw"
 		if m.ReadOnly {
 			mode = "ro"
@@ -81,11 +120,11 @@ func ociSpec(s runtime.Spec, agentHostPath, etcDir, cgroupsPath string, ep netwo
 	return spec
 }
 
-// etcFiles are the sandbox's /etc/hosts and /etc/resolv.conf.
-func etcFiles(id string, ep network.Endpoint) map[string]string {
+// etcFiles are a container's /etc/hosts and /etc/resolv.conf.
+func etcFiles(hostname string, ep network.Endpoint) map[string]string {
 	return map[string]string{
 		"hosts": "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" +
-			ep.Addr.String() + "\t" + id + "\n",
+			ep.Addr.String() + "\t" + hostname + "\n",
 		// A nameserver that answers, or refuses at once: a lookup must never
 		// hang on an address the sandbox cannot reach (Python's http.server
 		// looks up its own name before it listens). While the server
