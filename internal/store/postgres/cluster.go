@@ -131,8 +131,15 @@ func (s *Store) DeclareDead(ctx context.Context, name string, after time.Duratio
 	return done, err
 }
 
+// loseSandboxes orphans the node's durable paused sandboxes and marks the
+// rest lost.
 func loseSandboxes(ctx context.Context, tx pgx.Tx, node string) error {
-	_, err := tx.Exec(ctx, `UPDATE sandboxes SET status = $2 WHERE node = $1`, node, store.SandboxLost)
+	_, err := tx.Exec(ctx, `UPDATE sandboxes SET node = $2 WHERE node = $1 AND status = $3 AND spec->>$4 IS NOT NULL`,
+		node, store.Orphan, store.SandboxPaused, store.DurableKey)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `UPDATE sandboxes SET status = $2 WHERE node = $1`, node, store.SandboxLost)
 	return err
 }
 
@@ -194,6 +201,11 @@ func (s *Store) PutSandboxFenced(ctx context.Context, f store.Fence, sb store.Sa
 				if err := admit.Check(node, proj, need); err != nil {
 					return err
 				}
+			}
+		}
+		if old != nil && old.Node == store.Orphan {
+			if _, err := tx.Exec(ctx, `UPDATE sandboxes SET node = $2 WHERE id = $1`, sb.ID, f.Node); err != nil {
+				return err
 			}
 		}
 		_, err = tx.Exec(ctx, upsertSandbox, sandboxArgs(sb)...)

@@ -174,8 +174,15 @@ func (s *Store) DeclareDead(ctx context.Context, name string, after time.Duratio
 	return done, err
 }
 
+// loseSandboxes orphans the node's durable paused sandboxes and marks the
+// rest lost.
 func loseSandboxes(ctx context.Context, tx *sql.Tx, node string) error {
-	_, err := tx.ExecContext(ctx, `UPDATE sandboxes SET status = ? WHERE node = ?`, store.SandboxLost, node)
+	_, err := tx.ExecContext(ctx, `UPDATE sandboxes SET node = ? WHERE node = ? AND status = ? AND json_extract(spec, ?) IS NOT NULL`,
+		store.Orphan, node, store.SandboxPaused, "$."+store.DurableKey)
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET status = ? WHERE node = ?`, store.SandboxLost, node)
 	return err
 }
 
@@ -239,6 +246,11 @@ func (s *Store) PutSandboxFenced(ctx context.Context, f store.Fence, sb store.Sa
 				if err := admit.Check(node, proj, need); err != nil {
 					return err
 				}
+			}
+		}
+		if old != nil && old.Node == store.Orphan {
+			if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET node = ? WHERE id = ?`, f.Node, sb.ID); err != nil {
+				return err
 			}
 		}
 		_, err = tx.ExecContext(ctx, upsertSandbox, sandboxArgs(sb)...)
