@@ -172,6 +172,13 @@ func (rt *Router) Forward(w http.ResponseWriter, r *http.Request, projectID stri
 	if Forwarded(r.Context()) {
 		return false, nil
 	}
+	if n := rt.placeOrphan(r, projectID, ref); n != nil {
+		err := rt.send(w, r, &hop{addr: n.Address, kind: kindAPI, sandbox: ref.ID, requestID: w.Header().Get(api.RequestIDHeader)})
+		if err != nil {
+			w.Header().Set("Retry-After", strconv.Itoa(retryAfterSecs))
+		}
+		return true, err
+	}
 	n, err := rt.locate(r.Context(), projectID, ref)
 	if err != nil || n == nil {
 		if errdefs.Code(err) == codeNodeUnavailable {

@@ -131,3 +131,27 @@ func mine[T any](all []T, err error, node string, of func(T) string) ([]T, error
 	}
 	return out, nil
 }
+
+// Orphan returns the row of the project's paused sandbox id when no live
+// node holds it: it is orphaned (its node was declared dead, was removed or
+// let it go), or its row is on this node, which took it over in a resume
+// that failed (sandbox.Orphans). Anything else is ErrNotFound.
+func (s *NodeStore) Orphan(ctx context.Context, projectID, id string) (store.Sandbox, error) {
+	o, err := s.Database.SandboxOwner(ctx, id)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	if o.ProjectID != projectID || o.Status != store.SandboxPaused || !o.Orphaned() && o.Node != s.m.Self() {
+		return store.Sandbox{}, store.SandboxNotFound(id)
+	}
+	rows, err := s.Database.SandboxesOn(ctx, o.Node)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	for _, r := range rows {
+		if r.ID == id && r.Status == store.SandboxPaused {
+			return r, nil
+		}
+	}
+	return store.Sandbox{}, store.SandboxNotFound(id)
+}

@@ -261,3 +261,49 @@ func copyHeader(dst, src http.Header) {
 		}
 	}
 }
+
+// placeOrphan chooses the node for a change (a POST: resume, connect) of
+// an orphaned sandbox of the project — paused, durable, its node gone — as
+// a create is placed: among the ready nodes of this node's runsc build (a
+// checkpoint restores only on its own build) that hold its template. It
+// returns nil when this node is the choice, or for anything else (reads
+// and deletes of an orphan are answered by any node from its row).
+func (rt *Router) placeOrphan(r *http.Request, projectID string, ref api.Ref) *store.Node {
+	if ref.Kind != api.RefSandbox || r.Method != http.MethodPost {
+		return nil
+	}
+	ctx := r.Context()
+	o, err := rt.owner(ctx, ref.ID)
+	if err != nil || !o.Orphaned() || o.ProjectID != projectID {
+		return nil
+	}
+	// Taken over since it was cached? Ask again once.
+	rt.dropOwner(ref.ID)
+	if o, err = rt.owner(ctx, ref.ID); err != nil || !o.Orphaned() {
+		return nil
+	}
+	nodes, err := rt.nodes(ctx)
+	if err != nil {
+		return nil
+	}
+	build := ""
+	for _, n := range nodes {
+		if n.Name == rt.cfg.Self {
+			build = n.RunscBuild
+		}
+	}
+	same := nodes[:0:0]
+	for _, n := range nodes {
+		if n.RunscBuild == build {
+			same = append(same, n)
+		}
+	}
+	rt.mu.Lock()
+	order := Place(same, Want{ProjectID: projectID, Template: o.Template}, rt.rnd)
+	rt.mu.Unlock()
+	if len(order) == 0 || order[0].Name == rt.cfg.Self {
+		return nil
+	}
+	rt.log.Info("placement: resuming an orphaned sandbox on another node", "sandbox", ref.ID, "node", order[0].Name)
+	return &order[0]
+}

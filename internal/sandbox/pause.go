@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -99,6 +100,11 @@ func (s *Service) Resume(ctx context.Context, projectID, id string) (_ Record, e
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	e, err := s.lockLive(projectID, id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		if rec, ok := s.orphan(ctx, projectID, id); ok {
+			return s.adopt(ctx, rec)
+		}
+	}
 	if err != nil {
 		return Record{}, err
 	}

@@ -153,6 +153,7 @@ type Owner struct {
 	Node      string
 	ProjectID string
 	Status    string
+	Template  string // what a node resuming it must hold
 	Lost      bool // its node was declared dead or removed while it lived
 }
 

@@ -287,7 +287,7 @@ func (s *Store) SandboxesOn(ctx context.Context, node string) ([]store.Sandbox, 
 // SandboxOwner says which node holds a sandbox.
 func (s *Store) SandboxOwner(ctx context.Context, id string) (store.Owner, error) {
 	var o store.Owner
-	err := s.db.QueryRowContext(ctx, `SELECT node, project_id, status FROM sandboxes WHERE id = ?`, id).Scan(&o.Node, &o.ProjectID, &o.Status)
+	err := s.db.QueryRowContext(ctx, `SELECT node, project_id, status, template FROM sandboxes WHERE id = ?`, id).Scan(&o.Node, &o.ProjectID, &o.Status, &o.Template)
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Owner{}, store.SandboxNotFound(id)
 	}

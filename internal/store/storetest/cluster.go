@@ -579,7 +579,7 @@ func testOrphans(t *testing.T, ctx context.Context, open func() store.Cluster, p
 		}
 	}
 	for _, id := range []string{"sb-d1", "sb-d2"} {
-		if o, err := c.SandboxOwner(ctx, id); err != nil || o.Lost || !o.Orphaned() || o.Status != store.SandboxPaused || o.ProjectID != p.ID {
+		if o, err := c.SandboxOwner(ctx, id); err != nil || o.Lost || !o.Orphaned() || o.Status != store.SandboxPaused || o.ProjectID != p.ID || o.Template != "base" {
 			t.Fatalf("owner of a removed node's durable paused sandbox %s: %+v %v", id, o, err)
 		}
 	}

@@ -1,0 +1,137 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/runtime"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// Orphans is what the store of a cluster node offers so that the node can
+// resume paused sandboxes it does not hold: their node was declared dead,
+// was removed or let them go (docs/CLUSTER.md). Orphan returns the row of
+// the project's sandbox id when it is paused, its image durable, and it is
+// orphaned or on this node without this service holding it (a take-over
+// that failed); anything else is ErrNotFound.
+type Orphans interface {
+	Orphan(ctx context.Context, projectID, id string) (store.Sandbox, error)
+}
+
+// orphan is the record of the project's orphaned sandbox id, if the store
+// knows orphans and id is one.
+func (s *Service) orphan(ctx context.Context, projectID, id string) (Record, bool) {
+	o, ok := s.cfg.Store.(Orphans)
+	if !ok {
+		return Record{}, false
+	}
+	row, err := o.Orphan(ctx, projectID, id)
+	if err != nil {
+		if !errors.Is(err, errdefs.ErrNotFound) {
+			s.log.Warn("look an orphaned sandbox up", "sandbox", id, "err", err)
+		}
+		return Record{}, false
+	}
+	var rec Record
+	if err := json.Unmarshal(row.Spec, &rec); err != nil || rec.ID != id || rec.Status != StatusPaused || rec.DurableAt == nil {
+		return Record{}, false
+	}
+	return rec, true
+}
+
+// adopt resumes an orphaned paused sandbox on this node: its image is
+// downloaded from the object store and restored with the same id and agent
+// token (a new address), and the row is taken over (fenced, admitted on
+// this node) as it is written. A failure leaves it paused and durable,
+// resumable again, here or anywhere once this node goes.
+func (s *Service) adopt(ctx context.Context, rec Record) (Record, error) {
+	id := rec.ID
+	if err := s.checkpointer("resume"); err != nil {
+		return Record{}, err
+	}
+	if s.cfg.Images == nil {
+		return Record{}, errdefs.WithCode("feature_unavailable", fmt.Errorf("resume sandbox %q: it was paused on another node and this one has no object store: %w", id, errdefs.ErrConflict))
+	}
+	if rec.VolumeID != "" {
+		return Record{}, fmt.Errorf("resume sandbox %q: it holds volume %s, which cannot move between nodes: %w", id, rec.VolumeID, errdefs.ErrConflict)
+	}
+	size, err := LookupSize(rec.Size)
+	if err != nil {
+		return Record{}, err
+	}
+	rootfs := rec.Rootfs
+	if _, err := os.Stat(rootfs); rootfs == "" || err != nil {
+		tpl, err := s.cfg.Templates.Lookup(rec.ProjectID, rec.Template)
+		if err != nil {
+			return Record{}, fmt.Errorf("resume sandbox %q on this node: its template: %w", id, err)
+		}
+		rootfs = tpl.Rootfs
+	}
+	s.mu.Lock()
+	if _, busy := s.moving[id]; busy {
+		s.mu.Unlock()
+		return Record{}, fmt.Errorf("sandbox %q is being resumed on this node; retry shortly: %w", id, errdefs.ErrUnavailable)
+	}
+	s.moving[id] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.moving, id)
+		s.mu.Unlock()
+	}()
+
+	paused := rec
+	dir := filepath.Join(s.cfg.SnapshotDir, "resume-"+id)
+	os.RemoveAll(dir) // a download an earlier attempt left
+	defer os.RemoveAll(dir)
+	start := time.Now()
+	if err := s.materialize(ctx, PauseImageName(id), dir); err != nil {
+		return Record{}, fmt.Errorf("resume sandbox %q: %w", id, err)
+	}
+	rec.Status, rec.PauseError, rec.DurableAt, rec.Rootfs = StatusRunning, "", nil, rootfs
+	rec.EndAt = nil
+	if rec.RemainingMs > 0 {
+		rec.EndAt = deadline(time.Now().UTC(), rec.RemainingMs)
+	}
+	rec.RemainingMs = 0
+	rec, err = s.start(ctx, rec, func(ctx context.Context, rec *Record) (runtime.Sandbox, error) {
+		return s.cp.Restore(ctx, runtime.Spec{ID: id, Rootfs: rootfs, AgentToken: rec.AgentToken, Resources: size.resources(),
+			Egress: rec.Egress, Mounts: s.mounts(rec.Template, nil)}, dir)
+	}, rec.AgentToken, func(ctx context.Context, id string) {
+		// What was made goes; the sandbox stays what it was: paused, its
+		// image durable.
+		if err := s.cfg.Runtime.Destroy(ctx, id); err != nil {
+			s.log.Error("undo a resume from another node", "sandbox", id, "err", err)
+		}
+		if err := s.persist(ctx, paused); err != nil && !errors.Is(err, errdefs.ErrConflict) {
+			s.log.Error("record a sandbox paused again after its resume failed", "sandbox", id, "err", err)
+		}
+	})
+	if err != nil {
+		s.log.Error("resume from another node failed; the sandbox stays paused", "sandbox", id, "err", err)
+		return Record{}, fmt.Errorf("resume sandbox %q: %w", id, err)
+	}
+	// Its image is in use no more: so go the objects that kept it.
+	s.dropDurable(PauseImageName(id))
+	s.log.Info("sandbox resumed from another node", "sandbox", id, "took", time.Since(start))
+	s.logs.event(id, "resumed on this node from the object store")
+	return rec, nil
+}
+
+// killOrphan kills an orphaned paused sandbox: this node takes its row over
+// (fenced: of two kills, or a kill and a resume, one wins), removes it and
+// its image in the object store.
+func (s *Service) killOrphan(ctx context.Context, rec Record) error {
+	if err := s.persist(ctx, rec); err != nil {
+		return fmt.Errorf("kill sandbox %q: %w", rec.ID, err)
+	}
+	s.dropDurable(PauseImageName(rec.ID))
+	s.log.Info("orphaned sandbox killed", "sandbox", rec.ID)
+	return s.cfg.Store.DeleteSandbox(ctx, rec.ID)
+}
