@@ -1,0 +1,87 @@
+package e2e
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/lizard-build/lizard/internal/objstore"
+	"github.com/lizard-build/lizard/internal/objstore/s3"
+	"github.com/lizard-build/lizard/internal/objstore/vgwtest"
+)
+
+// Durable state that moves between nodes (docs/CLUSTER.md, the failure
+// table): the cluster harness's three nodes with a versitygw on the
+// cluster's bridge as their object store.
+
+// startDurableCluster starts n nodes with an object store they all reach
+// (on the cluster's bridge), and returns the cluster and a client of the
+// bucket.
+func startDurableCluster(t *testing.T, n int) (*testCluster, objstore.Store) {
+	t.Helper()
+	c := newTestCluster(t)
+	gw := vgwtest.NewOn(t, clusterNet+".1")
+	for _, e := range gw.Env() {
+		k, v, _ := strings.Cut(e, "=")
+		t.Setenv(k, v)
+	}
+	st, err := s3.Open(gw.URL("lizard"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.startNodes(n, "--object-store", gw.URL("lizard"))
+	return c, st
+}
+
+// TestClusterResumeAnywhere: a sandbox paused on a, durable, survives a
+// being killed for good (removed): it stays paused, and a resume through
+// b brings it back on another node with its processes and memory (the
+// counter keeps counting, same pid) and files; its image then leaves the
+// object store.
+func TestClusterResumeAnywhere(t *testing.T) {
+	c, st := startDurableCluster(t, 3)
+	a, b := c.node("a"), c.node("b")
+	id := c.createOn(b, "a")
+	b.sh(t, id, counterScript)
+	pid, n := b.counter(t, id)
+	if code, body := b.do("POST", "/api/sandboxes/"+id+"/pause", nil, nil); code >= 300 {
+		t.Fatalf("pause through b: %d %s", code, body)
+	}
+	b.waitDurable(t, "/api/sandboxes/"+id)
+	if len(keys(t, st, "images/sandboxes/"+id+"/")) == 0 {
+		t.Fatalf("no manifest of the pause image in the object store")
+	}
+
+	a.crash()
+	c.nodesCLI("remove", "a")
+	c.waitState("a", "removed")
+	// Not lost: paused, any node answers for it.
+	if s := b.status(t, id); s != "paused" {
+		t.Fatalf("status through b after a was removed: %q, want paused", s)
+	}
+	var info sandboxInfo
+	if code, body := b.do("POST", "/api/sandboxes/"+id+"/resume", nil, &info); code != http.StatusOK || info.Status != "running" {
+		t.Fatalf("resume through b: %d %s", code, body)
+	}
+	if w := c.where(b, id); w != "b" && w != "c" {
+		t.Fatalf("resumed on %q, want b or c", w)
+	}
+	pid2, n2 := b.counter(t, id)
+	if pid2 != pid || n2 <= n {
+		t.Fatalf("after the resume on another node: counter pid %d at %d, want pid %d past %d", pid2, n2, pid, n)
+	}
+	if out := c.node("c").sh(t, id, "cat /root/file"); out != "data\n" {
+		t.Fatalf("file after the move, through c: %q", out)
+	}
+	waitNoObjects(t, st) // resumed: its image is no longer kept
+
+	// a comes back anyway: fenced, it destroys its copy and leaves the
+	// sandbox, running elsewhere, alone.
+	a.start()
+	a.waitNoLeaks(t)
+	if out := b.sh(t, id, "echo ok"); out != "ok\n" {
+		t.Fatalf("the moved sandbox after a came back: %q", out)
+	}
+	c.killAll(b)
+	waitNoObjects(t, st)
+}
