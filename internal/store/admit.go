@@ -98,6 +98,12 @@ func SandboxElsewhere(id, node string) error {
 	return fmt.Errorf("sandbox %s belongs to node %q: %w", id, node, errdefs.ErrConflict)
 }
 
+// NotReleasable is the error of a release of a sandbox that is not a
+// paused, durable one of node.
+func NotReleasable(id, node string) error {
+	return fmt.Errorf("sandbox %s is not a paused sandbox of node %q whose image is durable: %w", id, node, errdefs.ErrConflict)
+}
+
 // SandboxNotFound is the error for an unknown sandbox id.
 func SandboxNotFound(id string) error { return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound) }
 

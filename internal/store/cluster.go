@@ -33,8 +33,18 @@ type Cluster interface {
 	// its sandbox rows.
 	Nodes(ctx context.Context) ([]Node, error)
 	// SetDraining sets or clears a node's draining flag (no new
-	// placements). An unknown node is ErrNotFound.
+	// placements); clearing it clears Moving too. An unknown node is
+	// ErrNotFound.
 	SetDraining(ctx context.Context, name string, draining bool) error
+	// SetMoving asks node name to move its sandboxes to other nodes
+	// (move true: draining too), or says it is done (false: draining
+	// stays). An unknown node is ErrNotFound.
+	SetMoving(ctx context.Context, name string, move bool) error
+	// ReleaseSandbox orphans a paused sandbox of node f.Node whose image
+	// is durable, so that another node may take it over (a move). A row
+	// of another node, not paused or not durable is ErrConflict; f no
+	// longer current, ErrFenced.
+	ReleaseSandbox(ctx context.Context, f Fence, id string) error
 	// DeclareDead marks a node dead when its lease has lapsed for at
 	// least after on the database's clock, and marks every sandbox row on
 	// it lost but the durable paused ones, which it orphans (Orphan), in
@@ -129,6 +139,8 @@ type Node struct {
 	Incarnation int64
 	State       string // one of the Node* states
 	Draining    bool
+	// Moving: asked to move its sandboxes away (drain --move), not done.
+	Moving bool
 	// Reserved by its sandbox rows that hold resources (not paused, not
 	// lost), and how many live sandbox rows it has.
 	ReservedVCPUs    float64

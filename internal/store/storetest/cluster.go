@@ -653,4 +653,48 @@ func testOrphans(t *testing.T, ctx context.Context, open func() store.Cluster, p
 	if o, err := c.SandboxOwner(ctx, "sb-d3"); err != nil || !o.Orphaned() || o.Status != store.SandboxPaused {
 		t.Fatalf("durable paused sandbox of a dead node: %+v %v", o, err)
 	}
+
+	// A live node lets its durable paused sandboxes go (drain --move).
+	if err := c.SetMoving(ctx, "nobody", true); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("move an unknown node: %v, want ErrNotFound", err)
+	}
+	if err := c.SetMoving(ctx, "c", true); err != nil {
+		t.Fatal(err)
+	}
+	if n := NodeOf(t, ctx, c, "c"); !n.Moving || !n.Draining || n.State != store.NodeDraining {
+		t.Fatalf("node asked to move: %+v", n)
+	}
+	for _, sb := range []store.Sandbox{durablePaused(p, "sb-m"), sandboxOn(p, "sb-n", store.SandboxPaused, 1, 512)} {
+		if err := c.PutSandboxFenced(ctx, fc, sb, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.ReleaseSandbox(ctx, fc, "sb-n"); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("release a sandbox not durable: %v, want ErrConflict", err)
+	}
+	if err := c.ReleaseSandbox(ctx, fb, "sb-m"); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("release another node's sandbox: %v, want ErrConflict", err)
+	}
+	if err := c.ReleaseSandbox(ctx, fa, "sb-m"); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("release by a removed node: %v, want ErrFenced", err)
+	}
+	if err := c.ReleaseSandbox(ctx, fc, "sb-m"); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := c.SandboxOwner(ctx, "sb-m"); err != nil || !o.Orphaned() {
+		t.Fatalf("released sandbox: %+v %v", o, err)
+	}
+	if err := c.SetMoving(ctx, "c", false); err != nil {
+		t.Fatal(err)
+	}
+	if n := NodeOf(t, ctx, c, "c"); n.Moving || !n.Draining {
+		t.Fatalf("node done moving: %+v, want draining still", n)
+	}
+	c.SetMoving(ctx, "c", true)
+	if err := c.SetDraining(ctx, "c", false); err != nil {
+		t.Fatal(err)
+	}
+	if n := NodeOf(t, ctx, c, "c"); n.Moving || n.Draining {
+		t.Fatalf("drain undone: %+v", n)
+	}
 }
