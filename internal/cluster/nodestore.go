@@ -155,3 +155,10 @@ func (s *NodeStore) Orphan(ctx context.Context, projectID, id string) (store.San
 	}
 	return store.Sandbox{}, store.SandboxNotFound(id)
 }
+
+// ReleaseSandbox orphans a durable paused sandbox of this node, fenced, so
+// that another node takes it over (sandbox.Releaser, drain --move).
+func (s *NodeStore) ReleaseSandbox(ctx context.Context, id string) error {
+	f := s.m.Fence()
+	return s.m.storeError(f, s.Database.ReleaseSandbox(ctx, f, id))
+}

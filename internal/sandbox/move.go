@@ -135,3 +135,130 @@ func (s *Service) killOrphan(ctx context.Context, rec Record) error {
 	s.log.Info("orphaned sandbox killed", "sandbox", rec.ID)
 	return s.cfg.Store.DeleteSandbox(ctx, rec.ID)
 }
+
+// Releaser is what the store of a cluster node offers so that the node can
+// let a paused sandbox whose image is durable go (a move): its row is
+// orphaned, fenced, and another node takes it over.
+type Releaser interface {
+	ReleaseSandbox(ctx context.Context, id string) error
+}
+
+// Moved is the outcome of moving one sandbox away (Evacuate).
+type Moved struct {
+	ID, ProjectID string
+	// WasRunning: it ran and was paused for the move (resume was
+	// called); else it was paused and is just movable now.
+	WasRunning bool
+	Err        error
+}
+
+// Evacuate moves this node's sandboxes to other nodes (lizard nodes drain
+// --move): every running one is paused, every paused one waits until its
+// image is durable and is released (orphaned), and those that ran are
+// handed to resume, which has another node take them over. Warm copies of
+// snapshots' pools go (the nodes asked for pools keep their own). It
+// returns what happened to each sandbox; ctx bounds the wait for uploads.
+func (s *Service) Evacuate(ctx context.Context, resume func(ctx context.Context, projectID, id string) error) []Moved {
+	s.mu.Lock()
+	var all []*entry
+	for _, e := range s.sandboxes {
+		all = append(all, e)
+	}
+	s.mu.Unlock()
+	var out []Moved
+	var moving []*Moved
+	for _, e := range all {
+		s.mu.Lock()
+		rec := e.rec
+		s.mu.Unlock()
+		m := Moved{ID: rec.ID, ProjectID: rec.ProjectID}
+		switch rec.Status {
+		case StatusPooled:
+			e.mu.Lock()
+			if s.take(e) {
+				s.destroy(context.WithoutCancel(ctx), rec.ID)
+			}
+			e.mu.Unlock()
+			continue
+		case StatusRunning:
+			m.WasRunning = true
+			m.Err = s.Pause(ctx, rec.ProjectID, rec.ID)
+		case StatusPaused:
+		default:
+			m.Err = fmt.Errorf("sandbox %q is %s: %w", rec.ID, rec.Status, errdefs.ErrConflict)
+		}
+		out = append(out, m)
+	}
+	for i := range out {
+		if out[i].Err == nil {
+			moving = append(moving, &out[i])
+		}
+	}
+	done := make(chan struct{})
+	for _, m := range moving {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			if m.Err = s.release(ctx, m.ID); m.Err == nil && m.WasRunning {
+				m.Err = resume(ctx, m.ProjectID, m.ID)
+			}
+		}()
+	}
+	for range moving {
+		<-done
+	}
+	return out
+}
+
+// release waits until paused sandbox id's image is durable, then lets it
+// go: its row is orphaned (fenced) and this node forgets it, keeping its
+// image in the object store.
+func (s *Service) release(ctx context.Context, id string) error {
+	r, ok := s.cfg.Store.(Releaser)
+	if !ok || s.cfg.Images == nil {
+		return fmt.Errorf("sandbox %q cannot move: this node is not in a cluster with an object store: %w", id, errdefs.ErrConflict)
+	}
+	for {
+		s.mu.Lock()
+		e := s.sandboxes[id]
+		durable := e != nil && !e.gone && e.rec.Status == StatusPaused && e.rec.DurableAt != nil
+		s.mu.Unlock()
+		if e == nil {
+			return notFound(id)
+		}
+		if durable {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("sandbox %q: its image did not become durable: %w", id, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	s.mu.Lock()
+	e := s.sandboxes[id]
+	s.mu.Unlock()
+	if e == nil {
+		return notFound(id)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s.mu.Lock()
+	ok = !e.gone && e.rec.Status == StatusPaused && e.rec.DurableAt != nil
+	s.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("sandbox %q changed while it was being moved: %w", id, errdefs.ErrConflict)
+	}
+	if err := r.ReleaseSandbox(ctx, id); err != nil {
+		return fmt.Errorf("release sandbox %q: %w", id, err)
+	}
+	if s.take(e) {
+		if err := s.cfg.Runtime.Destroy(context.WithoutCancel(ctx), id); err != nil {
+			// Recovery removes it as a stray at the next start.
+			s.log.Error("remove a moved sandbox's local copy", "sandbox", id, "err", err)
+		}
+		s.logs.remove(id)
+		s.stopUpload(PauseImageName(id))
+	}
+	s.log.Info("sandbox released to another node", "sandbox", id)
+	return nil
+}
