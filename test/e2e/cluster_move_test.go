@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -81,6 +82,76 @@ func TestClusterResumeAnywhere(t *testing.T) {
 	a.waitNoLeaks(t)
 	if out := b.sh(t, id, "echo ok"); out != "ok\n" {
 		t.Fatalf("the moved sandbox after a came back: %q", out)
+	}
+	c.killAll(b)
+	waitNoObjects(t, st)
+}
+
+// previewOK checks that the preview of hostname answers through every
+// node.
+func (c *testCluster) previewOK(hostname, token string) {
+	c.t.Helper()
+	for _, n := range c.nodes {
+		if n.cmd == nil {
+			continue // not running
+		}
+		resp := n.preview(c.t, "GET", hostname, "/hello", http.Header{"X-Lizard-Access-Token": {token}}, nil)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "/hello") {
+			c.t.Fatalf("preview through node %s: %d %s", n.name, resp.StatusCode, body)
+		}
+	}
+}
+
+// TestClusterDrainMove: lizard nodes drain a --move with five running
+// sandboxes on a: each is paused, made durable and resumed on b or c with
+// its processes (the counters go on, same pids), files and an exposed
+// preview (same URL and token, through every node); a is left empty,
+// draining, and the object store empty once the sandboxes are killed.
+func TestClusterDrainMove(t *testing.T) {
+	c, st := startDurableCluster(t, 3)
+	a, b := c.node("a"), c.node("b")
+	type counted struct {
+		id     string
+		pid, n int
+	}
+	var sbs []counted
+	for range 5 {
+		id := c.createOn(b, "a")
+		b.sh(t, id, counterScript)
+		pid, n := b.counter(t, id)
+		sbs = append(sbs, counted{id, pid, n})
+	}
+	b.startApp(t, sbs[0].id, 8000)
+	var ex exposed
+	if code, body := b.do("POST", "/api/sandboxes/"+sbs[0].id+"/expose/8000", nil, &ex); code != 200 {
+		t.Fatalf("expose: %d %s", code, body)
+	}
+	c.previewOK(ex.Hostname, ex.AccessToken)
+
+	out := c.nodesCLI("drain", "a", "--move")
+	t.Logf("drain --move:\n%s", out)
+	if !strings.Contains(out, "moved all its sandboxes") {
+		t.Fatalf("drain --move output: %s", out)
+	}
+	c.waitState("a", "draining")
+	for _, sb := range sbs {
+		if w := c.where(b, sb.id); w != "b" && w != "c" {
+			t.Fatalf("sandbox %s on %q after the move, want b or c", sb.id, w)
+		}
+		pid, n := b.counter(t, sb.id)
+		if pid != sb.pid || n <= sb.n {
+			t.Fatalf("sandbox %s after the move: counter pid %d at %d, want pid %d past %d", sb.id, pid, n, sb.pid, sb.n)
+		}
+		if out := a.sh(t, sb.id, "cat /root/file"); out != "data\n" {
+			t.Fatalf("sandbox %s: file after the move, through a: %q", sb.id, out)
+		}
+	}
+	c.previewOK(ex.Hostname, ex.AccessToken)
+	a.waitNoLeaks(t)
+	if nodes := c.nodesCLI("ls"); !strings.Contains(nodes, "draining") {
+		t.Fatalf("a after the move: %s", nodes)
 	}
 	c.killAll(b)
 	waitNoObjects(t, st)
