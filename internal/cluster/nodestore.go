@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -161,4 +162,19 @@ func (s *NodeStore) Orphan(ctx context.Context, projectID, id string) (store.San
 func (s *NodeStore) ReleaseSandbox(ctx context.Context, id string) error {
 	f := s.m.Fence()
 	return s.m.storeError(f, s.Database.ReleaseSandbox(ctx, f, id))
+}
+
+// SnapshotAnywhere finds the project's snapshot id on any node
+// (sandbox.ForeignSnapshots): a durable one restores anywhere.
+func (s *NodeStore) SnapshotAnywhere(ctx context.Context, projectID, id string) (store.Snapshot, error) {
+	all, err := s.Database.Snapshots(ctx)
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	for _, sn := range all {
+		if sn.ID == id && sn.ProjectID == projectID {
+			return sn, nil
+		}
+	}
+	return store.Snapshot{}, fmt.Errorf("snapshot %q: %w", id, errdefs.ErrNotFound)
 }

@@ -262,3 +262,53 @@ func (s *Service) release(ctx context.Context, id string) error {
 	s.log.Info("sandbox released to another node", "sandbox", id)
 	return nil
 }
+
+// Snapshots of other nodes: a durable snapshot restores on any node (the
+// cluster's placement sends a restore elsewhere when the snapshot's node
+// is gone or cannot take it).
+
+// ForeignSnapshots is what the store of a cluster node offers to find a
+// snapshot recorded on another node: the project's snapshot id, whichever
+// node took it; ErrNotFound if none.
+type ForeignSnapshots interface {
+	SnapshotAnywhere(ctx context.Context, projectID, id string) (store.Snapshot, error)
+}
+
+// foreignSnapshot is the project's durable snapshot id of another node.
+func (s *Service) foreignSnapshot(ctx context.Context, projectID, id string) (Snapshot, bool) {
+	f, ok := s.cfg.Store.(ForeignSnapshots)
+	if !ok || s.cfg.Images == nil {
+		return Snapshot{}, false
+	}
+	row, err := f.SnapshotAnywhere(ctx, projectID, id)
+	if err != nil {
+		return Snapshot{}, false
+	}
+	var snap Snapshot
+	if err := json.Unmarshal(row.Spec, &snap); err != nil || snap.ID != id || snap.ProjectID != projectID || snap.DurableAt == nil {
+		return Snapshot{}, false
+	}
+	return snap, true
+}
+
+// restoreForeign starts a copy of another node's durable snapshot: its
+// image is downloaded (every digest checked) for this restore and removed
+// after it.
+func (s *Service) restoreForeign(ctx context.Context, snap Snapshot, timeoutMs int64) (Record, error) {
+	if snap.Rootfs != "" {
+		if _, err := os.Stat(snap.Rootfs); err != nil {
+			snap.Rootfs = "" // not on this node: the template's version here
+		}
+	}
+	dir, err := os.MkdirTemp(s.cfg.SnapshotDir, "restore-"+snap.ID+"-")
+	if err != nil {
+		return Record{}, err
+	}
+	defer os.RemoveAll(dir)
+	img := filepath.Join(dir, "image")
+	if err := s.materialize(ctx, SnapshotImageName(snap.ID), img); err != nil {
+		return Record{}, fmt.Errorf("restore snapshot %s: %w", snap.ID, err)
+	}
+	s.log.Info("restoring a snapshot of another node", "snapshot", snap.ID)
+	return s.restoreCopy(ctx, s.copyRecord(snap, timeoutMs), snap, img)
+}
