@@ -156,3 +156,45 @@ func TestClusterDrainMove(t *testing.T) {
 	c.killAll(b)
 	waitNoObjects(t, st)
 }
+
+// TestClusterSnapshotAnywhere: a durable snapshot taken on a restores while
+// a is down: placed on b or c, which download its image, the copy goes on
+// from the snapshot's memory (same pid, the counter past its value).
+func TestClusterSnapshotAnywhere(t *testing.T) {
+	c, st := startDurableCluster(t, 3)
+	a, b := c.node("a"), c.node("b")
+	src := c.createOn(b, "a")
+	b.sh(t, src, counterScript)
+	pid, n := b.counter(t, src)
+	var snap struct {
+		ID string `json:"id"`
+	}
+	if code, body := b.do("POST", "/api/sandboxes/"+src+"/snapshot", map[string]any{"name": "anywhere"}, &snap); code != 201 {
+		t.Fatalf("snapshot: %d %s", code, body)
+	}
+	b.waitDurable(t, "/api/sandbox-snapshots/"+snap.ID)
+	if code, body := b.do("DELETE", "/api/sandboxes/"+src, nil, nil); code >= 300 {
+		t.Fatalf("kill source: %d %s", code, body)
+	}
+
+	a.crash()
+	c.waitState("a", "suspect")
+	var cp sandboxInfo
+	if code, body := b.do("POST", "/api/sandboxes", map[string]any{"snapshotId": snap.ID}, &cp); code >= 300 {
+		t.Fatalf("restore while the snapshot's node is down: %d %s", code, body)
+	}
+	if w := c.where(b, cp.SandboxID); w != "b" && w != "c" {
+		t.Fatalf("copy on %q, want b or c", w)
+	}
+	if pid2, n2 := b.counter(t, cp.SandboxID); pid2 != pid || n2 < n {
+		t.Fatalf("restored copy: counter pid %d n %d, snapshot's pid %d n >= %d", pid2, n2, pid, n)
+	}
+
+	a.start()
+	c.waitState("a", "ready")
+	if code, body := b.do("DELETE", "/api/sandbox-snapshots/"+snap.ID, nil, nil); code >= 300 {
+		t.Fatalf("delete snapshot: %d %s", code, body)
+	}
+	c.killAll(b)
+	waitNoObjects(t, st)
+}
