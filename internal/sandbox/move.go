@@ -171,19 +171,20 @@ func (s *Service) Evacuate(ctx context.Context, resume func(ctx context.Context,
 		s.mu.Lock()
 		rec := e.rec
 		s.mu.Unlock()
-		m := Moved{ID: rec.ID, ProjectID: rec.ProjectID}
-		switch rec.Status {
-		case StatusPooled:
+		m := Moved{ID: rec.ID, ProjectID: rec.ProjectID, WasRunning: rec.Status == StatusRunning}
+		switch {
+		case rec.VolumeID != "" && rec.Status != StatusPooled:
+			m.Err = fmt.Errorf("sandbox %q holds volume %s, which cannot move between nodes: %w", rec.ID, rec.VolumeID, errdefs.ErrConflict)
+		case rec.Status == StatusPooled:
 			e.mu.Lock()
 			if s.take(e) {
 				s.destroy(context.WithoutCancel(ctx), rec.ID)
 			}
 			e.mu.Unlock()
 			continue
-		case StatusRunning:
-			m.WasRunning = true
+		case rec.Status == StatusRunning:
 			m.Err = s.Pause(ctx, rec.ProjectID, rec.ID)
-		case StatusPaused:
+		case rec.Status == StatusPaused:
 		default:
 			m.Err = fmt.Errorf("sandbox %q is %s: %w", rec.ID, rec.Status, errdefs.ErrConflict)
 		}
