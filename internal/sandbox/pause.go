@@ -31,6 +31,11 @@ func (s *Service) Pause(ctx context.Context, projectID, id string) (err error) {
 		return fmt.Errorf("pause sandbox %q: %w", id, err)
 	}
 	e, err := s.lockLive(projectID, id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		if _, ok := s.orphan(ctx, projectID, id); ok {
+			return nil // paused (and durable) already, its node gone
+		}
+	}
 	if err != nil {
 		return err
 	}
