@@ -1,10 +1,13 @@
 package e2e
 
 import (
+	"context"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lizard-build/lizard/internal/objstore"
 	"github.com/lizard-build/lizard/internal/objstore/s3"
@@ -60,9 +63,12 @@ func TestClusterResumeAnywhere(t *testing.T) {
 	if s := b.status(t, id); s != "paused" {
 		t.Fatalf("status through b after a was removed: %q, want paused", s)
 	}
-	var info sandboxInfo
-	if code, body := b.do("POST", "/api/sandboxes/"+id+"/resume", nil, &info); code != http.StatusOK || info.Status != "running" {
-		t.Fatalf("resume through b: %d %s", code, body)
+	// The official SDK, through b: connect, resume, the counter goes on.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	env := []string{"MOVE_SANDBOX=" + id, "MOVE_PID=" + strconv.Itoa(pid), "MOVE_N=" + strconv.Itoa(n)}
+	if err := b.runNodeEnv(ctx, env, "js/move/resume.test.mjs"); err != nil {
+		t.Fatalf("resume through b with the SDK: %v", err)
 	}
 	if w := c.where(b, id); w != "b" && w != "c" {
 		t.Fatalf("resumed on %q, want b or c", w)
