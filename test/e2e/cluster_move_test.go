@@ -172,16 +172,7 @@ func TestClusterSnapshotAnywhere(t *testing.T) {
 	src := c.createOn(b, "a")
 	b.sh(t, src, counterScript)
 	pid, n := b.counter(t, src)
-	var snap struct {
-		ID string `json:"id"`
-	}
-	if code, body := b.do("POST", "/api/sandboxes/"+src+"/snapshot", map[string]any{"name": "anywhere"}, &snap); code != 201 {
-		t.Fatalf("snapshot: %d %s", code, body)
-	}
-	b.waitDurable(t, "/api/sandbox-snapshots/"+snap.ID)
-	if code, body := b.do("DELETE", "/api/sandboxes/"+src, nil, nil); code >= 300 {
-		t.Fatalf("kill source: %d %s", code, body)
-	}
+	snap := b.durableSnapshot(t, src, "anywhere")
 
 	a.crash()
 	c.waitState("a", "suspect")
