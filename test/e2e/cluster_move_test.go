@@ -59,9 +59,17 @@ func TestClusterResumeAnywhere(t *testing.T) {
 	a.crash()
 	c.nodesCLI("remove", "a")
 	c.waitState("a", "removed")
-	// Not lost: paused, any node answers for it.
-	if s := b.status(t, id); s != "paused" {
-		t.Fatalf("status through b after a was removed: %q, want paused", s)
+	// Not lost: paused, any node answers for it (once b's routing has seen
+	// a go: until then a retryable 503).
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		var info sandboxInfo
+		code, body := b.do("GET", "/api/sandboxes/"+id, nil, &info)
+		if code == http.StatusOK && info.Status == "paused" {
+			break
+		}
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("get through b after a was removed: %d %s, want paused", code, body)
+		}
 	}
 	// The official SDK, through b: connect, resume, the counter goes on.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
