@@ -185,8 +185,15 @@ func TestClusterSnapshotAnywhere(t *testing.T) {
 	a.crash()
 	c.waitState("a", "suspect")
 	var cp sandboxInfo
-	if code, body := b.do("POST", "/api/sandboxes", map[string]any{"snapshotId": snap.ID}, &cp); code >= 300 {
-		t.Fatalf("restore while the snapshot's node is down: %d %s", code, body)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		// A retryable 503 until b's routing has seen a lapse.
+		code, body := b.do("POST", "/api/sandboxes", map[string]any{"snapshotId": snap.ID}, &cp)
+		if code < 300 {
+			break
+		}
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("restore while the snapshot's node is down: %d %s", code, body)
+		}
 	}
 	if w := c.where(b, cp.SandboxID); w != "b" && w != "c" {
 		t.Fatalf("copy on %q, want b or c", w)
