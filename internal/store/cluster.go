@@ -171,7 +171,7 @@ type Owner struct {
 
 // Orphaned reports whether the sandbox has no node: it is paused, durable,
 // and any node may resume it.
-func (o Owner) Orphaned() bool { return o.Node == Orphan && !o.Lost }
+func (o Owner) Orphaned() bool { return o.Node == Orphan && o.Status == SandboxPaused }
 
 // Admission is what PutSandboxFenced checks a sandbox that newly holds
 // resources against.
