@@ -119,7 +119,7 @@ func OldRow(got []Sandbox, f Fence) (*Sandbox, error) {
 	if len(got) == 0 {
 		return nil, nil
 	}
-	if got[0].Node != f.Node && got[0].Node != Orphan {
+	if got[0].Node != f.Node && !(got[0].Node == Orphan && got[0].Status == SandboxPaused) {
 		return nil, SandboxElsewhere(got[0].ID, got[0].Node)
 	}
 	return &got[0], nil
