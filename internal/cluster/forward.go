@@ -367,6 +367,10 @@ func (rt *Router) owner(ctx context.Context, id string) (store.Owner, error) {
 	}
 	o, err := rt.cfg.Directory.SandboxOwner(ctx, id)
 	switch {
+	case err == nil && o.Orphaned():
+		// Not cached: whichever node resumes it takes it any moment.
+		rt.dropOwner(id)
+		return o, nil
 	case err == nil:
 		rt.mu.Lock()
 		if len(rt.owners) >= maxOwners {

@@ -113,4 +113,10 @@ func TestForwardPlacesOrphanResume(t *testing.T) {
 	if _, body := get(t, a.URL+"/api/sandboxes/sbx1"); body != "local" {
 		t.Fatalf("get of an orphan: %q, want it answered here", body)
 	}
+	// b took it over: the next request goes there at once (an orphan is
+	// never cached).
+	fc.set(func(f *fakeCluster) { f.owners["sbx1"] = store.Owner{Node: "b", ProjectID: "p1", Status: "running", Template: "base"} })
+	if _, body := get(t, a.URL+"/api/sandboxes/sbx1"); body != "from b" {
+		t.Fatalf("get right after the take-over: %q, want it forwarded to b", body)
+	}
 }

@@ -286,13 +286,8 @@ func (rt *Router) placeOrphan(r *http.Request, projectID string, ref api.Ref) *s
 		return nil
 	}
 	ctx := r.Context()
-	o, err := rt.owner(ctx, ref.ID)
+	o, err := rt.owner(ctx, ref.ID) // an orphan is never cached
 	if err != nil || !o.Orphaned() || o.ProjectID != projectID {
-		return nil
-	}
-	// Taken over since it was cached? Ask again once.
-	rt.dropOwner(ref.ID)
-	if o, err = rt.owner(ctx, ref.ID); err != nil || !o.Orphaned() {
 		return nil
 	}
 	nodes, err := rt.nodes(ctx)
