@@ -87,6 +87,9 @@ func (s *Service) adopt(ctx context.Context, rec Record) (Record, error) {
 	}()
 
 	paused := rec
+	if err := os.MkdirAll(s.cfg.SnapshotDir, 0o700); err != nil {
+		return Record{}, err
+	}
 	dir := filepath.Join(s.cfg.SnapshotDir, "resume-"+id)
 	os.RemoveAll(dir) // a download an earlier attempt left
 	defer os.RemoveAll(dir)
@@ -300,6 +303,9 @@ func (s *Service) restoreForeign(ctx context.Context, snap Snapshot, timeoutMs i
 		if _, err := os.Stat(snap.Rootfs); err != nil {
 			snap.Rootfs = "" // not on this node: the template's version here
 		}
+	}
+	if err := os.MkdirAll(s.cfg.SnapshotDir, 0o700); err != nil {
+		return Record{}, err
 	}
 	dir, err := os.MkdirTemp(s.cfg.SnapshotDir, "restore-"+snap.ID+"-")
 	if err != nil {

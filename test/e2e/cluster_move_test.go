@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lizard-build/lizard/internal/cluster"
 	"github.com/lizard-build/lizard/internal/objstore"
 	"github.com/lizard-build/lizard/internal/objstore/s3"
 	"github.com/lizard-build/lizard/internal/objstore/vgwtest"
@@ -130,13 +131,24 @@ func TestClusterDrainMove(t *testing.T) {
 		id     string
 		pid, n int
 	}
+	// All five on a: b and c take none meanwhile (placement prefers the
+	// freest node, so creates would not stack up on a otherwise).
+	c.nodesCLI("drain", "b")
+	c.nodesCLI("drain", "c")
+	time.Sleep(cluster.DefaultNodesTTL + 200*time.Millisecond) // the routers' view of the nodes
 	var sbs []counted
 	for range 5 {
-		id := c.createOn(b, "a")
+		id := b.create(t)
+		if w := c.where(b, id); w != "a" {
+			t.Fatalf("sandbox %s on %s with b and c draining", id, w)
+		}
 		b.sh(t, id, counterScript)
 		pid, n := b.counter(t, id)
 		sbs = append(sbs, counted{id, pid, n})
 	}
+	c.nodesCLI("drain", "--undo", "b")
+	c.nodesCLI("drain", "--undo", "c")
+	time.Sleep(cluster.DefaultNodesTTL + 200*time.Millisecond)
 	b.startApp(t, sbs[0].id, 8000)
 	var ex exposed
 	if code, body := b.do("POST", "/api/sandboxes/"+sbs[0].id+"/expose/8000", nil, &ex); code != 200 {
