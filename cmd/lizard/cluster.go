@@ -30,7 +30,6 @@ type clusterFlags struct {
 	deadAfter      time.Duration
 }
 
-
 func (f *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.internalListen, "internal-listen", "", "cluster mode: listen address of the node-to-node API (host:port); needs --database postgres://…, --advertise and --cluster-secret-file")
 	fs.StringVar(&f.nodeName, "node-name", "", "cluster mode: this node's name, unique in the cluster (default: the hostname)")

@@ -125,7 +125,7 @@ type InternalConfig struct {
 	// serve the requests peers forward.
 	API, Proxy http.Handler
 	// Local is what this node holds, for the peers' cluster-wide lists.
-	Local  Local
+	Local Local
 	// Resume resumes the orphaned sandbox id here: a peer moving its
 	// sandboxes away (drain --move) chose this node for it.
 	Resume func(ctx context.Context, id string) error

@@ -51,7 +51,7 @@ type MemberConfig struct {
 	OnMove func(ctx context.Context)
 	// MoveTimeout bounds one OnMove run (0: DefaultMoveTimeout).
 	MoveTimeout time.Duration
-	Log      *slog.Logger
+	Log         *slog.Logger
 	// Now is the clock of the self-view (tests); nil is time.Now.
 	Now func() time.Time
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -115,8 +116,40 @@ func TestForwardPlacesOrphanResume(t *testing.T) {
 	}
 	// b took it over: the next request goes there at once (an orphan is
 	// never cached).
-	fc.set(func(f *fakeCluster) { f.owners["sbx1"] = store.Owner{Node: "b", ProjectID: "p1", Status: "running", Template: "base"} })
+	fc.set(func(f *fakeCluster) {
+		f.owners["sbx1"] = store.Owner{Node: "b", ProjectID: "p1", Status: "running", Template: "base"}
+	})
 	if _, body := get(t, a.URL+"/api/sandboxes/sbx1"); body != "from b" {
 		t.Fatalf("get right after the take-over: %q, want it forwarded to b", body)
+	}
+}
+
+// TestForwardFollowsMovedSandbox: the cached owner answers 404 (the
+// sandbox moved away within the cache's time): the request, body and all,
+// goes on to the owner the database names now, and the client sees only
+// that answer.
+func TestForwardFollowsMovedSandbox(t *testing.T) {
+	var gotBody atomic.Value
+	b := peer(t, "b", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, `{"code":"sandbox_not_found"}`, http.StatusNotFound)
+	}), nil, nil)
+	c := peer(t, "c", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		gotBody.Store(string(body))
+		w.Write([]byte("from c"))
+	}), nil, nil)
+	fc := &fakeCluster{owners: map[string]store.Owner{"sbx1": {Node: "b", ProjectID: "p1", Status: "running"}},
+		nodes: []store.Node{readyNode("a", "127.0.0.1:1"), readyNode("b", addrOf(b)), readyNode("c", addrOf(c))}}
+	a := front(t, newTestRouter(t, "a", fc, nil, nil))
+	// b has it no more and the database still says b: answered here (as
+	// an unknown sandbox is).
+	if _, body := get(t, a.URL+"/api/sandboxes/sbx1"); body != "local" {
+		t.Fatalf("404 from the owner the database names: %q, want it answered here", body)
+	}
+	// Cached as b; it moves to c.
+	fc.set(func(f *fakeCluster) { f.owners["sbx1"] = store.Owner{Node: "c", ProjectID: "p1", Status: "running"} })
+	resp, body := send(t, http.MethodPost, a.URL+"/api/sandboxes/sbx1/exec", "", nil, strings.NewReader(`{"cmd":"true"}`))
+	if resp.StatusCode != http.StatusOK || body != "from c" || gotBody.Load() != `{"cmd":"true"}` {
+		t.Fatalf("after the move: %d %q, c got %v", resp.StatusCode, body, gotBody.Load())
 	}
 }

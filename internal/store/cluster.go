@@ -166,7 +166,7 @@ type Owner struct {
 	ProjectID string
 	Status    string
 	Template  string // what a node resuming it must hold
-	Lost      bool // its node was declared dead or removed while it lived
+	Lost      bool   // its node was declared dead or removed while it lived
 }
 
 // Orphaned reports whether the sandbox has no node: it is paused, durable,
