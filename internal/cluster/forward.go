@@ -140,7 +140,7 @@ func NewRouter(cfg RouterConfig) *Router {
 				// The owner has no such sandbox (any more): ask again
 				// next time, or at once when the request can go again.
 				rt.dropOwner(t.sandbox)
-				if t.replayable {
+				if t.replayable && resp.Header.Get(api.SandboxMissingHeader) != "" {
 					resp.Body.Close()
 					return errMoved
 				}
@@ -270,20 +270,7 @@ func (rt *Router) ForwardPreview(w http.ResponseWriter, r *http.Request, id stri
 	}
 	n, err := rt.peer(r.Context(), o.Node)
 	if err == nil {
-		t := &hop{addr: n.Address, kind: kindProxy, sandbox: id}
-		t.keepForReplay(r)
-		err = rt.send(w, r, t)
-		if errors.Is(err, errMoved) {
-			// Moved: follow it once to its new owner, or answer here.
-			t.rewind(r)
-			o, err = rt.owner(r.Context(), id)
-			if err != nil || o.Lost || o.Node == rt.cfg.Self || o.Orphaned() {
-				return "", false
-			}
-			if n, err = rt.peer(r.Context(), o.Node); err == nil {
-				err = rt.send(w, r, &hop{addr: n.Address, kind: kindProxy, sandbox: id})
-			}
-		}
+		err = rt.send(w, r, &hop{addr: n.Address, kind: kindProxy, sandbox: id})
 	}
 	if err != nil {
 		rt.log.Warn("preview: the sandbox's node cannot be reached", "sandbox", id, "node", o.Node, "err", err)

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -131,6 +132,11 @@ func TestForwardPlacesOrphanResume(t *testing.T) {
 func TestForwardFollowsMovedSandbox(t *testing.T) {
 	var gotBody atomic.Value
 	b := peer(t, "b", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/api/sandboxes/sbx1/files" {
+			http.Error(w, "no such file", http.StatusNotFound) // a 404 of the sandbox's own
+			return
+		}
+		w.Header().Set(api.SandboxMissingHeader, "1")
 		http.Error(w, `{"code":"sandbox_not_found"}`, http.StatusNotFound)
 	}), nil, nil)
 	c := peer(t, "c", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -145,6 +151,10 @@ func TestForwardFollowsMovedSandbox(t *testing.T) {
 	// an unknown sandbox is).
 	if _, body := get(t, a.URL+"/api/sandboxes/sbx1"); body != "local" {
 		t.Fatalf("404 from the owner the database names: %q, want it answered here", body)
+	}
+	// A 404 about something inside the sandbox is the client's answer.
+	if resp, body := get(t, a.URL+"/api/sandboxes/sbx1/files"); resp.StatusCode != http.StatusNotFound || body != "no such file\n" {
+		t.Fatalf("a file missing in the sandbox: %d %q", resp.StatusCode, body)
 	}
 	// Cached as b; it moves to c.
 	fc.set(func(f *fakeCluster) { f.owners["sbx1"] = store.Owner{Node: "c", ProjectID: "p1", Status: "running"} })
