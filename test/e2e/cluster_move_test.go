@@ -216,8 +216,15 @@ func TestClusterSnapshotAnywhere(t *testing.T) {
 
 	a.start()
 	c.waitState("a", "ready")
-	if code, body := b.do("DELETE", "/api/sandbox-snapshots/"+snap.ID, nil, nil); code >= 300 {
-		t.Fatalf("delete snapshot: %d %s", code, body)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		// A retryable 503 until b's routing has seen a back.
+		code, body := b.do("DELETE", "/api/sandbox-snapshots/"+snap.ID, nil, nil)
+		if code < 300 {
+			break
+		}
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("delete snapshot: %d %s", code, body)
+		}
 	}
 	c.killAll(b)
 	waitNoObjects(t, st)
