@@ -20,21 +20,8 @@ import (
 // sandbox to node-b, releases a paused one, and leaves one running
 // sandbox behind.
 func TestDrainMoveCLI(t *testing.T) {
-	noConfig(t)
 	ctx := context.Background()
-	url, err := pgtest.ForTest(t).NewDatabase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := postgres.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	p, err := st.CreateProject(ctx, "p", "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	url, st, p := nodesDB(t)
 	fa, err := st.RegisterNode(ctx, store.NodeInfo{Name: "node-a", Address: "10.77.0.11:7070"}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -110,4 +97,26 @@ func TestDrainMoveCLI(t *testing.T) {
 	if err := Run(ctx, []string{"nodes", "drain", "node-a", "--move", "--undo", "--database", url}); err == nil || !strings.Contains(err.Error(), "usage") {
 		t.Fatalf("drain --move --undo: %v, want the usage", err)
 	}
+}
+
+// nodesDB is a fresh PostgreSQL database for the nodes commands' tests
+// (no config file), open, with a project.
+func nodesDB(t *testing.T) (string, *postgres.Store, store.Project) {
+	t.Helper()
+	noConfig(t)
+	ctx := context.Background()
+	url, err := pgtest.ForTest(t).NewDatabase(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := postgres.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	p, err := st.CreateProject(ctx, "p", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return url, st, p
 }
