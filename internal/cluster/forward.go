@@ -138,6 +138,12 @@ func NewRouter(cfg RouterConfig) *Router {
 				// This node's answer carries it already.
 				resp.Header.Del(api.RequestIDHeader)
 			}
+			if t.sandbox != "" && t.kind == kindProxy && resp.StatusCode == http.StatusUnauthorized {
+				// The owner's proxy answers 401 for a sandbox it does
+				// not hold (as if it never existed): if it moved, the
+				// client's next request finds its new owner.
+				rt.dropOwner(t.sandbox)
+			}
 			if t.sandbox != "" && resp.StatusCode == http.StatusNotFound {
 				// The owner has no such sandbox (any more): ask again
 				// next time, or at once when the request can go again.
