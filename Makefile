@@ -66,7 +66,7 @@ test: deps build templates
 # its own, in the foreground until Ctrl-C (docs/CLUSTER.md);
 # `make cluster-down` stops one from another shell.
 cluster: deps build templates
-	LIZARD_BIN=$(CURDIR)/$(BIN)/lizard TEMPLATE_DIR=$(TEMPLATE_DIR) RUNSC=$(RUNSC) scripts/cluster.sh up
+	LIZARD_BIN=$(CURDIR)/$(BIN)/lizard TEMPLATE_DIR=$(TEMPLATE_DIR) RUNSC=$(RUNSC) VERSITYGW=$(VERSITYGW) scripts/cluster.sh up
 
 cluster-down:
 	scripts/cluster.sh down

@@ -90,20 +90,8 @@ func benchDurableOne(s *server, st objstore.Store, n int, big bool) (durableRow,
 		if err := s.post("/api/sandboxes/"+id+"/pause", nil, nil); err != nil {
 			return r, err
 		}
-		for {
-			var info struct {
-				DurableAt *string `json:"durableAt"`
-			}
-			if err := s.call("GET", "/api/sandboxes/"+id, nil, &info); err != nil {
-				return r, err
-			}
-			if info.DurableAt != nil {
-				break
-			}
-			if time.Since(t) > 10*time.Minute {
-				return r, fmt.Errorf("%s not durable after 10 minutes", id)
-			}
-			time.Sleep(20 * time.Millisecond)
+		if err := waitDurable(s, id); err != nil {
+			return r, err
 		}
 		r.durable = append(r.durable, time.Since(t))
 		r.image, r.stored = dirSize(image), 0

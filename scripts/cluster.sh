@@ -13,6 +13,10 @@
 #   - PostgreSQL 15 (Debian's, installed by make deps) in $DIR/pg, listening
 #     on $NET.1:$LIZARD_CLUSTER_PG_PORT [55432] only, a password login for
 #     that subnet only;
+#   - the object store: versitygw ($VERSITYGW, installed by make deps) on
+#     $DIR/s3, listening on $NET.1:$LIZARD_CLUSTER_S3_PORT [55433] only,
+#     bucket lizard, keys of this run; every node gets --object-store
+#     (durable pauses and snapshots, resume anywhere, drain --move);
 #   - per node N of $LIZARD_CLUSTER_NODES [a b c] (the i-th): network
 #     namespace <netns>-N ($LIZARD_CLUSTER_NETNS [lzc]) joined to the bridge
 #     at $NET.(10+i), and in it `lizard serve` with the API on :8080, the
@@ -32,6 +36,7 @@ LIZARD=${LIZARD_BIN:-$PWD/bin/lizard}
 TEMPLATE_DIR=${TEMPLATE_DIR:-/var/cache/lizard/templates}
 RUNSC=${RUNSC:-}
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+VERSITYGW=${VERSITYGW:-}
 
 log() { printf '[cluster] %s\n' "$*" >&2; }
 die() { printf '[cluster] error: %s\n' "$*" >&2; exit 1; }
@@ -49,6 +54,7 @@ config() {
 	NETNS=${NETNS:-${LIZARD_CLUSTER_NETNS:-lzc}}
 	CGROUP=${CGROUP:-${LIZARD_CLUSTER_CGROUP:-lizard}}
 	PG_PORT=${PG_PORT:-${LIZARD_CLUSTER_PG_PORT:-55432}}
+	S3_PORT=${S3_PORT:-${LIZARD_CLUSTER_S3_PORT:-55433}}
 	SUBNET_BASE=${SUBNET_BASE:-${LIZARD_CLUSTER_SUBNET_BASE:-80}}
 }
 
@@ -63,7 +69,7 @@ runsc_root() { printf '/run/lizard/runsc-%s' "$(printf '%s' "$1" | sha256sum | c
 
 save_config() {
 	cat >"$DIR/cluster.env" <<EOF
-BRIDGE='$BRIDGE' NET='$NET' NODES='$NODES' NETNS='$NETNS' CGROUP='$CGROUP' PG_PORT='$PG_PORT' SUBNET_BASE='$SUBNET_BASE'
+BRIDGE='$BRIDGE' NET='$NET' NODES='$NODES' NETNS='$NETNS' CGROUP='$CGROUP' PG_PORT='$PG_PORT' SUBNET_BASE='$SUBNET_BASE' S3_PORT='$S3_PORT'
 EOF
 }
 
@@ -71,6 +77,7 @@ check_config() {
 	[ "$(id -u)" = 0 ] || die "run as root (network namespaces, cgroups, gVisor)"
 	[ -x "$LIZARD" ] || die "$LIZARD not built (make build)"
 	[ -x "$PGBIN/initdb" ] || die "PostgreSQL 15 is not installed in $PGBIN (make deps)"
+	[ -x "$VERSITYGW" ] || die "versitygw is not installed (VERSITYGW=$VERSITYGW; make deps)"
 	[ -f "$TEMPLATE_DIR/base/template.json" ] || die "the base template is not built in $TEMPLATE_DIR (make templates)"
 	[[ $NET =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "LIZARD_CLUSTER_NET=$NET: want the first three numbers of a /24, e.g. 10.77.0"
 	[ ${#BRIDGE} -le 15 ] || die "LIZARD_CLUSTER_BRIDGE=$BRIDGE: at most 15 characters"
@@ -113,6 +120,25 @@ EOF
 		-c "CREATE ROLE lizard LOGIN PASSWORD '$password'" -c "CREATE DATABASE lizard OWNER lizard" >/dev/null
 }
 
+# start_objstore starts versitygw on $DIR/s3 at $NET.1:$S3_PORT with this
+# run's keys, and makes the bucket.
+start_objstore() {
+	mkdir -p "$DIR/s3/data" "$DIR/s3/meta"
+	ROOT_ACCESS_KEY_ID=$S3_KEY ROOT_SECRET_ACCESS_KEY=$S3_SECRET setsid "$VERSITYGW" --port "$NET.1:$S3_PORT" \
+		--region us-east-1 --quiet posix --sidecar "$DIR/s3/meta" "$DIR/s3/data" >"$DIR/s3/log" 2>&1 </dev/null &
+	echo $! >"$DIR/s3/pid"
+	for _ in $(seq 1 100); do
+		if curl -fsS -o /dev/null --max-time 2 -X PUT -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" --aws-sigv4 aws:amz:us-east-1:s3 --user "$S3_KEY:$S3_SECRET" \
+			"http://$NET.1:$S3_PORT/lizard" 2>/dev/null; then
+			return 0
+		fi
+		kill -0 "$(cat "$DIR/s3/pid")" 2>/dev/null || { tail -20 "$DIR/s3/log" >&2; die "versitygw exited"; }
+		sleep 0.2
+	done
+	tail -20 "$DIR/s3/log" >&2
+	die "versitygw did not make the bucket within 20 s"
+}
+
 # start_node i n: starts node n (the i-th) in its namespace, detached from
 # this script's session so that a Ctrl-C reaches only the script, which
 # then stops everything in order.
@@ -126,12 +152,13 @@ start_node() {
 		--database "$DATABASE" --cluster-secret-file "$DIR/secret"
 		--data-dir "$dir/data" --template-dir "$TEMPLATE_DIR" --cgroup-parent "$(node_cgroup "$n")"
 		--bridge "lzsb-$n" --subnet "10.$((SUBNET_BASE + i)).0.0/16"
-		--build-bridge "lzbb-$n" --build-subnet "10.$((SUBNET_BASE + 10 + i)).0.0/16")
+		--build-bridge "lzbb-$n" --build-subnet "10.$((SUBNET_BASE + 10 + i)).0.0/16"
+		--object-store "s3://lizard?endpoint=$NET.1:$S3_PORT&region=us-east-1&insecure=true")
 	[ -n "$RUNSC" ] && args+=(--runsc "$RUNSC")
 	# nsenter joins only the network namespace: the node's mounts (its
 	# sandboxes' namespaces, volumes) are the host's, so a restarted node
 	# finds them (ip netns exec would give it a mount namespace of its own).
-	LIZARD_API_KEY=$API_KEY setsid nsenter --net="/run/netns/$(node_ns "$n")" -- "$LIZARD" "${args[@]}" \
+	LIZARD_API_KEY=$API_KEY AWS_ACCESS_KEY_ID=$S3_KEY AWS_SECRET_ACCESS_KEY=$S3_SECRET setsid nsenter --net="/run/netns/$(node_ns "$n")" -- "$LIZARD" "${args[@]}" \
 		>"$dir/serve.log" 2>&1 </dev/null &
 	echo $! >"$dir/pid"
 }
@@ -196,6 +223,9 @@ EOF
 	printf '%s\n' "$DATABASE" >"$DIR/database"
 	chmod 600 "$DIR/database"
 	start_postgres "$password"
+	S3_KEY=LZ$(random_hex 9)
+	S3_SECRET=$(random_hex 20)
+	start_objstore
 
 	local i=0 n
 	for n in $NODES; do
@@ -242,6 +272,7 @@ EOF
 	echo "  curl --connect-to ::$first:8081 'http://<sandbox>-<port>.sandbox.localhost:8081/?lizard_token=<token>'"
 	echo "E2B SDKs: export E2B_API_URL=http://$first:8080 E2B_API_KEY=$API_KEY E2B_SANDBOX_URL=http://$first:8081"
 	echo "nodes:    $LIZARD nodes ls --database \"\$(cat $DIR/database)\""
+	echo "object store: versitygw at http://$NET.1:$S3_PORT, bucket lizard (AWS_ACCESS_KEY_ID=$S3_KEY AWS_SECRET_ACCESS_KEY=$S3_SECRET)"
 	echo
 	if [ "$detach" = 1 ]; then
 		rm -f "$DIR/up.pid"
@@ -309,6 +340,9 @@ cleanup() {
 		losetup -n -O NAME,BACK-FILE -l 2>/dev/null | while read -r dev file; do
 			case $file in "$DIR"/*) losetup -d "$dev" 2>/dev/null || true ;; esac
 		done
+	fi
+	if [ -f "$DIR/s3/pid" ]; then
+		kill -KILL "$(cat "$DIR/s3/pid")" 2>/dev/null || true
 	fi
 	if [ -f "$DIR/pg/postmaster.pid" ]; then
 		pg pg_ctl -D "$DIR/pg" -m fast -w -t 30 stop >/dev/null 2>&1 || true

@@ -120,6 +120,9 @@ type clusterMode struct {
 	// sandboxes is set once the service exists: a fence destroys what was
 	// lost through it.
 	sandboxes atomic.Pointer[sandbox.Service]
+	// routing is set once routing exists: a drain --move resumes the
+	// node's sandboxes elsewhere through it.
+	routing atomic.Pointer[clusterRouting]
 }
 
 // holdingStatuses are the statuses of sandboxes that hold their vCPUs and
@@ -176,6 +179,7 @@ func startCluster(ctx context.Context, f clusterFlags, secret []byte, st store.S
 				log.Error("cluster: destroyed the sandboxes this node lost", "sandboxes", ids)
 			}
 		},
+		OnMove: func(ctx context.Context) { cm.move(ctx, log) },
 	})
 	if err != nil {
 		return nil, err
@@ -206,4 +210,24 @@ func (cm *clusterMode) readyChecks(checks []api.ReadyCheck) []api.ReadyCheck {
 		return checks
 	}
 	return append(checks, api.ReadyCheck{Name: "cluster", Check: cm.member.Check})
+}
+
+// move is a drain --move on this node: every sandbox is paused, made
+// durable, released and resumed on another node (cluster.ResumeElsewhere);
+// what did not move is logged (the CLI names it from the database).
+func (cm *clusterMode) move(ctx context.Context, log *slog.Logger) {
+	svc, cr := cm.sandboxes.Load(), cm.routing.Load()
+	if svc == nil || cr == nil {
+		log.Warn("cluster: drain --move before the node serves; the flag is cleared, run it again")
+		return
+	}
+	moved := svc.Evacuate(ctx, func(ctx context.Context, _, id string) error { return cr.router.ResumeElsewhere(ctx, id) })
+	failed := 0
+	for _, m := range moved {
+		if m.Err != nil {
+			failed++
+			log.Error("cluster: sandbox not moved", "sandbox", m.ID, "wasRunning", m.WasRunning, "err", m.Err)
+		}
+	}
+	log.Info("cluster: drain --move done", "sandboxes", len(moved), "failed", failed)
 }

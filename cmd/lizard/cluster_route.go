@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"time"
@@ -21,6 +22,9 @@ type clusterRouting struct {
 	signer *cluster.Signer
 	local  cluster.Local
 	log    *slog.Logger
+	// resume resumes an orphaned sandbox here for a peer moving it
+	// (drain --move).
+	resume func(ctx context.Context, id string) error
 }
 
 // newClusterRouting builds node self's routing over the shared database
@@ -35,6 +39,14 @@ func newClusterRouting(self string, secret []byte, db cluster.Database, svc *san
 	return &clusterRouting{
 		router: cluster.NewRouter(cluster.RouterConfig{Self: self, Directory: db, Store: db, Signer: signer, Local: local, Logger: log}),
 		signer: signer, local: local, log: log,
+		resume: func(ctx context.Context, id string) error {
+			o, err := db.SandboxOwner(ctx, id)
+			if err != nil {
+				return err
+			}
+			_, err = svc.Resume(ctx, o.ProjectID, id)
+			return err
+		},
 	}, nil
 }
 
@@ -51,7 +63,7 @@ func (cr *clusterRouting) hooks() (api.Cluster, proxy.Forwarder) {
 // to this node's API handler and preview proxy, and their list calls.
 func (cr *clusterRouting) server(apiH, proxyH http.Handler) *http.Server {
 	return &http.Server{
-		Handler:           cluster.InternalHandler(cluster.InternalConfig{Signer: cr.signer, API: apiH, Proxy: proxyH, Local: cr.local, Logger: cr.log}),
+		Handler:           cluster.InternalHandler(cluster.InternalConfig{Signer: cr.signer, API: apiH, Proxy: proxyH, Local: cr.local, Resume: cr.resume, Logger: cr.log}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 }

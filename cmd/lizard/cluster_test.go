@@ -12,8 +12,6 @@ import (
 
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/store"
-	"github.com/lizard-build/lizard/internal/store/postgres"
-	"github.com/lizard-build/lizard/internal/store/postgres/pgtest"
 	"github.com/lizard-build/lizard/internal/store/storetest"
 )
 
@@ -74,21 +72,8 @@ func TestClusterFlags(t *testing.T) {
 // TestNodesCLI: nodes ls, drain (and --undo) and remove on the database a
 // cluster shares.
 func TestNodesCLI(t *testing.T) {
-	noConfig(t)
 	ctx := context.Background()
-	url, err := pgtest.ForTest(t).NewDatabase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := postgres.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	p, err := st.CreateProject(ctx, "p", "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	url, st, p := nodesDB(t)
 	f, err := st.RegisterNode(ctx, store.NodeInfo{Name: "node-a", Address: "10.77.0.11:7070", RunscBuild: "sha256:0123456789abcdef0123",
 		VCPUs: 64, MemoryMB: 32768, MaxSandboxes: 100}, time.Hour)
 	if err != nil {

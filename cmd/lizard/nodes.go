@@ -16,6 +16,9 @@ import (
 const nodesUsage = `usage:
   lizard nodes ls --database URL
   lizard nodes drain NODE [--undo] --database URL   (no new sandboxes on NODE; --undo: take them again)
+  lizard nodes drain NODE --move [--timeout D] --database URL
+                                                     (and move its sandboxes to other nodes: paused, made durable,
+                                                      resumed elsewhere; waits, exits non-zero naming what did not move)
   lizard nodes remove NODE --database URL            (NODE is gone for good: its sandboxes are lost)`
 
 // nodes is `lizard nodes`: the cluster's members, straight from the
@@ -24,6 +27,8 @@ func nodes(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("nodes", flag.ContinueOnError)
 	database := fs.String("database", "", databaseUsage)
 	undo := fs.Bool("undo", false, "with drain: the node takes new sandboxes again")
+	move := fs.Bool("move", false, "with drain: move the node's sandboxes to other nodes, and wait")
+	timeout := fs.Duration("timeout", cluster.DefaultMoveTimeout, "with drain --move: how long to wait")
 	pos, err := configure(fs, args)
 	if err != nil {
 		return err
@@ -34,7 +39,7 @@ func nodes(ctx context.Context, args []string) error {
 	}
 	switch {
 	case (cmd == "ls" || cmd == "list") && len(pos) == 1 && !*undo:
-	case cmd == "drain" && len(pos) == 2:
+	case cmd == "drain" && len(pos) == 2 && !(*undo && *move):
 	case cmd == "remove" && len(pos) == 2 && !*undo:
 	default:
 		return errors.New(nodesUsage)
@@ -53,6 +58,9 @@ func nodes(ctx context.Context, args []string) error {
 	}
 	switch cmd {
 	case "drain":
+		if *move {
+			return drainMove(ctx, db, pos[1], *timeout, os.Stdout)
+		}
 		if err := db.SetDraining(ctx, pos[1], !*undo); err != nil {
 			return err
 		}

@@ -363,6 +363,7 @@ func serve(ctx context.Context, args []string) error {
 		if routing, err = newClusterRouting(cm.member.Self(), cm.secret, cm.db, svc, vols, log.With("component", "route")); err != nil {
 			return err
 		}
+		cm.routing.Store(routing)
 	}
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/volume"
 )
@@ -47,6 +48,20 @@ const (
 	RefSnapshot         // {sid}
 	RefVolume           // {vid}: an id or a name
 )
+
+// SandboxMissingHeader marks an answer that is a 404 because this node
+// does not hold the sandbox (code sandbox_not_found), not because of
+// something inside it: a node that forwarded the request to a cached owner
+// follows the sandbox to its new owner (cluster.Router.Forward).
+const SandboxMissingHeader = "X-Lizard-Sandbox-Missing"
+
+// MarkMissing sets SandboxMissingHeader on w when err is a sandbox this
+// node does not hold.
+func MarkMissing(w http.ResponseWriter, err error) {
+	if errdefs.Code(err) == "sandbox_not_found" {
+		w.Header().Set(SandboxMissingHeader, "1")
+	}
+}
 
 // Ref is the sandbox, snapshot or volume a request is about.
 type Ref struct {

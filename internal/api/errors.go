@@ -83,6 +83,7 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 	} else {
 		log.Debug("request refused", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	}
+	MarkMissing(w, err)
 	body := errorBody{Error: msg, Code: code, Message: msg}
 	if ex := (*errdefs.Exceeded)(nil); errors.As(err, &ex) {
 		body.Unit, body.Limit, body.Running, body.Needed = ex.Unit, &ex.Limit, &ex.InUse, &ex.Needed

@@ -1,9 +1,11 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -136,10 +138,20 @@ func NewRouter(cfg RouterConfig) *Router {
 				// This node's answer carries it already.
 				resp.Header.Del(api.RequestIDHeader)
 			}
+			if t.sandbox != "" && t.kind == kindProxy && resp.StatusCode == http.StatusUnauthorized {
+				// The owner's proxy answers 401 for a sandbox it does
+				// not hold (as if it never existed): if it moved, the
+				// client's next request finds its new owner.
+				rt.dropOwner(t.sandbox)
+			}
 			if t.sandbox != "" && resp.StatusCode == http.StatusNotFound {
 				// The owner has no such sandbox (any more): ask again
-				// next time.
+				// next time, or at once when the request can go again.
 				rt.dropOwner(t.sandbox)
+				if t.replayable && resp.Header.Get(api.SandboxMissingHeader) != "" {
+					resp.Body.Close()
+					return errMoved
+				}
 			}
 			return nil
 		},
@@ -164,6 +176,45 @@ type hop struct {
 	sandbox    string // the sandbox the request is about, if any
 	requestID  string
 	err        error // set when the peer could not be reached
+	// replayable: the request can be sent again (no body, or a small
+	// one kept in body), so a 404 of a sandbox that moved is not
+	// answered but followed (errMoved).
+	replayable bool
+	body       []byte
+}
+
+// maxReplay bounds the body kept to send a request again after its
+// sandbox moved.
+const maxReplay = 1 << 20
+
+// errMoved is a peer's 404 for the sandbox, not answered: it may have
+// moved (drain --move, a resume elsewhere) and the request can go to its
+// new owner.
+var errMoved = errors.New("the sandbox is not on that node")
+
+// keepForReplay makes r's request replayable when its body is small
+// enough to keep.
+func (t *hop) keepForReplay(r *http.Request) {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		t.replayable = true
+		return
+	}
+	if r.ContentLength < 0 || r.ContentLength > maxReplay {
+		return
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxReplay+1))
+	r.Body.Close()
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	if err == nil && len(b) <= maxReplay {
+		t.replayable, t.body = true, b
+	}
+}
+
+// rewind gives r its kept body again.
+func (t *hop) rewind(r *http.Request) {
+	if t.body != nil {
+		r.Body = io.NopCloser(bytes.NewReader(t.body))
+	}
 }
 
 type hopKey struct{}
@@ -173,6 +224,13 @@ type hopKey struct{}
 func (rt *Router) Forward(w http.ResponseWriter, r *http.Request, projectID string, ref api.Ref) (bool, error) {
 	if Forwarded(r.Context()) {
 		return false, nil
+	}
+	if n := rt.placeOrphan(r, projectID, ref); n != nil {
+		err := rt.send(w, r, &hop{addr: n.Address, kind: kindAPI, sandbox: ref.ID, requestID: w.Header().Get(api.RequestIDHeader)})
+		if err != nil {
+			w.Header().Set("Retry-After", strconv.Itoa(retryAfterSecs))
+		}
+		return true, err
 	}
 	n, err := rt.locate(r.Context(), projectID, ref)
 	if err != nil || n == nil {
@@ -184,8 +242,21 @@ func (rt *Router) Forward(w http.ResponseWriter, r *http.Request, projectID stri
 	t := &hop{addr: n.Address, kind: kindAPI, requestID: w.Header().Get(api.RequestIDHeader)}
 	if ref.Kind == api.RefSandbox {
 		t.sandbox = ref.ID
+		t.keepForReplay(r)
 	}
-	if err := rt.send(w, r, t); err != nil {
+	err = rt.send(w, r, t)
+	if errors.Is(err, errMoved) {
+		// Its owner had it no more: follow it once, to wherever the
+		// database says it is now (here: answered here).
+		t.rewind(r)
+		n, err := rt.locate(r.Context(), projectID, ref)
+		if err != nil || n == nil || n.Address == t.addr {
+			return false, err
+		}
+		t = &hop{addr: n.Address, kind: kindAPI, sandbox: ref.ID, requestID: t.requestID}
+		err = rt.send(w, r, t)
+	}
+	if err != nil {
 		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSecs))
 		return true, err
 	}
@@ -227,6 +298,9 @@ func (rt *Router) send(w http.ResponseWriter, r *http.Request, t *hop) error {
 	// (E2B's envd streams, uploads answered early).
 	_ = http.NewResponseController(w).EnableFullDuplex()
 	rt.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), hopKey{}, t)))
+	if errors.Is(t.err, errMoved) {
+		return errMoved
+	}
 	if t.err == nil || r.Context().Err() != nil {
 		// Answered, or the client left: nothing to say.
 		return nil
@@ -362,6 +436,10 @@ func (rt *Router) owner(ctx context.Context, id string) (store.Owner, error) {
 	}
 	o, err := rt.cfg.Directory.SandboxOwner(ctx, id)
 	switch {
+	case err == nil && o.Orphaned():
+		// Not cached: whichever node resumes it takes it any moment.
+		rt.dropOwner(id)
+		return o, nil
 	case err == nil:
 		rt.mu.Lock()
 		if len(rt.owners) >= maxOwners {

@@ -125,7 +125,10 @@ type InternalConfig struct {
 	// serve the requests peers forward.
 	API, Proxy http.Handler
 	// Local is what this node holds, for the peers' cluster-wide lists.
-	Local  Local
+	Local Local
+	// Resume resumes the orphaned sandbox id here: a peer moving its
+	// sandboxes away (drain --move) chose this node for it.
+	Resume func(ctx context.Context, id string) error
 	Logger *slog.Logger
 }
 
@@ -151,6 +154,9 @@ func InternalHandler(cfg InternalConfig) http.Handler {
 	})
 	internal.HandleFunc("GET /internal/v1/volumes", func(w http.ResponseWriter, r *http.Request) {
 		serveLocalVolumes(w, r, cfg.Local)
+	})
+	internal.HandleFunc("POST /internal/v1/resume/{id}", func(w http.ResponseWriter, r *http.Request) {
+		serveResume(w, r, cfg.Resume)
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		node, kind, err := cfg.Signer.verify(r)

@@ -7,10 +7,12 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,7 +45,13 @@ type MemberConfig struct {
 	// this node any more (they were lost). Their rows stay, lost, so that
 	// clients learn what happened (NodeStore keeps them).
 	OnFenced func(ctx context.Context, keep func(id string) bool)
-	Log      *slog.Logger
+	// OnMove runs when this node's row says move (lizard nodes drain
+	// --move): it moves the node's sandboxes to other nodes; then the
+	// flag is cleared (the node stays draining). One run at a time.
+	OnMove func(ctx context.Context)
+	// MoveTimeout bounds one OnMove run (0: DefaultMoveTimeout).
+	MoveTimeout time.Duration
+	Log         *slog.Logger
 	// Now is the clock of the self-view (tests); nil is time.Now.
 	Now func() time.Time
 }
@@ -75,6 +83,7 @@ type Member struct {
 	wg     sync.WaitGroup // OnFenced calls
 
 	failing     bool         // the last heartbeat failed (loop only)
+	moving      atomic.Bool  // an OnMove run is under way
 	deathChecks atomic.Int64 // rounds of the death checker run (tests wait on it)
 }
 
@@ -296,6 +305,40 @@ func (m *Member) tick(ctx context.Context) {
 	if now.Sub(streak) >= m.cfg.DeadAfter {
 		m.checkDeaths(ctx)
 	}
+	m.checkMove(ctx)
+}
+
+// DefaultMoveTimeout bounds a drain --move on the node: pauses, uploads
+// and resumes elsewhere of all its sandboxes.
+const DefaultMoveTimeout = 15 * time.Minute
+
+// checkMove starts OnMove when this node's row asks for a move and none
+// runs.
+func (m *Member) checkMove(ctx context.Context) {
+	if m.cfg.OnMove == nil || m.moving.Load() {
+		return
+	}
+	ns, err := m.cfg.DB.Nodes(ctx)
+	if err != nil {
+		return // the next round asks again
+	}
+	i := slices.IndexFunc(ns, func(n store.Node) bool { return n.Name == m.name })
+	if i < 0 || !ns[i].Moving || !m.moving.CompareAndSwap(false, true) {
+		return
+	}
+	timeout := cmp.Or(m.cfg.MoveTimeout, DefaultMoveTimeout)
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		defer m.moving.Store(false)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		defer cancel()
+		m.cfg.Log.Info("cluster: moving this node's sandboxes to other nodes (drain --move)", "node", m.name)
+		m.cfg.OnMove(ctx)
+		if err := m.cfg.DB.SetMoving(context.WithoutCancel(ctx), m.name, false); err != nil {
+			m.cfg.Log.Error("cluster: record the end of a move", "node", m.name, "err", err)
+		}
+	}()
 }
 
 // checkDeaths declares dead the peers whose lease lapsed DeadAfter ago.

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -351,5 +352,58 @@ func TestMemberRestartAfterDeath(t *testing.T) {
 	}
 	if err := na2.PutSandbox(ctx, row(p, "sb2", "running")); err != nil {
 		t.Fatalf("a new sandbox on the restarted node: %v", err)
+	}
+}
+
+// TestMemberMove: a member whose row says move runs OnMove once (with its
+// node store able to release its durable paused sandboxes), then clears
+// the flag and stays draining.
+func TestMemberMove(t *testing.T) {
+	srv := pgtest.ForTest(t)
+	url := newDB(t, srv)
+	db := openDB(t, url)
+	p := project(t, db)
+	var runs atomic.Int64
+	release := make(chan struct{})
+	var ns *NodeStore
+	m, err := NewMember(MemberConfig{
+		DB:        openDB(t, url),
+		Info:      func() store.NodeInfo { return store.NodeInfo{Name: "a", Address: "a:7070"} },
+		Lease:     testLease,
+		DeadAfter: testDeadAfter,
+		OnMove: func(ctx context.Context) {
+			runs.Add(1)
+			<-release
+			if err := ns.ReleaseSandbox(ctx, "sb1"); err != nil {
+				t.Errorf("release: %v", err)
+			}
+		},
+		Log: slog.New(slog.NewTextHandler(t.Output(), nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	ns = NewNodeStore(m, NodeStoreConfig{Holding: []string{"running"}})
+	sb := row(p, "sb1", store.SandboxPaused)
+	sb.Spec = []byte(`{"durableAt":"2026-01-01T00:00:00Z"}`)
+	if err := ns.PutSandbox(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.SetMoving(context.Background(), "a", true); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "OnMove runs", func() bool { return runs.Load() == 1 })
+	time.Sleep(3 * testLease) // more rounds while it runs: no second run
+	close(release)
+	eventually(t, "move done", func() bool { return !storetest.NodeOf(t, context.Background(), db, "a").Moving })
+	if n := storetest.NodeOf(t, context.Background(), db, "a"); !n.Draining || runs.Load() != 1 {
+		t.Fatalf("after the move: %+v, %d runs", n, runs.Load())
+	}
+	if o, err := db.SandboxOwner(context.Background(), "sb1"); err != nil || !o.Orphaned() {
+		t.Fatalf("released sandbox: %+v %v", o, err)
 	}
 }

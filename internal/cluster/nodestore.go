@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -130,4 +131,50 @@ func mine[T any](all []T, err error, node string, of func(T) string) ([]T, error
 		}
 	}
 	return out, nil
+}
+
+// Orphan returns the row of the project's paused sandbox id when no live
+// node holds it: it is orphaned (its node was declared dead, was removed or
+// let it go), or its row is on this node, which took it over in a resume
+// that failed (sandbox.Orphans). Anything else is ErrNotFound.
+func (s *NodeStore) Orphan(ctx context.Context, projectID, id string) (store.Sandbox, error) {
+	o, err := s.Database.SandboxOwner(ctx, id)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	if o.ProjectID != projectID || o.Status != store.SandboxPaused || !o.Orphaned() && o.Node != s.m.Self() {
+		return store.Sandbox{}, store.SandboxNotFound(id)
+	}
+	rows, err := s.Database.SandboxesOn(ctx, o.Node)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	for _, r := range rows {
+		if r.ID == id && r.Status == store.SandboxPaused {
+			return r, nil
+		}
+	}
+	return store.Sandbox{}, store.SandboxNotFound(id)
+}
+
+// ReleaseSandbox orphans a durable paused sandbox of this node, fenced, so
+// that another node takes it over (sandbox.Releaser, drain --move).
+func (s *NodeStore) ReleaseSandbox(ctx context.Context, id string) error {
+	f := s.m.Fence()
+	return s.m.storeError(f, s.Database.ReleaseSandbox(ctx, f, id))
+}
+
+// SnapshotAnywhere finds the project's snapshot id on any node
+// (sandbox.ForeignSnapshots): a durable one restores anywhere.
+func (s *NodeStore) SnapshotAnywhere(ctx context.Context, projectID, id string) (store.Snapshot, error) {
+	all, err := s.Database.Snapshots(ctx)
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	for _, sn := range all {
+		if sn.ID == id && sn.ProjectID == projectID {
+			return sn, nil
+		}
+	}
+	return store.Snapshot{}, fmt.Errorf("snapshot %q: %w", id, errdefs.ErrNotFound)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -187,15 +188,27 @@ func (rt *Router) candidates(ctx context.Context, nodes []store.Node, projectID 
 	if pinned == rt.cfg.Self {
 		return nil, nil
 	}
+	cands := slices.Clone(nodes)
 	if pinned != "" {
 		n, err := rt.peer(ctx, pinned)
-		if err != nil {
+		if err == nil {
+			return []store.Node{*n}, nil
+		}
+		if want.Snapshot == "" || !rt.snapshotDurable(ctx, projectID, want.Snapshot) {
 			return nil, err
 		}
-		return []store.Node{*n}, nil
+		// A durable snapshot whose node cannot take it restores on any
+		// node of that node's runsc build.
+		i := slices.IndexFunc(nodes, func(n store.Node) bool { return n.Name == pinned })
+		if i < 0 {
+			return nil, err
+		}
+		build := nodes[i].RunscBuild
+		cands = slices.DeleteFunc(cands, func(n store.Node) bool { return n.RunscBuild != build })
+		rt.log.Info("placement: the snapshot's node cannot take it; restoring from the object store elsewhere", "snapshot", want.Snapshot, "node", pinned, "why", err)
 	}
 	rt.mu.Lock()
-	order := Place(slices.Clone(nodes), Want{ProjectID: projectID, Template: want.Template}, rt.rnd)
+	order := Place(cands, Want{ProjectID: projectID, Template: want.Template}, rt.rnd)
 	rt.mu.Unlock()
 	if len(order) == 0 {
 		return nil, fmt.Errorf("no node of the cluster takes new sandboxes now (none ready and not draining): %w", errdefs.ErrCapacity)
@@ -260,4 +273,65 @@ func copyHeader(dst, src http.Header) {
 			dst.Add(k, v)
 		}
 	}
+}
+
+// placeOrphan chooses the node for a change (a POST: resume, connect) of
+// an orphaned sandbox of the project — paused, durable, its node gone — as
+// a create is placed: among the ready nodes of this node's runsc build (a
+// checkpoint restores only on its own build) that hold its template. It
+// returns nil when this node is the choice, or for anything else (reads
+// and deletes of an orphan are answered by any node from its row).
+func (rt *Router) placeOrphan(r *http.Request, projectID string, ref api.Ref) *store.Node {
+	if ref.Kind != api.RefSandbox || r.Method != http.MethodPost {
+		return nil
+	}
+	ctx := r.Context()
+	o, err := rt.owner(ctx, ref.ID) // an orphan is never cached
+	if err != nil || !o.Orphaned() || o.ProjectID != projectID {
+		return nil
+	}
+	nodes, err := rt.nodes(ctx)
+	if err != nil {
+		return nil
+	}
+	build := ""
+	for _, n := range nodes {
+		if n.Name == rt.cfg.Self {
+			build = n.RunscBuild
+		}
+	}
+	same := nodes[:0:0]
+	for _, n := range nodes {
+		if n.RunscBuild == build {
+			same = append(same, n)
+		}
+	}
+	rt.mu.Lock()
+	order := Place(same, Want{ProjectID: projectID, Template: o.Template}, rt.rnd)
+	rt.mu.Unlock()
+	if len(order) == 0 || order[0].Name == rt.cfg.Self {
+		return nil
+	}
+	rt.log.Info("placement: resuming an orphaned sandbox on another node", "sandbox", ref.ID, "node", order[0].Name)
+	return &order[0]
+}
+
+// snapshotDurable reports whether the project's snapshot id is durable in
+// the object store (its record says durableAt).
+func (rt *Router) snapshotDurable(ctx context.Context, projectID, id string) bool {
+	sns, err := rt.cfg.Store.Snapshots(ctx)
+	if err != nil {
+		return false
+	}
+	for _, sn := range sns {
+		if sn.ID == id && sn.ProjectID == projectID {
+			var spec map[string]json.RawMessage
+			if json.Unmarshal(sn.Spec, &spec) != nil {
+				return false
+			}
+			_, ok := spec[store.DurableKey]
+			return ok
+		}
+	}
+	return false
 }

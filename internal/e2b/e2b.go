@@ -128,6 +128,7 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	} else {
 		s.log.Debug("e2b request refused", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	}
+	api.MarkMissing(w, err)
 	api.WriteJSON(w, status, errorBody{Code: status, Message: msg})
 }
 

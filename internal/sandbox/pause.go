@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -30,6 +31,11 @@ func (s *Service) Pause(ctx context.Context, projectID, id string) (err error) {
 		return fmt.Errorf("pause sandbox %q: %w", id, err)
 	}
 	e, err := s.lockLive(projectID, id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		if _, ok := s.orphan(ctx, projectID, id); ok {
+			return nil // paused (and durable) already, its node gone
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -99,6 +105,11 @@ func (s *Service) Resume(ctx context.Context, projectID, id string) (_ Record, e
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	e, err := s.lockLive(projectID, id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		if rec, ok := s.orphan(ctx, projectID, id); ok {
+			return s.adopt(ctx, rec)
+		}
+	}
 	if err != nil {
 		return Record{}, err
 	}

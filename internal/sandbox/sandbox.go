@@ -120,6 +120,7 @@ type Service struct {
 	pending     map[string]reservation // sandbox id → its admission, while being made
 	snapPending map[string]int         // project → snapshots being taken
 	recovering  map[string]Record      // running sandboxes Recover has yet to probe
+	moving      map[string]struct{}    // orphaned sandboxes being resumed here (move.go)
 	scanning    bool                   // PrepareTemplates is under way
 	closed      bool
 	bg          sync.WaitGroup
@@ -240,7 +241,7 @@ func New(cfg Config) *Service {
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, log: cfg.Logger, cp: cp, logs: newLogs(cfg.LogDir, cfg.LogMaxBytes), sandboxes: map[string]*entry{},
 		snapshots: map[string]*snapEntry{}, readyJobs: map[readyKey]*readyJob{}, readyFailed: map[readyKey]time.Time{}, launching: map[string]string{},
-		pending: map[string]reservation{}, snapPending: map[string]int{}, recovering: map[string]Record{}, bgCtx: bgCtx, bgCancel: bgCancel,
+		pending: map[string]reservation{}, snapPending: map[string]int{}, recovering: map[string]Record{}, moving: map[string]struct{}{}, bgCtx: bgCtx, bgCancel: bgCancel,
 		imageJobs: map[string]*imageJob{}}
 }
 
@@ -395,6 +396,13 @@ func validTimeout(ms int64) error {
 // token if they differ) and publishes the sandbox. Any failure destroys
 // what was made.
 func (s *Service) launch(ctx context.Context, rec Record, boot func(context.Context, *Record) (runtime.Sandbox, error), bootToken string) (Record, error) {
+	return s.start(ctx, rec, boot, bootToken, func(ctx context.Context, id string) { s.destroy(ctx, id) })
+}
+
+// start is launch with undo to run on a failure after rec was recorded
+// (launch's destroys the sandbox).
+func (s *Service) start(ctx context.Context, rec Record, boot func(context.Context, *Record) (runtime.Sandbox, error), bootToken string,
+	undo func(ctx context.Context, id string)) (Record, error) {
 	if err := s.cfg.Disk.Check(); err != nil {
 		return Record{}, err
 	}
@@ -410,7 +418,7 @@ func (s *Service) launch(ctx context.Context, rec Record, boot func(context.Cont
 		return Record{}, err
 	}
 	fail := func(err error) (Record, error) {
-		s.destroy(context.WithoutCancel(ctx), rec.ID)
+		undo(context.WithoutCancel(ctx), rec.ID)
 		return Record{}, err
 	}
 	began := time.Now()
@@ -535,6 +543,14 @@ func waitReady(ctx context.Context, ag *agent.Client, limit time.Duration) error
 // Get returns the sandbox if it belongs to the project.
 func (s *Service) Get(projectID, id string) (Record, error) {
 	e, err := s.lookup(projectID, id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		// A paused sandbox whose node went, which any node may resume.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if rec, ok := s.orphan(ctx, projectID, id); ok {
+			return rec, nil
+		}
+	}
 	if err != nil {
 		return Record{}, err
 	}
@@ -579,6 +595,11 @@ func (s *Service) Kill(ctx context.Context, projectID, id string) (err error) {
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	e, err := s.lookup(projectID, id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		if rec, ok := s.orphan(ctx, projectID, id); ok {
+			return s.killOrphan(ctx, rec)
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -688,12 +709,22 @@ func (s *Service) take(e *entry) bool {
 // destroy frees the runtime sandbox and forgets the record. The record goes
 // only once the runtime let go, so a failure is retried by Recover.
 func (s *Service) destroy(ctx context.Context, id string) error {
+	return s.destroyKeeping(ctx, id, false)
+}
+
+// destroyKeeping is destroy that leaves the sandbox's durable pause image
+// in the object store when keepImage: another node may resume it.
+func (s *Service) destroyKeeping(ctx context.Context, id string, keepImage bool) error {
 	if err := s.cfg.Runtime.Destroy(ctx, id); err != nil {
 		s.log.Error("destroy sandbox", "sandbox", id, "err", err)
 		return fmt.Errorf("destroy sandbox %q: %w", id, err)
 	}
 	s.logs.remove(id)
-	s.dropDurable(PauseImageName(id))
+	if keepImage {
+		s.stopUpload(PauseImageName(id))
+	} else {
+		s.dropDurable(PauseImageName(id))
+	}
 	if s.cfg.Volumes != nil {
 		if err := s.cfg.Volumes.Detach(ctx, id); err != nil {
 			s.log.Error("detach volume", "sandbox", id, "err", err)
@@ -868,9 +899,14 @@ func (s *Service) DestroyLost(ctx context.Context, keep func(id string) bool) []
 	for _, e := range lost {
 		e.mu.Lock()
 		if s.take(e) {
-			s.log.Warn("sandbox lost with this node's membership, destroying", "sandbox", e.rec.ID)
+			s.mu.Lock()
+			// A durable paused sandbox was not lost: it is orphaned, and
+			// another node resumes it from its image.
+			durable := e.rec.Status == StatusPaused && e.rec.DurableAt != nil
+			s.mu.Unlock()
+			s.log.Warn("sandbox lost with this node's membership, destroying", "sandbox", e.rec.ID, "durable", durable)
 			s.logs.event(e.rec.ID, "lost: this node was declared dead")
-			s.destroy(ctx, e.rec.ID)
+			s.destroyKeeping(ctx, e.rec.ID, durable)
 			ids = append(ids, e.rec.ID)
 		}
 		e.mu.Unlock()

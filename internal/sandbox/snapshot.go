@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -471,6 +472,11 @@ func (s *Service) Restore(ctx context.Context, projectID, snapID string, timeout
 		return Record{}, err
 	}
 	se, err := s.lookupSnapshot(projectID, snapID)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		if snap, ok := s.foreignSnapshot(ctx, projectID, snapID); ok {
+			return s.restoreForeign(ctx, snap, timeoutMs)
+		}
+	}
 	if err != nil {
 		return Record{}, err
 	}

@@ -18,11 +18,11 @@ type Usage struct {
 }
 
 // Need is what writing sb adds to what is held, under a: a new row (old
-// nil, or an old row that was lost) is one more sandbox, and a row that
+// nil, or an old row that was lost or orphaned) is one more sandbox, and a row that
 // enters a holding status from one that is not adds its vCPUs and memory.
 func (a *Admission) Need(old *Sandbox, sb Sandbox) Usage {
 	var u Usage
-	fresh := old == nil || old.Status == SandboxLost
+	fresh := old == nil || old.Status == SandboxLost || old.Node == Orphan
 	if fresh {
 		u.Sandboxes = 1
 	}
@@ -98,6 +98,12 @@ func SandboxElsewhere(id, node string) error {
 	return fmt.Errorf("sandbox %s belongs to node %q: %w", id, node, errdefs.ErrConflict)
 }
 
+// NotReleasable is the error of a release of a sandbox that is not a
+// paused, durable one of node.
+func NotReleasable(id, node string) error {
+	return fmt.Errorf("sandbox %s is not a paused sandbox of node %q whose image is durable: %w", id, node, errdefs.ErrConflict)
+}
+
 // SandboxNotFound is the error for an unknown sandbox id.
 func SandboxNotFound(id string) error { return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound) }
 
@@ -108,12 +114,12 @@ func (u Usage) Plus(v Usage) Usage {
 
 // OldRow is what a fenced write under f of a sandbox replaces, from got
 // (the zero or one rows of its id): nil for a new one, ErrConflict when the
-// row belongs to another node.
+// row belongs to another node. An orphaned row is taken over.
 func OldRow(got []Sandbox, f Fence) (*Sandbox, error) {
 	if len(got) == 0 {
 		return nil, nil
 	}
-	if got[0].Node != f.Node {
+	if got[0].Node != f.Node && !(got[0].Node == Orphan && got[0].Status == SandboxPaused) {
 		return nil, SandboxElsewhere(got[0].ID, got[0].Node)
 	}
 	return &got[0], nil

@@ -33,21 +33,35 @@ type Cluster interface {
 	// its sandbox rows.
 	Nodes(ctx context.Context) ([]Node, error)
 	// SetDraining sets or clears a node's draining flag (no new
-	// placements). An unknown node is ErrNotFound.
+	// placements); clearing it clears Moving too. An unknown node is
+	// ErrNotFound.
 	SetDraining(ctx context.Context, name string, draining bool) error
+	// SetMoving asks node name to move its sandboxes to other nodes
+	// (move true: draining too), or says it is done (false: draining
+	// stays). An unknown node is ErrNotFound.
+	SetMoving(ctx context.Context, name string, move bool) error
+	// ReleaseSandbox orphans a paused sandbox of node f.Node whose image
+	// is durable, so that another node may take it over (a move). A row
+	// of another node, not paused or not durable is ErrConflict; f no
+	// longer current, ErrFenced.
+	ReleaseSandbox(ctx context.Context, f Fence, id string) error
 	// DeclareDead marks a node dead when its lease has lapsed for at
 	// least after on the database's clock, and marks every sandbox row on
-	// it lost, in one transaction. It reports whether it did.
+	// it lost but the durable paused ones, which it orphans (Orphan), in
+	// one transaction. It reports whether it did.
 	DeclareDead(ctx context.Context, name string, after time.Duration) (bool, error)
 	// RemoveNode marks a node removed (dead for good, whatever its lease)
-	// and its sandboxes lost, in one transaction. An unknown node is
-	// ErrNotFound.
+	// and its sandboxes lost but the durable paused ones, which it
+	// orphans, in one transaction. An unknown node is ErrNotFound.
 	RemoveNode(ctx context.Context, name string) error
 
 	// PutSandboxFenced inserts or updates sb on node f.Node (sb.Node is
 	// set to it) if f is still the node's current incarnation and the
 	// node is neither dead nor removed (else ErrFenced); a row of the same
-	// id on another node is ErrConflict. With admit non-nil and a row that
+	// id on another node is ErrConflict. An orphaned row (node "") is
+	// taken over: it moves to f's node and is admitted there as a new
+	// sandbox; of two nodes taking it at once one wins, the other gets
+	// ErrConflict. With admit non-nil and a row that
 	// newly holds resources (new, or its old status not in admit.Holding
 	// and its new one in it), the node's capacity and the project's
 	// limits are checked cluster-wide in the same transaction, with the
@@ -79,11 +93,24 @@ const (
 // or removed while it ran.
 const SandboxLost = "lost"
 
+// A paused sandbox whose image is durable in the object store (its spec
+// has DurableKey) survives its node: when the node is declared dead or
+// removed its row stays paused and is orphaned, its node set to Orphan, and
+// whichever node resumes it takes the row over (PutSandboxFenced).
+const (
+	Orphan     = ""
+	DurableKey = "durableAt"
+)
+
 // NotReserving are the statuses of live sandbox rows that hold no vCPUs or
 // memory (what Nodes sums as reserved skips them, with lost rows): paused,
 // as the single-node admission counts (a sandbox being paused still holds
 // its memory until it is paused).
-var NotReserving = []string{"paused"}
+var NotReserving = []string{SandboxPaused}
+
+// SandboxPaused is the status of a paused sandbox's row (the sandbox
+// service's own word).
+const SandboxPaused = "paused"
 
 // NodeInfo is what a node reports of itself when it registers and on each
 // heartbeat.
@@ -112,6 +139,8 @@ type Node struct {
 	Incarnation int64
 	State       string // one of the Node* states
 	Draining    bool
+	// Moving: asked to move its sandboxes away (drain --move), not done.
+	Moving bool
 	// Reserved by its sandbox rows that hold resources (not paused, not
 	// lost), and how many live sandbox rows it has.
 	ReservedVCPUs    float64
@@ -136,8 +165,13 @@ type Owner struct {
 	Node      string
 	ProjectID string
 	Status    string
-	Lost      bool // its node was declared dead or removed while it lived
+	Template  string // what a node resuming it must hold
+	Lost      bool   // its node was declared dead or removed while it lived
 }
+
+// Orphaned reports whether the sandbox has no node: it is paused, durable,
+// and any node may resume it.
+func (o Owner) Orphaned() bool { return o.Node == Orphan && o.Status == SandboxPaused }
 
 // Admission is what PutSandboxFenced checks a sandbox that newly holds
 // resources against.

@@ -295,16 +295,7 @@ func TestDurableSnapshot(t *testing.T) {
 	src := s.create(t)
 	s.sh(t, src, counterScript)
 	pid, n := s.counter(t, src)
-	var snap struct {
-		ID string `json:"id"`
-	}
-	if code, body := s.do("POST", "/api/sandboxes/"+src+"/snapshot", map[string]any{"name": "durable"}, &snap); code != 201 {
-		t.Fatalf("snapshot: %d %s", code, body)
-	}
-	s.waitDurable(t, "/api/sandbox-snapshots/"+snap.ID)
-	if code, body := s.do("DELETE", "/api/sandboxes/"+src, nil, nil); code >= 300 {
-		t.Fatalf("kill source: %d %s", code, body)
-	}
+	snap := s.durableSnapshot(t, src, "durable")
 
 	s.stop()
 	if err := os.RemoveAll(filepath.Join(s.dataDir, "snapshots", snap.ID)); err != nil {
@@ -325,4 +316,23 @@ func TestDurableSnapshot(t *testing.T) {
 		t.Fatalf("delete snapshot: %d %s", code, body)
 	}
 	waitNoObjects(t, st)
+}
+
+type snapshotRef struct {
+	ID string `json:"id"`
+}
+
+// durableSnapshot snapshots src as name, waits until the snapshot is
+// durable and kills src.
+func (s *server) durableSnapshot(t *testing.T, src, name string) snapshotRef {
+	t.Helper()
+	var snap snapshotRef
+	if code, body := s.do("POST", "/api/sandboxes/"+src+"/snapshot", map[string]any{"name": name}, &snap); code != 201 {
+		t.Fatalf("snapshot: %d %s", code, body)
+	}
+	s.waitDurable(t, "/api/sandbox-snapshots/"+snap.ID)
+	if code, body := s.do("DELETE", "/api/sandboxes/"+src, nil, nil); code >= 300 {
+		t.Fatalf("kill source: %d %s", code, body)
+	}
+	return snap
 }

@@ -78,7 +78,7 @@ func (s *Store) Heartbeat(ctx context.Context, f store.Fence, info store.NodeInf
 
 // Nodes lists every node by name.
 func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
-	rows, _ := s.pool.Query(ctx, `SELECT n.name, n.address, n.incarnation, n.gone, n.draining, n.runsc_build, n.vcpus, n.memory_mb,
+	rows, _ := s.pool.Query(ctx, `SELECT n.name, n.address, n.incarnation, n.gone, n.draining, n.move, n.runsc_build, n.vcpus, n.memory_mb,
 			n.max_sandboxes, n.templates::text, n.heartbeat_at, n.joined_at,
 			extract(epoch FROM n.lease_until - now())::double precision,
 			coalesce(u.cpus, 0), coalesce(u.memory_mb, 0), coalesce(u.n, 0)
@@ -91,7 +91,7 @@ func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
 	return collect(rows, func(r pgx.CollectableRow) (n store.Node, err error) {
 		var gone, tmpl string
 		var left float64
-		err = r.Scan(&n.Name, &n.Address, &n.Incarnation, &gone, &n.Draining, &n.RunscBuild, &n.VCPUs, &n.MemoryMB,
+		err = r.Scan(&n.Name, &n.Address, &n.Incarnation, &gone, &n.Draining, &n.Moving, &n.RunscBuild, &n.VCPUs, &n.MemoryMB,
 			&n.MaxSandboxes, &tmpl, &n.Heartbeat, &n.JoinedAt, &left, &n.ReservedVCPUs, &n.ReservedMemoryMB, &n.Sandboxes)
 		if err != nil {
 			return n, err
@@ -105,7 +105,7 @@ func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
 
 // SetDraining sets or clears a node's draining flag.
 func (s *Store) SetDraining(ctx context.Context, name string, draining bool) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE nodes SET draining = $2 WHERE name = $1`, name, draining)
+	tag, err := s.pool.Exec(ctx, `UPDATE nodes SET draining = $2, move = move AND $2 WHERE name = $1`, name, draining)
 	if err != nil {
 		return err
 	}
@@ -113,6 +113,36 @@ func (s *Store) SetDraining(ctx context.Context, name string, draining bool) err
 		return store.NodeNotFound(name)
 	}
 	return nil
+}
+
+// SetMoving asks a node to move its sandboxes away, or says it is done.
+func (s *Store) SetMoving(ctx context.Context, name string, move bool) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE nodes SET move = $2, draining = draining OR $2 WHERE name = $1`, name, move)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return store.NodeNotFound(name)
+	}
+	return nil
+}
+
+// ReleaseSandbox orphans a durable paused sandbox of f's node.
+func (s *Store) ReleaseSandbox(ctx context.Context, f store.Fence, id string) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := lockNode(ctx, tx, f); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE sandboxes SET node = $3 WHERE id = $1 AND node = $2 AND status = $4 AND spec->>$5 IS NOT NULL`,
+			id, f.Node, store.Orphan, store.SandboxPaused, store.DurableKey)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return store.NotReleasable(id, f.Node)
+		}
+		return nil
+	})
 }
 
 // DeclareDead marks a node dead once its lease has lapsed for after, and
@@ -131,8 +161,15 @@ func (s *Store) DeclareDead(ctx context.Context, name string, after time.Duratio
 	return done, err
 }
 
+// loseSandboxes orphans the node's durable paused sandboxes and marks the
+// rest lost.
 func loseSandboxes(ctx context.Context, tx pgx.Tx, node string) error {
-	_, err := tx.Exec(ctx, `UPDATE sandboxes SET status = $2 WHERE node = $1`, node, store.SandboxLost)
+	_, err := tx.Exec(ctx, `UPDATE sandboxes SET node = $2 WHERE node = $1 AND status = $3 AND spec->>$4 IS NOT NULL`,
+		node, store.Orphan, store.SandboxPaused, store.DurableKey)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `UPDATE sandboxes SET status = $2 WHERE node = $1`, node, store.SandboxLost)
 	return err
 }
 
@@ -196,6 +233,11 @@ func (s *Store) PutSandboxFenced(ctx context.Context, f store.Fence, sb store.Sa
 				}
 			}
 		}
+		if old != nil && old.Node == store.Orphan {
+			if _, err := tx.Exec(ctx, `UPDATE sandboxes SET node = $2 WHERE id = $1`, sb.ID, f.Node); err != nil {
+				return err
+			}
+		}
 		_, err = tx.Exec(ctx, upsertSandbox, sandboxArgs(sb)...)
 		return err
 	})
@@ -241,7 +283,7 @@ func (s *Store) SandboxesOn(ctx context.Context, node string) ([]store.Sandbox, 
 // SandboxOwner says which node holds a sandbox.
 func (s *Store) SandboxOwner(ctx context.Context, id string) (store.Owner, error) {
 	var o store.Owner
-	err := s.pool.QueryRow(ctx, `SELECT node, project_id, status FROM sandboxes WHERE id = $1`, id).Scan(&o.Node, &o.ProjectID, &o.Status)
+	err := s.pool.QueryRow(ctx, `SELECT node, project_id, status, template FROM sandboxes WHERE id = $1`, id).Scan(&o.Node, &o.ProjectID, &o.Status, &o.Template)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.Owner{}, store.SandboxNotFound(id)
 	}

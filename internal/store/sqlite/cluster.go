@@ -91,7 +91,7 @@ func anys(ss []string) []any {
 func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
 	reserving := `status NOT IN ` + notIn(len(store.NotReserving))
 	args := append(append(anys(store.NotReserving), anys(store.NotReserving)...), store.SandboxLost)
-	rows, err := s.db.QueryContext(ctx, `SELECT n.name, n.address, n.incarnation, n.gone, n.draining, n.runsc_build, n.vcpus, n.memory_mb,
+	rows, err := s.db.QueryContext(ctx, `SELECT n.name, n.address, n.incarnation, n.gone, n.draining, n.move, n.runsc_build, n.vcpus, n.memory_mb,
 			n.max_sandboxes, n.templates, n.heartbeat_at, n.joined_at, n.lease_until,
 			coalesce(u.cpus, 0), coalesce(u.memory_mb, 0), coalesce(u.n, 0)
 		FROM nodes n LEFT JOIN (
@@ -110,7 +110,7 @@ func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
 		var n store.Node
 		var gone, tmpl string
 		var hb, joined, until int64
-		if err := rows.Scan(&n.Name, &n.Address, &n.Incarnation, &gone, &n.Draining, &n.RunscBuild, &n.VCPUs, &n.MemoryMB,
+		if err := rows.Scan(&n.Name, &n.Address, &n.Incarnation, &gone, &n.Draining, &n.Moving, &n.RunscBuild, &n.VCPUs, &n.MemoryMB,
 			&n.MaxSandboxes, &tmpl, &hb, &joined, &until, &n.ReservedVCPUs, &n.ReservedMemoryMB, &n.Sandboxes); err != nil {
 			return nil, err
 		}
@@ -127,7 +127,7 @@ func (s *Store) Nodes(ctx context.Context) ([]store.Node, error) {
 
 // SetDraining sets or clears a node's draining flag.
 func (s *Store) SetDraining(ctx context.Context, name string, draining bool) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE nodes SET draining = ? WHERE name = ?`, draining, name)
+	res, err := s.db.ExecContext(ctx, `UPDATE nodes SET draining = ?, move = move AND ? WHERE name = ?`, draining, draining, name)
 	return affected(res, err, name)
 }
 
@@ -174,8 +174,15 @@ func (s *Store) DeclareDead(ctx context.Context, name string, after time.Duratio
 	return done, err
 }
 
+// loseSandboxes orphans the node's durable paused sandboxes and marks the
+// rest lost.
 func loseSandboxes(ctx context.Context, tx *sql.Tx, node string) error {
-	_, err := tx.ExecContext(ctx, `UPDATE sandboxes SET status = ? WHERE node = ?`, store.SandboxLost, node)
+	_, err := tx.ExecContext(ctx, `UPDATE sandboxes SET node = ? WHERE node = ? AND status = ? AND json_extract(spec, ?) IS NOT NULL`,
+		store.Orphan, node, store.SandboxPaused, "$."+store.DurableKey)
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET status = ? WHERE node = ?`, store.SandboxLost, node)
 	return err
 }
 
@@ -187,6 +194,33 @@ func (s *Store) RemoveNode(ctx context.Context, name string) error {
 			return err
 		}
 		return loseSandboxes(ctx, tx, name)
+	})
+}
+
+// SetMoving asks a node to move its sandboxes away, or says it is done.
+func (s *Store) SetMoving(ctx context.Context, name string, move bool) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE nodes SET move = ?, draining = draining OR ? WHERE name = ?`, move, move, name)
+	return affected(res, err, name)
+}
+
+// ReleaseSandbox orphans a durable paused sandbox of f's node.
+func (s *Store) ReleaseSandbox(ctx context.Context, f store.Fence, id string) error {
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := checkFence(ctx, tx, f); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET node = ? WHERE id = ? AND node = ? AND status = ? AND json_extract(spec, ?) IS NOT NULL`,
+			store.Orphan, id, f.Node, store.SandboxPaused, "$."+store.DurableKey)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			if err == nil {
+				err = store.NotReleasable(id, f.Node)
+			}
+			return err
+		}
+		return nil
 	})
 }
 
@@ -241,6 +275,11 @@ func (s *Store) PutSandboxFenced(ctx context.Context, f store.Fence, sb store.Sa
 				}
 			}
 		}
+		if old != nil && old.Node == store.Orphan {
+			if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET node = ? WHERE id = ?`, f.Node, sb.ID); err != nil {
+				return err
+			}
+		}
 		_, err = tx.ExecContext(ctx, upsertSandbox, sandboxArgs(sb)...)
 		return err
 	})
@@ -275,7 +314,7 @@ func (s *Store) SandboxesOn(ctx context.Context, node string) ([]store.Sandbox, 
 // SandboxOwner says which node holds a sandbox.
 func (s *Store) SandboxOwner(ctx context.Context, id string) (store.Owner, error) {
 	var o store.Owner
-	err := s.db.QueryRowContext(ctx, `SELECT node, project_id, status FROM sandboxes WHERE id = ?`, id).Scan(&o.Node, &o.ProjectID, &o.Status)
+	err := s.db.QueryRowContext(ctx, `SELECT node, project_id, status, template FROM sandboxes WHERE id = ?`, id).Scan(&o.Node, &o.ProjectID, &o.Status, &o.Template)
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Owner{}, store.SandboxNotFound(id)
 	}

@@ -26,6 +26,7 @@ func RunCluster(t *testing.T, newDB NewDB) {
 		{"Fenced", testFenced},
 		{"Admission", testAdmission},
 		{"AdmissionRace", testAdmissionRace},
+		{"Orphans", testOrphans},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			open := newDB(t)
@@ -530,5 +531,170 @@ func testAdmissionRace(t *testing.T, ctx context.Context, open func() store.Clus
 	})
 	if n := NodeOf(t, ctx, ca, "c"); n.ReservedVCPUs != 4 || n.Sandboxes != 2 {
 		t.Fatalf("node c after the race: %+v", n)
+	}
+}
+
+// durablePaused is a paused row whose image is durable in the object store.
+func durablePaused(p store.Project, id string) store.Sandbox {
+	sb := sandboxOn(p, id, store.SandboxPaused, 1, 512)
+	sb.Spec = []byte(`{"id":"` + id + `","` + store.DurableKey + `":"2026-01-01T00:00:00Z"}`)
+	return sb
+}
+
+// testOrphans: a node's durable paused sandboxes survive its death or
+// removal, ownerless, and one node takes each over, admitted there.
+func testOrphans(t *testing.T, ctx context.Context, open func() store.Cluster, p store.Project) {
+	c := open()
+	var fences []store.Fence
+	for _, name := range []string{"a", "b", "c"} {
+		info := nodeInfo(name)
+		if name == "b" {
+			info.MaxSandboxes = 1
+		}
+		f, err := c.RegisterNode(ctx, info, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fences = append(fences, f)
+	}
+	fa, fb, fc := fences[0], fences[1], fences[2]
+	for _, sb := range []store.Sandbox{
+		durablePaused(p, "sb-d1"), durablePaused(p, "sb-d2"),
+		sandboxOn(p, "sb-p", store.SandboxPaused, 1, 512), // paused, not durable yet
+		sandboxOn(p, "sb-r", "running", 1, 512),
+	} {
+		if err := c.PutSandboxFenced(ctx, fa, sb, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.PutSandboxFenced(ctx, fb, sandboxOn(p, "sb-b", "running", 1, 512), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := open().RemoveNode(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"sb-p", "sb-r"} {
+		if o, err := c.SandboxOwner(ctx, id); err != nil || !o.Lost || o.Orphaned() || o.Node != "a" {
+			t.Fatalf("owner of a removed node's sandbox %s that is not durable: %+v %v", id, o, err)
+		}
+	}
+	for _, id := range []string{"sb-d1", "sb-d2"} {
+		if o, err := c.SandboxOwner(ctx, id); err != nil || o.Lost || !o.Orphaned() || o.Status != store.SandboxPaused || o.ProjectID != p.ID || o.Template != "base" {
+			t.Fatalf("owner of a removed node's durable paused sandbox %s: %+v %v", id, o, err)
+		}
+	}
+	if sbs, err := c.SandboxesOn(ctx, "a"); err != nil || len(sbs) != 2 {
+		t.Fatalf("rows left on the removed node: %+v %v", sbs, err)
+	}
+	// The removed incarnation cannot take its sandbox back.
+	if err := c.PutSandboxFenced(ctx, fa, durablePaused(p, "sb-d1"), nil); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("put by the removed node: %v, want ErrFenced", err)
+	}
+	admit := &store.Admission{Holding: []string{"running", "creating"}, MaxSandboxes: 1}
+	// b is full (one sandbox of one): taking an orphan is admitted as a new
+	// sandbox there.
+	sb := durablePaused(p, "sb-d1")
+	sb.Status = "creating"
+	if err := c.PutSandboxFenced(ctx, fb, sb, admit); !errors.Is(err, errdefs.ErrCapacity) {
+		t.Fatalf("take an orphan over on a full node: %v, want ErrCapacity", err)
+	}
+	if o, err := c.SandboxOwner(ctx, "sb-d1"); err != nil || !o.Orphaned() {
+		t.Fatalf("orphan after a refused take-over: %+v %v", o, err)
+	}
+	// Two nodes race for each orphan: exactly one takes it.
+	for _, id := range []string{"sb-d1", "sb-d2"} {
+		sb := durablePaused(p, id)
+		sb.Status = "creating"
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i, f := range []store.Fence{fc, fb} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = open().PutSandboxFenced(ctx, f, sb, &store.Admission{Holding: []string{"running", "creating"}})
+			}()
+		}
+		wg.Wait()
+		won := 0
+		for _, err := range errs {
+			switch {
+			case err == nil:
+				won++
+			case !errors.Is(err, errdefs.ErrConflict):
+				t.Fatalf("take-over of %s that lost the race: %v, want ErrConflict", id, err)
+			}
+		}
+		o, err := c.SandboxOwner(ctx, id)
+		if won != 1 || err != nil || o.Orphaned() || o.Status != "creating" || (o.Node != "b" && o.Node != "c") {
+			t.Fatalf("take-over of %s: %d won (%v), owner %+v %v", id, won, errs, o, err)
+		}
+		other := fb
+		if o.Node == "b" {
+			other = fc
+		}
+		if err := c.PutSandboxFenced(ctx, other, sb, nil); !errors.Is(err, errdefs.ErrConflict) {
+			t.Fatalf("put of a taken-over sandbox by another node: %v, want ErrConflict", err)
+		}
+	}
+	// A node declared dead orphans the same way.
+	fd, err := c.RegisterNode(ctx, nodeInfo("d"), 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.PutSandboxFenced(ctx, fd, durablePaused(p, "sb-d3"), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, ctx, c, "d", store.NodeSuspect)
+	for done := false; !done; {
+		if done, err = c.DeclareDead(ctx, "d", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o, err := c.SandboxOwner(ctx, "sb-d3"); err != nil || !o.Orphaned() || o.Status != store.SandboxPaused {
+		t.Fatalf("durable paused sandbox of a dead node: %+v %v", o, err)
+	}
+
+	// A live node lets its durable paused sandboxes go (drain --move).
+	if err := c.SetMoving(ctx, "nobody", true); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("move an unknown node: %v, want ErrNotFound", err)
+	}
+	if err := c.SetMoving(ctx, "c", true); err != nil {
+		t.Fatal(err)
+	}
+	if n := NodeOf(t, ctx, c, "c"); !n.Moving || !n.Draining || n.State != store.NodeDraining {
+		t.Fatalf("node asked to move: %+v", n)
+	}
+	for _, sb := range []store.Sandbox{durablePaused(p, "sb-m"), sandboxOn(p, "sb-n", store.SandboxPaused, 1, 512)} {
+		if err := c.PutSandboxFenced(ctx, fc, sb, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.ReleaseSandbox(ctx, fc, "sb-n"); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("release a sandbox not durable: %v, want ErrConflict", err)
+	}
+	if err := c.ReleaseSandbox(ctx, fb, "sb-m"); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("release another node's sandbox: %v, want ErrConflict", err)
+	}
+	if err := c.ReleaseSandbox(ctx, fa, "sb-m"); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("release by a removed node: %v, want ErrFenced", err)
+	}
+	if err := c.ReleaseSandbox(ctx, fc, "sb-m"); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := c.SandboxOwner(ctx, "sb-m"); err != nil || !o.Orphaned() {
+		t.Fatalf("released sandbox: %+v %v", o, err)
+	}
+	if err := c.SetMoving(ctx, "c", false); err != nil {
+		t.Fatal(err)
+	}
+	if n := NodeOf(t, ctx, c, "c"); n.Moving || !n.Draining {
+		t.Fatalf("node done moving: %+v, want draining still", n)
+	}
+	c.SetMoving(ctx, "c", true)
+	if err := c.SetDraining(ctx, "c", false); err != nil {
+		t.Fatal(err)
+	}
+	if n := NodeOf(t, ctx, c, "c"); n.Moving || n.Draining {
+		t.Fatalf("drain undone: %+v", n)
 	}
 }

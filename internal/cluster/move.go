@@ -1,0 +1,110 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+
+	"github.com/lizard-build/lizard/internal/api"
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// A drain --move (docs/CLUSTER.md): the node's Member sees move on its row
+// and runs OnMove, which has the sandbox service pause each running
+// sandbox, wait until its image is durable and release it (orphaned); then
+// ResumeElsewhere asks another node, chosen as a create is placed, to take
+// it over with POST /internal/v1/resume/{id}.
+
+// ResumeElsewhere has another node resume orphaned sandbox id: the
+// candidates are those placement orders (ready, not draining, holding its
+// template) of this node's runsc build; one that answers 503 or cannot be
+// dialled is skipped.
+func (rt *Router) ResumeElsewhere(ctx context.Context, id string) error {
+	o, err := rt.cfg.Directory.SandboxOwner(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !o.Orphaned() {
+		return fmt.Errorf("sandbox %s is not orphaned (node %q, %s): %w", id, o.Node, o.Status, errdefs.ErrConflict)
+	}
+	rt.dropNodes()
+	nodes, err := rt.nodes(ctx)
+	if err != nil {
+		return err
+	}
+	build := ""
+	if i := slices.IndexFunc(nodes, func(n store.Node) bool { return n.Name == rt.cfg.Self }); i >= 0 {
+		build = nodes[i].RunscBuild
+	}
+	nodes = slices.DeleteFunc(nodes, func(n store.Node) bool { return n.RunscBuild != build || n.Name == rt.cfg.Self })
+	rt.mu.Lock()
+	order := Place(nodes, Want{ProjectID: o.ProjectID, Template: o.Template}, rt.rnd)
+	rt.mu.Unlock()
+	if len(order) == 0 {
+		return fmt.Errorf("sandbox %s: no other node takes sandboxes now (ready, not draining, runsc build %s): %w", id, build, errdefs.ErrCapacity)
+	}
+	var last error
+	for _, n := range order {
+		last = rt.resumeOn(ctx, n, id)
+		if last == nil {
+			rt.dropOwner(id)
+			rt.log.Info("move: sandbox resumed on another node", "sandbox", id, "node", n.Name)
+			return nil
+		}
+		if !errors.Is(last, errdefs.ErrUnavailable) {
+			return last
+		}
+		rt.log.Info("move: node refused; trying the next", "sandbox", id, "node", n.Name, "err", last)
+	}
+	return last
+}
+
+// resumeOn asks node n to resume orphaned sandbox id. A 503 or a node that
+// cannot be dialled is ErrUnavailable.
+func (rt *Router) resumeOn(ctx context.Context, n store.Node, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, createTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+n.Address+"/internal/v1/resume/"+url.PathEscape(id), nil)
+	if err != nil {
+		return err
+	}
+	rt.cfg.Signer.sign(req, kindInternal)
+	resp, err := rt.client.Do(req)
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			return fmt.Errorf("node %s: %v: %w", n.Name, err, errdefs.ErrUnavailable)
+		}
+		return fmt.Errorf("node %s: %w", n.Name, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxRefusal))
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		return nil
+	case resp.StatusCode == http.StatusServiceUnavailable:
+		return fmt.Errorf("node %s: %s: %w", n.Name, b, errdefs.ErrUnavailable)
+	}
+	return fmt.Errorf("node %s: %s %s", n.Name, resp.Status, b)
+}
+
+// serveResume is POST /internal/v1/resume/{id}: resume the orphaned
+// sandbox here; errors as the API answers them.
+func serveResume(w http.ResponseWriter, r *http.Request, resume func(context.Context, string) error) {
+	if resume == nil {
+		http.Error(w, "this node resumes no sandbox for its peers", http.StatusNotFound)
+		return
+	}
+	if err := resume(r.Context(), r.PathValue("id")); err != nil {
+		status, code, msg := api.StatusOf(err)
+		http.Error(w, code+": "+msg, status)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}

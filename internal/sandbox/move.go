@@ -1,0 +1,321 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/runtime"
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+// Orphans is what the store of a cluster node offers so that the node can
+// resume paused sandboxes it does not hold: their node was declared dead,
+// was removed or let them go (docs/CLUSTER.md). Orphan returns the row of
+// the project's sandbox id when it is paused, its image durable, and it is
+// orphaned or on this node without this service holding it (a take-over
+// that failed); anything else is ErrNotFound.
+type Orphans interface {
+	Orphan(ctx context.Context, projectID, id string) (store.Sandbox, error)
+}
+
+// orphan is the record of the project's orphaned sandbox id, if the store
+// knows orphans and id is one.
+func (s *Service) orphan(ctx context.Context, projectID, id string) (Record, bool) {
+	o, ok := s.cfg.Store.(Orphans)
+	if !ok {
+		return Record{}, false
+	}
+	row, err := o.Orphan(ctx, projectID, id)
+	if err != nil {
+		if !errors.Is(err, errdefs.ErrNotFound) {
+			s.log.Warn("look an orphaned sandbox up", "sandbox", id, "err", err)
+		}
+		return Record{}, false
+	}
+	var rec Record
+	if err := json.Unmarshal(row.Spec, &rec); err != nil || rec.ID != id || rec.Status != StatusPaused || rec.DurableAt == nil {
+		return Record{}, false
+	}
+	return rec, true
+}
+
+// adopt resumes an orphaned paused sandbox on this node: its image is
+// downloaded from the object store and restored with the same id and agent
+// token (a new address), and the row is taken over (fenced, admitted on
+// this node) as it is written. A failure leaves it paused and durable,
+// resumable again, here or anywhere once this node goes.
+func (s *Service) adopt(ctx context.Context, rec Record) (Record, error) {
+	id := rec.ID
+	if err := s.checkpointer("resume"); err != nil {
+		return Record{}, err
+	}
+	if s.cfg.Images == nil {
+		return Record{}, errdefs.WithCode("feature_unavailable", fmt.Errorf("resume sandbox %q: it was paused on another node and this one has no object store: %w", id, errdefs.ErrConflict))
+	}
+	if rec.VolumeID != "" {
+		return Record{}, fmt.Errorf("resume sandbox %q: it holds volume %s, which cannot move between nodes: %w", id, rec.VolumeID, errdefs.ErrConflict)
+	}
+	size, err := LookupSize(rec.Size)
+	if err != nil {
+		return Record{}, err
+	}
+	rootfs := rec.Rootfs
+	if _, err := os.Stat(rootfs); rootfs == "" || err != nil {
+		tpl, err := s.cfg.Templates.Lookup(rec.ProjectID, rec.Template)
+		if err != nil {
+			return Record{}, fmt.Errorf("resume sandbox %q on this node: its template: %w", id, err)
+		}
+		rootfs = tpl.Rootfs
+	}
+	s.mu.Lock()
+	if _, busy := s.moving[id]; busy {
+		s.mu.Unlock()
+		return Record{}, fmt.Errorf("sandbox %q is being resumed on this node; retry shortly: %w", id, errdefs.ErrUnavailable)
+	}
+	s.moving[id] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.moving, id)
+		s.mu.Unlock()
+	}()
+
+	paused := rec
+	if err := os.MkdirAll(s.cfg.SnapshotDir, 0o700); err != nil {
+		return Record{}, err
+	}
+	dir := filepath.Join(s.cfg.SnapshotDir, "resume-"+id)
+	os.RemoveAll(dir) // a download an earlier attempt left
+	defer os.RemoveAll(dir)
+	start := time.Now()
+	if err := s.materialize(ctx, PauseImageName(id), dir); err != nil {
+		return Record{}, fmt.Errorf("resume sandbox %q: %w", id, err)
+	}
+	rec.Status, rec.PauseError, rec.DurableAt, rec.Rootfs = StatusRunning, "", nil, rootfs
+	rec.EndAt = nil
+	if rec.RemainingMs > 0 {
+		rec.EndAt = deadline(time.Now().UTC(), rec.RemainingMs)
+	}
+	rec.RemainingMs = 0
+	rec, err = s.start(ctx, rec, func(ctx context.Context, rec *Record) (runtime.Sandbox, error) {
+		return s.cp.Restore(ctx, runtime.Spec{ID: id, Rootfs: rootfs, AgentToken: rec.AgentToken, Resources: size.resources(),
+			Egress: rec.Egress, Mounts: s.mounts(rec.Template, nil)}, dir)
+	}, rec.AgentToken, func(ctx context.Context, id string) {
+		// What was made goes; the sandbox stays what it was: paused, its
+		// image durable.
+		if err := s.cfg.Runtime.Destroy(ctx, id); err != nil {
+			s.log.Error("undo a resume from another node", "sandbox", id, "err", err)
+		}
+		if err := s.persist(ctx, paused); err != nil && !errors.Is(err, errdefs.ErrConflict) {
+			s.log.Error("record a sandbox paused again after its resume failed", "sandbox", id, "err", err)
+		}
+	})
+	if err != nil {
+		s.log.Error("resume from another node failed; the sandbox stays paused", "sandbox", id, "err", err)
+		return Record{}, fmt.Errorf("resume sandbox %q: %w", id, err)
+	}
+	// Its image is in use no more: so go the objects that kept it.
+	s.dropDurable(PauseImageName(id))
+	s.log.Info("sandbox resumed from another node", "sandbox", id, "took", time.Since(start))
+	s.logs.event(id, "resumed on this node from the object store")
+	return rec, nil
+}
+
+// killOrphan kills an orphaned paused sandbox: this node takes its row over
+// (fenced: of two kills, or a kill and a resume, one wins), removes it and
+// its image in the object store.
+func (s *Service) killOrphan(ctx context.Context, rec Record) error {
+	if err := s.persist(ctx, rec); err != nil {
+		return fmt.Errorf("kill sandbox %q: %w", rec.ID, err)
+	}
+	s.dropDurable(PauseImageName(rec.ID))
+	s.log.Info("orphaned sandbox killed", "sandbox", rec.ID)
+	return s.cfg.Store.DeleteSandbox(ctx, rec.ID)
+}
+
+// Releaser is what the store of a cluster node offers so that the node can
+// let a paused sandbox whose image is durable go (a move): its row is
+// orphaned, fenced, and another node takes it over.
+type Releaser interface {
+	ReleaseSandbox(ctx context.Context, id string) error
+}
+
+// Moved is the outcome of moving one sandbox away (Evacuate).
+type Moved struct {
+	ID, ProjectID string
+	// WasRunning: it ran and was paused for the move (resume was
+	// called); else it was paused and is just movable now.
+	WasRunning bool
+	Err        error
+}
+
+// Evacuate moves this node's sandboxes to other nodes (lizard nodes drain
+// --move): every running one is paused, every paused one waits until its
+// image is durable and is released (orphaned), and those that ran are
+// handed to resume, which has another node take them over. Warm copies of
+// snapshots' pools go (the nodes asked for pools keep their own). It
+// returns what happened to each sandbox; ctx bounds the wait for uploads.
+func (s *Service) Evacuate(ctx context.Context, resume func(ctx context.Context, projectID, id string) error) []Moved {
+	s.mu.Lock()
+	var all []*entry
+	for _, e := range s.sandboxes {
+		all = append(all, e)
+	}
+	s.mu.Unlock()
+	var out []Moved
+	var moving []*Moved
+	for _, e := range all {
+		s.mu.Lock()
+		rec := e.rec
+		s.mu.Unlock()
+		m := Moved{ID: rec.ID, ProjectID: rec.ProjectID, WasRunning: rec.Status == StatusRunning}
+		switch {
+		case rec.VolumeID != "" && rec.Status != StatusPooled:
+			m.Err = fmt.Errorf("sandbox %q holds volume %s, which cannot move between nodes: %w", rec.ID, rec.VolumeID, errdefs.ErrConflict)
+		case rec.Status == StatusPooled:
+			e.mu.Lock()
+			if s.take(e) {
+				s.destroy(context.WithoutCancel(ctx), rec.ID)
+			}
+			e.mu.Unlock()
+			continue
+		case rec.Status == StatusRunning:
+			m.Err = s.Pause(ctx, rec.ProjectID, rec.ID)
+		case rec.Status == StatusPaused:
+		default:
+			m.Err = fmt.Errorf("sandbox %q is %s: %w", rec.ID, rec.Status, errdefs.ErrConflict)
+		}
+		out = append(out, m)
+	}
+	for i := range out {
+		if out[i].Err == nil {
+			moving = append(moving, &out[i])
+		}
+	}
+	done := make(chan struct{})
+	for _, m := range moving {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			if m.Err = s.release(ctx, m.ID); m.Err == nil && m.WasRunning {
+				m.Err = resume(ctx, m.ProjectID, m.ID)
+			}
+		}()
+	}
+	for range moving {
+		<-done
+	}
+	return out
+}
+
+// release waits until paused sandbox id's image is durable, then lets it
+// go: its row is orphaned (fenced) and this node forgets it, keeping its
+// image in the object store.
+func (s *Service) release(ctx context.Context, id string) error {
+	r, ok := s.cfg.Store.(Releaser)
+	if !ok || s.cfg.Images == nil {
+		return fmt.Errorf("sandbox %q cannot move: this node is not in a cluster with an object store: %w", id, errdefs.ErrConflict)
+	}
+	for {
+		s.mu.Lock()
+		e := s.sandboxes[id]
+		durable := e != nil && !e.gone && e.rec.Status == StatusPaused && e.rec.DurableAt != nil
+		s.mu.Unlock()
+		if e == nil {
+			return notFound(id)
+		}
+		if durable {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("sandbox %q: its image did not become durable: %w", id, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	s.mu.Lock()
+	e := s.sandboxes[id]
+	s.mu.Unlock()
+	if e == nil {
+		return notFound(id)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s.mu.Lock()
+	ok = !e.gone && e.rec.Status == StatusPaused && e.rec.DurableAt != nil
+	s.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("sandbox %q changed while it was being moved: %w", id, errdefs.ErrConflict)
+	}
+	if err := r.ReleaseSandbox(ctx, id); err != nil {
+		return fmt.Errorf("release sandbox %q: %w", id, err)
+	}
+	if s.take(e) {
+		if err := s.cfg.Runtime.Destroy(context.WithoutCancel(ctx), id); err != nil {
+			// Recovery removes it as a stray at the next start.
+			s.log.Error("remove a moved sandbox's local copy", "sandbox", id, "err", err)
+		}
+		s.logs.remove(id)
+		s.stopUpload(PauseImageName(id))
+	}
+	s.log.Info("sandbox released to another node", "sandbox", id)
+	return nil
+}
+
+// Snapshots of other nodes: a durable snapshot restores on any node (the
+// cluster's placement sends a restore elsewhere when the snapshot's node
+// is gone or cannot take it).
+
+// ForeignSnapshots is what the store of a cluster node offers to find a
+// snapshot recorded on another node: the project's snapshot id, whichever
+// node took it; ErrNotFound if none.
+type ForeignSnapshots interface {
+	SnapshotAnywhere(ctx context.Context, projectID, id string) (store.Snapshot, error)
+}
+
+// foreignSnapshot is the project's durable snapshot id of another node.
+func (s *Service) foreignSnapshot(ctx context.Context, projectID, id string) (Snapshot, bool) {
+	f, ok := s.cfg.Store.(ForeignSnapshots)
+	if !ok || s.cfg.Images == nil {
+		return Snapshot{}, false
+	}
+	row, err := f.SnapshotAnywhere(ctx, projectID, id)
+	if err != nil {
+		return Snapshot{}, false
+	}
+	var snap Snapshot
+	if err := json.Unmarshal(row.Spec, &snap); err != nil || snap.ID != id || snap.ProjectID != projectID || snap.DurableAt == nil {
+		return Snapshot{}, false
+	}
+	return snap, true
+}
+
+// restoreForeign starts a copy of another node's durable snapshot: its
+// image is downloaded (every digest checked) for this restore and removed
+// after it.
+func (s *Service) restoreForeign(ctx context.Context, snap Snapshot, timeoutMs int64) (Record, error) {
+	if snap.Rootfs != "" {
+		if _, err := os.Stat(snap.Rootfs); err != nil {
+			snap.Rootfs = "" // not on this node: the template's version here
+		}
+	}
+	if err := os.MkdirAll(s.cfg.SnapshotDir, 0o700); err != nil {
+		return Record{}, err
+	}
+	dir, err := os.MkdirTemp(s.cfg.SnapshotDir, "restore-"+snap.ID+"-")
+	if err != nil {
+		return Record{}, err
+	}
+	defer os.RemoveAll(dir)
+	img := filepath.Join(dir, "image")
+	if err := s.materialize(ctx, SnapshotImageName(snap.ID), img); err != nil {
+		return Record{}, fmt.Errorf("restore snapshot %s: %w", snap.ID, err)
+	}
+	s.log.Info("restoring a snapshot of another node", "snapshot", snap.ID)
+	return s.restoreCopy(ctx, s.copyRecord(snap, timeoutMs), snap, img)
+}

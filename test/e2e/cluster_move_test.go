@@ -1,0 +1,238 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/cluster"
+	"github.com/lizard-build/lizard/internal/objstore"
+	"github.com/lizard-build/lizard/internal/objstore/s3"
+	"github.com/lizard-build/lizard/internal/objstore/vgwtest"
+)
+
+// Durable state that moves between nodes (docs/CLUSTER.md, the failure
+// table): the cluster harness's three nodes with a versitygw on the
+// cluster's bridge as their object store.
+
+// startDurableCluster starts n nodes with an object store they all reach
+// (on the cluster's bridge), and returns the cluster and a client of the
+// bucket.
+func startDurableCluster(t *testing.T, n int) (*testCluster, objstore.Store) {
+	t.Helper()
+	c := newTestCluster(t)
+	gw := vgwtest.NewOn(t, clusterNet+".1")
+	for _, e := range gw.Env() {
+		k, v, _ := strings.Cut(e, "=")
+		t.Setenv(k, v)
+	}
+	st, err := s3.Open(gw.URL("lizard"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.startNodes(n, "--object-store", gw.URL("lizard"))
+	return c, st
+}
+
+// TestClusterResumeAnywhere: a sandbox paused on a, durable, survives a
+// being killed for good (removed): it stays paused, and a resume through
+// b brings it back on another node with its processes and memory (the
+// counter keeps counting, same pid) and files; its image then leaves the
+// object store.
+func TestClusterResumeAnywhere(t *testing.T) {
+	c, st := startDurableCluster(t, 3)
+	a, b := c.node("a"), c.node("b")
+	id := c.createOn(b, "a")
+	b.sh(t, id, counterScript)
+	pid, n := b.counter(t, id)
+	if code, body := b.do("POST", "/api/sandboxes/"+id+"/pause", nil, nil); code >= 300 {
+		t.Fatalf("pause through b: %d %s", code, body)
+	}
+	b.waitDurable(t, "/api/sandboxes/"+id)
+	if len(keys(t, st, "images/sandboxes/"+id+"/")) == 0 {
+		t.Fatalf("no manifest of the pause image in the object store")
+	}
+
+	a.crash()
+	c.nodesCLI("remove", "a")
+	c.waitState("a", "removed")
+	// Not lost: paused, any node answers for it (once b's routing has seen
+	// a go: until then a retryable 503).
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		var info sandboxInfo
+		code, body := b.do("GET", "/api/sandboxes/"+id, nil, &info)
+		if code == http.StatusOK && info.Status == "paused" {
+			break
+		}
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("get through b after a was removed: %d %s, want paused", code, body)
+		}
+	}
+	// The official SDK, through b: connect, resume, the counter goes on.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	env := []string{"MOVE_SANDBOX=" + id, "MOVE_PID=" + strconv.Itoa(pid), "MOVE_N=" + strconv.Itoa(n)}
+	if err := b.runNodeEnv(ctx, env, "js/move/resume.test.mjs"); err != nil {
+		t.Fatalf("resume through b with the SDK: %v", err)
+	}
+	if w := c.where(b, id); w != "b" && w != "c" {
+		t.Fatalf("resumed on %q, want b or c", w)
+	}
+	pid2, n2 := b.counter(t, id)
+	if pid2 != pid || n2 <= n {
+		t.Fatalf("after the resume on another node: counter pid %d at %d, want pid %d past %d", pid2, n2, pid, n)
+	}
+	if out := c.node("c").sh(t, id, "cat /root/file"); out != "data\n" {
+		t.Fatalf("file after the move, through c: %q", out)
+	}
+	waitNoObjects(t, st) // resumed: its image is no longer kept
+
+	// a comes back anyway: fenced, it destroys its copy and leaves the
+	// sandbox, running elsewhere, alone.
+	a.start()
+	a.waitNoLeaks(t)
+	if out := b.sh(t, id, "echo ok"); out != "ok\n" {
+		t.Fatalf("the moved sandbox after a came back: %q", out)
+	}
+	c.killAll(b)
+	waitNoObjects(t, st)
+}
+
+// previewOK checks that the preview of hostname answers through every
+// node. A client reconnects: right after a move, a node that cached the
+// old owner may answer one 401 (the old owner's proxy no longer knows the
+// sandbox) and finds the new owner on the next request.
+func (c *testCluster) previewOK(hostname, token string) {
+	c.t.Helper()
+	for _, n := range c.nodes {
+		if n.cmd == nil {
+			continue // not running
+		}
+		for try := 1; ; try++ {
+			resp := n.preview(c.t, "GET", hostname, "/hello", http.Header{"X-Lizard-Access-Token": {token}}, nil)
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK && strings.Contains(string(body), "/hello") {
+				break
+			}
+			if resp.StatusCode != http.StatusUnauthorized || try == 2 {
+				c.t.Fatalf("preview through node %s (try %d): %d %s", n.name, try, resp.StatusCode, body)
+			}
+		}
+	}
+}
+
+// TestClusterDrainMove: lizard nodes drain a --move with five running
+// sandboxes on a: each is paused, made durable and resumed on b or c with
+// its processes (the counters go on, same pids), files and an exposed
+// preview (same URL and token, through every node); a is left empty,
+// draining, and the object store empty once the sandboxes are killed.
+func TestClusterDrainMove(t *testing.T) {
+	c, st := startDurableCluster(t, 3)
+	a, b := c.node("a"), c.node("b")
+	type counted struct {
+		id     string
+		pid, n int
+	}
+	// All five on a: b and c take none meanwhile (placement prefers the
+	// freest node, so creates would not stack up on a otherwise).
+	c.nodesCLI("drain", "b")
+	c.nodesCLI("drain", "c")
+	time.Sleep(cluster.DefaultNodesTTL + 200*time.Millisecond) // the routers' view of the nodes
+	var sbs []counted
+	for range 5 {
+		id := b.create(t)
+		if w := c.where(b, id); w != "a" {
+			t.Fatalf("sandbox %s on %s with b and c draining", id, w)
+		}
+		b.sh(t, id, counterScript)
+		pid, n := b.counter(t, id)
+		sbs = append(sbs, counted{id, pid, n})
+	}
+	c.nodesCLI("drain", "--undo", "b")
+	c.nodesCLI("drain", "--undo", "c")
+	time.Sleep(cluster.DefaultNodesTTL + 200*time.Millisecond)
+	b.startApp(t, sbs[0].id, 8000)
+	var ex exposed
+	if code, body := b.do("POST", "/api/sandboxes/"+sbs[0].id+"/expose/8000", nil, &ex); code != 200 {
+		t.Fatalf("expose: %d %s", code, body)
+	}
+	c.previewOK(ex.Hostname, ex.AccessToken)
+
+	out := c.nodesCLI("drain", "a", "--move")
+	t.Logf("drain --move:\n%s", out)
+	if !strings.Contains(out, "moved all its sandboxes") {
+		t.Fatalf("drain --move output: %s", out)
+	}
+	c.waitState("a", "draining")
+	for _, sb := range sbs {
+		if w := c.where(b, sb.id); w != "b" && w != "c" {
+			t.Fatalf("sandbox %s on %q after the move, want b or c", sb.id, w)
+		}
+		pid, n := b.counter(t, sb.id)
+		if pid != sb.pid || n <= sb.n {
+			t.Fatalf("sandbox %s after the move: counter pid %d at %d, want pid %d past %d", sb.id, pid, n, sb.pid, sb.n)
+		}
+		if out := a.sh(t, sb.id, "cat /root/file"); out != "data\n" {
+			t.Fatalf("sandbox %s: file after the move, through a: %q", sb.id, out)
+		}
+	}
+	c.previewOK(ex.Hostname, ex.AccessToken)
+	a.waitNoLeaks(t)
+	if nodes := c.nodesCLI("ls"); !strings.Contains(nodes, "draining") {
+		t.Fatalf("a after the move: %s", nodes)
+	}
+	c.killAll(b)
+	waitNoObjects(t, st)
+}
+
+// TestClusterSnapshotAnywhere: a durable snapshot taken on a restores while
+// a is down: placed on b or c, which download its image, the copy goes on
+// from the snapshot's memory (same pid, the counter past its value).
+func TestClusterSnapshotAnywhere(t *testing.T) {
+	c, st := startDurableCluster(t, 3)
+	a, b := c.node("a"), c.node("b")
+	src := c.createOn(b, "a")
+	b.sh(t, src, counterScript)
+	pid, n := b.counter(t, src)
+	snap := b.durableSnapshot(t, src, "anywhere")
+
+	a.crash()
+	c.waitState("a", "suspect")
+	var cp sandboxInfo
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		// A retryable 503 until b's routing has seen a lapse.
+		code, body := b.do("POST", "/api/sandboxes", map[string]any{"snapshotId": snap.ID}, &cp)
+		if code < 300 {
+			break
+		}
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("restore while the snapshot's node is down: %d %s", code, body)
+		}
+	}
+	if w := c.where(b, cp.SandboxID); w != "b" && w != "c" {
+		t.Fatalf("copy on %q, want b or c", w)
+	}
+	if pid2, n2 := b.counter(t, cp.SandboxID); pid2 != pid || n2 < n {
+		t.Fatalf("restored copy: counter pid %d n %d, snapshot's pid %d n >= %d", pid2, n2, pid, n)
+	}
+
+	a.start()
+	c.waitState("a", "ready")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		// A retryable 503 until b's routing has seen a back.
+		code, body := b.do("DELETE", "/api/sandbox-snapshots/"+snap.ID, nil, nil)
+		if code < 300 {
+			break
+		}
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("delete snapshot: %d %s", code, body)
+		}
+	}
+	c.killAll(b)
+	waitNoObjects(t, st)
+}
