@@ -38,7 +38,7 @@ type config struct {
 }
 
 // sections are what -only chooses from.
-var sections = []string{"core", "checkpoints", "restart", "proxy", "volume", "desktop", "templates", "e2b", "durable", "move"}
+var sections = []string{"core", "checkpoints", "restart", "proxy", "volume", "desktop", "templates", "e2b", "durable"}
 
 // runs reports whether section is to be measured.
 func (c config) runs(section string) bool {
@@ -172,14 +172,6 @@ func run(ctx context.Context, cfg config) error {
 		fmt.Println()
 		if err := benchDurable(ctx, cfg, os.Stdout, max(3, cfg.n/4)); err != nil {
 			return fmt.Errorf("durable: %w", err)
-		}
-	}
-	if cfg.runs("move") {
-		// Two cluster nodes of their own, on bridges of their own.
-		srv.stop()
-		fmt.Println()
-		if err := benchMove(ctx, cfg, os.Stdout, max(3, cfg.n/4)); err != nil {
-			return fmt.Errorf("move: %w", err)
 		}
 	}
 	return nil
