@@ -139,3 +139,21 @@ func dirSize(dir string) int64 {
 	})
 	return n
 }
+
+// waitDurable waits until sandbox id's pause image is in the object store.
+func waitDurable(s *server, id string) error {
+	for t := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+		var info struct {
+			DurableAt *string `json:"durableAt"`
+		}
+		if err := s.call("GET", "/api/sandboxes/"+id, nil, &info); err != nil {
+			return err
+		}
+		if info.DurableAt != nil {
+			return nil
+		}
+		if time.Since(t) > 10*time.Minute {
+			return fmt.Errorf("%s not durable after 10 minutes", id)
+		}
+	}
+}
