@@ -17,6 +17,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/lizard-build/lizard/internal/cluster"
 	"github.com/lizard-build/lizard/internal/objstore"
 	"github.com/lizard-build/lizard/internal/objstore/s3"
 	"github.com/lizard-build/lizard/internal/store"
@@ -519,6 +520,7 @@ func (c *benchCluster) benchMove(n int, big bool) (moveRow, error) {
 			if err := c.cli("nodes", "drain", c.names[o], "--move"); err != nil {
 				return r, err
 			}
+			settle()
 			via = c.nodes[(o+1)%len(c.nodes)]
 		}
 		t = time.Now()
@@ -542,6 +544,10 @@ func (c *benchCluster) benchMove(n int, big bool) (moveRow, error) {
 	}
 	return r, nil
 }
+
+// settle waits until every node's cached list of nodes has seen a drain
+// (or its undoing) in the database, so that placement honours it.
+func settle() { time.Sleep(cluster.DefaultNodesTTL + 200*time.Millisecond) }
 
 // waitStoreEmpty waits until the object store holds nothing: a resumed
 // image's objects go in the background, and the next pause's upload is
@@ -578,6 +584,7 @@ func (c *benchCluster) benchDrainMove(k int) (time.Duration, []time.Duration, er
 			return 0, nil, err
 		}
 	}
+	settle()
 	for range k {
 		id, err := a.create()
 		if err != nil {
@@ -590,6 +597,7 @@ func (c *benchCluster) benchDrainMove(k int) (time.Duration, []time.Duration, er
 			return 0, nil, err
 		}
 	}
+	settle()
 	for _, id := range ids {
 		if o, err := c.where(1, id); err != nil || o != 0 {
 			return 0, nil, fmt.Errorf("sandbox %s placed on %s (%v), want n1", id, c.names[o], err)
