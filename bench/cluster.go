@@ -188,16 +188,16 @@ func benchClusterSection(ctx context.Context, cfg config, w io.Writer, n int) er
 	// database but its SQLite.
 	single := cfg
 	single.bridge, single.subnet = singleBridge, singleSubnet
+	// A server keeps its bridge and firewall table for its next start:
+	// there is none.
+	defer exec.Command("nft", "delete", "table", "inet", "lizard_"+singleBridge).Run()
+	defer exec.Command("ip", "link", "del", singleBridge).Run()
 	srv, err := startServer(ctx, single)
 	if err != nil {
 		return err
 	}
 	singleCreate, err := timeit(n, func() error { return createExec(srv, srv) })
 	srv.stop()
-	// A server keeps its bridge and firewall table for its next start:
-	// there is none.
-	exec.Command("ip", "link", "del", singleBridge).Run()
-	exec.Command("nft", "delete", "table", "inet", "lizard_"+singleBridge).Run()
 	if err != nil {
 		return fmt.Errorf("single node create: %w", err)
 	}
