@@ -190,6 +190,49 @@ func TestClusterDrainMove(t *testing.T) {
 	waitNoObjects(t, st)
 }
 
+// TestClusterMovedThroughOldOwner: a sandbox moved off a (drain --move,
+// then resumed through b) answers through a at once, though a had just
+// cached itself as its owner. A regression test: a answered 404
+// sandbox_not_found until that entry expired (cluster.DefaultOwnerTTL),
+// which failed the first cluster move bench. The drain takes one to two
+// seconds, so a's entry is still fresh when the GET goes through a
+// (internal/cluster's TestForwardOwnerCachedAsSelfLetGo covers it without
+// timing).
+func TestClusterMovedThroughOldOwner(t *testing.T) {
+	c, st := startDurableCluster(t, 3)
+	a, b := c.node("a"), c.node("b")
+	id := c.createOn(a, "a")
+	if code, body := a.do("POST", "/api/sandboxes/"+id+"/pause", nil, nil); code >= 300 {
+		t.Fatalf("pause through a: %d %s", code, body)
+	}
+	a.waitDurable(t, "/api/sandboxes/"+id)
+	// A fresh entry on a, naming a.
+	time.Sleep(cluster.DefaultOwnerTTL)
+	if w := c.where(a, id); w != "a" {
+		t.Fatalf("sandbox %s on %s before the move, want a", id, w)
+	}
+	start := time.Now()
+	c.nodesCLI("drain", "a", "--move")
+	if code, body := b.do("POST", "/api/sandboxes/"+id+"/resume", nil, nil); code >= 300 {
+		t.Fatalf("resume through b: %d %s", code, body)
+	}
+	var info struct {
+		Node   string `json:"node"`
+		Status string `json:"status"`
+	}
+	code, body := a.do("GET", "/api/sandboxes/"+id, nil, &info)
+	t.Logf("GET through a %s after its entry was made", time.Since(start))
+	if code != 200 || info.Status != "running" || (info.Node != "b" && info.Node != "c") {
+		t.Fatalf("GET through a, the old owner, after the move: %d %s, want it running on b or c", code, body)
+	}
+	if out := a.sh(t, id, "echo ok"); out != "ok\n" {
+		t.Fatalf("exec through a after the move: %q", out)
+	}
+	c.killAll(b)
+	a.waitNoLeaks(t)
+	waitNoObjects(t, st)
+}
+
 // TestClusterSnapshotAnywhere: a durable snapshot taken on a restores while
 // a is down: placed on b or c, which download its image, the copy goes on
 // from the snapshot's memory (same pid, the counter past its value).
