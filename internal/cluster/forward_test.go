@@ -374,6 +374,32 @@ func TestForwardOwnerCachedAsSelfLetGo(t *testing.T) {
 	}
 }
 
+// TestForwardResumeAfterReleaseNotToOldOwner: a resume through a node
+// that cached the owner before that node let the paused sandbox go (drain
+// --move) is placed like a create, not sent to the old owner, which is
+// draining and would take the sandbox back.
+func TestForwardResumeAfterReleaseNotToOldOwner(t *testing.T) {
+	b := peer(t, "b", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("from b")) }), nil, nil)
+	c := peer(t, "c", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("from c")) }), nil, nil)
+	fc := &fakeCluster{owners: map[string]store.Owner{"sbx1": {Node: "b", ProjectID: "p1", Status: store.SandboxPaused}},
+		nodes: []store.Node{readyNode("a", "127.0.0.1:1"), readyNode("b", addrOf(b)), readyNode("c", addrOf(c))}}
+	rt := NewRouter(RouterConfig{Self: "a", Directory: fc, Store: &fakeRows{}, Signer: newTestSigner(t, "a", testSecret), Local: &fakeLocal{},
+		Logger: quiet(), OwnerTTL: time.Hour, NodesTTL: time.Nanosecond})
+	a := front(t, rt)
+	if _, body := get(t, a.URL+"/api/sandboxes/sbx1"); body != "from b" {
+		t.Fatalf("before the move: answer %q", body)
+	}
+	fc.set(func(f *fakeCluster) {
+		f.nodes[1].Draining = true
+		f.owners["sbx1"] = store.Owner{Node: store.Orphan, ProjectID: "p1", Status: store.SandboxPaused}
+	})
+	for _, path := range []string{"/resume", "/connect"} {
+		if _, body := send(t, http.MethodPost, a.URL+"/api/sandboxes/sbx1"+path, "", nil, nil); body != "local" && body != "from c" {
+			t.Fatalf("POST %s of the released sandbox: answer %q, want it placed on a or c", path, body)
+		}
+	}
+}
+
 func TestForwardUsesStaleOwnerWhileDatabaseDown(t *testing.T) {
 	b := peer(t, "b", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("from b")) }), nil, nil)
 	fc := &fakeCluster{owners: map[string]store.Owner{"sbx1": {Node: "b", ProjectID: "p1"}},
