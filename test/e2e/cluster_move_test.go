@@ -191,13 +191,14 @@ func TestClusterDrainMove(t *testing.T) {
 }
 
 // TestClusterMovedThroughOldOwner: a sandbox moved off a (drain --move,
-// then resumed through b) answers through a at once, though a had just
-// cached itself as its owner. A regression test: a answered 404
-// sandbox_not_found until that entry expired (cluster.DefaultOwnerTTL),
-// which failed the first cluster move bench. The drain takes one to two
-// seconds, so a's entry is still fresh when the GET goes through a
-// (internal/cluster's TestForwardOwnerCachedAsSelfLetGo covers it without
-// timing).
+// then resumed through b) lands on b or c and answers through a at once,
+// though a and b had just cached a as its owner. A regression test of two
+// bugs the cluster bench found: the resume through b went to a (draining,
+// it took the sandbox back), and a answered 404 sandbox_not_found until
+// its entry expired (cluster.DefaultOwnerTTL). The drain takes one to two
+// seconds, so the entries are still fresh when the resume and the GET go
+// (internal/cluster's TestForwardOwnerCachedAsSelfLetGo and
+// TestForwardResumeAfterReleaseNotToOldOwner cover both without timing).
 func TestClusterMovedThroughOldOwner(t *testing.T) {
 	c, st := startDurableCluster(t, 3)
 	a, b := c.node("a"), c.node("b")
@@ -206,10 +207,12 @@ func TestClusterMovedThroughOldOwner(t *testing.T) {
 		t.Fatalf("pause through a: %d %s", code, body)
 	}
 	a.waitDurable(t, "/api/sandboxes/"+id)
-	// A fresh entry on a, naming a.
+	// Fresh entries on a and b, naming a.
 	time.Sleep(cluster.DefaultOwnerTTL)
-	if w := c.where(a, id); w != "a" {
-		t.Fatalf("sandbox %s on %s before the move, want a", id, w)
+	for _, n := range []*clusterNode{a, b} {
+		if w := c.where(n, id); w != "a" {
+			t.Fatalf("sandbox %s on %s before the move (through %s), want a", id, w, n.name)
+		}
 	}
 	start := time.Now()
 	c.nodesCLI("drain", "a", "--move")
