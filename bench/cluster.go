@@ -520,11 +520,7 @@ func (c *benchCluster) benchMove(n int, big bool) (moveRow, error) {
 			if err := c.cli("nodes", "drain", c.names[o], "--move"); err != nil {
 				return r, err
 			}
-			// The nodes' owner caches (cluster.DefaultOwnerTTL) forget
-			// the old owner first: a node that cached it sends the
-			// resume there, and the old node, draining, takes the
-			// sandbox back (see bench/cluster.md).
-			time.Sleep(cluster.DefaultOwnerTTL + 200*time.Millisecond)
+			settle()
 			via = c.nodes[(o+1)%len(c.nodes)]
 		}
 		t = time.Now()
