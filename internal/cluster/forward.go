@@ -249,11 +249,13 @@ func (rt *Router) Forward(w http.ResponseWriter, r *http.Request, projectID stri
 		// Its owner had it no more: follow it once, to wherever the
 		// database says it is now (here: answered here).
 		t.rewind(r)
-		n, err := rt.locate(r.Context(), projectID, ref)
-		if err != nil || n == nil || n.Address == t.addr {
-			return false, err
+		n, lerr := rt.locate(r.Context(), projectID, ref)
+		if lerr != nil || n == nil || n.Address == t.addr {
+			return false, lerr
 		}
 		t = &hop{addr: n.Address, kind: kindAPI, sandbox: ref.ID, requestID: t.requestID}
+		// err is the new owner's answer's, not the moved one's: the
+		// answer went out already.
 		err = rt.send(w, r, t)
 	}
 	if err != nil {
