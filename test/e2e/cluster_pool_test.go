@@ -154,3 +154,79 @@ func TestClusterPoolMoves(t *testing.T) {
 	c.killAll(b)
 	waitNoObjects(t, st)
 }
+
+// TestClusterPoolLostNode: the warm pool of a durable snapshot whose node
+// a is killed (kill -9) and removed is adopted by another node, which
+// refills it from the object store (readyCount 2 through any node); a
+// restore through the third node claims a warm copy there, the counter
+// going on from the snapshot's value; poolSize 0 releases the copies; the
+// snapshot, deleted through any node, leaves nothing on any node (a,
+// started again, destroys its old copies) or in the object store.
+func TestClusterPoolLostNode(t *testing.T) {
+	c, st := startDurableCluster(t, 3)
+	a, b := c.node("a"), c.node("b")
+	db, err := postgres.Open(context.Background(), c.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+
+	src := c.createOn(b, "a")
+	b.sh(t, src, counterScript)
+	pid, n := b.counter(t, src)
+	var snap snapshotRef
+	if code, body := b.do("POST", "/api/sandboxes/"+src+"/snapshot", map[string]any{"name": "pool", "poolSize": 2}, &snap); code != 201 {
+		t.Fatalf("snapshot: %d %s", code, body)
+	}
+	b.waitDurable(t, "/api/sandbox-snapshots/"+snap.ID)
+	if code, body := b.do("DELETE", "/api/sandboxes/"+src, nil, nil); code >= 300 {
+		t.Fatalf("kill source: %d %s", code, body)
+	}
+	c.waitPool(b, snap.ID, 2)
+
+	a.crash()
+	c.nodesCLI("remove", "a")
+	c.waitState("a", "removed")
+	c.waitPool(b, snap.ID, 2)
+	row, ok := c.snapshotRow(db, snap.ID)
+	if !ok || row.KeepsPool() != "b" && row.KeepsPool() != "c" {
+		t.Fatalf("snapshot row after a was removed: %+v (found %v), want its pool on b or c", row, ok)
+	}
+	pool := c.node(row.KeepsPool())
+	other := c.node(map[string]string{"b": "c", "c": "b"}[pool.name])
+	t.Logf("the pool was adopted by %s; restoring through %s", pool.name, other.name)
+	c.waitPool(other, snap.ID, 2)
+	if got := c.pooledOn(db, pool.name); got != 2 {
+		t.Fatalf("%d warm copies on %s, want 2", got, pool.name)
+	}
+
+	var cp sandboxInfo
+	if code, body := other.do("POST", "/api/sandboxes", map[string]any{"snapshotId": snap.ID}, &cp); code >= 300 {
+		t.Fatalf("restore through %s: %d %s", other.name, code, body)
+	}
+	if w := c.where(other, cp.SandboxID); w != pool.name {
+		t.Fatalf("restored copy on %s, want the pool's node %s (a warm copy)", w, pool.name)
+	}
+	if pid2, n2 := other.counter(t, cp.SandboxID); pid2 != pid || n2 < n {
+		t.Fatalf("restored copy: counter pid %d at %d, want the snapshot's pid %d from %d", pid2, n2, pid, n)
+	}
+	c.waitPool(b, snap.ID, 2) // refilled after the claim
+	if code, body := other.do("PATCH", "/api/sandbox-snapshots/"+snap.ID, map[string]any{"poolSize": 0}, nil); code != 200 {
+		t.Fatalf("poolSize 0 through %s: %d %s", other.name, code, body)
+	}
+	c.waitPool(b, snap.ID, 0)
+	if got := c.pooledOn(db, pool.name); got != 0 {
+		t.Fatalf("%d warm copies left on %s after poolSize 0", got, pool.name)
+	}
+	if code, body := b.do("DELETE", "/api/sandbox-snapshots/"+snap.ID, nil, nil); code >= 300 {
+		t.Fatalf("delete snapshot through b: %d %s", code, body)
+	}
+	if _, err := os.Stat(filepath.Join(pool.dataDir, "snapshots", snap.ID)); !os.IsNotExist(err) {
+		t.Fatalf("the pool's cached image on %s after the delete: %v", pool.name, err)
+	}
+	// a comes back anyway: fenced, it destroys the copies it held.
+	a.start()
+	a.waitNoLeaks(t)
+	c.killAll(b)
+	waitNoObjects(t, st)
+}
