@@ -151,7 +151,8 @@ type PoolMoved struct {
 // HandOverPools has other nodes adopt the warm pools this node keeps (a
 // drain --move): each pool's snapshot must be durable first (ctx bounds
 // the wait), adopt asks another node to take it (returning its name), and
-// the copies here go. A pool that could not move keeps its copies here.
+// the copies here go. A pool that could not move is reported (Evacuate
+// then drops its copies with the node's other warm copies).
 func (s *Service) HandOverPools(ctx context.Context, adopt func(ctx context.Context, projectID, id string) (string, error)) []PoolMoved {
 	s.mu.Lock()
 	var ses []*snapEntry

@@ -72,6 +72,32 @@ func (c *testCluster) pooledOn(db *postgres.Store, node string) int {
 	return n
 }
 
+// pooledSnapshot takes, through b, a durable snapshot of a sandbox on a
+// running the counter, with a warm pool of 2 (ready when it returns), and
+// kills the source. It returns a client of the cluster's database, the
+// snapshot and the counter's pid and value when it was taken.
+func (c *testCluster) pooledSnapshot() (db *postgres.Store, snap snapshotRef, pid, n int) {
+	t, b := c.t, c.node("b")
+	t.Helper()
+	db, err := postgres.Open(context.Background(), c.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	src := c.createOn(b, "a")
+	b.sh(t, src, counterScript)
+	pid, n = b.counter(t, src)
+	if code, body := b.do("POST", "/api/sandboxes/"+src+"/snapshot", map[string]any{"name": "pool", "poolSize": 2}, &snap); code != 201 {
+		t.Fatalf("snapshot: %d %s", code, body)
+	}
+	b.waitDurable(t, "/api/sandbox-snapshots/"+snap.ID)
+	if code, body := b.do("DELETE", "/api/sandboxes/"+src, nil, nil); code >= 300 {
+		t.Fatalf("kill source: %d %s", code, body)
+	}
+	c.waitPool(b, snap.ID, 2)
+	return db, snap, pid, n
+}
+
 // TestClusterPoolMoves: a durable snapshot with a counter process, taken
 // on a with a warm pool of 2; a is drained with --move: another node
 // adopts the pool and refills it from the object store (readyCount 2
@@ -83,24 +109,7 @@ func (c *testCluster) pooledOn(db *postgres.Store, node string) int {
 func TestClusterPoolMoves(t *testing.T) {
 	c, st := startDurableCluster(t, 3)
 	a, b := c.node("a"), c.node("b")
-	db, err := postgres.Open(context.Background(), c.db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-
-	src := c.createOn(b, "a")
-	b.sh(t, src, counterScript)
-	pid, n := b.counter(t, src)
-	var snap snapshotRef
-	if code, body := b.do("POST", "/api/sandboxes/"+src+"/snapshot", map[string]any{"name": "pool", "poolSize": 2}, &snap); code != 201 {
-		t.Fatalf("snapshot: %d %s", code, body)
-	}
-	b.waitDurable(t, "/api/sandbox-snapshots/"+snap.ID)
-	if code, body := b.do("DELETE", "/api/sandboxes/"+src, nil, nil); code >= 300 {
-		t.Fatalf("kill source: %d %s", code, body)
-	}
-	c.waitPool(b, snap.ID, 2)
+	db, snap, pid, n := c.pooledSnapshot()
 	if got := c.pooledOn(db, "a"); got != 2 {
 		t.Fatalf("%d warm copies on a, want 2", got)
 	}
@@ -165,24 +174,7 @@ func TestClusterPoolMoves(t *testing.T) {
 func TestClusterPoolLostNode(t *testing.T) {
 	c, st := startDurableCluster(t, 3)
 	a, b := c.node("a"), c.node("b")
-	db, err := postgres.Open(context.Background(), c.db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-
-	src := c.createOn(b, "a")
-	b.sh(t, src, counterScript)
-	pid, n := b.counter(t, src)
-	var snap snapshotRef
-	if code, body := b.do("POST", "/api/sandboxes/"+src+"/snapshot", map[string]any{"name": "pool", "poolSize": 2}, &snap); code != 201 {
-		t.Fatalf("snapshot: %d %s", code, body)
-	}
-	b.waitDurable(t, "/api/sandbox-snapshots/"+snap.ID)
-	if code, body := b.do("DELETE", "/api/sandboxes/"+src, nil, nil); code >= 300 {
-		t.Fatalf("kill source: %d %s", code, body)
-	}
-	c.waitPool(b, snap.ID, 2)
+	db, snap, pid, n := c.pooledSnapshot()
 
 	a.crash()
 	c.nodesCLI("remove", "a")

@@ -8,18 +8,11 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { writeFile } from 'node:fs/promises'
 import { Sandbox } from '@lizard-build/sdk'
-import { sleep } from '../helpers.mjs'
+import { counter, sleep } from '../helpers.mjs'
 
 const snapId = process.env.POOL_SNAPSHOT
 const pid = Number(process.env.POOL_PID)
 const n = Number(process.env.POOL_N)
-
-async function counter(sb) {
-  const r = await sb.process.exec('cat /tmp/counter')
-  assert.equal(r.exitCode, 0, r.stderr)
-  const [p, c] = r.stdout.trim().split(' ').map(Number)
-  return { pid: p, n: c }
-}
 
 async function waitReady(want) {
   const deadline = Date.now() + 180_000
