@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -56,20 +57,20 @@ func (c *testCluster) snapshotRow(db *postgres.Store, id string) (store.Snapshot
 	return store.Snapshot{}, false
 }
 
-// pooledOn counts the warm copies node has in the database.
-func (c *testCluster) pooledOn(db *postgres.Store, node string) int {
+// pooledOn lists the warm copies node has in the database.
+func (c *testCluster) pooledOn(db *postgres.Store, node string) []string {
 	c.t.Helper()
 	rows, err := db.SandboxesOn(context.Background(), node)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	n := 0
+	var ids []string
 	for _, r := range rows {
 		if r.Status == "pooled" {
-			n++
+			ids = append(ids, r.ID)
 		}
 	}
-	return n
+	return ids
 }
 
 // pooledSnapshot takes, through b, a durable snapshot of a sandbox on a
@@ -110,8 +111,8 @@ func TestClusterPoolMoves(t *testing.T) {
 	c, st := startDurableCluster(t, 3)
 	a, b := c.node("a"), c.node("b")
 	db, snap, pid, n := c.pooledSnapshot()
-	if got := c.pooledOn(db, "a"); got != 2 {
-		t.Fatalf("%d warm copies on a, want 2", got)
+	if got := c.pooledOn(db, "a"); len(got) != 2 {
+		t.Fatalf("warm copies on a: %v, want 2", got)
 	}
 
 	out := c.nodesCLI("drain", "a", "--move")
@@ -127,8 +128,9 @@ func TestClusterPoolMoves(t *testing.T) {
 		c.waitPool(via, snap.ID, 2)
 	}
 	a.waitNoLeaks(t) // its copies went
-	if got := c.pooledOn(db, pool.name); got != 2 {
-		t.Fatalf("%d warm copies on %s, want 2", got, pool.name)
+	warm := c.pooledOn(db, pool.name)
+	if len(warm) != 2 {
+		t.Fatalf("warm copies on %s: %v, want 2", pool.name, warm)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -142,11 +144,11 @@ func TestClusterPoolMoves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := c.where(b, string(id)); w != pool.name {
-		t.Fatalf("restored copy on %s, want the pool's node %s (a warm copy)", w, pool.name)
+	if w := c.where(b, string(id)); w != pool.name || !slices.Contains(warm, string(id)) {
+		t.Fatalf("restored copy %s on %s, want one of the warm copies %v on the pool's node %s", id, w, warm, pool.name)
 	}
-	if got := c.pooledOn(db, pool.name); got != 0 {
-		t.Fatalf("%d warm copies left on %s after poolSize 0", got, pool.name)
+	if got := c.pooledOn(db, pool.name); len(got) != 0 {
+		t.Fatalf("warm copies left on %s after poolSize 0: %v", pool.name, got)
 	}
 
 	// A delete through a node that neither holds the snapshot nor keeps
@@ -188,16 +190,17 @@ func TestClusterPoolLostNode(t *testing.T) {
 	other := c.node(map[string]string{"b": "c", "c": "b"}[pool.name])
 	t.Logf("the pool was adopted by %s; restoring through %s", pool.name, other.name)
 	c.waitPool(other, snap.ID, 2)
-	if got := c.pooledOn(db, pool.name); got != 2 {
-		t.Fatalf("%d warm copies on %s, want 2", got, pool.name)
+	warm := c.pooledOn(db, pool.name)
+	if len(warm) != 2 {
+		t.Fatalf("warm copies on %s: %v, want 2", pool.name, warm)
 	}
 
 	var cp sandboxInfo
 	if code, body := other.do("POST", "/api/sandboxes", map[string]any{"snapshotId": snap.ID}, &cp); code >= 300 {
 		t.Fatalf("restore through %s: %d %s", other.name, code, body)
 	}
-	if w := c.where(other, cp.SandboxID); w != pool.name {
-		t.Fatalf("restored copy on %s, want the pool's node %s (a warm copy)", w, pool.name)
+	if w := c.where(other, cp.SandboxID); w != pool.name || !slices.Contains(warm, cp.SandboxID) {
+		t.Fatalf("restored copy %s on %s, want one of the warm copies %v on the pool's node %s", cp.SandboxID, w, warm, pool.name)
 	}
 	if pid2, n2 := other.counter(t, cp.SandboxID); pid2 != pid || n2 < n {
 		t.Fatalf("restored copy: counter pid %d at %d, want the snapshot's pid %d from %d", pid2, n2, pid, n)
@@ -207,8 +210,8 @@ func TestClusterPoolLostNode(t *testing.T) {
 		t.Fatalf("poolSize 0 through %s: %d %s", other.name, code, body)
 	}
 	c.waitPool(b, snap.ID, 0)
-	if got := c.pooledOn(db, pool.name); got != 0 {
-		t.Fatalf("%d warm copies left on %s after poolSize 0", got, pool.name)
+	if got := c.pooledOn(db, pool.name); len(got) != 0 {
+		t.Fatalf("warm copies left on %s after poolSize 0: %v", pool.name, got)
 	}
 	if code, body := b.do("DELETE", "/api/sandbox-snapshots/"+snap.ID, nil, nil); code >= 300 {
 		t.Fatalf("delete snapshot through b: %d %s", code, body)
