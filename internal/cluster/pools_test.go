@@ -2,10 +2,12 @@ package cluster
 
 import (
 	"math/rand/v2"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -93,5 +95,76 @@ func TestDedupSnapshots(t *testing.T) {
 	}
 	if !slices.Equal(ids, []string{"s1", "s2", "s3"}) || got[0].ReadyCount != 2 || got[1].ReadyCount != 1 {
 		t.Fatalf("dedup: %+v", got)
+	}
+}
+
+// TestForwardPoolRoutes: a snapshot whose pool another node keeps is read
+// and changed on the pool node, deleted on its own node; each falls back
+// to the other when it does not take requests.
+func TestForwardPoolRoutes(t *testing.T) {
+	b := peer(t, "b", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("from b")) }), nil, nil)
+	c := peer(t, "c", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("from c")) }), nil, nil)
+	fc := &fakeCluster{nodes: []store.Node{readyNode("a", "127.0.0.1:1"), readyNode("b", addrOf(b)), readyNode("c", addrOf(c))}}
+	rows := &fakeRows{snapshots: []store.Snapshot{{ID: "snap1", ProjectID: "p1", Node: "b", PoolNode: "c"}}}
+	rt := newTestRouter(t, "a", fc, rows, nil)
+	a := front(t, rt)
+	check := func(want map[string]string) {
+		t.Helper()
+		for method, body := range want {
+			if _, got := send(t, method, a.URL+"/api/sandbox-snapshots/snap1", "", nil, nil); got != body {
+				t.Errorf("%s: %q, want %q", method, got, body)
+			}
+		}
+	}
+	check(map[string]string{http.MethodGet: "from c", http.MethodPatch: "from c", http.MethodDelete: "from b"})
+	// The pool node's lease lapsed: everything on the snapshot's node.
+	fc.set(func(f *fakeCluster) { f.nodes[2].State = store.NodeSuspect })
+	rt.dropNodes()
+	check(map[string]string{http.MethodGet: "from b", http.MethodDelete: "from b"})
+	// The snapshot's node is removed: its pool node answers a delete.
+	fc.set(func(f *fakeCluster) { f.nodes[2].State, f.nodes[1].State = store.NodeReady, store.NodeRemoved })
+	rt.dropNodes()
+	check(map[string]string{http.MethodGet: "from c", http.MethodDelete: "from c"})
+}
+
+// TestCreatePoolFirst: a restore goes first to the node keeping the
+// snapshot's pool when it has a warm copy ready, else to the snapshot's
+// node as before.
+func TestCreatePoolFirst(t *testing.T) {
+	holder, nHolder := creator(t, "b", http.StatusCreated, `{"sandboxId":"on-b"}`)
+	keeper, nKeeper := creator(t, "c", http.StatusCreated, `{"sandboxId":"on-c"}`)
+	b, c := node("b", store.NodeReady, 10, 0), node("c", store.NodeReady, 10, 0)
+	b.Address, c.Address = addrOf(holder), addrOf(keeper)
+	rows := &fakeRows{snapshots: []store.Snapshot{{ID: "snap1", ProjectID: "p1", Node: "b", PoolNode: "c"}}}
+	fc := &fakeCluster{nodes: []store.Node{node("a", store.NodeReady, 10, 0), b, c}}
+	rt := newTestRouter(t, "a", fc, rows, nil)
+	restore := func() string {
+		t.Helper()
+		a, locals := createFront(t, rt, api.Placement{Snapshot: "snap1"}, nil)
+		status, body := post(t, a.URL)
+		if status != http.StatusCreated || locals.Load() != 0 {
+			t.Fatalf("restore: %d %q, %d made here", status, body, locals.Load())
+		}
+		return body
+	}
+	// No warm copy on c (only another snapshot's, and a running one):
+	// the snapshot's node.
+	fc.set(func(f *fakeCluster) {
+		f.rows = map[string][]store.Sandbox{"c": {
+			{ID: "x", Status: statusPooled, Spec: []byte(`{"poolOf":"snap2"}`)},
+			{ID: "y", Status: "running", Spec: []byte(`{}`)},
+		}}
+	})
+	if got := restore(); got != `{"sandboxId":"on-b"}` {
+		t.Fatalf("no warm copy: %s", got)
+	}
+	fc.set(func(f *fakeCluster) {
+		f.rows["c"] = append(f.rows["c"], store.Sandbox{ID: "z", Status: statusPooled, Spec: []byte(`{"poolOf":"snap1"}`)})
+	})
+	if got := restore(); got != `{"sandboxId":"on-c"}` {
+		t.Fatalf("a warm copy on c: %s", got)
+	}
+	if nHolder.Load() != 1 || nKeeper.Load() != 1 {
+		t.Fatalf("b made %d, c %d", nHolder.Load(), nKeeper.Load())
 	}
 }
