@@ -90,6 +90,9 @@ func (s *Service) AdoptPool(ctx context.Context, projectID, id, from string) err
 	s.mu.Unlock()
 	fresh := se == nil
 	if fresh {
+		if err := s.sameBuild(ctx, SnapshotImageName(id)); err != nil {
+			return fmt.Errorf("adopt the pool of snapshot %s: %w", id, err)
+		}
 		if _, err := os.Stat(snap.Rootfs); snap.Rootfs != "" && err != nil {
 			snap.Rootfs = "" // not on this node: the template's version here
 		}
@@ -120,6 +123,37 @@ func (s *Service) AdoptPool(ctx context.Context, projectID, id, from string) err
 	s.mu.Unlock()
 	s.log.Info("warm pool adopted", "snapshot", id, "from", from, "poolSize", snap.PoolSize)
 	s.fillPool(se)
+	return nil
+}
+
+// sameBuild checks, before it is downloaded, that durable image name was
+// written by this node's runsc build (its manifest's checkpoint says which;
+// an image that does not say, or a runtime that cannot tell, passes: the
+// runtime checks again at each restore).
+func (s *Service) sameBuild(ctx context.Context, name string) error {
+	rd, ok := s.cfg.Runtime.(interface {
+		RunscDigest(ctx context.Context) (string, error)
+	})
+	if !ok {
+		return nil
+	}
+	m, err := s.cfg.Images.Stat(ctx, name)
+	if err != nil {
+		return err
+	}
+	var cp struct {
+		RunscDigest string `json:"runscDigest"`
+	}
+	if len(m.Checkpoint) == 0 || json.Unmarshal(m.Checkpoint, &cp) != nil || cp.RunscDigest == "" {
+		return nil
+	}
+	mine, err := rd.RunscDigest(ctx)
+	if err != nil {
+		return err
+	}
+	if cp.RunscDigest != mine {
+		return errdefs.WithCode("incompatible_checkpoint", fmt.Errorf("image %s was written by runsc build %s, this node runs %s: %w", name, cp.RunscDigest, mine, errdefs.ErrConflict))
+	}
 	return nil
 }
 

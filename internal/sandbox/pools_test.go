@@ -2,9 +2,13 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/lizard-build/lizard/internal/durable"
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/runtime"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -66,6 +70,48 @@ func TestLoadSnapshotPools(t *testing.T) {
 			}
 			release()
 			delete(s.snapshots, "snap_x")
+		}
+	}
+}
+
+// buildImages holds one image written by runsc build digest ("": its
+// manifest does not say).
+type buildImages struct {
+	Images
+	digest string
+}
+
+func (b buildImages) Stat(context.Context, string) (durable.Manifest, error) {
+	m := durable.Manifest{Name: "snapshots/snap_x"}
+	if b.digest != "" {
+		m.Checkpoint = []byte(`{"runscVersion":"runsc x","runscDigest":"` + b.digest + `"}`)
+	}
+	return m, nil
+}
+
+// buildRuntime is a runtime of runsc build digest.
+type buildRuntime struct {
+	runtime.Runtime
+	digest string
+}
+
+func (b buildRuntime) RunscDigest(context.Context) (string, error) { return b.digest, nil }
+
+// TestAdoptSameBuild: a node adopts only pools whose image its runsc build
+// restores; it says so before downloading anything.
+func TestAdoptSameBuild(t *testing.T) {
+	for _, tc := range []struct {
+		image, node string
+		ok          bool
+	}{
+		{"sha256:aaa", "sha256:aaa", true},
+		{"", "sha256:aaa", true}, // an image that does not say: the restore checks
+		{"sha256:aaa", "sha256:bbb", false},
+	} {
+		s := New(Config{Runtime: buildRuntime{digest: tc.node}, Images: buildImages{digest: tc.image}})
+		err := s.sameBuild(context.Background(), "snapshots/snap_x")
+		if tc.ok != (err == nil) || err != nil && (!errors.Is(err, errdefs.ErrConflict) || errdefs.Code(err) != "incompatible_checkpoint") {
+			t.Fatalf("image of %q on a node of %q: %v, want ok %v", tc.image, tc.node, err, tc.ok)
 		}
 	}
 }
