@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -117,6 +118,9 @@ func TestClusterPoolMoves(t *testing.T) {
 
 	out := c.nodesCLI("drain", "a", "--move")
 	t.Logf("drain --move:\n%s", out)
+	if !strings.Contains(out, "moved all its sandboxes") || strings.Count(out, "a warm copy, released") != 2 {
+		t.Fatalf("drain --move output: %s", out)
+	}
 	row, ok := c.snapshotRow(db, snap.ID)
 	if !ok || row.Node != "a" || row.KeepsPool() == "a" {
 		t.Fatalf("snapshot row after the move: %+v (found %v), want a's snapshot with its pool on b or c", row, ok)
