@@ -60,6 +60,13 @@ func TestLoadSnapshotPools(t *testing.T) {
 		if se.foreign != tc.foreign || here != tc.poolHere {
 			t.Fatalf("%s: foreign %v, pool here %v; want %v, %v", tc.name, se.foreign, here, tc.foreign, tc.poolHere)
 		}
+		// The metrics count a pool where it is kept.
+		se.snap.PoolSize = 2
+		s.snapshots["snap_x"] = se
+		if got := len(s.WarmPools()); got != map[bool]int{true: 1, false: 0}[tc.poolHere] {
+			t.Fatalf("%s: %d warm pools in the metrics", tc.name, got)
+		}
+		delete(s.snapshots, "snap_x")
 		if se.foreign {
 			// Another node's record: this node's project limit of one
 			// snapshot still has room.
