@@ -365,6 +365,9 @@ func serve(ctx context.Context, args []string) error {
 			return err
 		}
 		cm.routing.Store(routing)
+		// Warm pools of nodes declared dead or removed are adopted
+		// (docs/CLUSTER.md).
+		go routing.router.KeepPools(ctx, c.cluster.lease, svc)
 	}
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
