@@ -249,8 +249,8 @@ func (rt *Router) Forward(w http.ResponseWriter, r *http.Request, projectID stri
 		// Its owner had it no more: follow it once, to wherever the
 		// database says it is now (here: answered here).
 		t.rewind(r)
-		n, err := rt.locate(r.Context(), projectID, ref, r.Method)
-		if err != nil || n == nil || n.Address == t.addr {
+		var n *store.Node
+		if n, err = rt.locate(r.Context(), projectID, ref, r.Method); err != nil || n == nil || n.Address == t.addr {
 			return false, err
 		}
 		t = &hop{addr: n.Address, kind: kindAPI, sandbox: ref.ID, requestID: t.requestID}
