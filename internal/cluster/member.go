@@ -43,7 +43,10 @@ type MemberConfig struct {
 	// this node any more (they were lost). Their rows stay, lost, so that
 	// clients learn what happened (NodeStore keeps them).
 	OnFenced func(ctx context.Context, keep func(id string) bool)
-	Log      *slog.Logger
+	// OnDead runs after this node declared peer node dead (its volumes
+	// are flagged lost); nil: nothing.
+	OnDead func(ctx context.Context, node string)
+	Log    *slog.Logger
 	// Now is the clock of the self-view (tests); nil is time.Now.
 	Now func() time.Time
 }
@@ -320,6 +323,9 @@ func (m *Member) checkDeaths(ctx context.Context) {
 		case done:
 			m.cfg.Log.Warn("cluster: declared node dead; its sandboxes are lost", "node", n.Name,
 				"lastHeartbeat", n.Heartbeat, "sandboxes", n.Sandboxes)
+			if m.cfg.OnDead != nil {
+				m.cfg.OnDead(ctx, n.Name)
+			}
 		}
 	}
 }
