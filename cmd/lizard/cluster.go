@@ -205,6 +205,21 @@ func startCluster(ctx context.Context, f clusterFlags, secret []byte, st store.S
 	return cm, nil
 }
 
+// gone reports whether node was declared dead or removed (a node the
+// database cannot tell about is not).
+func (cm *clusterMode) gone(ctx context.Context, node string) bool {
+	ns, err := cm.db.Nodes(ctx)
+	if err != nil {
+		return false
+	}
+	for _, n := range ns {
+		if n.Name == node {
+			return n.State == store.NodeDead || n.State == store.NodeRemoved
+		}
+	}
+	return true
+}
+
 // Close leaves the cluster's heartbeat; the node's row stays for its
 // restart.
 func (cm *clusterMode) Close() {

@@ -290,12 +290,15 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	}
 	// In a cluster with an object store, volumes move between nodes.
-	var sharedVols volume.SharedStore
+	var (
+		sharedVols volume.SharedStore
+		nodeGone   func(context.Context, string) bool
+	)
 	if cm != nil && images != nil {
-		sharedVols = cm.db
+		sharedVols, nodeGone = cm.db, cm.gone
 	}
 	vols, err := volume.New(volume.Config{
-		Images: images, Shared: sharedVols,
+		Images: images, Shared: sharedVols, Gone: nodeGone,
 		Dir: filepath.Join(c.dataDir, "volumes"), Store: nodeStore, MaxSizeGB: c.maxVolumeGB, Run: reap.Run,
 		Logger: log.With("component", "volume"), Disk: guard,
 		MaxProjectGB: func(ctx context.Context, projectID string) (int, error) {

@@ -44,6 +44,7 @@ func (m *Manager) findAnyLocked(ctx context.Context, projectID, ref string) (v V
 		if err := json.Unmarshal(r.Spec, &v); err != nil {
 			return Volume{}, false, fmt.Errorf("volume %s: %w", r.ID, err)
 		}
+		v.Node = r.Node
 		return v, false, nil
 	}
 	return Volume{}, false, err

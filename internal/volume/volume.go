@@ -54,6 +54,8 @@ type Volume struct {
 	SyncedVersion int        `json:"syncedVersion,omitempty"`
 	SyncedAt      *time.Time `json:"syncedAt,omitempty"`
 	Stale         bool       `json:"stale,omitempty"`
+	// Node is the cluster node that holds it ("" on a single server).
+	Node string `json:"node,omitempty"`
 }
 
 // Limits of the API.
@@ -88,6 +90,9 @@ type Config struct {
 	// Images, an attach finds a volume of another node there and claims
 	// it.
 	Shared SharedStore
+	// Gone reports whether a node was declared dead or removed: a volume
+	// it held attached is taken at its last sync, stale. nil: none is.
+	Gone func(ctx context.Context, node string) bool
 }
 
 // Images is what the manager needs of the object store's durable images.
@@ -316,6 +321,7 @@ func (m *Manager) all(ctx context.Context) ([]Volume, error) {
 		if err := json.Unmarshal(r.Spec, &v); err != nil {
 			return nil, fmt.Errorf("volume %s: %w", r.ID, err)
 		}
+		v.Node = r.Node
 		out = append(out, v)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
@@ -412,6 +418,10 @@ func (m *Manager) Attach(ctx context.Context, projectID, ref, sandboxID string) 
 	v, local, err := m.findAnyLocked(ctx, projectID, ref)
 	if err != nil {
 		return Volume{}, "", err
+	}
+	if !local && v.AttachedTo != "" && m.cfg.Gone != nil && m.cfg.Gone(ctx, v.Node) {
+		m.cfg.Logger.Warn("volume lost with its node; it is taken at its last sync", "volume", v.ID, "node", v.Node, "sandbox", v.AttachedTo)
+		v.AttachedTo, v.Stale = "", true
 	}
 	if v.AttachedTo != "" && v.AttachedTo != sandboxID {
 		return Volume{}, "", errdefs.WithCode("volume_in_use", fmt.Errorf("volume %q is attached to sandbox %s: %w", v.Name, v.AttachedTo, errdefs.ErrConflict))
