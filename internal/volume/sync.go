@@ -151,7 +151,13 @@ func (m *Manager) pruneLocked(ctx context.Context) {
 	}
 	for _, e := range ents {
 		id, ok := strings.CutSuffix(e.Name(), ".img")
-		if !ok || mine[id] || mounted(m.mountDir(id)) {
+		if !ok || mine[id] {
+			continue
+		}
+		// Still mounted: this node was taken for lost and the sandbox
+		// that held it may still run; a later prune (at its detach)
+		// unmounts it.
+		if err := m.unmount(ctx, id); err != nil {
 			continue
 		}
 		os.Remove(m.image(id))

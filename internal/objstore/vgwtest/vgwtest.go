@@ -71,7 +71,11 @@ type Server struct {
 }
 
 // Start makes a data directory and starts a gateway on it with a bucket.
-func Start(ctx context.Context) (*Server, error) {
+func Start(ctx context.Context) (*Server, error) { return StartOn(ctx, "127.0.0.1") }
+
+// StartOn is Start listening on host (an address of this machine, such as
+// a bridge that network namespaces reach).
+func StartOn(ctx context.Context, host string) (*Server, error) {
 	bin, err := Binary()
 	if err != nil {
 		return nil, err
@@ -89,10 +93,10 @@ func Start(ctx context.Context) (*Server, error) {
 	s := &Server{Bucket: "lizard", AccessKey: "AK" + token(9), SecretKey: token(20), bin: bin, dir: dir}
 	var last error
 	for port := FirstPort; port <= LastPort; port++ {
-		if !free(port) {
+		if !free(host, port) {
 			continue
 		}
-		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		s.Addr = net.JoinHostPort(host, strconv.Itoa(port))
 		if last = s.Start(ctx); last == nil {
 			break
 		}
@@ -118,8 +122,8 @@ func token(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func free(port int) bool {
-	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+func free(host string, port int) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 	if err != nil {
 		return false
 	}
@@ -228,9 +232,12 @@ func (s *Server) Close() error {
 
 // New starts a gateway for t, closed when t ends. t is skipped when
 // versitygw is not installed (scripts/install-deps.sh installs it).
-func New(t testing.TB) *Server {
+func New(t testing.TB) *Server { t.Helper(); return NewOn(t, "127.0.0.1") }
+
+// NewOn is New listening on host.
+func NewOn(t testing.TB, host string) *Server {
 	t.Helper()
-	gw, err := Start(context.Background())
+	gw, err := StartOn(context.Background(), host)
 	if errors.Is(err, ErrNoVersitygw) {
 		t.Skip(err)
 	}
