@@ -31,8 +31,6 @@ type clusterFlags struct {
 	deadAfter      time.Duration
 }
 
-// minClusterSecret is the shortest cluster secret accepted (bytes).
-const minClusterSecret = 32
 
 func (f *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.internalListen, "internal-listen", "", "cluster mode: listen address of the node-to-node API (host:port); needs --database postgres://…, --advertise and --cluster-secret-file")
@@ -91,8 +89,8 @@ func (f *clusterFlags) validate(database string) (secret []byte, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("--cluster-secret-file: %w", err)
 	}
-	if len(secret) < minClusterSecret {
-		return nil, fmt.Errorf("--cluster-secret-file %s: %d bytes, need at least %d (e.g. head -c 48 /dev/urandom | base64 > FILE)", f.secretFile, len(secret), minClusterSecret)
+	if len(secret) < cluster.MinSecretBytes {
+		return nil, fmt.Errorf("--cluster-secret-file %s: %d bytes, need at least %d (e.g. head -c 48 /dev/urandom | base64 > FILE)", f.secretFile, len(secret), cluster.MinSecretBytes)
 	}
 	return secret, nil
 }

@@ -2,14 +2,12 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/lizard-build/lizard/internal/store"
-	"github.com/lizard-build/lizard/internal/store/postgres"
 	"github.com/lizard-build/lizard/internal/store/postgres/pgtest"
 )
 
@@ -18,19 +16,8 @@ import (
 // the sandbox is lost, naming b; an id without a row is answered here.
 func TestRouterOnPostgres(t *testing.T) {
 	ctx := context.Background()
-	url, err := pgtest.ForTest(t).NewDatabase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := postgres.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	p, err := db.CreateProject(ctx, "p", "p")
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := openDB(t, newDB(t, pgtest.ForTest(t)))
+	p := project(t, db)
 	b := peer(t, "b", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("from b")) }), nil, nil)
 	if _, err := db.RegisterNode(ctx, store.NodeInfo{Name: "a", Address: "127.0.0.1:1"}, time.Minute); err != nil {
 		t.Fatal(err)
@@ -39,8 +26,7 @@ func TestRouterOnPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb := store.Sandbox{ID: "sbx1", ProjectID: p.ID, Template: "base", Size: "small", Status: "running", Spec: json.RawMessage(`{}`), StartedAt: time.Now()}
-	if err := db.PutSandboxFenced(ctx, fb, sb, nil); err != nil {
+	if err := db.PutSandboxFenced(ctx, fb, row(p, "sbx1", "running"), nil); err != nil {
 		t.Fatal(err)
 	}
 	rt := NewRouter(RouterConfig{Self: "a", Directory: db, Store: db, Signer: newTestSigner(t, "a", testSecret), Local: &fakeLocal{},

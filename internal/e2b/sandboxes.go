@@ -229,6 +229,14 @@ func (s *server) connect(w http.ResponseWriter, r *http.Request, p store.Project
 	}
 	status := http.StatusOK
 	if rec.Status != sandbox.StatusRunning {
+		// A sandbox paused at its deadline has no time left: the timeout
+		// asked for is set first, so it counts from the resume and the
+		// old deadline cannot pause it again on the way.
+		if timeout > 0 {
+			if err := s.sandboxes.SetTimeout(r.Context(), p.ID, rec.ID, timeout); err != nil {
+				return err
+			}
+		}
 		if rec, err = s.sandboxes.Resume(r.Context(), p.ID, rec.ID); err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lizard-build/lizard/internal/durable"
 	"github.com/lizard-build/lizard/internal/objstore"
 	"github.com/lizard-build/lizard/internal/objstore/s3"
 	"github.com/lizard-build/lizard/internal/objstore/vgwtest"
@@ -158,6 +159,32 @@ func TestDurablePause(t *testing.T) {
 	s.waitDurable(t, "/api/sandboxes/"+id)
 	if m := keys(t, st, "images/sandboxes/"+id+"/"); len(m) != 1 {
 		t.Fatalf("manifest objects of %s: %v", id, m)
+	}
+	// The manifest carries what restoring needs: the runsc build and the
+	// CPU features, and both digests of every chunk.
+	rc, err := st.Get(context.Background(), "images/sandboxes/"+id+"/manifest.json", 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m durable.Manifest
+	err = json.NewDecoder(rc).Decode(&m)
+	rc.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cp struct {
+		RunscDigest string   `json:"runscDigest"`
+		CPUFeatures []string `json:"cpuFeatures"`
+	}
+	if json.Unmarshal(m.Checkpoint, &cp); cp.RunscDigest == "" || len(cp.CPUFeatures) == 0 {
+		t.Fatalf("manifest without the checkpoint's runsc build and CPU features: %s", m.Checkpoint)
+	}
+	for _, f := range m.Files {
+		for _, c := range f.Chunks {
+			if len(c.SHA256) != 64 || len(c.StoredSHA256) != 64 || c.StoredSize == 0 {
+				t.Fatalf("%s: chunk %+v", f.Path, c)
+			}
+		}
 	}
 	s.dropLocalImage(t, id)
 	s.resume(t, id)
