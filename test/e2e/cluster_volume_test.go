@@ -49,8 +49,9 @@ func (n *clusterNode) createWithVolume(t *testing.T, name string) string {
 // for good with the volume attached leaves it at its last sync, flagged
 // stale, attachable on the third node. Nothing is left behind.
 func TestClusterVolumeMoves(t *testing.T) {
+	c := newTestCluster(t)
 	gw, st := objectStoreOn(t, clusterNet+".1")
-	c := startCluster(t, 3, "--object-store", gw.URL("lizard"), "--max-volume-gb", "2")
+	c.startNodes(3, "--object-store", gw.URL("lizard"), "--max-volume-gb", "2")
 	a := c.node("a")
 	if code, body := a.do("POST", "/api/projects/default/volumes", map[string]any{"name": "moving", "sizeGb": 1}, nil); code != http.StatusCreated {
 		t.Fatalf("create volume: %d %s", code, body)

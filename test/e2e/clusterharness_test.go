@@ -53,6 +53,16 @@ type clusterNode struct {
 // the others as ready. Everything goes when the test ends.
 func startCluster(t *testing.T, n int, extra ...string) *testCluster {
 	t.Helper()
+	c := newTestCluster(t)
+	c.startNodes(n, extra...)
+	return c
+}
+
+// newTestCluster makes the cluster's bridge and PostgreSQL, no node yet
+// (what else the nodes need, such as an object store on the bridge, can
+// start then).
+func newTestCluster(t *testing.T) *testCluster {
+	t.Helper()
 	requirements(t)
 	c := &testCluster{t: t}
 	removeClusterBridge()
@@ -82,7 +92,14 @@ func startCluster(t *testing.T, n int, extra ...string) *testCluster {
 	if err := os.WriteFile(c.secret, []byte(strings.Repeat("e2e-cluster-secret-", 3)), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
 
+// startNodes starts nodes a, b, c… (n of them) with extra serve flags and
+// waits until each lists all the others as ready.
+func (c *testCluster) startNodes(n int, extra ...string) {
+	t := c.t
+	t.Helper()
 	for i := 1; i <= n; i++ {
 		name := string(rune('a' + i - 1))
 		nd := newClusterNetns(t, i, name)
@@ -101,7 +118,6 @@ func startCluster(t *testing.T, n int, extra ...string) *testCluster {
 		s.start()
 	}
 	c.waitReady(n)
-	return c
 }
 
 // newClusterNetns makes node i's network namespace, lzt-<name>, joined to
