@@ -31,7 +31,6 @@ type clusterFlags struct {
 	deadAfter      time.Duration
 }
 
-
 func (f *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.internalListen, "internal-listen", "", "cluster mode: listen address of the node-to-node API (host:port); needs --database postgres://…, --advertise and --cluster-secret-file")
 	fs.StringVar(&f.nodeName, "node-name", "", "cluster mode: this node's name, unique in the cluster (default: the hostname)")
@@ -207,15 +206,7 @@ func startCluster(ctx context.Context, f clusterFlags, secret []byte, st store.S
 // database cannot tell about is not).
 func (cm *clusterMode) gone(ctx context.Context, node string) bool {
 	ns, err := cm.db.Nodes(ctx)
-	if err != nil {
-		return false
-	}
-	for _, n := range ns {
-		if n.Name == node {
-			return n.State == store.NodeDead || n.State == store.NodeRemoved
-		}
-	}
-	return true
+	return err == nil && cluster.Gone(ns, node)
 }
 
 // Close leaves the cluster's heartbeat; the node's row stays for its

@@ -321,9 +321,12 @@ func (rt *Router) movable(ctx context.Context, node string) bool {
 		return false
 	}
 	nodes, err := rt.nodes(ctx)
-	if err != nil {
-		return false
-	}
+	return err == nil && Gone(nodes, node)
+}
+
+// Gone reports whether node is declared dead or removed, or not a member
+// of nodes at all.
+func Gone(nodes []store.Node, node string) bool {
 	for _, n := range nodes {
 		if n.Name == node {
 			return n.State == store.NodeDead || n.State == store.NodeRemoved

@@ -69,15 +69,7 @@ func twoNodes(t *testing.T) (a, b *Manager, obj objstore.Store, projectID string
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	st, err := sqlite.Open(filepath.Join(dir, "db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	p, err := st.CreateProject(context.Background(), "p", "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, pid := testStore(t, dir)
 	images := durable.New(obj, nil)
 	mk := func(node string) *Manager {
 		m, err := New(Config{Dir: filepath.Join(dir, node), Store: nodeView{st, node}, Shared: st, Images: images, MaxSizeGB: 1})
@@ -94,7 +86,7 @@ func twoNodes(t *testing.T) (a, b *Manager, obj objstore.Store, projectID string
 		})
 		return m
 	}
-	return mk("a"), mk("b"), obj, p.ID
+	return mk("a"), mk("b"), obj, pid
 }
 
 func writeFile(t *testing.T, dir, name, data string) {

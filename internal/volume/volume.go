@@ -435,8 +435,8 @@ func (m *Manager) Attach(ctx context.Context, projectID, ref, sandboxID string) 
 	if err := m.mountLocked(ctx, v.ID); err != nil {
 		return Volume{}, "", err
 	}
-	if v.AttachedTo != sandboxID {
-		v.Version++
+	if v.AttachedTo != sandboxID && m.cfg.Images != nil {
+		v.Version++ // counted for the syncs only
 	}
 	v.AttachedTo = sandboxID
 	if err := m.saveLocked(ctx, v); err != nil {
