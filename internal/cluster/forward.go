@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/tcpdial"
 )
 
 // Defaults of RouterConfig.
@@ -103,8 +103,10 @@ func NewRouter(cfg RouterConfig) *Router {
 		cfg.Transport = &http.Transport{
 			// Peers are dialled directly, never through a proxy of the
 			// environment.
-			Proxy:               nil,
-			DialContext:         (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			Proxy: nil,
+			// A peer that vanishes mid-request (a partition) fails the
+			// request in seconds, on a pooled connection too.
+			DialContext:         tcpdial.New().DialContext,
 			MaxIdleConnsPerHost: 64,
 			IdleConnTimeout:     90 * time.Second,
 		}

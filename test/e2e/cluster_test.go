@@ -46,36 +46,6 @@ func operations(t *testing.T, n *clusterNode, op string) uint64 {
 	return histogramCount(scrape(t, n.url+"/metrics"), "lizard_sandbox_operation_duration_seconds", map[string]string{"operation": op, "outcome": "ok"})
 }
 
-// TestClusterSDK: the official SDK's suite through node a, which is
-// draining (no sandbox of its own), so that every sandbox is placed on b
-// or c and every call, previews included, is forwarded.
-func TestClusterSDK(t *testing.T) {
-	c := startCluster(t, 3)
-	a := c.node("a")
-	c.nodesCLI("drain", "a")
-	c.waitState("a", "draining")
-	time.Sleep(cluster.DefaultNodesTTL + 200*time.Millisecond) // the routers' view of the nodes
-	files, _ := filepath.Glob("js/*.test.mjs")
-	if len(files) == 0 {
-		t.Fatal("no SDK test files")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	if err := a.runNode(ctx, files...); err != nil {
-		t.Fatalf("SDK tests through node a failed: %v", err)
-	}
-	if n := operations(t, a, "create"); n != 0 {
-		t.Errorf("draining node a created %d sandboxes", n)
-	}
-	for _, name := range []string{"b", "c"} {
-		if n := operations(t, c.node(name), "create"); n == 0 {
-			t.Errorf("node %s created no sandbox: placement did not spread", name)
-		}
-	}
-	c.nodesCLI("drain", "--undo", "a")
-	c.killAll(a)
-}
-
 // TestClusterSpread: 60 concurrent creates through one node spread over
 // the three, none over its capacity (--max-sandboxes 25 each: 75 fit), and
 // every sandbox answers.
@@ -186,7 +156,13 @@ func TestClusterNodeRemoved(t *testing.T) {
 		Code    string `json:"code"`
 		Message string `json:"message"`
 	}
+	// Until a's cache of the owner expires (a few seconds) the answer is
+	// a retryable 503, as for a node that is only down.
 	code, body := a.do("GET", "/api/sandboxes/"+lost, nil, nil)
+	for deadline := time.Now().Add(15 * time.Second); code == http.StatusServiceUnavailable && time.Now().Before(deadline); {
+		time.Sleep(250 * time.Millisecond)
+		code, body = a.do("GET", "/api/sandboxes/"+lost, nil, nil)
+	}
 	json.Unmarshal(body, &e)
 	if code != http.StatusNotFound || e.Code != "sandbox_lost" || !strings.Contains(e.Message, `node "c"`) {
 		t.Fatalf("a sandbox of the removed node: %d %s, want 404 sandbox_lost naming c", code, body)
@@ -384,7 +360,12 @@ func TestClusterPartitionFromDatabase(t *testing.T) {
 		t.Fatalf("create through c while it cannot reach the database: %d %s %v, want 503", code, body, err)
 	}
 	c.waitState("c", "dead")
+	// a may still hold the owner in its cache for a few seconds.
 	code, body := a.do("GET", "/api/sandboxes/"+id, nil, nil)
+	for deadline := time.Now().Add(15 * time.Second); code != http.StatusNotFound && time.Now().Before(deadline); {
+		time.Sleep(250 * time.Millisecond)
+		code, body = a.do("GET", "/api/sandboxes/"+id, nil, nil)
+	}
 	if code != http.StatusNotFound || !strings.Contains(string(body), "sandbox_lost") || !strings.Contains(string(body), `node \"c\"`) {
 		t.Fatalf("a sandbox of the dead node through a: %d %s, want 404 sandbox_lost naming node c", code, body)
 	}
@@ -437,5 +418,35 @@ func TestClusterLastCapacity(t *testing.T) {
 		t.Fatalf("%d creates won the last slot of the quota, want 1 (answers %v)", won, codes)
 	}
 	a.cli(t, "projects", "set", "default", "--max-sandboxes", "default")
+	c.killAll(a)
+}
+
+// TestClusterSDK: the official SDK's suite through node a, which is
+// draining (no sandbox of its own), so that every sandbox is placed on b
+// or c and every call, previews included, is forwarded.
+func TestClusterSDK(t *testing.T) {
+	c := startCluster(t, 3)
+	a := c.node("a")
+	c.nodesCLI("drain", "a")
+	c.waitState("a", "draining")
+	time.Sleep(cluster.DefaultNodesTTL + 200*time.Millisecond) // the routers' view of the nodes
+	files, _ := filepath.Glob("js/*.test.mjs")
+	if len(files) == 0 {
+		t.Fatal("no SDK test files")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	if err := a.runNode(ctx, files...); err != nil {
+		t.Fatalf("SDK tests through node a failed: %v", err)
+	}
+	if n := operations(t, a, "create"); n != 0 {
+		t.Errorf("draining node a created %d sandboxes", n)
+	}
+	for _, name := range []string{"b", "c"} {
+		if n := operations(t, c.node(name), "create"); n == 0 {
+			t.Errorf("node %s created no sandbox: placement did not spread", name)
+		}
+	}
+	c.nodesCLI("drain", "--undo", "a")
 	c.killAll(a)
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/tcpdial"
 )
 
 // Store is the PostgreSQL-backed state. It is safe for concurrent use.
@@ -38,6 +39,13 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		// pgx's message may quote the url, password included.
 		return nil, fmt.Errorf("database url: not a PostgreSQL connection string: %w", errdefs.ErrInvalid)
 	}
+	// A database that vanishes (a partition, its host gone) fails queries
+	// in seconds instead of hanging them: creates and lifecycle changes
+	// answer 503 while running sandboxes keep serving.
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = tcpdial.DialTimeout
+	}
+	cfg.ConnConfig.DialFunc = tcpdial.New().DialContext
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", describe(cfg), err)

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict'
 import { existsSync } from 'node:fs'
 import { readFile } from 'node:fs/promises'
 import { chromium } from 'playwright-core'
-import { withSandbox } from './helpers.mjs'
+import { chromiumArgs, withSandbox } from './helpers.mjs'
 
 const CHROMIUM = '/usr/bin/chromium'
 
@@ -21,8 +21,7 @@ test('a preview URL in headless Chromium: page, reload by cookie, WebSocket, 401
 
     const browser = await chromium.launch({
       executablePath: CHROMIUM,
-      args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-        '--disable-component-update', '--disable-sync'],
+      args: chromiumArgs(),
     })
     try {
       const page = await (await browser.newContext()).newPage()

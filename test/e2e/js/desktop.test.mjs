@@ -10,7 +10,7 @@ import http from 'node:http'
 import { existsSync } from 'node:fs'
 import { inflateSync } from 'node:zlib'
 import { chromium } from 'playwright-core'
-import { lizard, sleep } from './helpers.mjs'
+import { chromiumArgs, lizard, sleep } from './helpers.mjs'
 
 const CHROMIUM = '/usr/bin/chromium'
 const [proxyHost, proxyPort] = (process.env.LIZARD_TEST_PROXY ?? '127.0.0.1:8081').split(':')
@@ -259,8 +259,7 @@ test('desktop: start, input, screenshots, noVNC through the proxy, view-only, st
     // Both pages in a real browser, through the proxy.
     const browser = await chromium.launch({
       executablePath: CHROMIUM,
-      args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-        '--disable-component-update', '--disable-sync'],
+      args: chromiumArgs(),
     })
     try {
       for (const [name, u] of [['view-only', d.viewOnlyUrl], ['interactive', d.url]]) {

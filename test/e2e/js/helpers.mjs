@@ -15,3 +15,18 @@ export async function withSandbox(fn, opts = {}) {
 }
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+
+// chromiumArgs are the flags the browser tests start Chromium with. Preview
+// URLs name <sandbox>-<port>.sandbox.localhost, which Chromium resolves to
+// loopback; when the server's proxy listens elsewhere (a cluster node in a
+// network namespace of its own, LIZARD_TEST_PROXY), those names are mapped
+// to its address.
+export function chromiumArgs() {
+  const args = ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync']
+  const host = (process.env.LIZARD_TEST_PROXY ?? '127.0.0.1:8081').split(':')[0]
+  if (host !== '127.0.0.1' && host !== 'localhost') {
+    args.push(`--host-resolver-rules=MAP *.sandbox.localhost ${host}`)
+  }
+  return args
+}
