@@ -353,7 +353,7 @@ func (im *Images) downloadFile(ctx context.Context, name, p string, f File) erro
 	g.SetLimit(workers)
 	var off int64
 	for _, c := range f.Chunks {
-		w := io.NewOffsetWriter(fh, off)
+		w := holeWriter{io.NewOffsetWriter(fh, off)}
 		off += c.Size
 		g.Go(func() error { return im.downloadChunk(gctx, name, w, c) })
 	}
@@ -411,6 +411,28 @@ func (im *Images) downloadChunk(ctx context.Context, name string, w io.Writer, c
 		return corrupt(key, name, fmt.Sprintf("decompresses to %d bytes with SHA-256 %s, the manifest says %d bytes with %s", raw.n, raw.sum(), c.Size, c.SHA256))
 	}
 	return nil
+}
+
+// holeWriter writes into a file truncated to its size: runs of zeros are
+// left as holes (already zero), so a sparse file stays sparse.
+type holeWriter struct{ w *io.OffsetWriter }
+
+var zeros [64 << 10]byte
+
+func (h holeWriter) Write(p []byte) (int, error) {
+	total := len(p)
+	for len(p) > 0 {
+		n := min(len(p), len(zeros))
+		if !bytes.Equal(p[:n], zeros[:n]) {
+			if _, err := h.w.Write(p[:n]); err != nil {
+				return 0, err
+			}
+		} else if _, err := h.w.Seek(int64(n), io.SeekCurrent); err != nil {
+			return 0, err
+		}
+		p = p[n:]
+	}
+	return total, nil
 }
 
 type countHash struct {

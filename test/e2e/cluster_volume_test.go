@@ -1,0 +1,182 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/objstore"
+)
+
+// volumeInfo is what GET /api/projects/default/volumes/{name} says of a
+// volume's place and syncs.
+type volumeInfo struct {
+	ID            string     `json:"id"`
+	Node          string     `json:"node"`
+	AttachedTo    string     `json:"attachedTo"`
+	Version       int        `json:"version"`
+	SyncedVersion int        `json:"syncedVersion"`
+	SyncedAt      *time.Time `json:"syncedAt"`
+	Stale         bool       `json:"stale"`
+}
+
+func (n *clusterNode) volume(t *testing.T, name string) volumeInfo {
+	t.Helper()
+	var v volumeInfo
+	if code, body := n.do("GET", "/api/projects/default/volumes/"+name, nil, &v); code != http.StatusOK {
+		t.Fatalf("get volume %s through %s: %d %s", name, n.name, code, body)
+	}
+	return v
+}
+
+// createWithVolume creates a sandbox holding volume name through n.
+func (n *clusterNode) createWithVolume(t *testing.T, name string) string {
+	t.Helper()
+	var sb sandboxInfo
+	if code, body := n.do("POST", "/api/sandboxes", map[string]any{"template": "base", "volumeName": name}, &sb); code >= 300 {
+		t.Fatalf("create with volume %s through %s: %d %s", name, n.name, code, body)
+	}
+	return sb.SandboxID
+}
+
+// TestClusterVolumeMoves: with an object store, a volume written on a and
+// detached is synced; once a is gone it is attached on another node with
+// its data (a corrupted object refused first, naming it); that node killed
+// for good with the volume attached leaves it at its last sync, flagged
+// stale, attachable on the third node. Nothing is left behind.
+func TestClusterVolumeMoves(t *testing.T) {
+	c := newTestCluster(t)
+	gw, st := objectStoreOn(t, clusterNet+".1")
+	c.startNodes(3, "--object-store", gw.URL("lizard"), "--max-volume-gb", "2")
+	a := c.node("a")
+	if code, body := a.do("POST", "/api/projects/default/volumes", map[string]any{"name": "moving", "sizeGb": 1}, nil); code != http.StatusCreated {
+		t.Fatalf("create volume: %d %s", code, body)
+	}
+	v := a.volume(t, "moving")
+	if v.Node != "a" {
+		t.Fatalf("volume created through a is on %q", v.Node)
+	}
+
+	// Written on a, detached: synced.
+	id := a.createWithVolume(t, "moving")
+	if w := c.where(a, id); w != "a" {
+		t.Fatalf("a create with a's volume placed on %s", w)
+	}
+	a.sh(t, id, "echo from-a > /workspace/f")
+	if code, body := a.do("DELETE", "/api/sandboxes/"+id, nil, nil); code >= 300 {
+		t.Fatalf("kill: %d %s", code, body)
+	}
+	v = a.volume(t, "moving")
+	if v.AttachedTo != "" || v.SyncedVersion == 0 || v.SyncedVersion != v.Version || v.SyncedAt == nil || v.Stale {
+		t.Fatalf("after the detach on a: %+v; want synced", v)
+	}
+
+	// a goes for good: the volume is placed anywhere, from its last sync.
+	a.crash()
+	c.nodesCLI("remove", "a")
+	c.waitState("a", "removed")
+	b := c.node("b")
+
+	// Corrupted objects are refused, naming one, and nothing is attached.
+	blobs := keys(t, st, "blobs/")
+	orig := map[string][]byte{}
+	for _, k := range blobs {
+		orig[k.Key] = get(t, st, k.Key)
+		if _, err := st.Put(context.Background(), k.Key, bytes.NewReader([]byte("garbage"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var e struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	}
+	code, body := b.do("POST", "/api/sandboxes", map[string]any{"template": "base", "volumeName": "moving"}, nil)
+	json.Unmarshal(body, &e)
+	if code != http.StatusConflict || e.Code != "corrupt_object" || !strings.Contains(e.Message, "blobs/sha256/") {
+		t.Fatalf("create from a corrupt volume: %d %s; want 409 corrupt_object naming the blob", code, body)
+	}
+	for k, data := range orig {
+		if _, err := st.Put(context.Background(), k, bytes.NewReader(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v := b.volume(t, "moving"); v.AttachedTo != "" || v.Node != "a" {
+		t.Fatalf("after the refused attach: %+v", v)
+	}
+
+	id = b.createWithVolume(t, "moving")
+	x := c.node(c.where(b, id))
+	if got := x.sh(t, id, "cat /workspace/f"); got != "from-a\n" {
+		t.Fatalf("on %s the volume holds %q", x.name, got)
+	}
+	if v := b.volume(t, "moving"); v.Node != x.name || v.AttachedTo != id || v.Stale {
+		t.Fatalf("attached on %s: %+v", x.name, v)
+	}
+
+	// x is killed for good with the volume attached and never synced
+	// what it wrote: the volume is at its last sync (a's), stale.
+	x.sh(t, id, "echo from-"+x.name+" > /workspace/f")
+	y := b
+	if x == b {
+		y = c.node("c")
+	}
+	x.crash()
+	c.waitState(x.name, "dead")
+	deadline := time.Now().Add(30 * time.Second)
+	for v = y.volume(t, "moving"); !v.Stale; v = y.volume(t, "moving") {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s died: %+v; want stale", x.name, v)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if v.AttachedTo != "" {
+		t.Fatalf("stale volume still attached: %+v", v)
+	}
+	id2 := y.createWithVolume(t, "moving")
+	if w := c.where(y, id2); w != y.name {
+		t.Fatalf("placed on %s, want %s (the only node left)", w, y.name)
+	}
+	if got := y.sh(t, id2, "cat /workspace/f"); got != "from-a\n" {
+		t.Fatalf("on %s after %s died the volume holds %q; want the last sync's", y.name, x.name, got)
+	}
+	if v := y.volume(t, "moving"); !v.Stale || v.Node != y.name {
+		t.Fatalf("attached on %s after the loss: %+v; want still stale until synced", y.name, v)
+	}
+	y.sh(t, id2, "echo from-"+y.name+" > /workspace/f")
+	if code, body := y.do("DELETE", "/api/sandboxes/"+id2, nil, nil); code >= 300 {
+		t.Fatalf("kill: %d %s", code, body)
+	}
+	if v := y.volume(t, "moving"); v.Stale || v.SyncedVersion != v.Version {
+		t.Fatalf("after the detach on %s: %+v; want synced, not stale", y.name, v)
+	}
+	if code, body := y.do("DELETE", "/api/projects/default/volumes/moving", nil, nil); code != http.StatusNoContent {
+		t.Fatalf("delete volume: %d %s", code, body)
+	}
+	waitNoObjects(t, st)
+
+	// The dead nodes come back, fenced, and clear what they held.
+	for _, n := range []*clusterNode{a, x} {
+		n.start()
+		n.waitNoLeaks(t)
+	}
+	c.waitNoLeaks()
+}
+
+// get reads object key.
+func get(t *testing.T, st objstore.Store, key string) []byte {
+	t.Helper()
+	rc, err := st.Get(context.Background(), key, 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(rc); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
