@@ -18,7 +18,7 @@ import (
 // names and addresses of their own, so that a cluster a user runs and the
 // tests never collide: a host bridge lzt0 with 10.78.0.1/24, PostgreSQL on
 // 10.78.0.1:clusterPGPort, and node N (the i-th, from 1) in network
-// namespace lzt-N at 10.78.0.(10+i), with cgroup parent lizardt-N, sandbox
+// namespace lzt-N at 10.78.0.x (nodeOctet), with cgroup parent lizardt-N, sandbox
 // bridge lztsb-N on 10.(84+i).0.0/16 and build bridge lztbb-N on
 // 10.(94+i).0.0/16.
 const (
@@ -63,6 +63,7 @@ func startCluster(t *testing.T, n int, extra ...string) *testCluster {
 func newTestCluster(t *testing.T) *testCluster {
 	t.Helper()
 	requirements(t)
+	clusterSeq++
 	c := &testCluster{t: t}
 	removeClusterBridge()
 	run(t, "ip", "link", "add", clusterBridge, "type", "bridge")
@@ -119,14 +120,26 @@ func (c *testCluster) startNodes(n int, extra ...string) {
 	c.waitReady(n)
 }
 
+// clusterSeq counts the clusters the tests made; each gets node addresses
+// of its own, so that no node starts on an address a node of an earlier
+// test used: the database host may still hold that node's connections
+// (it vanished without closing them), and a new node's connections on the
+// same address and ports were seen to stall for many seconds.
+var clusterSeq int
+
+// nodeOctet is the last octet of node i's address in the current cluster:
+// 10+i for the first, then five further on for each cluster (wrapping
+// before 250).
+func nodeOctet(i int) int { return 10 + ((clusterSeq-1)%45)*5 + i }
+
 // newClusterNetns makes node i's network namespace, lzt-<name>, joined to
-// the cluster bridge at 10.78.0.(10+i), with its default route through the
+// the cluster bridge at 10.78.0.nodeOctet(i), with its default route through the
 // host.
 func newClusterNetns(t *testing.T, i int, name string) *testNode {
 	t.Helper()
 	nd := &testNode{
 		name:     "lzt-" + name,
-		addr:     netip.MustParseAddr(fmt.Sprintf("%s.%d", clusterNet, 10+i)),
+		addr:     netip.MustParseAddr(fmt.Sprintf("%s.%d", clusterNet, nodeOctet(i))),
 		hostAddr: netip.MustParseAddr(clusterNet + ".1"),
 		hostVeth: "lzth-" + name,
 	}

@@ -14,8 +14,8 @@ import (
 // on either.
 func TestTwoServersOneHost(t *testing.T) {
 	a := startServer(t, "") // the defaults: --cgroup-parent lizard, bridge lizarde0
-	b := startServer(t, "", "--bridge", "lizarde1", "--subnet", "10.253.0.0/16",
-		"--build-bridge", "lzbuilde1", "--build-subnet", "10.246.0.0/16", "--cgroup-parent", "lizard-e2e1")
+	b := startServer(t, "", "--bridge", "lizarde1", "--subnet", "10.249.0.0/16",
+		"--build-bridge", "lzbuilde1", "--build-subnet", "10.248.0.0/16", "--cgroup-parent", "lizard-e2e1")
 	if a.cgroupParent() == b.cgroupParent() || a.bridge() == b.bridge() {
 		t.Fatalf("the servers share a cgroup parent or bridge: %s/%s, %s/%s", a.cgroupParent(), a.bridge(), b.cgroupParent(), b.bridge())
 	}
