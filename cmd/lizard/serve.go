@@ -310,6 +310,7 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	defer vols.Close()
 	if cm != nil {
 		cm.volumes.Store(vols)
 	}

@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
-	"github.com/lizard-build/lizard/internal/durable"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -21,9 +21,6 @@ import (
 // attach on a node that does not hold it fetches the last sync, checking
 // every digest, and moves the record to that node. A node lost while a
 // volume was attached leaves it at its last sync, flagged Stale.
-
-// syncTimeout bounds one sync at detach.
-const syncTimeout = 30 * time.Minute
 
 // findAnyLocked finds the project's volume ref among this node's records,
 // then, in a cluster with an object store, among every node's; local says
@@ -86,38 +83,174 @@ func (m *Manager) fetchLocked(ctx context.Context, v *Volume) error {
 	return nil
 }
 
-// syncLocked uploads detached volume v's image (unmounted) when it changed
-// since its last sync and records the sync in v. A failed sync is logged:
-// v keeps its last sync, and the next detach tries again.
-func (m *Manager) syncLocked(ctx context.Context, v *Volume) {
-	if m.cfg.Images == nil || v.Version == 0 || v.SyncedVersion == v.Version {
+// Retries of a failed sync, doubling from syncRetryMin to syncRetryMax.
+const (
+	syncRetryMin = time.Second
+	syncRetryMax = time.Minute
+)
+
+// syncWait bounds how long an attach on another node waits for the
+// holding node's pending sync.
+const syncWait = 10 * time.Minute
+
+// syncJob is the background sync of one detached volume.
+type syncJob struct {
+	cancel context.CancelFunc
+	// reading is closed once the job no longer reads the image: the
+	// volume may be mounted (and changed) again; done once it is over and
+	// recorded.
+	reading, done chan struct{}
+}
+
+// startSyncLocked syncs detached volume v (unmounted) to the object store
+// in the background when it changed since its last sync: its detach
+// returns at once. A failed sync is retried with backoff until it succeeds
+// or the volume is attached here again or deleted (quiesceLocked), which
+// cancels it: the data is still on this node, and the next detach syncs.
+func (m *Manager) startSyncLocked(v Volume) {
+	if m.cfg.Images == nil || v.Version == 0 || v.SyncedVersion >= v.Version {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), syncTimeout)
-	defer cancel()
+	m.quiesceLocked(v.ID)
+	ctx, cancel := context.WithCancel(m.bg)
+	j := &syncJob{cancel: cancel, reading: make(chan struct{}), done: make(chan struct{})}
+	m.syncs[v.ID] = j
+	m.wg.Add(1)
+	go m.syncLoop(ctx, j, v.ID, v.Version)
+}
+
+// quiesceLocked cancels volume id's background sync, if any, and waits
+// until it no longer reads the image.
+func (m *Manager) quiesceLocked(id string) {
+	j := m.syncs[id]
+	if j == nil {
+		return
+	}
+	j.cancel()
+	<-j.reading
+	delete(m.syncs, id)
+}
+
+// Syncing reports whether volume id has a sync in progress or waiting to
+// retry on this node.
+func (m *Manager) Syncing(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.syncs[id] != nil
+}
+
+func (m *Manager) syncLoop(ctx context.Context, j *syncJob, id string, version int) {
+	defer m.wg.Done()
+	defer close(j.done)
+	defer j.cancel()
+	var err error
+	for delay := syncRetryMin; ; delay = min(2*delay, syncRetryMax) {
+		if err = m.upload(ctx, id, version); err == nil || ctx.Err() != nil {
+			break
+		}
+		m.cfg.Logger.Warn("volume not synced to the object store; retrying", "volume", id, "version", version, "in", delay, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	close(j.reading)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.syncs[id] == j {
+		delete(m.syncs, id)
+	}
+	if err != nil {
+		// Canceled: attached again or deleted here, or the server stops
+		// (Reconcile syncs at its next start).
+		return
+	}
+	// The upload read version's data, unmounted throughout (an attach
+	// here waits for reading): the store holds that version, whatever
+	// happened to the record since.
+	rctx := context.WithoutCancel(ctx)
+	all, err := m.all(rctx)
+	if err != nil {
+		m.cfg.Logger.Warn("volume synced but not recorded; the next detach syncs again", "volume", id, "err", err)
+		return
+	}
+	for _, v := range all {
+		if v.ID != id || v.SyncedVersion >= version {
+			continue
+		}
+		now := time.Now().UTC()
+		v.SyncedVersion, v.SyncedAt, v.Stale = version, &now, false
+		if err := m.saveLocked(rctx, v); err != nil {
+			m.cfg.Logger.Warn("volume synced but not recorded; the next detach syncs again", "volume", id, "err", err)
+		}
+	}
+}
+
+// upload makes the image of volume id, unmounted, durable: only its data
+// extents are read, and only chunks the store lacks are uploaded.
+func (m *Manager) upload(ctx context.Context, id string, version int) error {
 	// The image alone, by a hard link, in a directory of its own.
-	stage := filepath.Join(m.cfg.Dir, ".sync-"+v.ID)
+	stage := filepath.Join(m.cfg.Dir, ".sync-"+id)
 	os.RemoveAll(stage)
 	defer os.RemoveAll(stage)
 	start := time.Now()
-	err := os.Mkdir(stage, 0o700)
-	if err == nil {
-		err = os.Link(m.image(v.ID), filepath.Join(stage, imageFile))
+	if err := os.Mkdir(stage, 0o700); err != nil {
+		return err
 	}
-	if err == nil {
-		var man durable.Manifest
-		man, err = m.cfg.Images.Upload(ctx, ImageName(v.ID), stage)
-		if err == nil {
-			stored, _ := man.Stored()
-			m.cfg.Logger.Info("volume synced", "volume", v.ID, "version", v.Version, "stored", stored, "took", time.Since(start))
+	if err := os.Link(m.image(id), filepath.Join(stage, imageFile)); err != nil {
+		return err
+	}
+	man, err := m.cfg.Images.Upload(ctx, ImageName(id), stage)
+	if err != nil {
+		return err
+	}
+	stored, size := man.Stored()
+	m.cfg.Logger.Info("volume synced", "volume", id, "version", version, "size", size, "stored", stored, "took", time.Since(start))
+	return nil
+}
+
+// pendingElsewhere reports whether v, held by another node that is not
+// gone, was detached there and its sync is not done: its freshest data is
+// on that node only.
+func (m *Manager) pendingElsewhere(ctx context.Context, v Volume) bool {
+	return v.AttachedTo == "" && v.SyncedVersion < v.Version && (m.cfg.Gone == nil || !m.cfg.Gone(ctx, v.Node))
+}
+
+// waitSynced waits (m.mu not held) until the record of v, pending on
+// another node, changes: synced, attached again, or its node gone.
+func (m *Manager) waitSynced(ctx context.Context, v Volume) error {
+	m.cfg.Logger.Info("volume attach waits for its sync on the node holding it", "volume", v.ID, "node", v.Node, "version", v.Version, "syncedVersion", v.SyncedVersion)
+	ctx, cancel := context.WithTimeout(ctx, syncWait)
+	defer cancel()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return errdefs.WithCode("volume_syncing", fmt.Errorf("volume %q: node %s has not synced its last changes to the object store yet: %w", v.Name, v.Node, errors.Join(ctx.Err(), errdefs.ErrUnavailable)))
+		case <-tick.C:
+		}
+		recs, err := m.cfg.Shared.Volumes(ctx)
+		if err != nil {
+			continue
+		}
+		for _, r := range recs {
+			if r.ID != v.ID {
+				continue
+			}
+			var now Volume
+			if err := json.Unmarshal(r.Spec, &now); err != nil {
+				return fmt.Errorf("volume %s: %w", r.ID, err)
+			}
+			now.Node = r.Node
+			if now.Node != v.Node || !m.pendingElsewhere(ctx, now) {
+				return nil
+			}
 		}
 	}
-	if err != nil {
-		m.cfg.Logger.Warn("volume not synced to the object store; it stays at its last sync", "volume", v.ID, "syncedVersion", v.SyncedVersion, "err", err)
-		return
-	}
-	now := time.Now().UTC()
-	v.SyncedVersion, v.SyncedAt, v.Stale = v.Version, &now, false
 }
 
 // deleteImage removes volume id's image from the object store, if any.
@@ -201,6 +334,95 @@ func (m *Manager) NodeLost(ctx context.Context, node string) error {
 			continue
 		}
 		errs = append(errs, m.cfg.Shared.UpdateVolume(ctx, store.Volume{ID: v.ID, Node: node, Spec: spec}))
+	}
+	return errors.Join(errs...)
+}
+
+// Release hands the volumes attached to sandboxID over for a move of the
+// sandbox (paused, its runtime gone) to another node: each is unmounted
+// and synced, and waits there, still attached to sandboxID, for the
+// other node's Attach with the same sandbox, which fetches it. ctx bounds
+// the wait for the sync; on failure the volume stays here (Mount takes it
+// back).
+func (m *Manager) Release(ctx context.Context, sandboxID string) error {
+	if m.cfg.Images == nil {
+		return errdefs.WithCode("feature_unavailable", fmt.Errorf("volumes cannot move between nodes without an object store: %w", errdefs.ErrConflict))
+	}
+	m.mu.Lock()
+	all, err := m.all(ctx)
+	if err != nil {
+		m.mu.Unlock()
+		return err
+	}
+	var jobs []*syncJob
+	var ids []string
+	for _, v := range all {
+		if v.AttachedTo != sandboxID {
+			continue
+		}
+		if err := m.unmount(ctx, v.ID); err != nil {
+			m.mu.Unlock()
+			return fmt.Errorf("release volume %q: %w", v.Name, err)
+		}
+		m.startSyncLocked(v)
+		if j := m.syncs[v.ID]; j != nil {
+			jobs = append(jobs, j)
+		}
+		ids = append(ids, v.ID)
+	}
+	m.mu.Unlock()
+	for _, j := range jobs {
+		select {
+		case <-j.done:
+		case <-ctx.Done():
+			return fmt.Errorf("volume of sandbox %s not synced to the object store: %w", sandboxID, errors.Join(ctx.Err(), errdefs.ErrUnavailable))
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	all, err = m.all(ctx)
+	if err != nil {
+		return err
+	}
+	for _, v := range all {
+		if slices.Contains(ids, v.ID) && (v.AttachedTo != sandboxID || v.SyncedVersion < v.Version) {
+			return fmt.Errorf("volume %q changed while it was released (attached to %q, version %d, synced %d): %w", v.Name, v.AttachedTo, v.Version, v.SyncedVersion, errdefs.ErrConflict)
+		}
+	}
+	m.cfg.Logger.Info("volumes released for a move", "sandbox", sandboxID, "volumes", ids)
+	return nil
+}
+
+// detachReleasedLocked detaches the volumes of other nodes attached to
+// sandboxID (local is this node's): released for a move (synced, see
+// Release), their sandbox was killed before any node resumed it.
+func (m *Manager) detachReleasedLocked(ctx context.Context, sandboxID string, local []Volume) error {
+	if m.cfg.Shared == nil || m.cfg.Images == nil {
+		return nil
+	}
+	recs, err := m.cfg.Shared.Volumes(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, r := range recs {
+		if slices.ContainsFunc(local, func(v Volume) bool { return v.ID == r.ID }) {
+			continue
+		}
+		var v Volume
+		if err := json.Unmarshal(r.Spec, &v); err != nil || v.AttachedTo != sandboxID {
+			continue
+		}
+		v.AttachedTo = ""
+		spec, err := json.Marshal(v)
+		if err == nil {
+			err = m.cfg.Shared.UpdateVolume(ctx, store.Volume{ID: v.ID, Node: r.Node, Spec: spec})
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("detach volume %s of node %s: %w", v.ID, r.Node, err))
+			continue
+		}
+		m.cfg.Logger.Info("released volume detached: its sandbox is gone", "volume", v.ID, "node", r.Node, "sandbox", sandboxID)
 	}
 	return errors.Join(errs...)
 }

@@ -8,7 +8,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -51,7 +53,7 @@ func (n nodeView) Volumes(ctx context.Context) ([]store.Volume, error) {
 
 // twoNodes is two managers, nodes a and b, on one database and one object
 // store (a real versitygw).
-func twoNodes(t *testing.T) (a, b *Manager, obj objstore.Store, projectID string) {
+func twoNodes(t *testing.T) (a, b *Manager, gw *vgwtest.Server, obj objstore.Store, projectID string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: loop-mounts ext4 images")
@@ -59,7 +61,8 @@ func twoNodes(t *testing.T) (a, b *Manager, obj objstore.Store, projectID string
 	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
 		t.Skip("mkfs.ext4 is not installed")
 	}
-	gw := vgwtest.New(t)
+	lostNodes.Clear()
+	gw = vgwtest.New(t)
 	cfg, err := s3.ParseURL(gw.URL(""))
 	if err != nil {
 		t.Fatal(err)
@@ -72,11 +75,13 @@ func twoNodes(t *testing.T) (a, b *Manager, obj objstore.Store, projectID string
 	st, pid := testStore(t, dir)
 	images := durable.New(obj, nil)
 	mk := func(node string) *Manager {
-		m, err := New(Config{Dir: filepath.Join(dir, node), Store: nodeView{st, node}, Shared: st, Images: images, MaxSizeGB: 1})
+		m, err := New(Config{Dir: filepath.Join(dir, node), Store: nodeView{st, node}, Shared: st, Images: images, MaxSizeGB: 1,
+			Gone: func(_ context.Context, node string) bool { _, ok := lostNodes.Load(node); return ok }})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
+			m.Close()
 			// Whatever a failed test left mounted goes.
 			ctx := context.Background()
 			all, _ := st.Volumes(ctx)
@@ -86,7 +91,30 @@ func twoNodes(t *testing.T) (a, b *Manager, obj objstore.Store, projectID string
 		})
 		return m
 	}
-	return mk("a"), mk("b"), obj, pid
+	return mk("a"), mk("b"), gw, obj, pid
+}
+
+// lostNodes is the nodes the test declared dead (see lose).
+var lostNodes sync.Map
+
+// lose declares node dead, as the cluster does, through m.
+func lose(t *testing.T, m *Manager, node string) {
+	t.Helper()
+	lostNodes.Store(node, true)
+	if err := m.NodeLost(context.Background(), node); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// synced waits until m's background sync of volume id is over (a bound
+// against a hang only).
+func synced(t *testing.T, m *Manager, id string) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); m.Syncing(id); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("volume %s still syncing after 2 minutes", id)
+		}
+	}
 }
 
 func writeFile(t *testing.T, dir, name, data string) {
@@ -111,7 +139,7 @@ func readFile(t *testing.T, dir, name string) string {
 // a corrupt object is refused and leaves nothing; delete removes the
 // objects.
 func TestMoveBetweenNodes(t *testing.T) {
-	a, b, obj, pid := twoNodes(t)
+	a, b, _, obj, pid := twoNodes(t)
 	ctx := context.Background()
 	v, err := a.Create(ctx, pid, "data", 1, "", false)
 	if err != nil {
@@ -127,6 +155,7 @@ func TestMoveBetweenNodes(t *testing.T) {
 	if err := a.Detach(ctx, "sb_1"); err != nil {
 		t.Fatal(err)
 	}
+	synced(t, a, v.ID)
 	got, err := a.Get(ctx, pid, "data")
 	if err != nil || got.Version != 1 || got.SyncedVersion != 1 || got.SyncedAt == nil || got.Stale {
 		t.Fatalf("after the detach on a: %+v %v", got, err)
@@ -163,9 +192,7 @@ func TestMoveBetweenNodes(t *testing.T) {
 	// b writes more, then is lost with the volume attached: it stays at
 	// its last sync (a's), flagged stale, and a may attach it.
 	writeFile(t, dir, "hello", "from b, never synced")
-	if err := a.NodeLost(ctx, "b"); err != nil {
-		t.Fatal(err)
-	}
+	lose(t, a, "b")
 	b.unmount(ctx, v.ID) // what b's death does to its mount
 	got, err = a.Get(ctx, pid, "data")
 	if err != nil || !got.Stale || got.AttachedTo != "" || got.SyncedVersion != 1 {
@@ -182,6 +209,7 @@ func TestMoveBetweenNodes(t *testing.T) {
 	if err := a.Detach(ctx, "sb_4"); err != nil {
 		t.Fatal(err)
 	}
+	synced(t, a, v.ID)
 	got, _ = a.Get(ctx, pid, "data")
 	if got.Stale || got.SyncedVersion != got.Version || got.Version != 2 {
 		t.Fatalf("after a synced it again: %+v; want not stale, version 2 synced", got)
@@ -222,7 +250,7 @@ func TestMoveBetweenNodes(t *testing.T) {
 // TestNeverSynced: a volume never attached moves as a new empty one; one
 // attached on a lost node that never synced is refused elsewhere.
 func TestNeverSynced(t *testing.T) {
-	a, b, _, pid := twoNodes(t)
+	a, b, _, _, pid := twoNodes(t)
 	ctx := context.Background()
 	if _, err := a.Create(ctx, pid, "empty", 1, "", false); err != nil {
 		t.Fatal(err)
@@ -232,9 +260,7 @@ func TestNeverSynced(t *testing.T) {
 		t.Fatalf("attach a never-attached volume elsewhere: %v", err)
 	}
 	writeFile(t, dir, "f", "x")
-	if err := b.NodeLost(ctx, "b"); err != nil {
-		t.Fatal(err)
-	}
+	lose(t, b, "b")
 	all, _ := b.all(ctx)
 	for _, v := range all {
 		b.unmount(ctx, v.ID)
@@ -243,4 +269,193 @@ func TestNeverSynced(t *testing.T) {
 	if _, _, err := a.Attach(ctx, pid, "empty", "sb_2"); errdefs.Code(err) != "volume_not_synced" {
 		t.Fatalf("attach of a volume lost before its first sync: %v; want volume_not_synced", err)
 	}
+}
+
+// TestBackgroundSync: a detach returns before the sync; an attach on
+// another node meanwhile waits for it and sees the data; an attach on the
+// same node cancels it (the data is there) and the next detach syncs; a
+// sync while the object store is down is retried until it is back.
+func TestBackgroundSync(t *testing.T) {
+	a, b, gw, _, pid := twoNodes(t)
+	ctx := context.Background()
+	v, err := a.Create(ctx, pid, "bg", 1, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Attached again on a at once: the sync stops, nothing is lost.
+	_, dir, err := a.Attach(ctx, pid, "bg", "sb_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, dir, "f", "one")
+	if err := a.Detach(ctx, "sb_1"); err != nil {
+		t.Fatal(err)
+	}
+	_, dir, err = a.Attach(ctx, pid, "bg", "sb_2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Syncing(v.ID) {
+		t.Fatal("a sync still runs while the volume is attached again")
+	}
+	if s := readFile(t, dir, "f"); s != "one" {
+		t.Fatalf("attached again on a: %q", s)
+	}
+	writeFile(t, dir, "f", "two")
+
+	// Detached on a with the store down, so that its sync is pending;
+	// attached on b meanwhile: b waits for a's sync, retried once the
+	// store is back, and sees the last write.
+	gw.Stop()
+	if err := a.Detach(ctx, "sb_2"); err != nil {
+		t.Fatal(err)
+	}
+	if !a.Syncing(v.ID) {
+		t.Fatal("no sync pending on a with the store down")
+	}
+	type attached struct {
+		dir string
+		err error
+	}
+	done := make(chan attached, 1)
+	go func() {
+		_, dir, err := b.Attach(ctx, pid, "bg", "sb_3")
+		done <- attached{dir, err}
+	}()
+	if err := gw.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	if dir, err = res.dir, res.err; err != nil {
+		t.Fatal(err)
+	}
+	if s := readFile(t, dir, "f"); s != "two" {
+		t.Fatalf("attached on b right after the detach on a: %q, want %q", s, "two")
+	}
+	got, _ := b.Get(ctx, pid, "bg")
+	if got.Node != "b" || got.Stale || got.SyncedVersion != got.Version-1 {
+		t.Fatalf("on b: %+v", got)
+	}
+
+	// The store down at the detach: the sync is retried until it is back.
+	writeFile(t, dir, "f", "three")
+	gw.Stop()
+	if err := b.Detach(ctx, "sb_3"); err != nil {
+		t.Fatal(err)
+	}
+	if !b.Syncing(v.ID) {
+		t.Fatal("no sync pending with the store down")
+	}
+	if err := gw.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	synced(t, b, v.ID)
+	got, _ = b.Get(ctx, pid, "bg")
+	if got.SyncedVersion != got.Version || got.SyncedAt == nil {
+		t.Fatalf("after the store came back: %+v", got)
+	}
+	_, dir, err = a.Attach(ctx, pid, "bg", "sb_4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := readFile(t, dir, "f"); s != "three" {
+		t.Fatalf("attached on a after b's retried sync: %q", s)
+	}
+	if err := a.Detach(ctx, "sb_4"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRelease: a volume released for a move (its sandbox paused) is
+// unmounted and synced and stays attached to the sandbox; the node that
+// resumes the sandbox attaches it with the same sandbox id, fetching it;
+// what the sandbox writes there syncs at its detach. Taken back on its
+// node instead (a failed move), it counts as changed again.
+func TestRelease(t *testing.T) {
+	a, b, _, _, pid := twoNodes(t)
+	ctx := context.Background()
+	v, err := a.Create(ctx, pid, "rel", 1, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, dir, err := a.Attach(ctx, pid, "rel", "sb_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, dir, "f", "before the move")
+
+	// A failed move: released, then mounted again on a.
+	if err := a.Release(ctx, "sb_1"); err != nil {
+		t.Fatal(err)
+	}
+	if mounted(a.mountDir(v.ID)) {
+		t.Fatal("still mounted after the release")
+	}
+	got, _ := a.Get(ctx, pid, "rel")
+	if got.AttachedTo != "sb_1" || got.SyncedVersion != got.Version || got.Node != "a" {
+		t.Fatalf("after the release: %+v; want attached to sb_1, synced, on a", got)
+	}
+	if err := a.Mount(ctx, v.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := a.Get(ctx, pid, "rel"); got.SyncedVersion >= got.Version {
+		t.Fatalf("mounted again for its sandbox: %+v; want a version past the sync", got)
+	}
+	writeFile(t, dir, "f", "moved")
+
+	// The move: released, attached on b by the same sandbox.
+	if err := a.Release(ctx, "sb_1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.Attach(ctx, pid, "rel", "sb_2"); errdefs.Code(err) != "volume_in_use" {
+		t.Fatalf("another sandbox attaching a released volume: %v; want volume_in_use", err)
+	}
+	_, dir, err = b.Attach(ctx, pid, "rel", "sb_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := readFile(t, dir, "f"); s != "moved" {
+		t.Fatalf("on b after the move: %q", s)
+	}
+	got, _ = b.Get(ctx, pid, "rel")
+	if got.Node != "b" || got.AttachedTo != "sb_1" || got.SyncedVersion >= got.Version {
+		t.Fatalf("on b: %+v; want b's, attached to sb_1, changed since the sync", got)
+	}
+	writeFile(t, dir, "g", "on b")
+	if err := b.Detach(ctx, "sb_1"); err != nil {
+		t.Fatal(err)
+	}
+	synced(t, b, v.ID)
+	_, dir, err = a.Attach(ctx, pid, "rel", "sb_3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := readFile(t, dir, "g"); s != "on b" {
+		t.Fatalf("back on a: %q", s)
+	}
+	writeFile(t, dir, "h", "released")
+	if err := a.Release(ctx, "sb_3"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Its sandbox killed on b before any node resumed it: a released
+	// volume is free again, and attachable anywhere.
+	if err := b.Detach(ctx, "sb_3"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := b.Get(ctx, pid, "rel"); got.AttachedTo != "" || got.Node != "a" {
+		t.Fatalf("after its released sandbox was killed on b: %+v; want detached, on a", got)
+	}
+	_, dir, err = b.Attach(ctx, pid, "rel", "sb_4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := readFile(t, dir, "h"); s != "released" {
+		t.Fatalf("on b: %q", s)
+	}
+	if err := b.Detach(ctx, "sb_4"); err != nil {
+		t.Fatal(err)
+	}
+	synced(t, b, v.ID)
 }

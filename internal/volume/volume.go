@@ -48,8 +48,10 @@ type Volume struct {
 	// With an object store (Config.Images), a volume is synced there at
 	// every detach. Version counts its attaches (its data may change
 	// while attached); SyncedVersion is the Version last synced (0:
-	// never) and SyncedAt when. Stale says its node was lost while it was
-	// attached: its data is as of SyncedAt, what was written after is gone.
+	// never) and SyncedAt when; a detached volume with SyncedVersion <
+	// Version has a sync pending on its node. Stale says its node was lost
+	// while it was attached: its data is as of SyncedAt, what was written
+	// after is gone (until its next sync).
 	Version       int        `json:"version,omitempty"`
 	SyncedVersion int        `json:"syncedVersion,omitempty"`
 	SyncedAt      *time.Time `json:"syncedAt,omitempty"`
@@ -121,6 +123,13 @@ const imageFile = "volume.img"
 type Manager struct {
 	cfg Config
 	mu  sync.Mutex // serializes every change: they are rare and slow
+	// syncs is the background syncs to the object store, by volume
+	// (guarded by mu); bg is their context, canceled by Close, wg waits
+	// for them.
+	syncs  map[string]*syncJob
+	bg     context.Context
+	stopBg context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 // New prepares the volume directory.
@@ -137,7 +146,16 @@ func New(cfg Config) (*Manager, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, err
 	}
-	return &Manager{cfg: cfg}, nil
+	bg, stop := context.WithCancel(context.Background())
+	return &Manager{cfg: cfg, syncs: map[string]*syncJob{}, bg: bg, stopBg: stop}, nil
+}
+
+// Close cancels the background syncs and waits for them to stop; a volume
+// left unsynced is synced by Reconcile at the next start (its data is on
+// this node's disk).
+func (m *Manager) Close() {
+	m.stopBg()
+	m.wg.Wait()
 }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?$`)
@@ -396,6 +414,7 @@ func (m *Manager) Delete(ctx context.Context, projectID, ref string) error {
 	if v.AttachedTo != "" {
 		return errdefs.WithCode("volume_attached", fmt.Errorf("volume %q is attached to sandbox %s: %w", v.Name, v.AttachedTo, errdefs.ErrConflict))
 	}
+	m.quiesceLocked(v.ID)
 	m.unmount(ctx, v.ID)
 	if err := m.cfg.Store.DeleteVolume(ctx, v.ID); err != nil {
 		return err
@@ -416,8 +435,22 @@ func (m *Manager) Attach(ctx context.Context, projectID, ref, sandboxID string) 
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	v, local, err := m.findAnyLocked(ctx, projectID, ref)
+	for err == nil && !local && m.pendingElsewhere(ctx, v) {
+		// Its freshest data is still on the node that holds it: wait
+		// for that node's sync (placement sends creates there, so this is
+		// a move or a race).
+		m.mu.Unlock()
+		err = m.waitSynced(ctx, v)
+		m.mu.Lock()
+		if err == nil {
+			v, local, err = m.findAnyLocked(ctx, projectID, ref)
+		}
+	}
 	if err != nil {
 		return Volume{}, "", err
+	}
+	if local {
+		m.quiesceLocked(v.ID) // a sync since its last detach here stops
 	}
 	if !local && v.AttachedTo != "" && m.cfg.Gone != nil && m.cfg.Gone(ctx, v.Node) {
 		m.cfg.Logger.Warn("volume lost with its node; it is taken at its last sync", "volume", v.ID, "node", v.Node, "sandbox", v.AttachedTo)
@@ -435,7 +468,7 @@ func (m *Manager) Attach(ctx context.Context, projectID, ref, sandboxID string) 
 	if err := m.mountLocked(ctx, v.ID); err != nil {
 		return Volume{}, "", err
 	}
-	if v.AttachedTo != sandboxID && m.cfg.Images != nil {
+	if (v.AttachedTo != sandboxID || !local) && m.cfg.Images != nil {
 		v.Version++ // counted for the syncs only
 	}
 	v.AttachedTo = sandboxID
@@ -451,7 +484,24 @@ func (m *Manager) Attach(ctx context.Context, projectID, ref, sandboxID string) 
 func (m *Manager) Mount(ctx context.Context, id string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.mountLocked(ctx, id)
+	m.quiesceLocked(id) // a Release's sync, if the move failed
+	if err := m.mountLocked(ctx, id); err != nil {
+		return err
+	}
+	if m.cfg.Images == nil {
+		return nil
+	}
+	all, err := m.all(ctx)
+	if err != nil {
+		return err
+	}
+	for _, v := range all {
+		if v.ID == id && v.AttachedTo != "" && v.SyncedVersion >= v.Version {
+			v.Version++ // it may change again: synced at its detach
+			return m.saveLocked(ctx, v)
+		}
+	}
+	return nil
 }
 
 func (m *Manager) mountLocked(ctx context.Context, id string) error {
@@ -495,10 +545,14 @@ func (m *Manager) Detach(ctx context.Context, sandboxID string) error {
 			continue
 		}
 		v.AttachedTo = ""
-		m.syncLocked(ctx, &v)
-		errs = append(errs, m.saveLocked(ctx, v))
+		if err := m.saveLocked(ctx, v); err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		m.cfg.Logger.Info("volume detached", "volume", v.ID, "sandbox", sandboxID)
+		m.startSyncLocked(v)
 	}
+	errs = append(errs, m.detachReleasedLocked(ctx, sandboxID, all))
 	m.pruneLocked(ctx)
 	return errors.Join(errs...)
 }
@@ -517,7 +571,10 @@ func (m *Manager) Reconcile(ctx context.Context, live func(sandboxID string) boo
 			errs = append(errs, m.Detach(ctx, v.AttachedTo))
 		case v.AttachedTo == "":
 			m.mu.Lock()
-			errs = append(errs, m.unmount(ctx, v.ID))
+			err := m.unmount(ctx, v.ID)
+			if errs = append(errs, err); err == nil {
+				m.startSyncLocked(v) // one the last run did not finish
+			}
 			m.mu.Unlock()
 		}
 	}
@@ -545,11 +602,18 @@ func (m *Manager) Resize(ctx context.Context, projectID, ref string, sizeGB int)
 	if err := m.checkQuotaLocked(ctx, projectID, v.ID, sizeGB); err != nil {
 		return Volume{}, err
 	}
+	if v.AttachedTo == "" {
+		// Its image changes: a sync in progress stops, and one starts
+		// once it is unmounted again.
+		m.quiesceLocked(v.ID)
+		defer func() {
+			if m.unmount(ctx, v.ID) == nil {
+				m.startSyncLocked(v)
+			}
+		}()
+	}
 	if err := m.mountLocked(ctx, v.ID); err != nil {
 		return Volume{}, err
-	}
-	if v.AttachedTo == "" {
-		defer m.unmount(ctx, v.ID)
 	}
 	if sizeGB < v.SizeGB {
 		used, err := m.dataBytes(v.ID)
@@ -563,10 +627,15 @@ func (m *Manager) Resize(ctx context.Context, projectID, ref string, sizeGB int)
 	if err := m.setSize(v.ID, sizeGB); err != nil {
 		return Volume{}, err
 	}
-	v.SizeGB = sizeGB
-	if err := m.saveLocked(ctx, v); err != nil {
+	next := v
+	next.SizeGB = sizeGB
+	if v.AttachedTo == "" && m.cfg.Images != nil {
+		next.Version++ // changed while detached: synced again
+	}
+	if err := m.saveLocked(ctx, next); err != nil {
 		return Volume{}, err
 	}
+	v = next
 	m.cfg.Logger.Info("volume resized", "volume", v.ID, "sizeGb", sizeGB)
 	return v, nil
 }

@@ -33,6 +33,23 @@ func (n *clusterNode) volume(t *testing.T, name string) volumeInfo {
 	return v
 }
 
+// waitSynced waits until volume name, detached, is synced (a detach
+// syncs in the background) and returns it.
+func (n *clusterNode) waitSynced(t *testing.T, name string) volumeInfo {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		v := n.volume(t, name)
+		if v.AttachedTo == "" && v.Version > 0 && v.SyncedVersion == v.Version {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("volume %s not synced after 2 minutes: %+v", name, v)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // createWithVolume creates a sandbox holding volume name through n.
 func (n *clusterNode) createWithVolume(t *testing.T, name string) string {
 	t.Helper()
@@ -43,43 +60,47 @@ func (n *clusterNode) createWithVolume(t *testing.T, name string) string {
 	return sb.SandboxID
 }
 
-// TestClusterVolumeMoves: with an object store, a volume written on a and
-// detached is synced; once a is gone it is attached on another node with
-// its data (a corrupted object refused first, naming it); that node killed
-// for good with the volume attached leaves it at its last sync, flagged
-// stale, attachable on the third node. Nothing is left behind.
+// TestClusterVolumeMoves: with an object store, a volume written on a (the
+// node placement chose for it) and detached is synced in the background;
+// once a is gone it is attached on another node with its data (a
+// corrupted object refused first, naming it); that node killed for good
+// with the volume attached leaves it at its last sync, flagged stale,
+// attachable on the third node. Nothing is left behind.
 func TestClusterVolumeMoves(t *testing.T) {
 	c := newTestCluster(t)
 	gw, st := objectStoreOn(t, clusterNet+".1")
 	c.startNodes(3, "--object-store", gw.URL("lizard"), "--max-volume-gb", "2")
-	a := c.node("a")
-	if code, body := a.do("POST", "/api/projects/default/volumes", map[string]any{"name": "moving", "sizeGb": 1}, nil); code != http.StatusCreated {
+	if code, body := c.node("a").do("POST", "/api/projects/default/volumes", map[string]any{"name": "moving", "sizeGb": 1}, nil); code != http.StatusCreated {
 		t.Fatalf("create volume: %d %s", code, body)
 	}
-	v := a.volume(t, "moving")
-	if v.Node != "a" {
-		t.Fatalf("volume created through a is on %q", v.Node)
+	v := c.node("a").volume(t, "moving")
+	a := c.node(v.Node) // placed like a sandbox: on any node
+	var others []*clusterNode
+	for _, n := range c.nodes {
+		if n != a {
+			others = append(others, n)
+		}
 	}
 
 	// Written on a, detached: synced.
 	id := a.createWithVolume(t, "moving")
-	if w := c.where(a, id); w != "a" {
-		t.Fatalf("a create with a's volume placed on %s", w)
+	if w := c.where(a, id); w != a.name {
+		t.Fatalf("a create with %s's volume placed on %s", a.name, w)
 	}
 	a.sh(t, id, "echo from-a > /workspace/f")
 	if code, body := a.do("DELETE", "/api/sandboxes/"+id, nil, nil); code >= 300 {
 		t.Fatalf("kill: %d %s", code, body)
 	}
-	v = a.volume(t, "moving")
+	v = a.waitSynced(t, "moving")
 	if v.AttachedTo != "" || v.SyncedVersion == 0 || v.SyncedVersion != v.Version || v.SyncedAt == nil || v.Stale {
 		t.Fatalf("after the detach on a: %+v; want synced", v)
 	}
 
 	// a goes for good: the volume is placed anywhere, from its last sync.
 	a.crash()
-	c.nodesCLI("remove", "a")
-	c.waitState("a", "removed")
-	b := c.node("b")
+	c.nodesCLI("remove", a.name)
+	c.waitState(a.name, "removed")
+	b := others[0]
 
 	// Corrupted objects are refused, naming one, and nothing is attached.
 	blobs := keys(t, st, "blobs/")
@@ -94,7 +115,15 @@ func TestClusterVolumeMoves(t *testing.T) {
 		Code    string `json:"code"`
 		Message string `json:"message"`
 	}
-	code, body := b.do("POST", "/api/sandboxes", map[string]any{"template": "base", "volumeName": "moving"}, nil)
+	var code int
+	var body []byte
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		// A retryable 503 until b's routing has seen a go.
+		code, body = b.do("POST", "/api/sandboxes", map[string]any{"template": "base", "volumeName": "moving"}, nil)
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			break
+		}
+	}
 	json.Unmarshal(body, &e)
 	if code != http.StatusConflict || e.Code != "corrupt_object" || !strings.Contains(e.Message, "blobs/sha256/") {
 		t.Fatalf("create from a corrupt volume: %d %s; want 409 corrupt_object naming the blob", code, body)
@@ -104,7 +133,7 @@ func TestClusterVolumeMoves(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if v := b.volume(t, "moving"); v.AttachedTo != "" || v.Node != "a" {
+	if v := b.volume(t, "moving"); v.AttachedTo != "" || v.Node != a.name {
 		t.Fatalf("after the refused attach: %+v", v)
 	}
 
@@ -120,9 +149,9 @@ func TestClusterVolumeMoves(t *testing.T) {
 	// x is killed for good with the volume attached and never synced
 	// what it wrote: the volume is at its last sync (a's), stale.
 	x.sh(t, id, "echo from-"+x.name+" > /workspace/f")
-	y := b
-	if x == b {
-		y = c.node("c")
+	y := others[0]
+	if x == y {
+		y = others[1]
 	}
 	x.crash()
 	c.waitState(x.name, "dead")
@@ -150,7 +179,7 @@ func TestClusterVolumeMoves(t *testing.T) {
 	if code, body := y.do("DELETE", "/api/sandboxes/"+id2, nil, nil); code >= 300 {
 		t.Fatalf("kill: %d %s", code, body)
 	}
-	if v := y.volume(t, "moving"); v.Stale || v.SyncedVersion != v.Version {
+	if v := y.waitSynced(t, "moving"); v.Stale || v.SyncedVersion != v.Version {
 		t.Fatalf("after the detach on %s: %+v; want synced, not stale", y.name, v)
 	}
 	if code, body := y.do("DELETE", "/api/projects/default/volumes/moving", nil, nil); code != http.StatusNoContent {
