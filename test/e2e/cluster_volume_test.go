@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -208,4 +209,86 @@ func get(t *testing.T, st objstore.Store, key string) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+// TestClusterDrainMoveVolume: lizard nodes drain a --move with a running
+// sandbox holding a volume: the sandbox is paused, its volume synced, and
+// on b the volume is fetched and attached before the sandbox resumes: the
+// file in /workspace is there, and the processes keep counting (same
+// pids), one of them in /workspace, on b's copy of the volume. Killed on
+// b, the volume syncs from there; deleted, nothing is left.
+func TestClusterDrainMoveVolume(t *testing.T) {
+	c, st := startDurableCluster(t, 2)
+	if code, body := c.node("a").do("POST", "/api/projects/default/volumes", map[string]any{"name": "work", "sizeGb": 1}, nil); code != http.StatusCreated {
+		t.Fatalf("create volume: %d %s", code, body)
+	}
+	// a is the node placement chose for the volume, b the other.
+	a, b := c.node("a"), c.node("b")
+	if v := a.volume(t, "work"); v.Node == "b" {
+		a, b = b, a
+	}
+	id := a.createWithVolume(t, "work")
+	if w := c.where(a, id); w != a.name {
+		t.Fatalf("a create with %s's volume placed on %s", a.name, w)
+	}
+	a.sh(t, id, counterScript)
+	a.sh(t, id, strings.ReplaceAll(counterScript, "/tmp/counter", "/workspace/counter"))
+	a.sh(t, id, "echo moved-with-me > /workspace/f")
+	pid, n := a.counter(t, id)
+	wpid, wn := a.workspaceCounter(t, id)
+
+	out := c.nodesCLI("drain", a.name, "--move")
+	t.Logf("drain --move:\n%s", out)
+	if !strings.Contains(out, "moved all its sandboxes") {
+		t.Fatalf("drain --move output: %s", out)
+	}
+	if w := c.where(b, id); w != b.name {
+		t.Fatalf("sandbox on %q after the move, want %s", w, b.name)
+	}
+	if pid2, n2 := b.counter(t, id); pid2 != pid || n2 <= n {
+		t.Fatalf("after the move: counter pid %d at %d, want pid %d past %d", pid2, n2, pid, n)
+	}
+	if pid2, n2 := b.workspaceCounter(t, id); pid2 != wpid || n2 <= wn {
+		t.Fatalf("after the move: /workspace counter pid %d at %d, want pid %d past %d", pid2, n2, wpid, wn)
+	}
+	if got := b.sh(t, id, "cat /workspace/f"); got != "moved-with-me\n" {
+		t.Fatalf("after the move /workspace/f holds %q", got)
+	}
+	if v := b.volume(t, "work"); v.Node != b.name || v.AttachedTo != id || v.Stale {
+		t.Fatalf("the volume after the move: %+v; want on %s, attached to %s", v, b.name, id)
+	}
+	a.waitNoLeaks(t)
+
+	// Killed on b: its volume syncs from b, with what b's processes wrote.
+	b.sh(t, id, "echo written-on-b > /workspace/g")
+	if code, body := b.do("DELETE", "/api/sandboxes/"+id, nil, nil); code >= 300 {
+		t.Fatalf("kill: %d %s", code, body)
+	}
+	if v := b.waitSynced(t, "work"); v.Node != b.name || v.Stale {
+		t.Fatalf("after the kill on b: %+v", v)
+	}
+	id2 := b.createWithVolume(t, "work")
+	if got := b.sh(t, id2, "cat /workspace/f /workspace/g"); got != "moved-with-me\nwritten-on-b\n" {
+		t.Fatalf("a new sandbox with the volume sees %q", got)
+	}
+	if code, body := b.do("DELETE", "/api/sandboxes/"+id2, nil, nil); code >= 300 {
+		t.Fatalf("kill: %d %s", code, body)
+	}
+	b.waitSynced(t, "work")
+	if code, body := b.do("DELETE", "/api/projects/default/volumes/work", nil, nil); code != http.StatusNoContent {
+		t.Fatalf("delete volume: %d %s", code, body)
+	}
+	waitNoObjects(t, st)
+	c.waitNoLeaks()
+}
+
+// workspaceCounter reads the counter a copy of counterScript keeps in
+// /workspace.
+func (n *clusterNode) workspaceCounter(t *testing.T, id string) (pid, count int) {
+	t.Helper()
+	out := n.sh(t, id, "cat /workspace/counter")
+	if _, err := fmt.Sscan(out, &pid, &count); err != nil {
+		t.Fatalf("/workspace/counter holds %q: %v", out, err)
+	}
+	return pid, count
 }
