@@ -32,14 +32,14 @@ type clusterRouting struct {
 // newClusterRouting builds node self's routing over the shared database
 // db, with this node's sandbox service and volume manager as its part of
 // the lists.
-func newClusterRouting(self string, secret []byte, db cluster.Database, svc *sandbox.Service, vols *volume.Manager, log *slog.Logger) (*clusterRouting, error) {
+func newClusterRouting(self string, secret []byte, db cluster.Database, svc *sandbox.Service, vols *volume.Manager, objectStore bool, log *slog.Logger) (*clusterRouting, error) {
 	signer, err := cluster.NewSigner(self, secret)
 	if err != nil {
 		return nil, err
 	}
 	local := cluster.LocalService{Node: self, Service: svc, VolumeManager: vols}
 	cr := &clusterRouting{
-		router: cluster.NewRouter(cluster.RouterConfig{Self: self, Directory: db, Store: db, Signer: signer, Local: local, Logger: log}),
+		router: cluster.NewRouter(cluster.RouterConfig{Self: self, Directory: db, Store: db, Signer: signer, Local: local, ObjectStore: objectStore, Logger: log}),
 		signer: signer, local: local, log: log,
 		resume: func(ctx context.Context, id string) error {
 			o, err := db.SandboxOwner(ctx, id)

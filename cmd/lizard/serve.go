@@ -287,7 +287,20 @@ func serve(ctx context.Context, args []string) error {
 			return l, cluster.Unavailable(err)
 		}
 	}
+	images, err := openImages(c.objectStore, log.With("component", "durable"))
+	if err != nil {
+		return err
+	}
+	// In a cluster with an object store, volumes move between nodes.
+	var (
+		sharedVols volume.SharedStore
+		nodeGone   func(context.Context, string) bool
+	)
+	if cm != nil && images != nil {
+		sharedVols, nodeGone = cm.db, cm.gone
+	}
 	vols, err := volume.New(volume.Config{
+		Images: images, Shared: sharedVols, Gone: nodeGone,
 		Dir: filepath.Join(c.dataDir, "volumes"), Store: nodeStore, MaxSizeGB: c.maxVolumeGB, Run: reap.Run,
 		Logger: log.With("component", "volume"), Disk: guard,
 		MaxProjectGB: func(ctx context.Context, projectID string) (int, error) {
@@ -298,12 +311,12 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	defer vols.Close()
+	if cm != nil {
+		cm.volumes.Store(vols)
+	}
 	step("volumes")
 	buildOpts, err := c.build.options(subnet)
-	if err != nil {
-		return err
-	}
-	images, err := openImages(c.objectStore, log.With("component", "durable"))
 	if err != nil {
 		return err
 	}
@@ -361,7 +374,7 @@ func serve(ctx context.Context, args []string) error {
 	// In cluster mode, requests for what another node holds go there.
 	var routing *clusterRouting
 	if cm != nil {
-		if routing, err = newClusterRouting(cm.member.Self(), cm.secret, cm.db, svc, vols, log.With("component", "route")); err != nil {
+		if routing, err = newClusterRouting(cm.member.Self(), cm.secret, cm.db, svc, vols, images != nil, log.With("component", "route")); err != nil {
 			return err
 		}
 		cm.routing.Store(routing)

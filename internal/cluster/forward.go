@@ -43,6 +43,10 @@ type RouterConfig struct {
 	// store, not the node's NodeStore).
 	Store  store.Store
 	Signer *Signer
+	// ObjectStore says volumes are synced to an object store: one whose
+	// node is gone (dead or removed) is answered here and a create with
+	// it placed on any node, which fetches its last sync.
+	ObjectStore bool
 	// Local is this node's part of the lists.
 	Local  Local
 	Logger *slog.Logger
@@ -340,6 +344,9 @@ func (rt *Router) locate(ctx context.Context, projectID string, ref api.Ref, met
 		node = rt.snapshotTarget(ctx, projectID, ref.ID, method)
 	case api.RefVolume:
 		node = rt.volumeNode(ctx, projectID, ref.ID)
+		if rt.movable(ctx, node) {
+			return nil, nil
+		}
 	}
 	if node == "" || node == rt.cfg.Self {
 		return nil, nil
@@ -382,6 +389,27 @@ func (rt *Router) volumeNode(ctx context.Context, projectID, ref string) string 
 		}
 		return "", err
 	})
+}
+
+// movable reports whether a volume of node may be used on any node: there
+// is an object store and node is gone (dead, removed or unknown).
+func (rt *Router) movable(ctx context.Context, node string) bool {
+	if !rt.cfg.ObjectStore || node == "" || node == rt.cfg.Self {
+		return false
+	}
+	nodes, err := rt.nodes(ctx)
+	return err == nil && Gone(nodes, node)
+}
+
+// Gone reports whether node is declared dead or removed, or not a member
+// of nodes at all.
+func Gone(nodes []store.Node, node string) bool {
+	for _, n := range nodes {
+		if n.Name == node {
+			return n.State == store.NodeDead || n.State == store.NodeRemoved
+		}
+	}
+	return true
 }
 
 // rowNode runs a lookup of a row's node; a failed one (the database is

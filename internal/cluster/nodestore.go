@@ -107,7 +107,8 @@ func (s *NodeStore) InsertVolume(ctx context.Context, v store.Volume) error {
 	return s.m.storeError(store.Fence{}, s.Database.InsertVolume(ctx, v))
 }
 
-// UpdateVolume replaces a volume's spec.
+// UpdateVolume replaces a volume's spec; the volume is on this node's
+// disk (it moves here when this node attached another's).
 func (s *NodeStore) UpdateVolume(ctx context.Context, v store.Volume) error {
 	v.Node = s.m.Self()
 	return s.m.storeError(store.Fence{}, s.Database.UpdateVolume(ctx, v))

@@ -106,7 +106,8 @@ type refusal struct {
 
 // Create runs a create on the node placement chooses (see api.Cluster):
 // a restore on the snapshot's node, a create with a volume on the
-// volume's (draining or not: the data is there and nowhere else), others
+// volume's (draining or not: its freshest copy is there; with an object
+// store, any node once that node is gone: its last sync is fetched), others
 // on the nodes Place orders. A node that answers 503 (no capacity, lease
 // lapsed, database unreachable) or cannot be dialled is skipped; any other
 // answer is the client's.
@@ -183,6 +184,9 @@ func (rt *Router) candidates(ctx context.Context, nodes []store.Node, projectID 
 	case want.Volume != "":
 		if pinned = rt.volumeNode(ctx, projectID, want.Volume); pinned == "" {
 			return nil, nil
+		}
+		if rt.movable(ctx, pinned) {
+			pinned = "" // its last sync, in the object store: any node
 		}
 	}
 	var warm []store.Node

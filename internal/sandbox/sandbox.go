@@ -44,6 +44,9 @@ type Volumes interface {
 	Attach(ctx context.Context, projectID, ref, sandboxID string) (volume.Volume, string, error)
 	Detach(ctx context.Context, sandboxID string) error
 	Mount(ctx context.Context, id string) error
+	// Release unmounts and syncs the volumes of a paused sandbox that
+	// moves to another node, where Attach with its id fetches them.
+	Release(ctx context.Context, sandboxID string) error
 	Reconcile(ctx context.Context, live func(sandboxID string) bool) error
 }
 

@@ -86,7 +86,8 @@ type Store interface {
 	// InsertVolume adds a volume; a name the project already has is
 	// ErrConflict.
 	InsertVolume(ctx context.Context, v Volume) error
-	// UpdateVolume replaces a volume's spec.
+	// UpdateVolume replaces a volume's spec and, when v.Node is set, the
+	// node that holds it.
 	UpdateVolume(ctx context.Context, v Volume) error
 	// DeleteVolume removes a record; a missing one is not an error.
 	DeleteVolume(ctx context.Context, id string) error

@@ -218,9 +218,10 @@ func (s *Store) InsertVolume(ctx context.Context, v store.Volume) error {
 	return err
 }
 
-// UpdateVolume replaces a volume's spec.
+// UpdateVolume replaces a volume's spec and, when v.Node is set, its node
+// (a volume moves to the node that attaches it).
 func (s *Store) UpdateVolume(ctx context.Context, v store.Volume) error {
-	_, err := s.pool.Exec(ctx, `UPDATE volumes SET spec = $1 WHERE id = $2`, string(v.Spec), v.ID)
+	_, err := s.pool.Exec(ctx, `UPDATE volumes SET spec = $1, node = CASE WHEN $3 = '' THEN node ELSE $3 END WHERE id = $2`, string(v.Spec), v.ID, v.Node)
 	return err
 }
 

@@ -253,9 +253,9 @@ func (s *Store) InsertVolume(ctx context.Context, v store.Volume) error {
 	return err
 }
 
-// UpdateVolume replaces a volume's spec.
+// UpdateVolume replaces a volume's spec and, when v.Node is set, its node.
 func (s *Store) UpdateVolume(ctx context.Context, v store.Volume) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE volumes SET spec = ? WHERE id = ?`, string(v.Spec), v.ID)
+	_, err := s.db.ExecContext(ctx, `UPDATE volumes SET spec = ?, node = CASE WHEN ? = '' THEN node ELSE ? END WHERE id = ?`, string(v.Spec), v.Node, v.Node, v.ID)
 	return err
 }
 
