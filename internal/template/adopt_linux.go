@@ -27,6 +27,9 @@ func (r *Registry) AdoptVersion(ctx context.Context, name, digest string, popula
 	if !validName(name) || !validDigest(digest) {
 		return Template{}, fmt.Errorf("adopt template %q version %q: not a template name and digest: %w", name, digest, errdefs.ErrInvalid)
 	}
+	if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		return Template{}, fmt.Errorf("make template directory: %w", err)
+	}
 	rep := newReporter(nil, name)
 	lock, err := r.lock(ctx, name, rep)
 	if err != nil {
