@@ -128,10 +128,15 @@ func (c *cache) evict(keep string, evict func(e cacheEntry) (bool, error)) ([]ca
 	c.mu.Lock()
 	var total int64
 	lru := make([]cacheEntry, 0, len(c.entries))
-	for _, e := range c.entries {
+	for dir, e := range c.entries {
+		if _, err := os.Stat(dir); err != nil {
+			delete(c.entries, dir) // pruned as an old version meanwhile
+			continue
+		}
 		total += e.Size
 		lru = append(lru, *e)
 	}
+	c.saveLocked()
 	c.mu.Unlock()
 	slices.SortFunc(lru, func(a, b cacheEntry) int { return a.LastUsed.Compare(b.LastUsed) })
 	var out []cacheEntry
