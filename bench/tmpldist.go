@@ -23,7 +23,15 @@ func benchTemplateFetch(w io.Writer, s *server, st objstore.Store, n int) error 
 		"dockerfile": "FROM base\nRUN head -c 64M /dev/urandom > /payload && echo ok > /built.txt\n"}, nil); err != nil {
 		return fmt.Errorf("build: %w", err)
 	}
-	defer s.removeTemplate(name)
+	defer func() {
+		s.removeTemplate(name)
+		// Its versions stay until the server prunes them; the bench's
+		// sandboxes are gone, so they go now.
+		versions, _ := filepath.Glob(filepath.Join(s.templateDir, ".projects", "*", ".v", name+"@*"))
+		for _, v := range versions {
+			os.RemoveAll(v)
+		}
+	}()
 	var stored int64
 	st.List(context.Background(), "blobs/", func(i objstore.Info) error { stored += i.Size; return nil })
 	var size int64
