@@ -567,6 +567,8 @@ func (b *templateBuilder) BuildDockerfile(ctx context.Context, project, name str
 	if err != nil {
 		return template.Template{}, err
 	}
+	// A FROM naming a template built on another node: fetched first.
+	b.dist.FetchBases(project, opts.Dockerfile)
 	t, err := reg.BuildDockerfile(ctx, name, template.DockerfileOptions{
 		Dockerfile: opts.Dockerfile, DockerfileName: "Dockerfile", Context: opts.ContextDir, BuildArgs: opts.BuildArgs,
 		ReadyCommand: opts.ReadyCommand, Runtime: b.runtime, DNSUpstream: b.dns, RunCommand: b.run,

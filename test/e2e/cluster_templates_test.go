@@ -71,13 +71,14 @@ func (c *testCluster) drainOnly(keep string) {
 // TestClusterTemplateEverywhere: a Dockerfile template built through a is
 // published (its image in the object store) and listed through every node;
 // a create through a placed on c (a and b drained) makes c fetch it, and
-// the sandbox has the build's files. A template whose object is corrupted
+// the sandbox has the build's files. A build through b FROM that template
+// fetches it first. A template whose object is corrupted
 // is refused by the node that fetches it (409 corrupt_object naming the
 // object), which keeps no copy of it.
 func TestClusterTemplateEverywhere(t *testing.T) {
 	c, st := startDurableCluster(t, 3)
 	a, b, cn := c.node("a"), c.node("b"), c.node("c")
-	const name, bad = "e2e-dist", "e2e-dist-bad"
+	const name, child, bad = "e2e-dist", "e2e-dist-child", "e2e-dist-bad"
 	buildTemplateOn(t, a, name, "FROM base\nRUN echo built on a > /where.txt\nENV DIST_TEST=yes\n")
 	templateManifestKey(t, st, name)
 	for _, n := range []*clusterNode{b, cn} {
@@ -122,6 +123,20 @@ func TestClusterTemplateEverywhere(t *testing.T) {
 	}
 	if got := b.sh(t, sb2.SandboxID, "cat /where.txt"); got != "built on a\n" {
 		t.Fatalf("second sandbox: %q", got)
+	}
+
+	// A build through b, which lacks e2e-dist, FROM it: b fetches its base;
+	// the result, used on c, has both builds' files.
+	if got := projectCopies(t, b, name); len(got) != 0 {
+		t.Fatalf("b holds %v before building from it", got)
+	}
+	buildTemplateOn(t, b, child, "FROM "+name+"\nRUN cat /where.txt > /child.txt\n")
+	var sb3 sandboxInfo
+	if code, body := a.do("POST", "/api/sandboxes", map[string]any{"template": child}, &sb3); code >= 300 {
+		t.Fatalf("create of %s (built on b) through a: %d %s", child, code, body)
+	}
+	if got := a.sh(t, sb3.SandboxID, "cat /child.txt /where.txt"); got != "built on a\nbuilt on a\n" {
+		t.Fatalf("sandbox of the template built on b from a's: %q", got)
 	}
 
 	// A corrupted object: b is the only node taking sandboxes and lacks
