@@ -81,7 +81,15 @@ type Dist struct {
 
 	mu      sync.Mutex
 	fetches map[string]*fetch // by project/name@digest
+
+	// seen holds the versions PublishNew found published (by
+	// project/name@digest): not asked about again until it is emptied,
+	// every seenFor calls (a record deleted meanwhile is seen then).
+	seen      map[string]bool
+	seenCalls int
 }
+
+const seenFor = 30
 
 type fetch struct {
 	done chan struct{}
@@ -91,7 +99,7 @@ type fetch struct {
 
 // New returns the Dist of cfg.
 func New(cfg Config) (*Dist, error) {
-	d := &Dist{cfg: cfg, log: cfg.Logger, started: time.Now(), fetches: map[string]*fetch{}}
+	d := &Dist{cfg: cfg, log: cfg.Logger, started: time.Now(), fetches: map[string]*fetch{}, seen: map[string]bool{}}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
@@ -366,10 +374,14 @@ func (d *Dist) Publish(ctx context.Context, t template.Template) error {
 // a project's template with no record, or a newer build than the record's;
 // a built-in template with no record that was built while this process
 // ran (built-in templates a node had before it started are its own: every
-// node builds them). Fetched versions are never published again.
+// node builds them). Fetched versions are never published again. One
+// caller at a time (the server's template loop).
 func (d *Dist) PublishNew(ctx context.Context) {
 	if !d.Enabled() {
 		return
+	}
+	if d.seenCalls++; d.seenCalls%seenFor == 0 {
+		clear(d.seen)
 	}
 	ts, err := d.cfg.Registry.ListAll()
 	if err != nil {
@@ -381,7 +393,14 @@ func (d *Dist) PublishNew(ctx context.Context) {
 			continue
 		}
 		rp, rn := recordKey(t.Project, t.Name)
+		key := rp + "/" + rn + "@" + t.Digest
+		if d.seen[key] {
+			continue
+		}
 		rec, err := d.cfg.Records.TemplateVersion(ctx, rp, rn)
+		if err == nil && rec.Digest == t.Digest {
+			d.seen[key] = true
+		}
 		switch {
 		case errors.Is(err, errdefs.ErrNotFound):
 			if rp == "" && !t.BuiltAt.After(d.started) {
@@ -395,7 +414,9 @@ func (d *Dist) PublishNew(ctx context.Context) {
 		}
 		if err := d.Publish(ctx, t); err != nil {
 			d.log.Error("templates: publish", "project", t.Project, "template", t.Name, "err", err)
+			continue
 		}
+		d.seen[key] = true
 	}
 }
 
