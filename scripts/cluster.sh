@@ -59,6 +59,8 @@ config() {
 }
 
 # Per node i (1-based) named n.
+# bridge_mac is a locally administered MAC derived from the bridge's name.
+bridge_mac() { printf '02:%s' "$(printf 'lizard bridge %s' "$1" | sha256sum | cut -c1-10 | sed 's/../&:/g; s/:$//')"; }
 node_addr() { echo "$NET.$((10 + $1))"; }
 node_ns() { echo "$NETNS-$1"; }
 node_veth() { echo "${NETNS}h-$1"; }
@@ -198,8 +200,12 @@ up() {
 		trap 'rc=$?; [ $rc = 0 ] || cleanup' EXIT
 	fi
 
-	# The cluster's bridge, on the host.
-	ip link add "$BRIDGE" type bridge
+	# The cluster's bridge, on the host. Its MAC is fixed: a bridge left to
+	# pick its own takes the lowest of its ports' and changes it as each
+	# node's veth joins, while nodes that started earlier keep the old one
+	# in their neighbour cache and lose the host (PostgreSQL, the object
+	# store) for up to a minute.
+	ip link add "$BRIDGE" address "$(bridge_mac "$BRIDGE")" type bridge
 	ip addr add "$NET.1/24" dev "$BRIDGE"
 	ip link set "$BRIDGE" up
 	echo 1 >/proc/sys/net/ipv4/ip_forward

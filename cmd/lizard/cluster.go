@@ -221,6 +221,11 @@ func (cm *clusterMode) move(ctx context.Context, log *slog.Logger) {
 		log.Warn("cluster: drain --move before the node serves; the flag is cleared, run it again")
 		return
 	}
+	for _, p := range svc.HandOverPools(ctx, cr.router.AdoptElsewhere) {
+		if p.Err != nil {
+			log.Error("cluster: warm pool not moved", "snapshot", p.ID, "err", p.Err)
+		}
+	}
 	moved := svc.Evacuate(ctx, func(ctx context.Context, _, id string) error { return cr.router.ResumeElsewhere(ctx, id) })
 	failed := 0
 	for _, m := range moved {

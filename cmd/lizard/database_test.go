@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -98,4 +99,36 @@ func noConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("LIZARD_CONFIG", path)
+}
+
+// TestFirstStartTogether: nodes starting at once on an empty database make
+// one default project with one key, and every one of them starts.
+func TestFirstStartTogether(t *testing.T) {
+	ctx := context.Background()
+	url, err := pgtest.ForTest(t).NewDatabase(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := postgres.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	errs := make(chan error, 6)
+	for range cap(errs) {
+		go func() { errs <- firstStart(ctx, st, io.Discard) }()
+	}
+	for range cap(errs) {
+		if err := <-errs; err != nil {
+			t.Errorf("firstStart: %v", err)
+		}
+	}
+	ps, err := st.Projects(ctx)
+	if err != nil || len(ps) != 1 {
+		t.Fatalf("projects after six first starts: %v, %v", ps, err)
+	}
+	keys, err := st.Keys(ctx, ps[0].ID)
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("keys of the default project: %d, %v", len(keys), err)
+	}
 }

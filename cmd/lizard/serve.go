@@ -28,6 +28,7 @@ import (
 	"github.com/lizard-build/lizard/internal/disk"
 	"github.com/lizard-build/lizard/internal/durable"
 	"github.com/lizard-build/lizard/internal/e2b"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/proxy"
@@ -376,6 +377,9 @@ func serve(ctx context.Context, args []string) error {
 			return err
 		}
 		cm.routing.Store(routing)
+		// Warm pools of nodes declared dead or removed are adopted
+		// (docs/CLUSTER.md).
+		go routing.router.KeepPools(ctx, c.cluster.lease, svc)
 	}
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
@@ -656,13 +660,18 @@ func defaultProject(ctx context.Context, st store.Store) (store.Project, error) 
 }
 
 // firstStart creates the default project and its API key when the database
-// has no project yet. LIZARD_API_KEY, when set, is the key created.
+// has no project yet. LIZARD_API_KEY, when set, is the key created. Of
+// cluster nodes starting together on an empty database, one creates it
+// (the slug is unique) and the others go on.
 func firstStart(ctx context.Context, st store.Store, out io.Writer) error {
 	ps, err := st.Projects(ctx)
 	if err != nil || len(ps) > 0 {
 		return err
 	}
 	p, err := st.CreateProject(ctx, "default", "default")
+	if errors.Is(err, errdefs.ErrConflict) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}

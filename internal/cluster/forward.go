@@ -232,7 +232,7 @@ func (rt *Router) Forward(w http.ResponseWriter, r *http.Request, projectID stri
 		}
 		return true, err
 	}
-	n, err := rt.locate(r.Context(), projectID, ref)
+	n, err := rt.locate(r.Context(), projectID, ref, r.Method)
 	if err != nil || n == nil {
 		if errdefs.Code(err) == codeNodeUnavailable {
 			w.Header().Set("Retry-After", strconv.Itoa(retryAfterSecs))
@@ -249,8 +249,8 @@ func (rt *Router) Forward(w http.ResponseWriter, r *http.Request, projectID stri
 		// Its owner had it no more: follow it once, to wherever the
 		// database says it is now (here: answered here).
 		t.rewind(r)
-		n, err := rt.locate(r.Context(), projectID, ref)
-		if err != nil || n == nil || n.Address == t.addr {
+		var n *store.Node
+		if n, err = rt.locate(r.Context(), projectID, ref, r.Method); err != nil || n == nil || n.Address == t.addr {
 			return false, err
 		}
 		t = &hop{addr: n.Address, kind: kindAPI, sandbox: ref.ID, requestID: t.requestID}
@@ -319,9 +319,10 @@ const (
 	codeNodeUnavailable = "node_unavailable"
 )
 
-// locate finds the peer that holds ref; nil (and no error) when it is
-// this node, unknown or another project's.
-func (rt *Router) locate(ctx context.Context, projectID string, ref api.Ref) (*store.Node, error) {
+// locate finds the peer that holds ref (for a snapshot: the one that
+// answers method, snapshotTarget); nil (and no error) when it is this
+// node, unknown or another project's.
+func (rt *Router) locate(ctx context.Context, projectID string, ref api.Ref, method string) (*store.Node, error) {
 	var node string
 	switch ref.Kind {
 	case api.RefSandbox:
@@ -336,7 +337,7 @@ func (rt *Router) locate(ctx context.Context, projectID string, ref api.Ref) (*s
 		}
 		node = o.Node
 	case api.RefSnapshot:
-		node = rt.snapshotNode(ctx, projectID, ref.ID)
+		node = rt.snapshotTarget(ctx, projectID, ref.ID, method)
 	case api.RefVolume:
 		node = rt.volumeNode(ctx, projectID, ref.ID)
 	}

@@ -39,6 +39,13 @@ type fakeCluster struct {
 	nodes      []store.Node
 	ownerCalls int
 	down       bool // the database cannot be reached
+	rows       map[string][]store.Sandbox
+}
+
+func (f *fakeCluster) SandboxesOn(_ context.Context, node string) ([]store.Sandbox, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]store.Sandbox(nil), f.rows[node]...), nil
 }
 
 func (f *fakeCluster) SandboxOwner(_ context.Context, id string) (store.Owner, error) {

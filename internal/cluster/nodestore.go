@@ -178,3 +178,29 @@ func (s *NodeStore) SnapshotAnywhere(ctx context.Context, projectID, id string) 
 	}
 	return store.Snapshot{}, fmt.Errorf("snapshot %q: %w", id, errdefs.ErrNotFound)
 }
+
+// Node is this node's name (sandbox.Pools).
+func (s *NodeStore) Node() string { return s.m.Self() }
+
+// AdoptPool makes this node keep snapshot id's warm copies, which node
+// from keeps now; fenced (sandbox.Pools).
+func (s *NodeStore) AdoptPool(ctx context.Context, id, from string) error {
+	f := s.m.Fence()
+	return s.m.storeError(f, s.Database.AdoptPool(ctx, f, id, from))
+}
+
+// AdoptedPools lists the snapshots of other nodes whose warm pools this
+// node keeps (sandbox.Pools).
+func (s *NodeStore) AdoptedPools(ctx context.Context) ([]store.Snapshot, error) {
+	all, err := s.Database.Snapshots(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []store.Snapshot{}
+	for _, sn := range all {
+		if sn.PoolNode == s.m.Self() && sn.Node != s.m.Self() {
+			out = append(out, sn)
+		}
+	}
+	return out, nil
+}

@@ -185,14 +185,22 @@ func (rt *Router) candidates(ctx context.Context, nodes []store.Node, projectID 
 			return nil, nil
 		}
 	}
-	if pinned == rt.cfg.Self {
+	var warm []store.Node
+	if want.Snapshot != "" {
+		// A warm copy on the node that keeps the pool is claimed there;
+		// else the restore is cold, as below.
+		if n := rt.poolFirst(ctx, projectID, want.Snapshot); n != nil {
+			warm = []store.Node{*n}
+		}
+	}
+	if pinned == rt.cfg.Self && warm == nil {
 		return nil, nil
 	}
 	cands := slices.Clone(nodes)
 	if pinned != "" {
 		n, err := rt.peer(ctx, pinned)
 		if err == nil {
-			return []store.Node{*n}, nil
+			return append(warm, *n), nil
 		}
 		if want.Snapshot == "" || !rt.snapshotDurable(ctx, projectID, want.Snapshot) {
 			return nil, err
@@ -210,10 +218,10 @@ func (rt *Router) candidates(ctx context.Context, nodes []store.Node, projectID 
 	rt.mu.Lock()
 	order := Place(cands, Want{ProjectID: projectID, Template: want.Template}, rt.rnd)
 	rt.mu.Unlock()
-	if len(order) == 0 {
+	if len(order) == 0 && warm == nil {
 		return nil, fmt.Errorf("no node of the cluster takes new sandboxes now (none ready and not draining): %w", errdefs.ErrCapacity)
 	}
-	return order, nil
+	return append(warm, slices.DeleteFunc(order, func(n store.Node) bool { return warm != nil && n.Name == warm[0].Name })...), nil
 }
 
 // createOn sends the create to node n. It answers the client and returns

@@ -159,7 +159,8 @@ type Moved struct {
 // --move): every running one is paused, every paused one waits until its
 // image is durable and is released (orphaned), and those that ran are
 // handed to resume, which has another node take them over. Warm copies of
-// snapshots' pools go (the nodes asked for pools keep their own). It
+// snapshots' pools go (HandOverPools has other nodes adopt the pools
+// first). It
 // returns what happened to each sandbox; ctx bounds the wait for uploads.
 func (s *Service) Evacuate(ctx context.Context, resume func(ctx context.Context, projectID, id string) error) []Moved {
 	s.mu.Lock()

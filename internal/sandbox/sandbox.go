@@ -132,6 +132,8 @@ type Service struct {
 	// store, by name (guarded by mu); matMu serializes downloads of images.
 	imageJobs map[string]*imageJob
 	matMu     sync.Mutex
+	// poolPeers reaches other nodes' warm pools (pools.go; guarded by mu).
+	poolPeers PoolPeers
 }
 
 // entry is one live sandbox. desktop serializes its desktop's starts and

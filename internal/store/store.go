@@ -256,8 +256,19 @@ type Snapshot struct {
 	ID        string
 	ProjectID string
 	Node      string // the node whose disk holds it in cluster mode; "" on a single server
+	// PoolNode keeps its warm copies in cluster mode ("": Node). Only
+	// Cluster.AdoptPool changes it; PutSnapshot leaves it.
+	PoolNode  string
 	Spec      json.RawMessage
 	CreatedAt time.Time
+}
+
+// KeepsPool is the node that keeps sn's warm copies.
+func (sn Snapshot) KeepsPool() string {
+	if sn.PoolNode != "" {
+		return sn.PoolNode
+	}
+	return sn.Node
 }
 
 // Volume is the durable record of a volume; Spec is the volume manager's own

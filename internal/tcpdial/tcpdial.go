@@ -16,12 +16,12 @@ import (
 
 // Defaults of New.
 const (
-	// DialTimeout bounds connecting. Not less: a node started again on
-	// the same address may send its first SYNs into a 4-tuple the peer
-	// still holds from the node's previous process (it vanished without a
-	// FIN), which the peer answers with a challenge ACK; the retried SYN
-	// after that gets through, seconds later.
-	DialTimeout = 10 * time.Second
+	// DialTimeout bounds connecting: room for two SYN retransmissions
+	// (after 1 s and 3 s), for a first SYN lost or answered with a
+	// challenge ACK (the peer still holds the 4-tuple of a previous
+	// process on the same address), yet a partitioned peer is given up
+	// in seconds.
+	DialTimeout = 5 * time.Second
 	// UserTimeout is how long sent data or keepalive probes may stay
 	// unacknowledged before the kernel gives the connection up
 	// (TCP_USER_TIMEOUT).

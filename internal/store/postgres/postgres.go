@@ -198,10 +198,10 @@ func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
 
 // Snapshots lists every snapshot record, oldest first.
 func (s *Store) Snapshots(ctx context.Context) ([]store.Snapshot, error) {
-	rows, _ := s.pool.Query(ctx, `SELECT id, project_id, spec::text, created_at, node FROM snapshots ORDER BY created_at, id`)
+	rows, _ := s.pool.Query(ctx, `SELECT id, project_id, spec::text, created_at, node, pool_node FROM snapshots ORDER BY created_at, id`)
 	return collect(rows, func(r pgx.CollectableRow) (sn store.Snapshot, err error) {
 		var spec string
-		err = r.Scan(&sn.ID, &sn.ProjectID, &spec, &sn.CreatedAt, &sn.Node)
+		err = r.Scan(&sn.ID, &sn.ProjectID, &spec, &sn.CreatedAt, &sn.Node, &sn.PoolNode)
 		sn.Spec, sn.CreatedAt = json.RawMessage(spec), sn.CreatedAt.UTC()
 		return sn, err
 	})

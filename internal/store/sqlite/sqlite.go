@@ -223,7 +223,7 @@ func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
 
 // Snapshots lists every snapshot record, oldest first.
 func (s *Store) Snapshots(ctx context.Context) ([]store.Snapshot, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, project_id, spec, created_at, node FROM snapshots ORDER BY created_at, id`)
+	rows, err := s.db.QueryContext(ctx, `SELECT id, project_id, spec, created_at, node, pool_node FROM snapshots ORDER BY created_at, id`)
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +232,7 @@ func (s *Store) Snapshots(ctx context.Context) ([]store.Snapshot, error) {
 	for rows.Next() {
 		var sn store.Snapshot
 		var spec, created string
-		if err := rows.Scan(&sn.ID, &sn.ProjectID, &spec, &created, &sn.Node); err != nil {
+		if err := rows.Scan(&sn.ID, &sn.ProjectID, &spec, &created, &sn.Node, &sn.PoolNode); err != nil {
 			return nil, err
 		}
 		sn.Spec = json.RawMessage(spec)
