@@ -230,6 +230,8 @@ type server struct {
 	key     string
 	dataDir string
 	client  *http.Client
+
+	templateDir string
 }
 
 func startServer(ctx context.Context, cfg config, extra ...string) (*server, error) {
@@ -249,7 +251,7 @@ func startServer(ctx context.Context, cfg config, extra ...string) (*server, err
 	if err != nil {
 		return nil, err
 	}
-	s := &server{dir: dir, proxy: proxyAddr, url: "http://" + addr, key: "lz_bench_key_0123456789abcdef", dataDir: filepath.Join(dir, "data"),
+	s := &server{dir: dir, proxy: proxyAddr, url: "http://" + addr, key: "lz_bench_key_0123456789abcdef", dataDir: filepath.Join(dir, "data"), templateDir: cfg.templateDir,
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	// A subnet and bridge of the bench's own: the tests' servers use
 	// 10.250-10.253 (and may leave their bridges behind). No admission

@@ -65,7 +65,8 @@ func benchDurable(ctx context.Context, cfg config, w io.Writer, n int) error {
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "pause→durable: from POST pause until GET shows durableAt (upload of zstd chunks in the background); uploaded: the blobs' stored bytes; from object store: the local image removed before the resume")
-	return nil
+	fmt.Fprintln(w)
+	return benchTemplateFetch(w, srv, st, n)
 }
 
 func benchDurableOne(s *server, st objstore.Store, n int, big bool) (durableRow, error) {

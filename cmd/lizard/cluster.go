@@ -17,6 +17,7 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
+	"github.com/lizard-build/lizard/internal/volume"
 )
 
 // clusterFlags are the flags of cluster mode (docs/CLUSTER.md): on when
@@ -123,6 +124,9 @@ type clusterMode struct {
 	// routing is set once routing exists: a drain --move resumes the
 	// node's sandboxes elsewhere through it.
 	routing atomic.Pointer[clusterRouting]
+	// volumes is set once the volume manager exists: a peer declared dead
+	// leaves its attached volumes at their last sync through it.
+	volumes atomic.Pointer[volume.Manager]
 }
 
 // holdingStatuses are the statuses of sandboxes that hold their vCPUs and
@@ -170,6 +174,13 @@ func startCluster(ctx context.Context, f clusterFlags, secret []byte, st store.S
 	log = log.With("component", "cluster")
 	m, err := cluster.NewMember(cluster.MemberConfig{
 		DB: db, Info: node.info, Lease: f.lease, DeadAfter: f.deadAfter, Log: log,
+		OnDead: func(ctx context.Context, node string) {
+			if vols := cm.volumes.Load(); vols != nil {
+				if err := vols.NodeLost(ctx, node); err != nil {
+					log.Warn("cluster: flag the dead node's volumes", "node", node, "err", err)
+				}
+			}
+		},
 		OnFenced: func(ctx context.Context, keep func(string) bool) {
 			svc := cm.sandboxes.Load()
 			if svc == nil {
@@ -193,6 +204,13 @@ func startCluster(ctx context.Context, f clusterFlags, secret []byte, st store.S
 		MaxSandboxes: node.maxSandboxes, Limits: limits,
 	})
 	return cm, nil
+}
+
+// gone reports whether node was declared dead or removed (a node the
+// database cannot tell about is not).
+func (cm *clusterMode) gone(ctx context.Context, node string) bool {
+	ns, err := cm.db.Nodes(ctx)
+	return err == nil && cluster.Gone(ns, node)
 }
 
 // Close leaves the cluster's heartbeat; the node's row stays for its
@@ -220,6 +238,11 @@ func (cm *clusterMode) move(ctx context.Context, log *slog.Logger) {
 	if svc == nil || cr == nil {
 		log.Warn("cluster: drain --move before the node serves; the flag is cleared, run it again")
 		return
+	}
+	for _, p := range svc.HandOverPools(ctx, cr.router.AdoptElsewhere) {
+		if p.Err != nil {
+			log.Error("cluster: warm pool not moved", "snapshot", p.ID, "err", p.Err)
+		}
 	}
 	moved := svc.Evacuate(ctx, func(ctx context.Context, _, id string) error { return cr.router.ResumeElsewhere(ctx, id) })
 	failed := 0

@@ -25,19 +25,21 @@ type clusterRouting struct {
 	// resume resumes an orphaned sandbox here for a peer moving it
 	// (drain --move).
 	resume func(ctx context.Context, id string) error
+	// pools adopts and drops peers' warm pools here.
+	pools cluster.PoolHost
 }
 
 // newClusterRouting builds node self's routing over the shared database
 // db, with this node's sandbox service and volume manager as its part of
 // the lists.
-func newClusterRouting(self string, secret []byte, db cluster.Database, svc *sandbox.Service, vols *volume.Manager, log *slog.Logger) (*clusterRouting, error) {
+func newClusterRouting(self string, secret []byte, db cluster.Database, svc *sandbox.Service, vols *volume.Manager, objectStore bool, log *slog.Logger) (*clusterRouting, error) {
 	signer, err := cluster.NewSigner(self, secret)
 	if err != nil {
 		return nil, err
 	}
 	local := cluster.LocalService{Node: self, Service: svc, VolumeManager: vols}
-	return &clusterRouting{
-		router: cluster.NewRouter(cluster.RouterConfig{Self: self, Directory: db, Store: db, Signer: signer, Local: local, Logger: log}),
+	cr := &clusterRouting{
+		router: cluster.NewRouter(cluster.RouterConfig{Self: self, Directory: db, Store: db, Signer: signer, Local: local, ObjectStore: objectStore, Logger: log}),
 		signer: signer, local: local, log: log,
 		resume: func(ctx context.Context, id string) error {
 			o, err := db.SandboxOwner(ctx, id)
@@ -47,7 +49,10 @@ func newClusterRouting(self string, secret []byte, db cluster.Database, svc *san
 			_, err = svc.Resume(ctx, o.ProjectID, id)
 			return err
 		},
-	}, nil
+		pools: svc,
+	}
+	svc.SetPoolPeers(cr.router)
+	return cr, nil
 }
 
 // hooks are what the API, the E2B API and the proxy get: the router in
@@ -63,7 +68,7 @@ func (cr *clusterRouting) hooks() (api.Cluster, proxy.Forwarder) {
 // to this node's API handler and preview proxy, and their list calls.
 func (cr *clusterRouting) server(apiH, proxyH http.Handler) *http.Server {
 	return &http.Server{
-		Handler:           cluster.InternalHandler(cluster.InternalConfig{Signer: cr.signer, API: apiH, Proxy: proxyH, Local: cr.local, Resume: cr.resume, Logger: cr.log}),
+		Handler:           cluster.InternalHandler(cluster.InternalConfig{Signer: cr.signer, API: apiH, Proxy: proxyH, Local: cr.local, Resume: cr.resume, Pools: cr.pools, Logger: cr.log}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 }

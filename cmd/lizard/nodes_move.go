@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -89,6 +90,8 @@ func report(ctx context.Context, db store.Cluster, node string, before []store.S
 		var where string
 		ok := false
 		switch {
+		case errors.Is(err, errdefs.ErrNotFound) && sb.Status == sandbox.StatusPooled:
+			where, ok = "a warm copy, released (its pool is kept by another node now)", true
 		case errors.Is(err, errdefs.ErrNotFound):
 			where, ok = "gone (killed meanwhile)", true
 		case err != nil:

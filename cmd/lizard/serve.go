@@ -26,6 +26,7 @@ import (
 	"github.com/lizard-build/lizard/internal/codeinterp"
 	"github.com/lizard-build/lizard/internal/dashboard"
 	"github.com/lizard-build/lizard/internal/disk"
+	"github.com/lizard-build/lizard/internal/durable"
 	"github.com/lizard-build/lizard/internal/e2b"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/metrics"
@@ -38,6 +39,7 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
+	"github.com/lizard-build/lizard/internal/tmpldist"
 	"github.com/lizard-build/lizard/internal/volume"
 )
 
@@ -52,6 +54,7 @@ type serveConfig struct {
 	domain, proxyListen, tlsCert, tlsKey       string
 	dnsUpstream                                string
 	maxVolumeGB                                int
+	templateCacheGB                            int
 	limits                                     store.Limits
 	nodeVCPUs, nodeMemoryGB                    float64
 	cpuOvercommit, memoryOvercommit            float64
@@ -99,6 +102,8 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs.StringVar(&c.tlsKey, "tls-key", "", "TLS key for the preview proxy")
 	fs.StringVar(&c.dnsUpstream, "dns-upstream", "", "where the sandboxes' DNS resolver forwards (host:port; default: the host's first nameserver)")
 	fs.IntVar(&c.maxVolumeGB, "max-volume-gb", 50, "largest volume size in GB")
+	fs.IntVar(&c.templateCacheGB, "template-cache-gb", 50, "with --object-store: most GB of template versions fetched from other nodes kept on this node "+
+		"(least recently used go first; never one a sandbox, paused sandbox or snapshot here uses); 0: no limit")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve GET /metrics here instead of on --listen (host:port)")
 	fs.DurationVar(&c.usageInterval, "usage-interval", sandbox.DefaultUsageInterval, "how often each sandbox's CPU, memory, disk and network use is sampled")
 	fs.IntVar(&c.maxSandboxes, "max-sandboxes", sandbox.DefaultMaxSandboxes, "most sandboxes running at once (warm pool copies included)")
@@ -287,7 +292,20 @@ func serve(ctx context.Context, args []string) error {
 			return l, cluster.Unavailable(err)
 		}
 	}
+	images, err := openImages(c.objectStore, log.With("component", "durable"))
+	if err != nil {
+		return err
+	}
+	// In a cluster with an object store, volumes move between nodes.
+	var (
+		sharedVols volume.SharedStore
+		nodeGone   func(context.Context, string) bool
+	)
+	if cm != nil && images != nil {
+		sharedVols, nodeGone = cm.db, cm.gone
+	}
 	vols, err := volume.New(volume.Config{
+		Images: images, Shared: sharedVols, Gone: nodeGone,
 		Dir: filepath.Join(c.dataDir, "volumes"), Store: nodeStore, MaxSizeGB: c.maxVolumeGB, Run: reap.Run,
 		Logger: log.With("component", "volume"), Disk: guard,
 		MaxProjectGB: func(ctx context.Context, projectID string) (int, error) {
@@ -298,18 +316,22 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	defer vols.Close()
+	if cm != nil {
+		cm.volumes.Store(vols)
+	}
 	step("volumes")
 	buildOpts, err := c.build.options(subnet)
 	if err != nil {
 		return err
 	}
-	images, err := openImages(c.objectStore, log.With("component", "durable"))
+	tmpls, err := openTemplateDist(&c, reg, images, st, reap.Run, log.With("component", "template"))
 	if err != nil {
 		return err
 	}
 	mets := metrics.New()
 	svc := sandbox.New(sandbox.Config{
-		Runtime: rt, Store: nodeStore, Templates: reg, Volumes: vols,
+		Runtime: rt, Store: nodeStore, Templates: tmpls, Volumes: vols,
 		SnapshotDir: filepath.Join(c.dataDir, "snapshots"), ReadyDir: filepath.Join(c.dataDir, "ready"),
 		LogDir: filepath.Join(c.dataDir, "logs"), MaxSandboxes: c.maxSandboxes,
 		Logger: log.With("component", "sandbox"), Observer: mets, LogMaxBytes: c.logMaxBytes,
@@ -317,6 +339,7 @@ func serve(ctx context.Context, args []string) error {
 		Images: images,
 	})
 	defer svc.Close()
+	tmpls.SetInUse(svc.UsesRootfs)
 	if cm != nil {
 		cm.sandboxes.Store(svc)
 	}
@@ -335,6 +358,8 @@ func serve(ctx context.Context, args []string) error {
 	go func() {
 		for i := 0; ; i++ {
 			svc.PrepareTemplates(reg.ListAll)
+			tmpls.PublishNew(ctx) // builds of the CLI, and API builds whose publish failed
+			tmpls.Evict("")
 			if i%30 == 0 { // every 5 minutes
 				pruneTemplates(reg, svc, log.With("component", "template"))
 			}
@@ -361,10 +386,13 @@ func serve(ctx context.Context, args []string) error {
 	// In cluster mode, requests for what another node holds go there.
 	var routing *clusterRouting
 	if cm != nil {
-		if routing, err = newClusterRouting(cm.member.Self(), cm.secret, cm.db, svc, vols, log.With("component", "route")); err != nil {
+		if routing, err = newClusterRouting(cm.member.Self(), cm.secret, cm.db, svc, vols, images != nil, log.With("component", "route")); err != nil {
 			return err
 		}
 		cm.routing.Store(routing)
+		// Warm pools of nodes declared dead or removed are adopted
+		// (docs/CLUSTER.md).
+		go routing.router.KeepPools(ctx, c.cluster.lease, svc)
 	}
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
@@ -402,11 +430,11 @@ func serve(ctx context.Context, args []string) error {
 		e2bDomain = net.JoinHostPort(c.domain, previews.Port)
 	}
 	apiCluster, previewCluster := routing.hooks()
-	e2bAPI := e2b.Handler(e2b.Config{Auth: api.Auth{Keys: apiKeys, Limiter: limiter}, Sandboxes: svc, Templates: reg,
+	e2bAPI := e2b.Handler(e2b.Config{Auth: api.Auth{Keys: apiKeys, Limiter: limiter}, Sandboxes: svc, Templates: tmpls,
 		Domain: e2bDomain, Logger: log.With("component", "e2b"), Cluster: apiCluster})
 	srv := &http.Server{
-		Handler: api.Handler(api.Config{E2B: e2bAPI, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Templates: reg, Previews: previews, Volumes: vols,
-			Builder: &templateBuilder{reg: reg, runtime: rt, run: reap.Run, dns: c.dnsUpstream, build: buildOpts, sandboxes: svc, metrics: mets,
+		Handler: api.Handler(api.Config{E2B: e2bAPI, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Templates: tmpls, Previews: previews, Volumes: vols,
+			Builder: &templateBuilder{reg: reg, dist: tmpls, runtime: rt, run: reap.Run, dns: c.dnsUpstream, build: buildOpts, sandboxes: svc, metrics: mets,
 				log: log.With("component", "template")},
 			MaxBuildContext: c.maxBuildContext, Logger: log.With("component", "api"),
 			Metrics: mets, ServeMetrics: mln == nil, Ready: cm.readyChecks(readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm)),
@@ -540,6 +568,7 @@ func previewURLs(domain, proxyAddr string, useTLS bool) api.PreviewURLs {
 // a template with a start command gets its ready state made right away.
 type templateBuilder struct {
 	reg       *template.Registry
+	dist      *tmpldist.Dist // publishes what it builds (--object-store)
 	runtime   runtime.Runner
 	run       func(*exec.Cmd) error
 	dns       string
@@ -555,6 +584,8 @@ func (b *templateBuilder) BuildDockerfile(ctx context.Context, project, name str
 	if err != nil {
 		return template.Template{}, err
 	}
+	// A FROM naming a template built on another node: fetched first.
+	b.dist.FetchBases(project, opts.Dockerfile)
 	t, err := reg.BuildDockerfile(ctx, name, template.DockerfileOptions{
 		Dockerfile: opts.Dockerfile, DockerfileName: "Dockerfile", Context: opts.ContextDir, BuildArgs: opts.BuildArgs,
 		ReadyCommand: opts.ReadyCommand, Runtime: b.runtime, DNSUpstream: b.dns, RunCommand: b.run,
@@ -572,9 +603,29 @@ func (b *templateBuilder) BuildDockerfile(ctx context.Context, project, name str
 	}, progress)
 	b.metrics.TemplateBuild(time.Since(start), err)
 	if err == nil {
+		// Other nodes fetch it on first use; a publish that fails is
+		// retried by the server's template loop (PublishNew).
+		if perr := b.dist.Publish(ctx, t); perr != nil {
+			b.log.Error("template built here; publishing it to the object store failed (retried)", "template", name, "err", perr)
+		}
 		pruneTemplates(b.reg, b.sandboxes, b.log)
 	}
 	return t, err
+}
+
+// openTemplateDist puts the registry in front of the object store (when
+// there is one): published and fetched template versions (tmpldist).
+func openTemplateDist(c *serveConfig, reg *template.Registry, images sandbox.Images, st store.Store, run func(*exec.Cmd) error, log *slog.Logger) (*tmpldist.Dist, error) {
+	cfg := tmpldist.Config{Registry: reg, Node: c.cluster.nodeName, Dir: filepath.Join(c.dataDir, "templates-dist"),
+		CacheBytes: int64(c.templateCacheGB) << 30, Run: run, Logger: log}
+	if im, ok := images.(*durable.Images); ok && im != nil {
+		recs, ok := st.(store.TemplateVersions)
+		if !ok {
+			return nil, fmt.Errorf("--object-store: the %T store cannot record template versions", st)
+		}
+		cfg.Images, cfg.Records = im, recs
+	}
+	return tmpldist.New(cfg)
 }
 
 // pruneTemplates removes the template versions that no sandbox or snapshot

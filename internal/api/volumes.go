@@ -29,10 +29,18 @@ type volumeInfo struct {
 	Status     string  `json:"status"`
 	AttachedTo *string `json:"attachedTo"`
 	CreatedAt  string  `json:"createdAt"`
+	// In a cluster: the node holding it; with an object store, its syncs
+	// (see volume.Volume) and whether its node was lost while attached.
+	Node          string     `json:"node,omitempty"`
+	Version       int        `json:"version,omitempty"`
+	SyncedVersion int        `json:"syncedVersion,omitempty"`
+	SyncedAt      *time.Time `json:"syncedAt,omitempty"`
+	Stale         bool       `json:"stale,omitempty"`
 }
 
 func volumeOf(v volume.Volume) volumeInfo {
-	info := volumeInfo{ID: v.ID, Name: v.Name, SizeGB: v.SizeGB, Status: "available", CreatedAt: v.CreatedAt.UTC().Format(time.RFC3339Nano)}
+	info := volumeInfo{ID: v.ID, Name: v.Name, SizeGB: v.SizeGB, Status: "available", CreatedAt: v.CreatedAt.UTC().Format(time.RFC3339Nano),
+		Node: v.Node, Version: v.Version, SyncedVersion: v.SyncedVersion, SyncedAt: v.SyncedAt, Stale: v.Stale}
 	if v.Region != "" {
 		info.Region = &v.Region
 	}

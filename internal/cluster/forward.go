@@ -43,6 +43,10 @@ type RouterConfig struct {
 	// store, not the node's NodeStore).
 	Store  store.Store
 	Signer *Signer
+	// ObjectStore says volumes are synced to an object store: one whose
+	// node is gone (dead or removed) is answered here and a create with
+	// it placed on any node, which fetches its last sync.
+	ObjectStore bool
 	// Local is this node's part of the lists.
 	Local  Local
 	Logger *slog.Logger
@@ -232,7 +236,7 @@ func (rt *Router) Forward(w http.ResponseWriter, r *http.Request, projectID stri
 		}
 		return true, err
 	}
-	n, err := rt.locate(r.Context(), projectID, ref)
+	n, err := rt.locate(r.Context(), projectID, ref, r.Method)
 	if err != nil || n == nil {
 		if errdefs.Code(err) == codeNodeUnavailable {
 			w.Header().Set("Retry-After", strconv.Itoa(retryAfterSecs))
@@ -249,13 +253,11 @@ func (rt *Router) Forward(w http.ResponseWriter, r *http.Request, projectID stri
 		// Its owner had it no more: follow it once, to wherever the
 		// database says it is now (here: answered here).
 		t.rewind(r)
-		n, lerr := rt.locate(r.Context(), projectID, ref)
-		if lerr != nil || n == nil || n.Address == t.addr {
-			return false, lerr
+		var n *store.Node
+		if n, err = rt.locate(r.Context(), projectID, ref, r.Method); err != nil || n == nil || n.Address == t.addr {
+			return false, err
 		}
 		t = &hop{addr: n.Address, kind: kindAPI, sandbox: ref.ID, requestID: t.requestID}
-		// err is the new owner's answer's, not the moved one's: the
-		// answer went out already.
 		err = rt.send(w, r, t)
 	}
 	if err != nil {
@@ -321,9 +323,10 @@ const (
 	codeNodeUnavailable = "node_unavailable"
 )
 
-// locate finds the peer that holds ref; nil (and no error) when it is
-// this node, unknown or another project's.
-func (rt *Router) locate(ctx context.Context, projectID string, ref api.Ref) (*store.Node, error) {
+// locate finds the peer that holds ref (for a snapshot: the one that
+// answers method, snapshotTarget); nil (and no error) when it is this
+// node, unknown or another project's.
+func (rt *Router) locate(ctx context.Context, projectID string, ref api.Ref, method string) (*store.Node, error) {
 	var node string
 	switch ref.Kind {
 	case api.RefSandbox:
@@ -338,9 +341,12 @@ func (rt *Router) locate(ctx context.Context, projectID string, ref api.Ref) (*s
 		}
 		node = o.Node
 	case api.RefSnapshot:
-		node = rt.snapshotNode(ctx, projectID, ref.ID)
+		node = rt.snapshotTarget(ctx, projectID, ref.ID, method)
 	case api.RefVolume:
 		node = rt.volumeNode(ctx, projectID, ref.ID)
+		if rt.movable(ctx, node) {
+			return nil, nil
+		}
 	}
 	if node == "" || node == rt.cfg.Self {
 		return nil, nil
@@ -383,6 +389,27 @@ func (rt *Router) volumeNode(ctx context.Context, projectID, ref string) string 
 		}
 		return "", err
 	})
+}
+
+// movable reports whether a volume of node may be used on any node: there
+// is an object store and node is gone (dead, removed or unknown).
+func (rt *Router) movable(ctx context.Context, node string) bool {
+	if !rt.cfg.ObjectStore || node == "" || node == rt.cfg.Self {
+		return false
+	}
+	nodes, err := rt.nodes(ctx)
+	return err == nil && Gone(nodes, node)
+}
+
+// Gone reports whether node is declared dead or removed, or not a member
+// of nodes at all.
+func Gone(nodes []store.Node, node string) bool {
+	for _, n := range nodes {
+		if n.Name == node {
+			return n.State == store.NodeDead || n.State == store.NodeRemoved
+		}
+	}
+	return true
 }
 
 // rowNode runs a lookup of a row's node; a failed one (the database is

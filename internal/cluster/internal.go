@@ -129,6 +129,8 @@ type InternalConfig struct {
 	// Resume resumes the orphaned sandbox id here: a peer moving its
 	// sandboxes away (drain --move) chose this node for it.
 	Resume func(ctx context.Context, id string) error
+	// Pools adopts and drops peers' warm pools here (pools.go).
+	Pools  PoolHost
 	Logger *slog.Logger
 }
 
@@ -157,6 +159,9 @@ func InternalHandler(cfg InternalConfig) http.Handler {
 	})
 	internal.HandleFunc("POST /internal/v1/resume/{id}", func(w http.ResponseWriter, r *http.Request) {
 		serveResume(w, r, cfg.Resume)
+	})
+	internal.HandleFunc("POST /internal/v1/pools/{id}/{op}", func(w http.ResponseWriter, r *http.Request) {
+		servePool(w, r, cfg.Pools)
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		node, kind, err := cfg.Signer.verify(r)

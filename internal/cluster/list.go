@@ -107,7 +107,26 @@ func (rt *Router) Snapshots(ctx context.Context, projectID string) ([]sandbox.Sn
 		return nil, err
 	}
 	slices.SortStableFunc(out, func(a, b sandbox.SnapshotInfo) int { return a.CreatedAt.Compare(b.CreatedAt) })
-	return out, nil
+	return dedupSnapshots(out), nil
+}
+
+// dedupSnapshots keeps one entry per snapshot: a snapshot whose warm pool
+// another node keeps is listed by both; the pool node's entry (the one
+// with the most ready copies) is kept.
+func dedupSnapshots(in []sandbox.SnapshotInfo) []sandbox.SnapshotInfo {
+	at := map[string]int{}
+	out := in[:0]
+	for _, sn := range in {
+		i, seen := at[sn.ID]
+		switch {
+		case !seen:
+			at[sn.ID] = len(out)
+			out = append(out, sn)
+		case sn.ReadyCount > out[i].ReadyCount:
+			out[i] = sn
+		}
+	}
+	return out
 }
 
 // Volumes lists the project's volumes on every node, oldest first.

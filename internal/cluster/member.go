@@ -51,7 +51,11 @@ type MemberConfig struct {
 	OnMove func(ctx context.Context)
 	// MoveTimeout bounds one OnMove run (0: DefaultMoveTimeout).
 	MoveTimeout time.Duration
-	Log         *slog.Logger
+
+	// OnDead runs after this node declared peer node dead (its volumes
+	// are flagged lost); nil: nothing.
+	OnDead func(ctx context.Context, node string)
+	Log    *slog.Logger
 	// Now is the clock of the self-view (tests); nil is time.Now.
 	Now func() time.Time
 }
@@ -363,6 +367,9 @@ func (m *Member) checkDeaths(ctx context.Context) {
 		case done:
 			m.cfg.Log.Warn("cluster: declared node dead; its sandboxes are lost", "node", n.Name,
 				"lastHeartbeat", n.Heartbeat, "sandboxes", n.Sandboxes)
+			if m.cfg.OnDead != nil {
+				m.cfg.OnDead(ctx, n.Name)
+			}
 		}
 	}
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -68,30 +66,7 @@ func (rt *Router) ResumeElsewhere(ctx context.Context, id string) error {
 // resumeOn asks node n to resume orphaned sandbox id. A 503 or a node that
 // cannot be dialled is ErrUnavailable.
 func (rt *Router) resumeOn(ctx context.Context, n store.Node, id string) error {
-	ctx, cancel := context.WithTimeout(ctx, createTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+n.Address+"/internal/v1/resume/"+url.PathEscape(id), nil)
-	if err != nil {
-		return err
-	}
-	rt.cfg.Signer.sign(req, kindInternal)
-	resp, err := rt.client.Do(req)
-	if err != nil {
-		var op *net.OpError
-		if errors.As(err, &op) && op.Op == "dial" {
-			return fmt.Errorf("node %s: %v: %w", n.Name, err, errdefs.ErrUnavailable)
-		}
-		return fmt.Errorf("node %s: %w", n.Name, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxRefusal))
-	switch {
-	case resp.StatusCode == http.StatusOK:
-		return nil
-	case resp.StatusCode == http.StatusServiceUnavailable:
-		return fmt.Errorf("node %s: %s: %w", n.Name, b, errdefs.ErrUnavailable)
-	}
-	return fmt.Errorf("node %s: %s %s", n.Name, resp.Status, b)
+	return rt.postInternal(ctx, n, "/internal/v1/resume/"+url.PathEscape(id))
 }
 
 // serveResume is POST /internal/v1/resume/{id}: resume the orphaned

@@ -132,8 +132,12 @@ func TestForwardPlacesOrphanResume(t *testing.T) {
 func TestForwardFollowsMovedSandbox(t *testing.T) {
 	var gotBody atomic.Value
 	b := peer(t, "b", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/api/sandboxes/sbx1/files" {
+		switch r.URL.Path {
+		case "/api/sandboxes/sbx1/files":
 			http.Error(w, "no such file", http.StatusNotFound) // a 404 of the sandbox's own
+			return
+		case "/api/sandboxes/sbx1/metrics":
+			w.Write([]byte("from b")) // b held it a moment ago
 			return
 		}
 		w.Header().Set(api.SandboxMissingHeader, "1")
@@ -143,6 +147,8 @@ func TestForwardFollowsMovedSandbox(t *testing.T) {
 		body, _ := io.ReadAll(r.Body)
 		gotBody.Store(string(body))
 		w.Write([]byte("from c"))
+		w.(http.Flusher).Flush() // streamed, as an exec's output is: nothing may follow it
+
 	}), nil, nil)
 	fc := &fakeCluster{owners: map[string]store.Owner{"sbx1": {Node: "b", ProjectID: "p1", Status: "running"}},
 		nodes: []store.Node{readyNode("a", "127.0.0.1:1"), readyNode("b", addrOf(b)), readyNode("c", addrOf(c))}}
@@ -156,10 +162,17 @@ func TestForwardFollowsMovedSandbox(t *testing.T) {
 	if resp, body := get(t, a.URL+"/api/sandboxes/sbx1/files"); resp.StatusCode != http.StatusNotFound || body != "no such file\n" {
 		t.Fatalf("a file missing in the sandbox: %d %q", resp.StatusCode, body)
 	}
-	// Cached as b; it moves to c.
+	// Cached as b (b answered); it moves to c.
+	if _, body := get(t, a.URL+"/api/sandboxes/sbx1/metrics"); body != "from b" {
+		t.Fatalf("while b holds it: %q", body)
+	}
+	calls := fc.calls()
 	fc.set(func(f *fakeCluster) { f.owners["sbx1"] = store.Owner{Node: "c", ProjectID: "p1", Status: "running"} })
 	resp, body := send(t, http.MethodPost, a.URL+"/api/sandboxes/sbx1/exec", "", nil, strings.NewReader(`{"cmd":"true"}`))
 	if resp.StatusCode != http.StatusOK || body != "from c" || gotBody.Load() != `{"cmd":"true"}` {
 		t.Fatalf("after the move: %d %q, c got %v", resp.StatusCode, body, gotBody.Load())
+	}
+	if fc.calls() != calls+1 {
+		t.Fatalf("the owner was read %d times after the move, want once (the request went to the cached b first)", fc.calls()-calls)
 	}
 }

@@ -107,7 +107,8 @@ func (s *NodeStore) InsertVolume(ctx context.Context, v store.Volume) error {
 	return s.m.storeError(store.Fence{}, s.Database.InsertVolume(ctx, v))
 }
 
-// UpdateVolume replaces a volume's spec.
+// UpdateVolume replaces a volume's spec; the volume is on this node's
+// disk (it moves here when this node attached another's).
 func (s *NodeStore) UpdateVolume(ctx context.Context, v store.Volume) error {
 	v.Node = s.m.Self()
 	return s.m.storeError(store.Fence{}, s.Database.UpdateVolume(ctx, v))
@@ -177,4 +178,30 @@ func (s *NodeStore) SnapshotAnywhere(ctx context.Context, projectID, id string) 
 		}
 	}
 	return store.Snapshot{}, fmt.Errorf("snapshot %q: %w", id, errdefs.ErrNotFound)
+}
+
+// Node is this node's name (sandbox.Pools).
+func (s *NodeStore) Node() string { return s.m.Self() }
+
+// AdoptPool makes this node keep snapshot id's warm copies, which node
+// from keeps now; fenced (sandbox.Pools).
+func (s *NodeStore) AdoptPool(ctx context.Context, id, from string) error {
+	f := s.m.Fence()
+	return s.m.storeError(f, s.Database.AdoptPool(ctx, f, id, from))
+}
+
+// AdoptedPools lists the snapshots of other nodes whose warm pools this
+// node keeps (sandbox.Pools).
+func (s *NodeStore) AdoptedPools(ctx context.Context) ([]store.Snapshot, error) {
+	all, err := s.Database.Snapshots(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []store.Snapshot{}
+	for _, sn := range all {
+		if sn.PoolNode == s.m.Self() && sn.Node != s.m.Self() {
+			out = append(out, sn)
+		}
+	}
+	return out, nil
 }

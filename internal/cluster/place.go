@@ -107,7 +107,8 @@ type refusal struct {
 
 // Create runs a create on the node placement chooses (see api.Cluster):
 // a restore on the snapshot's node, a create with a volume on the
-// volume's (draining or not: the data is there and nowhere else), others
+// volume's (draining or not: its freshest copy is there; with an object
+// store, any node once that node is gone: its last sync is fetched), others
 // on the nodes Place orders. A node that answers 503 (no capacity, lease
 // lapsed, database unreachable) or cannot be dialled is skipped; any other
 // answer is the client's.
@@ -185,15 +186,26 @@ func (rt *Router) candidates(ctx context.Context, nodes []store.Node, projectID 
 		if pinned = rt.volumeNode(ctx, projectID, want.Volume); pinned == "" {
 			return nil, nil
 		}
+		if rt.movable(ctx, pinned) {
+			pinned = "" // its last sync, in the object store: any node
+		}
 	}
-	if pinned == rt.cfg.Self {
+	var warm []store.Node
+	if want.Snapshot != "" {
+		// A warm copy on the node that keeps the pool is claimed there;
+		// else the restore is cold, as below.
+		if n := rt.poolFirst(ctx, projectID, want.Snapshot); n != nil {
+			warm = []store.Node{*n}
+		}
+	}
+	if pinned == rt.cfg.Self && warm == nil {
 		return nil, nil
 	}
 	cands := slices.Clone(nodes)
 	if pinned != "" {
 		n, err := rt.peer(ctx, pinned)
 		if err == nil {
-			return []store.Node{*n}, nil
+			return append(warm, *n), nil
 		}
 		if want.Snapshot == "" || !rt.snapshotDurable(ctx, projectID, want.Snapshot) {
 			return nil, err
@@ -211,10 +223,10 @@ func (rt *Router) candidates(ctx context.Context, nodes []store.Node, projectID 
 	rt.mu.Lock()
 	order := Place(cands, Want{ProjectID: projectID, Template: want.Template}, rt.rnd)
 	rt.mu.Unlock()
-	if len(order) == 0 {
+	if len(order) == 0 && warm == nil {
 		return nil, fmt.Errorf("no node of the cluster takes new sandboxes now (none ready and not draining): %w", errdefs.ErrCapacity)
 	}
-	return order, nil
+	return append(warm, slices.DeleteFunc(order, func(n store.Node) bool { return warm != nil && n.Name == warm[0].Name })...), nil
 }
 
 // createOn sends the create to node n. It answers the client and returns

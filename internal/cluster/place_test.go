@@ -277,3 +277,17 @@ func TestCreateAffinity(t *testing.T) {
 		t.Fatalf("holder suspect: %d %q", status, body)
 	}
 }
+
+// TestGone: a node is gone when declared dead, removed or unknown; ready,
+// draining and suspect ones are not.
+func TestGone(t *testing.T) {
+	var nodes []store.Node
+	for name, state := range map[string]string{"r": store.NodeReady, "s": store.NodeSuspect, "dr": store.NodeDraining, "d": store.NodeDead, "x": store.NodeRemoved} {
+		nodes = append(nodes, store.Node{NodeInfo: store.NodeInfo{Name: name}, State: state})
+	}
+	for name, want := range map[string]bool{"r": false, "s": false, "dr": false, "d": true, "x": true, "unknown": true} {
+		if got := Gone(nodes, name); got != want {
+			t.Errorf("Gone(%q) = %v, want %v", name, got, want)
+		}
+	}
+}

@@ -35,6 +35,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -73,14 +74,19 @@ type File struct {
 	Path   string      `json:"path"` // slash-separated, relative to the image
 	Mode   fs.FileMode `json:"mode"`
 	Size   int64       `json:"size"`
-	SHA256 string      `json:"sha256"` // of the whole file
-	Chunks []Chunk     `json:"chunks"`
+	SHA256 string      `json:"sha256"` // of the whole file; if Sparse, of its chunk list
+	// Sparse says some chunks are holes: SHA256 is then chunksDigest's,
+	// so that neither Upload nor Materialize reads the holes.
+	Sparse bool    `json:"sparse,omitempty"`
+	Chunks []Chunk `json:"chunks"`
 }
 
 // Chunk is ChunkSize bytes of a file (fewer at its end), stored compressed
-// as blob StoredSHA256.
+// as blob StoredSHA256; a Hole is zeros, in no blob (a sparse file's hole:
+// Upload reads data extents only, Materialize leaves the hole).
 type Chunk struct {
 	Size         int64  `json:"size"`
+	Hole         bool   `json:"hole,omitempty"`
 	SHA256       string `json:"sha256"` // of the uncompressed bytes
 	StoredSize   int64  `json:"storedSize"`
 	StoredSHA256 string `json:"storedSha256"`
@@ -106,6 +112,8 @@ type Images struct {
 	// It guards one server; nodes of a cluster sweeping at once are a
 	// known gap (see Delete).
 	gc sync.RWMutex
+	// read and uploaded count bytes (see Stats).
+	read, uploaded atomic.Int64
 }
 
 // New returns the images kept in obj.
@@ -174,10 +182,22 @@ func (im *Images) Upload(ctx context.Context, name, dir string) (Manifest, error
 	if len(m.Files) == 0 {
 		return Manifest{}, fmt.Errorf("upload image %s: %s holds no files: %w", name, dir, errdefs.ErrInvalid)
 	}
+	// The chunks of the image's previous upload, if any: unchanged ones
+	// are not compressed or uploaded again.
+	prev := map[string]Chunk{}
+	if old, err := im.Stat(ctx, name); err == nil {
+		for _, f := range old.Files {
+			for _, c := range f.Chunks {
+				if !c.Hole {
+					prev[c.SHA256] = c
+				}
+			}
+		}
+	}
 	im.gc.RLock()
 	defer im.gc.RUnlock()
 	for i := range m.Files {
-		if err := im.uploadFile(ctx, filepath.Join(dir, filepath.FromSlash(m.Files[i].Path)), &m.Files[i]); err != nil {
+		if err := im.uploadFile(ctx, filepath.Join(dir, filepath.FromSlash(m.Files[i].Path)), &m.Files[i], prev); err != nil {
 			return Manifest{}, fmt.Errorf("upload image %s: %s: %w", name, m.Files[i].Path, err)
 		}
 	}
@@ -196,7 +216,7 @@ var encoders = sync.Pool{New: func() any {
 	return e
 }}
 
-func (im *Images) uploadFile(ctx context.Context, p string, f *File) error {
+func (im *Images) uploadFile(ctx context.Context, p string, f *File, prev map[string]Chunk) error {
 	fh, err := os.Open(p)
 	if err != nil {
 		return err
@@ -209,6 +229,10 @@ func (im *Images) uploadFile(ctx context.Context, p string, f *File) error {
 	if st.Size() != f.Size {
 		return fmt.Errorf("changed while uploading (%d bytes, then %d)", f.Size, st.Size())
 	}
+	exts, err := DataExtents(fh, f.Size)
+	if err != nil {
+		return err
+	}
 	n := int((f.Size + ChunkSize - 1) / ChunkSize)
 	f.Chunks = make([]Chunk, n)
 	g, gctx := errgroup.WithContext(ctx)
@@ -216,13 +240,21 @@ func (im *Images) uploadFile(ctx context.Context, p string, f *File) error {
 	for i := range n {
 		off := int64(i) * ChunkSize
 		size := min(ChunkSize, f.Size-off)
+		if len(overlapping(exts, off, off+size)) == 0 {
+			f.Chunks[i] = Chunk{Size: size, Hole: true}
+			f.Sparse = true
+			continue
+		}
 		g.Go(func() error {
-			c, err := im.uploadChunk(gctx, io.NewSectionReader(fh, off, size))
+			buf := make([]byte, size)
+			read, err := readSpan(fh, exts, off, buf)
+			im.read.Add(read)
 			if err != nil {
 				return fmt.Errorf("chunk at %d: %w", off, err)
 			}
-			if c.Size != size {
-				return fmt.Errorf("chunk at %d: read %d bytes of %d: the file changed", off, c.Size, size)
+			c, err := im.uploadChunk(gctx, buf, prev)
+			if err != nil {
+				return fmt.Errorf("chunk at %d: %w", off, err)
 			}
 			f.Chunks[i] = c
 			return nil
@@ -230,6 +262,12 @@ func (im *Images) uploadFile(ctx context.Context, p string, f *File) error {
 	}
 	if err := g.Wait(); err != nil {
 		return err
+	}
+	if f.Sparse {
+		// Reading the holes back to digest the whole file would undo the
+		// point of skipping them: the chunks' digests are digested instead.
+		f.SHA256 = chunksDigest(f.Chunks)
+		return nil
 	}
 	// The whole file's digest: a second read, from the page cache.
 	h := sha256.New()
@@ -240,29 +278,63 @@ func (im *Images) uploadFile(ctx context.Context, p string, f *File) error {
 	return nil
 }
 
-// uploadChunk compresses r into memory, hashing both sides, and stores the
-// result unless a blob of those bytes is there.
-func (im *Images) uploadChunk(ctx context.Context, r io.Reader) (Chunk, error) {
+// chunksDigest is the SHA-256 of a sparse file's chunk list: each chunk's
+// size and uncompressed digest ("hole" for a hole), a line each.
+func chunksDigest(chunks []Chunk) string {
+	h := sha256.New()
+	for _, c := range chunks {
+		sum := c.SHA256
+		if c.Hole {
+			sum = "hole"
+		}
+		fmt.Fprintf(h, "%d %s\n", c.Size, sum)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// uploadChunk stores chunk b compressed, unless a blob of it is there: the
+// previous manifest of the image (prev, by uncompressed digest) names the
+// blob an unchanged chunk was stored as, so it is neither compressed nor
+// uploaded again; a chunk that compresses to a blob already stored is not
+// uploaded either.
+func (im *Images) uploadChunk(ctx context.Context, b []byte, prev map[string]Chunk) (Chunk, error) {
+	sum := sha256.Sum256(b)
+	raw := hex.EncodeToString(sum[:])
+	if c, ok := prev[raw]; ok && c.Size == int64(len(b)) {
+		if info, err := im.obj.Stat(ctx, blobKey(c.StoredSHA256)); err == nil && info.Size == c.StoredSize {
+			return c, nil
+		}
+	}
 	var buf bytes.Buffer
-	raw, stored := sha256.New(), sha256.New()
+	stored := sha256.New()
 	enc := encoders.Get().(*zstd.Encoder)
 	defer encoders.Put(enc)
 	enc.Reset(io.MultiWriter(&buf, stored))
-	n, err := io.Copy(enc, io.TeeReader(r, raw))
+	_, err := enc.Write(b)
 	if err == nil {
 		err = enc.Close()
 	}
 	if err != nil {
 		return Chunk{}, err
 	}
-	c := Chunk{Size: n, SHA256: hex.EncodeToString(raw.Sum(nil)), StoredSize: int64(buf.Len()), StoredSHA256: hex.EncodeToString(stored.Sum(nil))}
+	c := Chunk{Size: int64(len(b)), SHA256: raw, StoredSize: int64(buf.Len()), StoredSHA256: hex.EncodeToString(stored.Sum(nil))}
 	if info, err := im.obj.Stat(ctx, blobKey(c.StoredSHA256)); err == nil && info.Size == c.StoredSize {
 		return c, nil
 	}
 	if _, err := im.obj.Put(ctx, blobKey(c.StoredSHA256), &buf); err != nil {
 		return Chunk{}, err
 	}
+	im.uploaded.Add(c.StoredSize)
 	return c, nil
+}
+
+// Stats is what Upload did since New: bytes read from image files and
+// (compressed) bytes stored as new blobs.
+type Stats struct{ Read, Uploaded int64 }
+
+// Stats returns the counts so far.
+func (im *Images) Stats() Stats {
+	return Stats{Read: im.read.Load(), Uploaded: im.uploaded.Load()}
 }
 
 // Stat reads name's manifest: errdefs.ErrNotFound when name is not durable.
@@ -353,12 +425,21 @@ func (im *Images) downloadFile(ctx context.Context, name, p string, f File) erro
 	g.SetLimit(workers)
 	var off int64
 	for _, c := range f.Chunks {
-		w := io.NewOffsetWriter(fh, off)
+		w := holeWriter{io.NewOffsetWriter(fh, off)}
 		off += c.Size
+		if c.Hole {
+			continue // zeros already: the file was truncated to its size
+		}
 		g.Go(func() error { return im.downloadChunk(gctx, name, w, c) })
 	}
 	if err := g.Wait(); err != nil {
 		return err
+	}
+	if f.Sparse {
+		if got := chunksDigest(f.Chunks); got != f.SHA256 {
+			return corrupt(manifestKey(name), name, fmt.Sprintf("%s: SHA-256 of the chunk list %s, the manifest says %s", f.Path, got, f.SHA256))
+		}
+		return fh.Sync()
 	}
 	h := sha256.New()
 	if _, err := io.Copy(h, io.NewSectionReader(fh, 0, f.Size)); err != nil {
@@ -411,6 +492,28 @@ func (im *Images) downloadChunk(ctx context.Context, name string, w io.Writer, c
 		return corrupt(key, name, fmt.Sprintf("decompresses to %d bytes with SHA-256 %s, the manifest says %d bytes with %s", raw.n, raw.sum(), c.Size, c.SHA256))
 	}
 	return nil
+}
+
+// holeWriter writes into a file truncated to its size: runs of zeros are
+// left as holes (already zero), so a sparse file stays sparse.
+type holeWriter struct{ w *io.OffsetWriter }
+
+var zeros [64 << 10]byte
+
+func (h holeWriter) Write(p []byte) (int, error) {
+	total := len(p)
+	for len(p) > 0 {
+		n := min(len(p), len(zeros))
+		if !bytes.Equal(p[:n], zeros[:n]) {
+			if _, err := h.w.Write(p[:n]); err != nil {
+				return 0, err
+			}
+		} else if _, err := h.w.Seek(int64(n), io.SeekCurrent); err != nil {
+			return 0, err
+		}
+		p = p[n:]
+	}
+	return total, nil
 }
 
 type countHash struct {

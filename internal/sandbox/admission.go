@@ -208,7 +208,7 @@ func (s *Service) reserveSnapshot(ctx context.Context, project string) (release 
 	defer s.mu.Unlock()
 	n := s.snapPending[project]
 	for _, se := range s.snapshots {
-		if se.snap.ProjectID == project && !se.gone {
+		if se.snap.ProjectID == project && !se.gone && !se.foreign { // a foreign one is another node's record
 			n++
 		}
 	}

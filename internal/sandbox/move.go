@@ -58,8 +58,8 @@ func (s *Service) adopt(ctx context.Context, rec Record) (Record, error) {
 	if s.cfg.Images == nil {
 		return Record{}, errdefs.WithCode("feature_unavailable", fmt.Errorf("resume sandbox %q: it was paused on another node and this one has no object store: %w", id, errdefs.ErrConflict))
 	}
-	if rec.VolumeID != "" {
-		return Record{}, fmt.Errorf("resume sandbox %q: it holds volume %s, which cannot move between nodes: %w", id, rec.VolumeID, errdefs.ErrConflict)
+	if rec.VolumeID != "" && s.cfg.Volumes == nil {
+		return Record{}, errdefs.WithCode("feature_unavailable", fmt.Errorf("resume sandbox %q: it holds volume %s and this node has no volumes: %w", id, rec.VolumeID, errdefs.ErrConflict))
 	}
 	size, err := LookupSize(rec.Size)
 	if err != nil {
@@ -97,6 +97,22 @@ func (s *Service) adopt(ctx context.Context, rec Record) (Record, error) {
 	if err := s.materialize(ctx, PauseImageName(id), dir); err != nil {
 		return Record{}, fmt.Errorf("resume sandbox %q: %w", id, err)
 	}
+	// Its volume, released by the node it left (synced, still attached to
+	// it), is fetched here before the restore: the restored processes
+	// find /workspace as they left it.
+	vol, err := s.attachVolume(ctx, &rec, rec.VolumeID)
+	if err != nil {
+		return Record{}, fmt.Errorf("resume sandbox %q: its volume: %w", id, err)
+	}
+	defer func() {
+		if err != nil && vol != nil {
+			// Back to the object store, attached to the sandbox still,
+			// for the next attempt, here or elsewhere.
+			if rerr := s.cfg.Volumes.Release(context.WithoutCancel(ctx), id); rerr != nil {
+				s.log.Error("release the volume of a sandbox whose resume failed", "sandbox", id, "err", rerr)
+			}
+		}
+	}()
 	rec.Status, rec.PauseError, rec.DurableAt, rec.Rootfs = StatusRunning, "", nil, rootfs
 	rec.EndAt = nil
 	if rec.RemainingMs > 0 {
@@ -105,7 +121,7 @@ func (s *Service) adopt(ctx context.Context, rec Record) (Record, error) {
 	rec.RemainingMs = 0
 	rec, err = s.start(ctx, rec, func(ctx context.Context, rec *Record) (runtime.Sandbox, error) {
 		return s.cp.Restore(ctx, runtime.Spec{ID: id, Rootfs: rootfs, AgentToken: rec.AgentToken, Resources: size.resources(),
-			Egress: rec.Egress, Mounts: s.mounts(rec.Template, nil)}, dir)
+			Egress: rec.Egress, Mounts: s.mounts(rec.Template, vol)}, dir)
 	}, rec.AgentToken, func(ctx context.Context, id string) {
 		// What was made goes; the sandbox stays what it was: paused, its
 		// image durable.
@@ -135,6 +151,12 @@ func (s *Service) killOrphan(ctx context.Context, rec Record) error {
 		return fmt.Errorf("kill sandbox %q: %w", rec.ID, err)
 	}
 	s.dropDurable(PauseImageName(rec.ID))
+	if rec.VolumeID != "" && s.cfg.Volumes != nil {
+		// Released with it by the node it left: free again.
+		if err := s.cfg.Volumes.Detach(ctx, rec.ID); err != nil {
+			return fmt.Errorf("kill sandbox %q: detach its volume: %w", rec.ID, err)
+		}
+	}
 	s.log.Info("orphaned sandbox killed", "sandbox", rec.ID)
 	return s.cfg.Store.DeleteSandbox(ctx, rec.ID)
 }
@@ -159,7 +181,8 @@ type Moved struct {
 // --move): every running one is paused, every paused one waits until its
 // image is durable and is released (orphaned), and those that ran are
 // handed to resume, which has another node take them over. Warm copies of
-// snapshots' pools go (the nodes asked for pools keep their own). It
+// snapshots' pools go (HandOverPools has other nodes adopt the pools
+// first). It
 // returns what happened to each sandbox; ctx bounds the wait for uploads.
 func (s *Service) Evacuate(ctx context.Context, resume func(ctx context.Context, projectID, id string) error) []Moved {
 	s.mu.Lock()
@@ -176,8 +199,8 @@ func (s *Service) Evacuate(ctx context.Context, resume func(ctx context.Context,
 		s.mu.Unlock()
 		m := Moved{ID: rec.ID, ProjectID: rec.ProjectID, WasRunning: rec.Status == StatusRunning}
 		switch {
-		case rec.VolumeID != "" && rec.Status != StatusPooled:
-			m.Err = fmt.Errorf("sandbox %q holds volume %s, which cannot move between nodes: %w", rec.ID, rec.VolumeID, errdefs.ErrConflict)
+		case rec.VolumeID != "" && rec.Status != StatusPooled && s.cfg.Images == nil:
+			m.Err = fmt.Errorf("sandbox %q holds volume %s, which cannot move between nodes without an object store: %w", rec.ID, rec.VolumeID, errdefs.ErrConflict)
 		case rec.Status == StatusPooled:
 			e.mu.Lock()
 			if s.take(e) {
@@ -251,6 +274,17 @@ func (s *Service) release(ctx context.Context, id string) error {
 	s.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("sandbox %q changed while it was being moved: %w", id, errdefs.ErrConflict)
+	}
+	s.mu.Lock()
+	vol := e.rec.VolumeID
+	s.mu.Unlock()
+	if vol != "" {
+		// Its volume goes first: synced, then fetched by the node that
+		// resumes it. On failure it stays here, paused (a resume mounts
+		// the volume again).
+		if err := s.cfg.Volumes.Release(ctx, id); err != nil {
+			return fmt.Errorf("sandbox %q: its volume: %w", id, err)
+		}
 	}
 	if err := r.ReleaseSandbox(ctx, id); err != nil {
 		return fmt.Errorf("release sandbox %q: %w", id, err)

@@ -62,13 +62,14 @@ func metricsTemplate(name string) string {
 }
 
 // WarmPools implements metrics.Inventory: each snapshot that keeps a pool,
-// with its ready copies. A paused pool wants none.
+// with its ready copies, that this node keeps (in a cluster another node
+// may keep it). A paused pool wants none.
 func (s *Service) WarmPools() []metrics.Pool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []metrics.Pool
 	for id, se := range s.snapshots {
-		if se.gone || se.snap.PoolSize == 0 {
+		if se.gone || se.snap.PoolSize == 0 || !s.poolHereLocked(se) {
 			continue
 		}
 		p := metrics.Pool{Ready: len(s.pooledLocked(id)), Target: se.snap.PoolSize}

@@ -319,12 +319,33 @@ func (s *Service) recoverSnapshots(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if p, ok := s.cfg.Store.(Pools); ok {
+		adopted, err := p.AdoptedPools(ctx)
+		if err != nil {
+			return err
+		}
+		recs = append(recs, adopted...)
+	}
 	known := map[string]bool{}
 	for _, r := range recs {
 		var snap Snapshot
 		if err := json.Unmarshal(r.Spec, &snap); err != nil || snap.ID != r.ID {
+			if r.Node != s.node() {
+				continue // another node's record
+			}
 			s.log.Warn("recover: unreadable snapshot record, removing", "snapshot", r.ID)
 			s.cfg.Store.DeleteSnapshot(ctx, r.ID)
+			continue
+		}
+		se, ok := s.loadSnapshot(r, snap)
+		if !ok {
+			continue
+		}
+		if se.foreign {
+			known[snap.ID] = true // a cache of another node's image
+			s.mu.Lock()
+			s.snapshots[snap.ID] = se
+			s.mu.Unlock()
 			continue
 		}
 		if _, err := os.Stat(filepath.Join(s.snapshotDir(snap.ID), "checkpoint.img")); err != nil && (snap.DurableAt == nil || s.cfg.Images == nil) {
@@ -336,8 +357,8 @@ func (s *Service) recoverSnapshots(ctx context.Context) error {
 		if snap.Rootfs == "" {
 			snap.Rootfs = s.knownRootfs("", snap.ProjectID, snap.Template)
 			s.putSnapshot(ctx, snap)
+			se.snap = snap
 		}
-		se := &snapEntry{snap: snap}
 		s.mu.Lock()
 		s.snapshots[snap.ID] = se
 		s.mu.Unlock()

@@ -44,6 +44,9 @@ type Volumes interface {
 	Attach(ctx context.Context, projectID, ref, sandboxID string) (volume.Volume, string, error)
 	Detach(ctx context.Context, sandboxID string) error
 	Mount(ctx context.Context, id string) error
+	// Release unmounts and syncs the volumes of a paused sandbox that
+	// moves to another node, where Attach with its id fetches them.
+	Release(ctx context.Context, sandboxID string) error
 	Reconcile(ctx context.Context, live func(sandboxID string) bool) error
 }
 
@@ -132,6 +135,8 @@ type Service struct {
 	// store, by name (guarded by mu); matMu serializes downloads of images.
 	imageJobs map[string]*imageJob
 	matMu     sync.Mutex
+	// poolPeers reaches other nodes' warm pools (pools.go; guarded by mu).
+	poolPeers PoolPeers
 }
 
 // entry is one live sandbox. desktop serializes its desktop's starts and

@@ -75,6 +75,10 @@ type snapEntry struct {
 	snap    Snapshot
 	filling bool
 	gone    bool
+	// poolNode keeps the warm copies ("" on a single server); foreign:
+	// the snapshot is another node's, this one keeps its pool (pools.go).
+	poolNode string
+	foreign  bool
 }
 
 func (s *Service) snapshotDir(id string) string { return filepath.Join(s.cfg.SnapshotDir, id) }
@@ -132,7 +136,7 @@ func (s *Service) TakeSnapshot(ctx context.Context, projectID, id, name string, 
 		os.RemoveAll(s.snapshotDir(snap.ID))
 		return SnapshotInfo{}, err
 	}
-	se := &snapEntry{snap: snap}
+	se := &snapEntry{snap: snap, poolNode: s.node()}
 	s.mu.Lock()
 	s.snapshots[snap.ID] = se
 	s.mu.Unlock()
@@ -280,6 +284,17 @@ func (s *Service) DeleteSnapshot(ctx context.Context, projectID, id string) erro
 		return err
 	}
 	s.mu.Lock()
+	poolNode, peers := se.poolNode, s.poolPeers
+	elsewhere := !s.poolHereLocked(se)
+	s.mu.Unlock()
+	if elsewhere && peers != nil {
+		// Another node keeps its warm copies: they go first, so that a
+		// node that cannot be reached leaves the snapshot whole.
+		if err := peers.DropPool(ctx, poolNode, id); err != nil {
+			return fmt.Errorf("delete snapshot %s: its warm pool on node %s: %w", id, poolNode, err)
+		}
+	}
+	s.mu.Lock()
 	se.gone = true
 	delete(s.snapshots, id)
 	s.mu.Unlock()
@@ -308,7 +323,7 @@ func (s *Service) pooledLocked(snapID string) []*entry {
 func (s *Service) trimPool(ctx context.Context, se *snapEntry) {
 	s.mu.Lock()
 	keep := se.snap.PoolSize
-	if se.snap.PoolPaused || se.gone {
+	if se.snap.PoolPaused || se.gone || !s.poolHereLocked(se) {
 		keep = 0
 	}
 	extra := s.pooledLocked(se.snap.ID)
@@ -351,7 +366,7 @@ func (s *Service) fillPool(se *snapEntry) {
 			snap, n := se.snap, len(s.pooledLocked(se.snap.ID))
 			// A copy of a snapshot with a volume needs the volume: it cannot
 			// wait in a pool.
-			stop := s.closed || se.gone || snap.PoolPaused || n >= snap.PoolSize || snap.VolumeID != ""
+			stop := s.closed || se.gone || snap.PoolPaused || n >= snap.PoolSize || snap.VolumeID != "" || !s.poolHereLocked(se)
 			s.mu.Unlock()
 			if stop {
 				return

@@ -104,6 +104,12 @@ func NotReleasable(id, node string) error {
 	return fmt.Errorf("sandbox %s is not a paused sandbox of node %q whose image is durable: %w", id, node, errdefs.ErrConflict)
 }
 
+// NotAdoptable is the error of a pool adoption whose snapshot is gone or
+// whose pool another node keeps than the adopter saw.
+func NotAdoptable(id, from string) error {
+	return fmt.Errorf("the warm pool of snapshot %s is not kept by node %q (any more): %w", id, from, errdefs.ErrConflict)
+}
+
 // SandboxNotFound is the error for an unknown sandbox id.
 func SandboxNotFound(id string) error { return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound) }
 

@@ -45,6 +45,12 @@ type Cluster interface {
 	// of another node, not paused or not durable is ErrConflict; f no
 	// longer current, ErrFenced.
 	ReleaseSandbox(ctx context.Context, f Fence, id string) error
+	// AdoptPool makes node f.Node keep the warm copies of snapshot id
+	// (its pool node), if f is current (else ErrFenced) and the node
+	// that keeps them now (Snapshot.KeepsPool) is from: of two nodes
+	// adopting a pool at once one wins, the other gets ErrConflict, as
+	// does an unknown snapshot.
+	AdoptPool(ctx context.Context, f Fence, id, from string) error
 	// DeclareDead marks a node dead when its lease has lapsed for at
 	// least after on the database's clock, and marks every sandbox row on
 	// it lost but the durable paused ones, which it orphans (Orphan), in

@@ -86,7 +86,8 @@ type Store interface {
 	// InsertVolume adds a volume; a name the project already has is
 	// ErrConflict.
 	InsertVolume(ctx context.Context, v Volume) error
-	// UpdateVolume replaces a volume's spec.
+	// UpdateVolume replaces a volume's spec and, when v.Node is set, the
+	// node that holds it.
 	UpdateVolume(ctx context.Context, v Volume) error
 	// DeleteVolume removes a record; a missing one is not an error.
 	DeleteVolume(ctx context.Context, id string) error
@@ -256,8 +257,19 @@ type Snapshot struct {
 	ID        string
 	ProjectID string
 	Node      string // the node whose disk holds it in cluster mode; "" on a single server
+	// PoolNode keeps its warm copies in cluster mode ("": Node). Only
+	// Cluster.AdoptPool changes it; PutSnapshot leaves it.
+	PoolNode  string
 	Spec      json.RawMessage
 	CreatedAt time.Time
+}
+
+// KeepsPool is the node that keeps sn's warm copies.
+func (sn Snapshot) KeepsPool() string {
+	if sn.PoolNode != "" {
+		return sn.PoolNode
+	}
+	return sn.Node
 }
 
 // Volume is the durable record of a volume; Spec is the volume manager's own

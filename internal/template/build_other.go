@@ -47,3 +47,13 @@ func (r *Registry) Remove(ctx context.Context, name string) error {
 func (r *Registry) MigrateCustom(project string) (migrated []string, err error) {
 	return nil, fmt.Errorf("migrate custom templates: template builds need Linux: %w", errdefs.ErrUnavailable)
 }
+
+// AdoptVersion needs Linux, as builds do.
+func (r *Registry) AdoptVersion(ctx context.Context, name, digest string, populate func(dir string) error) (Template, error) {
+	return Template{}, fmt.Errorf("adopt template %q: template versions need Linux: %w", name, errdefs.ErrUnavailable)
+}
+
+// Evict needs Linux, as builds do.
+func (r *Registry) Evict(name, vdir string, inUse func(rootfs string) bool) (bool, error) {
+	return false, fmt.Errorf("evict template %q: template versions need Linux: %w", name, errdefs.ErrUnavailable)
+}

@@ -308,14 +308,20 @@ func VerifyVersion(dir string) (Version, error) {
 	if want := v.Name + "@" + dirDigest(v.Digest); filepath.Base(dir) != want {
 		return v, fmt.Errorf("version %s: its digest names it %s: %w", dir, want, errdefs.ErrInvalid)
 	}
+	return v, verifyRootfs(dir, stored)
+}
+
+// verifyRootfs checks that the rootfs of version directory dir matches the
+// manifest stored (errdefs.ErrInvalid naming the first difference).
+func verifyRootfs(dir string, stored []byte) error {
 	got, err := manifestOf(filepath.Join(dir, rootfsDir))
 	if err != nil {
-		return v, fmt.Errorf("version %s: %w", dir, err)
+		return fmt.Errorf("version %s: %w", dir, err)
 	}
 	if !bytes.Equal(got, stored) {
-		return v, fmt.Errorf("version %s: rootfs differs from its manifest at %s: %w", dir, firstDiff(stored, got), errdefs.ErrInvalid)
+		return fmt.Errorf("version %s: rootfs differs from its manifest at %s: %w", dir, firstDiff(stored, got), errdefs.ErrInvalid)
 	}
-	return v, nil
+	return nil
 }
 
 // firstDiff describes the first line where manifests want and got differ.

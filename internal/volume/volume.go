@@ -31,6 +31,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lizard-build/lizard/internal/disk"
+	"github.com/lizard-build/lizard/internal/durable"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -44,6 +45,19 @@ type Volume struct {
 	Region     string    `json:"region,omitempty"`
 	AttachedTo string    `json:"attachedTo,omitempty"`
 	CreatedAt  time.Time `json:"createdAt"`
+	// With an object store (Config.Images), a volume is synced there at
+	// every detach. Version counts its attaches (its data may change
+	// while attached); SyncedVersion is the Version last synced (0:
+	// never) and SyncedAt when; a detached volume with SyncedVersion <
+	// Version has a sync pending on its node. Stale says its node was lost
+	// while it was attached: its data is as of SyncedAt, what was written
+	// after is gone (until its next sync).
+	Version       int        `json:"version,omitempty"`
+	SyncedVersion int        `json:"syncedVersion,omitempty"`
+	SyncedAt      *time.Time `json:"syncedAt,omitempty"`
+	Stale         bool       `json:"stale,omitempty"`
+	// Node is the cluster node that holds it ("" on a single server).
+	Node string `json:"node,omitempty"`
 }
 
 // Limits of the API.
@@ -69,13 +83,53 @@ type Config struct {
 	MaxProjectGB func(ctx context.Context, projectID string) (int, error)
 	// Disk refuses new volumes when the disk is low; nil: no check.
 	Disk *disk.Guard
+	// Images keeps volumes in the object store (durable.Images): a volume
+	// is synced there at detach, and an attach on a node that does not
+	// hold it fetches it. nil: a volume stays on its node's disk.
+	Images Images
+	// Shared is every node's volume records (the cluster's database;
+	// Store is this node's view of it); nil on a single server. With
+	// Images, an attach finds a volume of another node there and claims
+	// it.
+	Shared SharedStore
+	// Gone reports whether a node was declared dead or removed: a volume
+	// it held attached is taken at its last sync, stale. nil: none is.
+	Gone func(ctx context.Context, node string) bool
 }
+
+// Images is what the manager needs of the object store's durable images.
+type Images interface {
+	Upload(ctx context.Context, name, dir string) (durable.Manifest, error)
+	Materialize(ctx context.Context, name, dir string) (durable.Manifest, error)
+	Delete(ctx context.Context, name string) error
+}
+
+// SharedStore is the volume records of every node of a cluster.
+// UpdateVolume keeps the record's node unless v.Node names another.
+type SharedStore interface {
+	Volumes(ctx context.Context) ([]store.Volume, error)
+	UpdateVolume(ctx context.Context, v store.Volume) error
+}
+
+// ImageName is the name of volume id's image in the object store: one
+// file, imageFile, the volume's filesystem image, in content-addressed
+// chunks (only the chunks a sync changed are uploaded).
+func ImageName(id string) string { return "volumes/" + id }
+
+const imageFile = "volume.img"
 
 // Manager creates, attaches and resizes volumes. It is safe for concurrent
 // use.
 type Manager struct {
 	cfg Config
 	mu  sync.Mutex // serializes every change: they are rare and slow
+	// syncs is the background syncs to the object store, by volume
+	// (guarded by mu); bg is their context, canceled by Close, wg waits
+	// for them.
+	syncs  map[string]*syncJob
+	bg     context.Context
+	stopBg context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 // New prepares the volume directory.
@@ -92,7 +146,16 @@ func New(cfg Config) (*Manager, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, err
 	}
-	return &Manager{cfg: cfg}, nil
+	bg, stop := context.WithCancel(context.Background())
+	return &Manager{cfg: cfg, syncs: map[string]*syncJob{}, bg: bg, stopBg: stop}, nil
+}
+
+// Close cancels the background syncs and waits for them to stop; a volume
+// left unsynced is synced by Reconcile at the next start (its data is on
+// this node's disk).
+func (m *Manager) Close() {
+	m.stopBg()
+	m.wg.Wait()
 }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?$`)
@@ -152,23 +215,7 @@ func (m *Manager) Create(ctx context.Context, projectID, name string, sizeGB int
 		os.Remove(img)
 		return Volume{}, err
 	}
-	if err := m.makeImage(ctx, img); err != nil {
-		return fail(err)
-	}
-	if err := m.mountLocked(ctx, v.ID); err != nil {
-		return fail(err)
-	}
-	if err := os.Mkdir(m.DataDir(v.ID), 0o755); err != nil {
-		return fail(err)
-	}
-	// The sandbox's default user (uid 1000) owns it; root may write anyway.
-	if err := os.Chown(m.DataDir(v.ID), 1000, 1000); err != nil {
-		return fail(err)
-	}
-	if err := m.setSize(v.ID, sizeGB); err != nil {
-		return fail(err)
-	}
-	if err := m.unmount(ctx, v.ID); err != nil {
+	if err := m.initLocked(ctx, v.ID, sizeGB); err != nil {
 		return fail(err)
 	}
 	if err := m.insertLocked(ctx, v); err != nil {
@@ -176,6 +223,28 @@ func (m *Manager) Create(ctx context.Context, projectID, name string, sizeGB int
 	}
 	m.cfg.Logger.Info("volume created", "volume", v.ID, "name", name, "sizeGb", sizeGB)
 	return v, nil
+}
+
+// initLocked makes volume id's image: an empty filesystem offering
+// sizeGB, its data directory owned by the sandbox's default user (uid
+// 1000; root may write anyway), left unmounted.
+func (m *Manager) initLocked(ctx context.Context, id string, sizeGB int) error {
+	if err := m.makeImage(ctx, m.image(id)); err != nil {
+		return err
+	}
+	if err := m.mountLocked(ctx, id); err != nil {
+		return err
+	}
+	if err := os.Mkdir(m.DataDir(id), 0o755); err != nil {
+		return err
+	}
+	if err := os.Chown(m.DataDir(id), 1000, 1000); err != nil {
+		return err
+	}
+	if err := m.setSize(id, sizeGB); err != nil {
+		return err
+	}
+	return m.unmount(ctx, id)
 }
 
 // makeImage writes a sparse file of the largest volume size and an ext4
@@ -240,7 +309,8 @@ func (m *Manager) run(ctx context.Context, name string, args ...string) error {
 func (m *Manager) Get(ctx context.Context, projectID, ref string) (Volume, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.findLocked(ctx, projectID, ref)
+	v, _, err := m.findAnyLocked(ctx, projectID, ref)
+	return v, err
 }
 
 // List returns the project's volumes, oldest first.
@@ -269,6 +339,7 @@ func (m *Manager) all(ctx context.Context) ([]Volume, error) {
 		if err := json.Unmarshal(r.Spec, &v); err != nil {
 			return nil, fmt.Errorf("volume %s: %w", r.ID, err)
 		}
+		v.Node = r.Node
 		out = append(out, v)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
@@ -336,20 +407,25 @@ func (m *Manager) saveLocked(ctx context.Context, v Volume) error {
 func (m *Manager) Delete(ctx context.Context, projectID, ref string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	v, err := m.findLocked(ctx, projectID, ref)
+	v, _, err := m.findAnyLocked(ctx, projectID, ref)
 	if err != nil {
 		return err
 	}
 	if v.AttachedTo != "" {
 		return errdefs.WithCode("volume_attached", fmt.Errorf("volume %q is attached to sandbox %s: %w", v.Name, v.AttachedTo, errdefs.ErrConflict))
 	}
+	m.quiesceLocked(v.ID)
 	m.unmount(ctx, v.ID)
 	if err := m.cfg.Store.DeleteVolume(ctx, v.ID); err != nil {
 		return err
 	}
+	m.deleteImage(ctx, v.ID)
 	os.Remove(m.mountDir(v.ID))
 	m.cfg.Logger.Info("volume deleted", "volume", v.ID)
-	return os.Remove(m.image(v.ID))
+	if err := os.Remove(m.image(v.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 // Attach gives the volume to sandboxID and mounts it on the host; it
@@ -358,15 +434,42 @@ func (m *Manager) Delete(ctx context.Context, projectID, ref string) error {
 func (m *Manager) Attach(ctx context.Context, projectID, ref, sandboxID string) (Volume, string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	v, err := m.findLocked(ctx, projectID, ref)
+	v, local, err := m.findAnyLocked(ctx, projectID, ref)
+	for err == nil && !local && m.pendingElsewhere(ctx, v) {
+		// Its freshest data is still on the node that holds it: wait
+		// for that node's sync (placement sends creates there, so this is
+		// a move or a race).
+		m.mu.Unlock()
+		err = m.waitSynced(ctx, v)
+		m.mu.Lock()
+		if err == nil {
+			v, local, err = m.findAnyLocked(ctx, projectID, ref)
+		}
+	}
 	if err != nil {
 		return Volume{}, "", err
+	}
+	if local {
+		m.quiesceLocked(v.ID) // a sync since its last detach here stops
+	}
+	if !local && v.AttachedTo != "" && m.cfg.Gone != nil && m.cfg.Gone(ctx, v.Node) {
+		m.cfg.Logger.Warn("volume lost with its node; it is taken at its last sync", "volume", v.ID, "node", v.Node, "sandbox", v.AttachedTo)
+		v.AttachedTo, v.Stale = "", true
 	}
 	if v.AttachedTo != "" && v.AttachedTo != sandboxID {
 		return Volume{}, "", errdefs.WithCode("volume_in_use", fmt.Errorf("volume %q is attached to sandbox %s: %w", v.Name, v.AttachedTo, errdefs.ErrConflict))
 	}
+	if !local {
+		// Another node's: fetched from its last sync, claimed below.
+		if err := m.fetchLocked(ctx, &v); err != nil {
+			return Volume{}, "", err
+		}
+	}
 	if err := m.mountLocked(ctx, v.ID); err != nil {
 		return Volume{}, "", err
+	}
+	if (v.AttachedTo != sandboxID || !local) && m.cfg.Images != nil {
+		v.Version++ // counted for the syncs only
 	}
 	v.AttachedTo = sandboxID
 	if err := m.saveLocked(ctx, v); err != nil {
@@ -381,7 +484,24 @@ func (m *Manager) Attach(ctx context.Context, projectID, ref, sandboxID string) 
 func (m *Manager) Mount(ctx context.Context, id string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.mountLocked(ctx, id)
+	m.quiesceLocked(id) // a Release's sync, if the move failed
+	if err := m.mountLocked(ctx, id); err != nil {
+		return err
+	}
+	if m.cfg.Images == nil {
+		return nil
+	}
+	all, err := m.all(ctx)
+	if err != nil {
+		return err
+	}
+	for _, v := range all {
+		if v.ID == id && v.AttachedTo != "" && v.SyncedVersion >= v.Version {
+			v.Version++ // it may change again: synced at its detach
+			return m.saveLocked(ctx, v)
+		}
+	}
+	return nil
 }
 
 func (m *Manager) mountLocked(ctx context.Context, id string) error {
@@ -425,9 +545,15 @@ func (m *Manager) Detach(ctx context.Context, sandboxID string) error {
 			continue
 		}
 		v.AttachedTo = ""
-		errs = append(errs, m.saveLocked(ctx, v))
+		if err := m.saveLocked(ctx, v); err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		m.cfg.Logger.Info("volume detached", "volume", v.ID, "sandbox", sandboxID)
+		m.startSyncLocked(v)
 	}
+	errs = append(errs, m.detachReleasedLocked(ctx, sandboxID, all))
+	m.pruneLocked(ctx)
 	return errors.Join(errs...)
 }
 
@@ -445,10 +571,16 @@ func (m *Manager) Reconcile(ctx context.Context, live func(sandboxID string) boo
 			errs = append(errs, m.Detach(ctx, v.AttachedTo))
 		case v.AttachedTo == "":
 			m.mu.Lock()
-			errs = append(errs, m.unmount(ctx, v.ID))
+			err := m.unmount(ctx, v.ID)
+			if errs = append(errs, err); err == nil {
+				m.startSyncLocked(v) // one the last run did not finish
+			}
 			m.mu.Unlock()
 		}
 	}
+	m.mu.Lock()
+	m.pruneLocked(ctx)
+	m.mu.Unlock()
 	return errors.Join(errs...)
 }
 
@@ -470,11 +602,18 @@ func (m *Manager) Resize(ctx context.Context, projectID, ref string, sizeGB int)
 	if err := m.checkQuotaLocked(ctx, projectID, v.ID, sizeGB); err != nil {
 		return Volume{}, err
 	}
+	if v.AttachedTo == "" {
+		// Its image changes: a sync in progress stops, and one starts
+		// once it is unmounted again.
+		m.quiesceLocked(v.ID)
+		defer func() {
+			if m.unmount(ctx, v.ID) == nil {
+				m.startSyncLocked(v)
+			}
+		}()
+	}
 	if err := m.mountLocked(ctx, v.ID); err != nil {
 		return Volume{}, err
-	}
-	if v.AttachedTo == "" {
-		defer m.unmount(ctx, v.ID)
 	}
 	if sizeGB < v.SizeGB {
 		used, err := m.dataBytes(v.ID)
@@ -488,10 +627,15 @@ func (m *Manager) Resize(ctx context.Context, projectID, ref string, sizeGB int)
 	if err := m.setSize(v.ID, sizeGB); err != nil {
 		return Volume{}, err
 	}
-	v.SizeGB = sizeGB
-	if err := m.saveLocked(ctx, v); err != nil {
+	next := v
+	next.SizeGB = sizeGB
+	if v.AttachedTo == "" && m.cfg.Images != nil {
+		next.Version++ // changed while detached: synced again
+	}
+	if err := m.saveLocked(ctx, next); err != nil {
 		return Volume{}, err
 	}
+	v = next
 	m.cfg.Logger.Info("volume resized", "volume", v.ID, "sizeGb", sizeGB)
 	return v, nil
 }

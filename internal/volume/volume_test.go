@@ -21,6 +21,18 @@ func newManager(t *testing.T) (*Manager, string) {
 		t.Skip("mkfs.ext4 is not installed")
 	}
 	dir := t.TempDir()
+	st, pid := testStore(t, dir)
+	m, err := New(Config{Dir: filepath.Join(dir, "volumes"), Store: st, MaxSizeGB: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, pid
+}
+
+// testStore opens a SQLite store in dir with a project, whose id it
+// returns.
+func testStore(t *testing.T, dir string) (*sqlite.Store, string) {
+	t.Helper()
 	st, err := sqlite.Open(filepath.Join(dir, "db"))
 	if err != nil {
 		t.Fatal(err)
@@ -30,11 +42,7 @@ func newManager(t *testing.T) (*Manager, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(Config{Dir: filepath.Join(dir, "volumes"), Store: st, MaxSizeGB: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m, p.ID
+	return st, p.ID
 }
 
 // TestLifecycle: create, a size that is a hard limit, online resize both

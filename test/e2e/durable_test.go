@@ -22,8 +22,15 @@ import (
 // the bucket as the server sees it.
 func objectStore(t *testing.T) (*vgwtest.Server, objstore.Store) {
 	t.Helper()
+	return objectStoreOn(t, "127.0.0.1")
+}
+
+// objectStoreOn is objectStore listening on host (the cluster's bridge, for
+// nodes in network namespaces).
+func objectStoreOn(t *testing.T, host string) (*vgwtest.Server, objstore.Store) {
+	t.Helper()
 	requirements(t)
-	gw := vgwtest.New(t)
+	gw := vgwtest.NewOn(t, host)
 	for _, e := range gw.Env() {
 		k, v, _ := strings.Cut(e, "=")
 		t.Setenv(k, v)

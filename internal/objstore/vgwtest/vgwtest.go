@@ -232,14 +232,12 @@ func (s *Server) Close() error {
 
 // New starts a gateway for t, closed when t ends. t is skipped when
 // versitygw is not installed (scripts/install-deps.sh installs it).
-func New(t testing.TB) *Server {
-	t.Helper()
-	return NewOn(t, "127.0.0.1")
-}
+func New(t testing.TB) *Server { t.Helper(); return NewOn(t, "127.0.0.1") }
 
 // NewOn is New listening on host.
 func NewOn(t testing.TB, host string) *Server {
 	t.Helper()
+
 	gw, err := StartOn(context.Background(), host)
 	if errors.Is(err, ErrNoVersitygw) {
 		t.Skip(err)

@@ -145,6 +145,25 @@ func (s *Store) ReleaseSandbox(ctx context.Context, f store.Fence, id string) er
 	})
 }
 
+// AdoptPool makes f's node keep snapshot id's warm copies if from keeps
+// them now.
+func (s *Store) AdoptPool(ctx context.Context, f store.Fence, id, from string) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := lockNode(ctx, tx, f); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE snapshots SET pool_node = $2 WHERE id = $1 AND (CASE WHEN pool_node = '' THEN node ELSE pool_node END) = $3`,
+			id, f.Node, from)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return store.NotAdoptable(id, from)
+		}
+		return nil
+	})
+}
+
 // DeclareDead marks a node dead once its lease has lapsed for after, and
 // its sandboxes lost.
 func (s *Store) DeclareDead(ctx context.Context, name string, after time.Duration) (bool, error) {

@@ -198,10 +198,10 @@ func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
 
 // Snapshots lists every snapshot record, oldest first.
 func (s *Store) Snapshots(ctx context.Context) ([]store.Snapshot, error) {
-	rows, _ := s.pool.Query(ctx, `SELECT id, project_id, spec::text, created_at, node FROM snapshots ORDER BY created_at, id`)
+	rows, _ := s.pool.Query(ctx, `SELECT id, project_id, spec::text, created_at, node, pool_node FROM snapshots ORDER BY created_at, id`)
 	return collect(rows, func(r pgx.CollectableRow) (sn store.Snapshot, err error) {
 		var spec string
-		err = r.Scan(&sn.ID, &sn.ProjectID, &spec, &sn.CreatedAt, &sn.Node)
+		err = r.Scan(&sn.ID, &sn.ProjectID, &spec, &sn.CreatedAt, &sn.Node, &sn.PoolNode)
 		sn.Spec, sn.CreatedAt = json.RawMessage(spec), sn.CreatedAt.UTC()
 		return sn, err
 	})
@@ -218,9 +218,10 @@ func (s *Store) InsertVolume(ctx context.Context, v store.Volume) error {
 	return err
 }
 
-// UpdateVolume replaces a volume's spec.
+// UpdateVolume replaces a volume's spec and, when v.Node is set, its node
+// (a volume moves to the node that attaches it).
 func (s *Store) UpdateVolume(ctx context.Context, v store.Volume) error {
-	_, err := s.pool.Exec(ctx, `UPDATE volumes SET spec = $1 WHERE id = $2`, string(v.Spec), v.ID)
+	_, err := s.pool.Exec(ctx, `UPDATE volumes SET spec = $1, node = CASE WHEN $3 = '' THEN node ELSE $3 END WHERE id = $2`, string(v.Spec), v.ID, v.Node)
 	return err
 }
 

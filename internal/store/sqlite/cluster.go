@@ -224,6 +224,28 @@ func (s *Store) ReleaseSandbox(ctx context.Context, f store.Fence, id string) er
 	})
 }
 
+// AdoptPool makes f's node keep snapshot id's warm copies if from keeps
+// them now.
+func (s *Store) AdoptPool(ctx context.Context, f store.Fence, id, from string) error {
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := checkFence(ctx, tx, f); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `UPDATE snapshots SET pool_node = ? WHERE id = ? AND (CASE WHEN pool_node = '' THEN node ELSE pool_node END) = ?`,
+			f.Node, id, from)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			if err == nil {
+				err = store.NotAdoptable(id, from)
+			}
+			return err
+		}
+		return nil
+	})
+}
+
 // checkFence checks that f is its node's current incarnation.
 func checkFence(ctx context.Context, tx *sql.Tx, f store.Fence) error {
 	var inc int64

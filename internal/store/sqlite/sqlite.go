@@ -223,7 +223,7 @@ func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
 
 // Snapshots lists every snapshot record, oldest first.
 func (s *Store) Snapshots(ctx context.Context) ([]store.Snapshot, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, project_id, spec, created_at, node FROM snapshots ORDER BY created_at, id`)
+	rows, err := s.db.QueryContext(ctx, `SELECT id, project_id, spec, created_at, node, pool_node FROM snapshots ORDER BY created_at, id`)
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +232,7 @@ func (s *Store) Snapshots(ctx context.Context) ([]store.Snapshot, error) {
 	for rows.Next() {
 		var sn store.Snapshot
 		var spec, created string
-		if err := rows.Scan(&sn.ID, &sn.ProjectID, &spec, &created, &sn.Node); err != nil {
+		if err := rows.Scan(&sn.ID, &sn.ProjectID, &spec, &created, &sn.Node, &sn.PoolNode); err != nil {
 			return nil, err
 		}
 		sn.Spec = json.RawMessage(spec)
@@ -253,9 +253,9 @@ func (s *Store) InsertVolume(ctx context.Context, v store.Volume) error {
 	return err
 }
 
-// UpdateVolume replaces a volume's spec.
+// UpdateVolume replaces a volume's spec and, when v.Node is set, its node.
 func (s *Store) UpdateVolume(ctx context.Context, v store.Volume) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE volumes SET spec = ? WHERE id = ?`, string(v.Spec), v.ID)
+	_, err := s.db.ExecContext(ctx, `UPDATE volumes SET spec = ?, node = CASE WHEN ? = '' THEN node ELSE ? END WHERE id = ?`, string(v.Spec), v.Node, v.Node, v.ID)
 	return err
 }
 

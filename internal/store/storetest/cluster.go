@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,6 +28,7 @@ func RunCluster(t *testing.T, newDB NewDB) {
 		{"Admission", testAdmission},
 		{"AdmissionRace", testAdmissionRace},
 		{"Orphans", testOrphans},
+		{"AdoptPool", testAdoptPool},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			open := newDB(t)
@@ -696,5 +698,100 @@ func testOrphans(t *testing.T, ctx context.Context, open func() store.Cluster, p
 	}
 	if n := NodeOf(t, ctx, c, "c"); n.Moving || n.Draining {
 		t.Fatalf("drain undone: %+v", n)
+	}
+}
+
+// testAdoptPool: a snapshot's warm pool is kept by its node until another
+// node adopts it, fenced and only from the node that keeps it now; a
+// PutSnapshot of the spec leaves the pool where it is.
+func testAdoptPool(t *testing.T, ctx context.Context, open func() store.Cluster, p store.Project) {
+	c := open()
+	st := c.(store.Store)
+	var fences []store.Fence
+	for _, name := range []string{"a", "b", "c"} {
+		f, err := c.RegisterNode(ctx, nodeInfo(name), time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fences = append(fences, f)
+	}
+	fa, fb, fc := fences[0], fences[1], fences[2]
+	if err := st.PutSnapshot(ctx, store.Snapshot{ID: "snap-1", ProjectID: p.ID, Node: "a", Spec: []byte(`{"poolSize":2}`), CreatedAt: ts(1)}); err != nil {
+		t.Fatal(err)
+	}
+	pool := func() store.Snapshot {
+		t.Helper()
+		sns, err := st.Snapshots(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sn := range sns {
+			if sn.ID == "snap-1" {
+				return sn
+			}
+		}
+		t.Fatalf("snap-1 not in %+v", sns)
+		return store.Snapshot{}
+	}
+	if sn := pool(); sn.PoolNode != "" || sn.KeepsPool() != "a" {
+		t.Fatalf("new snapshot: pool node %q, keeps %q; want \"\", a", sn.PoolNode, sn.KeepsPool())
+	}
+	// Only from the node that keeps it.
+	if err := c.AdoptPool(ctx, fb, "snap-1", "c"); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("adopt from a node that does not keep it: %v, want ErrConflict", err)
+	}
+	if err := c.AdoptPool(ctx, fb, "snap-none", "a"); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("adopt the pool of an unknown snapshot: %v, want ErrConflict", err)
+	}
+	// Two nodes adopt it from a at once: one wins.
+	errs := make(chan error, 2)
+	for _, f := range []store.Fence{fb, fc} {
+		go func() { errs <- open().AdoptPool(ctx, f, "snap-1", "a") }()
+	}
+	won := 0
+	for range 2 {
+		err := <-errs
+		switch {
+		case err == nil:
+			won++
+		case !errors.Is(err, errdefs.ErrConflict):
+			t.Fatalf("racing adoption: %v, want nil or ErrConflict", err)
+		}
+	}
+	if won != 1 {
+		t.Fatalf("%d of two racing adoptions won, want 1", won)
+	}
+	winner := pool().KeepsPool()
+	if winner != "b" && winner != "c" || pool().Node != "a" {
+		t.Fatalf("after the race: %+v", pool())
+	}
+	// A spec update keeps the pool where it is and the snapshot on a.
+	if err := st.PutSnapshot(ctx, store.Snapshot{ID: "snap-1", ProjectID: p.ID, Node: winner, Spec: []byte(`{"poolSize":3}`), CreatedAt: ts(1)}); err != nil {
+		t.Fatal(err)
+	}
+	if sn := pool(); sn.KeepsPool() != winner || sn.Node != "a" || !strings.Contains(string(sn.Spec), "3") {
+		t.Fatalf("after a spec update: %+v", sn)
+	}
+	// A stale incarnation of a adopts nothing, the current one adopts it
+	// back.
+	fa2, err := c.RegisterNode(ctx, nodeInfo("a"), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AdoptPool(ctx, fa, "snap-1", winner); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("adopt with a stale fence: %v, want ErrFenced", err)
+	}
+	if err := c.AdoptPool(ctx, fa2, "snap-1", winner); err != nil {
+		t.Fatal(err)
+	}
+	if sn := pool(); sn.KeepsPool() != "a" {
+		t.Fatalf("adopted back by a: %+v", sn)
+	}
+	// A removed node adopts nothing.
+	if err := c.RemoveNode(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AdoptPool(ctx, fb, "snap-1", "a"); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("adopt by a removed node: %v, want ErrFenced", err)
 	}
 }

@@ -39,6 +39,7 @@ func Run(t *testing.T, newDB NewDB) {
 		{"Limits", testLimits},
 		{"Concurrent", testConcurrent},
 		{"Reopen", testReopen},
+		{"TemplateVersions", testTemplateVersions},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			open := newDB(t)

@@ -16,6 +16,15 @@ export async function withSandbox(fn, opts = {}) {
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 
+// counter reads the pid and value of the e2e counter process (the Go
+// harness's counterScript) in sandbox sb.
+export async function counter(sb) {
+  const r = await sb.process.exec('cat /tmp/counter')
+  if (r.exitCode !== 0) throw new Error(`cat /tmp/counter: exit ${r.exitCode}: ${r.stderr}`)
+  const [pid, n] = r.stdout.trim().split(' ').map(Number)
+  return { pid, n }
+}
+
 // chromiumArgs are the flags the browser tests start Chromium with. Preview
 // URLs name <sandbox>-<port>.sandbox.localhost, which Chromium resolves to
 // loopback; when the server's proxy listens elsewhere (a cluster node in a

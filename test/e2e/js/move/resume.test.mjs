@@ -5,18 +5,11 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox } from '@lizard-build/sdk'
-import { sleep } from '../helpers.mjs'
+import { counter, sleep } from '../helpers.mjs'
 
 const id = process.env.MOVE_SANDBOX
 const pid = Number(process.env.MOVE_PID)
 const n = Number(process.env.MOVE_N)
-
-async function counter(sb) {
-  const r = await sb.process.exec('cat /tmp/counter')
-  assert.equal(r.exitCode, 0, r.stderr)
-  const [p, c] = r.stdout.trim().split(' ').map(Number)
-  return { pid: p, n: c }
-}
 
 test('a paused sandbox whose node is gone resumes on another node', async () => {
   assert.ok(id && pid > 0 && n > 0, 'MOVE_SANDBOX, MOVE_PID and MOVE_N are set')

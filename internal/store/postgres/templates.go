@@ -1,0 +1,53 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lizard-build/lizard/internal/store"
+)
+
+var _ store.TemplateVersions = (*Store)(nil)
+
+// PutTemplateVersion records v as the current version of its name.
+func (s *Store) PutTemplateVersion(ctx context.Context, v store.TemplateVersion) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO template_versions(project_id, name, digest, info, node, updated_at) VALUES($1,$2,$3,$4,$5,$6)
+		ON CONFLICT(project_id, name) DO UPDATE SET digest = excluded.digest, info = excluded.info, node = excluded.node, updated_at = excluded.updated_at`,
+		v.ProjectID, v.Name, v.Digest, string(store.InfoOrEmpty(v.Info)), v.Node, v.UpdatedAt)
+	return err
+}
+
+// TemplateVersion returns the record of project's template name.
+func (s *Store) TemplateVersion(ctx context.Context, projectID, name string) (store.TemplateVersion, error) {
+	out, err := s.templateVersions(ctx, `WHERE project_id = $1 AND name = $2`, projectID, name)
+	if err != nil {
+		return store.TemplateVersion{}, err
+	}
+	if len(out) == 0 {
+		return store.TemplateVersion{}, store.TemplateVersionNotFound(projectID, name)
+	}
+	return out[0], nil
+}
+
+// TemplateVersions lists the records of project's templates, by name.
+func (s *Store) TemplateVersions(ctx context.Context, projectID string) ([]store.TemplateVersion, error) {
+	return s.templateVersions(ctx, `WHERE project_id = $1`, projectID)
+}
+
+func (s *Store) templateVersions(ctx context.Context, where string, args ...any) ([]store.TemplateVersion, error) {
+	rows, _ := s.pool.Query(ctx, `SELECT project_id, name, digest, info::text, node, updated_at FROM template_versions `+where+` ORDER BY name`, args...)
+	return collect(rows, func(r pgx.CollectableRow) (v store.TemplateVersion, err error) {
+		var info string
+		err = r.Scan(&v.ProjectID, &v.Name, &v.Digest, &info, &v.Node, &v.UpdatedAt)
+		v.Info, v.UpdatedAt = json.RawMessage(info), v.UpdatedAt.UTC()
+		return v, err
+	})
+}
+
+// DeleteTemplateVersion removes a record.
+func (s *Store) DeleteTemplateVersion(ctx context.Context, projectID, name string) error {
+	_, err := s.pool.Exec(ctx, `DELETE FROM template_versions WHERE project_id = $1 AND name = $2`, projectID, name)
+	return err
+}

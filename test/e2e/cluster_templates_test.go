@@ -1,0 +1,171 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/lizard-build/lizard/internal/durable"
+	"github.com/lizard-build/lizard/internal/objstore"
+)
+
+// Templates everywhere (docs/CLUSTER.md): a template built through one node
+// is published to the object store and fetched by the node a create is
+// placed on; a corrupted object is refused.
+
+// projectCopies lists the versions of project template name that node n
+// holds in its template directory.
+func projectCopies(t *testing.T, n *clusterNode, name string) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(n.templateDir, ".projects", "*", ".v", name+"@*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// templateManifestKey is the key of the manifest of the published image of
+// template name (images/templates/<digest>/<name>/manifest.json).
+func templateManifestKey(t *testing.T, st objstore.Store, name string) string {
+	t.Helper()
+	var found []string
+	for _, k := range keys(t, st, "images/templates/") {
+		if strings.HasSuffix(k.Key, "/"+name+"/manifest.json") {
+			found = append(found, k.Key)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("published images of %s: %v, want one", name, found)
+	}
+	return found[0]
+}
+
+// buildTemplateOn builds a Dockerfile template through node n.
+func buildTemplateOn(t *testing.T, n *clusterNode, name, dockerfile string) {
+	t.Helper()
+	var tpl struct {
+		Name   string `json:"name"`
+		Status string `json:"status"`
+	}
+	if code, body := n.do("POST", "/api/templates", map[string]any{"name": name, "dockerfile": dockerfile}, &tpl); code != 201 || tpl.Status != "ready" {
+		t.Fatalf("build %s through %s: %d %s", name, n.name, code, body)
+	}
+}
+
+// drainOnly leaves only node keep taking new sandboxes.
+func (c *testCluster) drainOnly(keep string) {
+	c.t.Helper()
+	for _, n := range c.nodes {
+		if n.name == keep {
+			c.nodesCLI("drain", "--undo", n.name)
+			c.waitState(n.name, "ready")
+		} else {
+			c.nodesCLI("drain", n.name)
+			c.waitState(n.name, "draining")
+		}
+	}
+}
+
+// TestClusterTemplateEverywhere: a Dockerfile template built through a is
+// published (its image in the object store) and listed through every node;
+// a create through a placed on c (a and b drained) makes c fetch it, and
+// the sandbox has the build's files. A build through b FROM that template
+// fetches it first. A template whose object is corrupted
+// is refused by the node that fetches it (409 corrupt_object naming the
+// object), which keeps no copy of it.
+func TestClusterTemplateEverywhere(t *testing.T) {
+	c, st := startDurableCluster(t, 3)
+	a, b, cn := c.node("a"), c.node("b"), c.node("c")
+	const name, child, bad = "e2e-dist", "e2e-dist-child", "e2e-dist-bad"
+	buildTemplateOn(t, a, name, "FROM base\nRUN echo built on a > /where.txt\nENV DIST_TEST=yes\n")
+	templateManifestKey(t, st, name)
+	for _, n := range []*clusterNode{b, cn} {
+		if got := projectCopies(t, n, name); len(got) != 0 {
+			t.Fatalf("node %s holds %v before any create", n.name, got)
+		}
+		var list []struct {
+			Name   string `json:"name"`
+			Status string `json:"status"`
+		}
+		if code, body := n.do("GET", "/api/templates", nil, &list); code != 200 {
+			t.Fatalf("list templates through %s: %d %s", n.name, code, body)
+		}
+		listed := false
+		for _, e := range list {
+			listed = listed || (e.Name == name && e.Status == "ready")
+		}
+		if !listed {
+			t.Fatalf("GET /api/templates through %s does not list %s, built on a: %+v", n.name, name, list)
+		}
+	}
+
+	// Placed on c, which fetches it.
+	c.drainOnly("c")
+	var sb sandboxInfo
+	if code, body := a.do("POST", "/api/sandboxes", map[string]any{"template": name}, &sb); code >= 300 {
+		t.Fatalf("create of %s through a: %d %s", name, code, body)
+	}
+	if w := c.where(a, sb.SandboxID); w != "c" {
+		t.Fatalf("sandbox placed on %s, want c (a and b drain)", w)
+	}
+	if got := a.sh(t, sb.SandboxID, "cat /where.txt; echo $DIST_TEST"); got != "built on a\nyes\n" {
+		t.Fatalf("sandbox of the fetched template: %q", got)
+	}
+	if got := projectCopies(t, cn, name); len(got) != 1 {
+		t.Fatalf("c holds %v after the create, want one version", got)
+	}
+	// A second create on c uses its copy (no second fetch, same version).
+	var sb2 sandboxInfo
+	if code, body := b.do("POST", "/api/sandboxes", map[string]any{"template": name}, &sb2); code >= 300 {
+		t.Fatalf("second create through b: %d %s", code, body)
+	}
+	if got := b.sh(t, sb2.SandboxID, "cat /where.txt"); got != "built on a\n" {
+		t.Fatalf("second sandbox: %q", got)
+	}
+
+	// A build through b, which lacks e2e-dist, FROM it: b fetches its base;
+	// the result, used on c, has both builds' files.
+	if got := projectCopies(t, b, name); len(got) != 0 {
+		t.Fatalf("b holds %v before building from it", got)
+	}
+	buildTemplateOn(t, b, child, "FROM "+name+"\nRUN cat /where.txt > /child.txt\n")
+	var sb3 sandboxInfo
+	if code, body := a.do("POST", "/api/sandboxes", map[string]any{"template": child}, &sb3); code >= 300 {
+		t.Fatalf("create of %s (built on b) through a: %d %s", child, code, body)
+	}
+	if got := a.sh(t, sb3.SandboxID, "cat /child.txt /where.txt"); got != "built on a\nbuilt on a\n" {
+		t.Fatalf("sandbox of the template built on b from a's: %q", got)
+	}
+
+	// A corrupted object: b is the only node taking sandboxes and lacks
+	// the template; one of its blobs is overwritten.
+	buildTemplateOn(t, a, bad, "FROM base\nRUN echo bad > /bad.txt\n")
+	im := durable.New(st, nil)
+	mkey := templateManifestKey(t, st, bad)
+	m, err := im.Stat(context.Background(), strings.TrimSuffix(strings.TrimPrefix(mkey, "images/"), "/manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := m.Files[0]
+	blob := "blobs/sha256/" + f.Chunks[len(f.Chunks)-1].StoredSHA256
+	if _, err := st.Put(context.Background(), blob, bytes.NewReader([]byte("not the bytes the manifest names"))); err != nil {
+		t.Fatal(err)
+	}
+	c.drainOnly("b")
+	code, body := a.do("POST", "/api/sandboxes", map[string]any{"template": bad}, nil)
+	if code != 409 || !strings.Contains(string(body), "corrupt_object") || !strings.Contains(string(body), blob) {
+		t.Fatalf("create of a template whose object is corrupt: %d %s, want 409 corrupt_object naming %s", code, body, blob)
+	}
+	if got := projectCopies(t, b, bad); len(got) != 0 {
+		t.Fatalf("b kept %v of a corrupt template", got)
+	}
+	if left, _ := filepath.Glob(filepath.Join(b.templateDir, ".projects", "*", ".build-*")); len(left) != 0 {
+		t.Fatalf("b left %v behind", left)
+	}
+	c.drainOnly("a")
+	c.nodesCLI("drain", "--undo", "b")
+	c.nodesCLI("drain", "--undo", "c")
+	c.killAll(a)
+}
