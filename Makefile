@@ -36,7 +36,7 @@ NFPM          := $(CACHE)/tools/nfpm-$(NFPM_VERSION)/nfpm
 VERSION       ?= 0.0.0+git$(shell git log -1 --format=%cd.%h --date=format:%Y%m%d 2>/dev/null || echo unknown)
 DEB_ARCH      ?= $(shell $(GO) env GOARCH)
 
-.PHONY: deps build templates run test bench package image proto clean dashboard-vendor cluster cluster-down
+.PHONY: deps build templates run test bench bench-cluster package image proto clean dashboard-vendor cluster cluster-down
 
 # `make proto`: regenerates the envd Connect code (internal/envd) from its
 # .proto files with Debian's protoc and pinned Go plugins.
@@ -73,6 +73,15 @@ cluster-down:
 
 bench: build templates
 	$(TEST_ENV) $(GO) run ./bench
+
+# `make bench-cluster`: only the cluster section, on a three-node cluster of
+# its own (scripts/cluster.sh with private names, addresses and ports;
+# bench/cluster.go). The bench tears it down; the trap is for a bench that
+# was killed.
+BENCH_CLUSTER_DIR := /var/tmp/lizard-bench-cluster # clusterEnv in bench/cluster.go
+bench-cluster: build templates
+	trap '[ ! -f $(BENCH_CLUSTER_DIR)/cluster.env ] || LIZARD_CLUSTER_DIR=$(BENCH_CLUSTER_DIR) scripts/cluster.sh down' EXIT; \
+	$(TEST_ENV) $(GO) run ./bench -only cluster $(BENCH_FLAGS)
 
 $(NFPM):
 	GOBIN=$(dir $(NFPM)) $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)

@@ -38,7 +38,7 @@ type config struct {
 }
 
 // sections are what -only chooses from.
-var sections = []string{"core", "checkpoints", "restart", "proxy", "volume", "desktop", "templates", "e2b", "durable"}
+var sections = []string{"core", "checkpoints", "restart", "proxy", "volume", "desktop", "templates", "e2b", "durable", "cluster"}
 
 // runs reports whether section is to be measured.
 func (c config) runs(section string) bool {
@@ -67,6 +67,10 @@ func run(ctx context.Context, cfg config) error {
 			return fmt.Errorf("runsc not found: %w", err)
 		}
 		cfg.runsc = p
+	}
+	if cfg.only == "cluster" {
+		// A cluster of its own: no single-node server beside it.
+		return benchClusterSection(ctx, cfg, os.Stdout, cfg.n)
 	}
 	srv, err := startServer(ctx, cfg)
 	if err != nil {
@@ -174,6 +178,13 @@ func run(ctx context.Context, cfg config) error {
 			return fmt.Errorf("durable: %w", err)
 		}
 	}
+	if cfg.runs("cluster") {
+		srv.stop()
+		fmt.Println()
+		if err := benchClusterSection(ctx, cfg, os.Stdout, cfg.n); err != nil {
+			return fmt.Errorf("cluster: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -228,12 +239,9 @@ func startServer(ctx context.Context, cfg config, extra ...string) (*server, err
 	if err != nil {
 		return nil, err
 	}
-	for _, c := range []string{"lizard", "lizard-agent"} {
-		b := exec.Command("go", "build", "-o", filepath.Join(dir, c), "./cmd/"+c)
-		b.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := b.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("build %s: %v %s", c, err, out)
-		}
+	if err := buildLizard(dir); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
 	}
 	addr, err := freeAddr()
 	if err != nil {
@@ -258,6 +266,18 @@ func startServer(ctx context.Context, cfg config, extra ...string) (*server, err
 		return nil, err
 	}
 	return s, nil
+}
+
+// buildLizard builds lizard and lizard-agent into dir.
+func buildLizard(dir string) error {
+	for _, c := range []string{"lizard", "lizard-agent"} {
+		b := exec.Command("go", "build", "-o", filepath.Join(dir, c), "./cmd/"+c)
+		b.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := b.CombinedOutput(); err != nil {
+			return fmt.Errorf("build %s: %v %s", c, err, out)
+		}
+	}
+	return nil
 }
 
 // launch starts lizard serve and returns once it answers.

@@ -455,12 +455,15 @@ func (rt *Router) peer(ctx context.Context, name string) (*store.Node, error) {
 }
 
 // owner is SandboxOwner behind a cache of OwnerTTL. While the database
-// cannot be reached, an entry past its time is still used.
+// cannot be reached, an entry past its time is still used. An entry that
+// names this node while this node does not hold the sandbox is not
+// trusted: this node let it go (drain --move) and another took it over,
+// and answering here would be a 404 until the entry expired.
 func (rt *Router) owner(ctx context.Context, id string) (store.Owner, error) {
 	rt.mu.Lock()
 	e, ok := rt.owners[id]
 	rt.mu.Unlock()
-	if ok && time.Since(e.at) < rt.cfg.OwnerTTL {
+	if ok && time.Since(e.at) < rt.cfg.OwnerTTL && (e.owner.Node != rt.cfg.Self || rt.holds(id)) {
 		return e.owner, nil
 	}
 	o, err := rt.cfg.Directory.SandboxOwner(ctx, id)
@@ -486,6 +489,11 @@ func (rt *Router) owner(ctx context.Context, id string) (store.Owner, error) {
 	default:
 		return store.Owner{}, err
 	}
+}
+
+// holds reports whether this node holds sandbox id (no Local: assume so).
+func (rt *Router) holds(id string) bool {
+	return rt.cfg.Local == nil || rt.cfg.Local.Holds(id)
 }
 
 // pruneOwnersLocked drops the entries past their time, and all of them if

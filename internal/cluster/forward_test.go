@@ -111,6 +111,15 @@ func (l *fakeLocal) Snapshots(string) []sandbox.SnapshotInfo {
 	return append([]sandbox.SnapshotInfo{}, l.snapshots...)
 }
 
+func (l *fakeLocal) Holds(id string) bool {
+	for _, sb := range l.sandboxes {
+		if sb.Record.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
 func (l *fakeLocal) Volumes(context.Context, string) ([]volume.Volume, error) {
 	l.calls.Add(1)
 	return append([]volume.Volume{}, l.volumes...), nil
@@ -334,6 +343,67 @@ func TestForwardCacheCorrectedOnMiss(t *testing.T) {
 	get(t, a.URL+"/api/sandboxes/sbx1/exec")
 	if fc.calls() != calls+1 || n.Load() != 2 {
 		t.Fatalf("after the owner's 404: %d owner lookups (want %d), %d forwards", fc.calls(), calls+1, n.Load())
+	}
+}
+
+// heldLocal is a node's part that holds sandbox sbx1 while held is set.
+type heldLocal struct {
+	fakeLocal
+	held atomic.Bool
+}
+
+func (l *heldLocal) Holds(id string) bool { return id == "sbx1" && l.held.Load() }
+
+// TestForwardOwnerCachedAsSelfLetGo: a sandbox whose owner this node cached
+// as itself, and which it let go since (drain --move, taken over by b), is
+// sent to b at once, not answered here with a 404 until the entry expires.
+func TestForwardOwnerCachedAsSelfLetGo(t *testing.T) {
+	b := peer(t, "b", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("from b")) }), nil, nil)
+	fc := &fakeCluster{owners: map[string]store.Owner{"sbx1": {Node: "a", ProjectID: "p1", Status: "running"}},
+		nodes: []store.Node{readyNode("a", "127.0.0.1:1"), readyNode("b", addrOf(b))}}
+	local := &heldLocal{}
+	local.held.Store(true)
+	rt := NewRouter(RouterConfig{Self: "a", Directory: fc, Store: &fakeRows{}, Signer: newTestSigner(t, "a", testSecret), Local: local,
+		Logger: quiet(), OwnerTTL: time.Hour})
+	a := front(t, rt)
+	if _, body := get(t, a.URL+"/api/sandboxes/sbx1/exec"); body != "local" {
+		t.Fatalf("held here: answer %q", body)
+	}
+	// Held here: the cached owner is used, the database not asked again.
+	calls := fc.calls()
+	if _, body := get(t, a.URL+"/api/sandboxes/sbx1/exec"); body != "local" || fc.calls() != calls {
+		t.Fatalf("held here, cached: answer %q, %d owner lookups (want %d)", body, fc.calls(), calls)
+	}
+	local.held.Store(false)
+	fc.set(func(f *fakeCluster) { f.owners["sbx1"] = store.Owner{Node: "b", ProjectID: "p1", Status: "running"} })
+	if _, body := get(t, a.URL+"/api/sandboxes/sbx1/exec"); body != "from b" {
+		t.Fatalf("let go and taken over by b: answer %q, want b's", body)
+	}
+}
+
+// TestForwardResumeAfterReleaseNotToOldOwner: a resume through a node
+// that cached the owner before that node let the paused sandbox go (drain
+// --move) is placed like a create, not sent to the old owner, which is
+// draining and would take the sandbox back.
+func TestForwardResumeAfterReleaseNotToOldOwner(t *testing.T) {
+	b := peer(t, "b", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("from b")) }), nil, nil)
+	c := peer(t, "c", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("from c")) }), nil, nil)
+	fc := &fakeCluster{owners: map[string]store.Owner{"sbx1": {Node: "b", ProjectID: "p1", Status: store.SandboxPaused}},
+		nodes: []store.Node{readyNode("a", "127.0.0.1:1"), readyNode("b", addrOf(b)), readyNode("c", addrOf(c))}}
+	rt := NewRouter(RouterConfig{Self: "a", Directory: fc, Store: &fakeRows{}, Signer: newTestSigner(t, "a", testSecret), Local: &fakeLocal{},
+		Logger: quiet(), OwnerTTL: time.Hour, NodesTTL: time.Nanosecond})
+	a := front(t, rt)
+	if _, body := get(t, a.URL+"/api/sandboxes/sbx1"); body != "from b" {
+		t.Fatalf("before the move: answer %q", body)
+	}
+	fc.set(func(f *fakeCluster) {
+		f.nodes[1].Draining = true
+		f.owners["sbx1"] = store.Owner{Node: store.Orphan, ProjectID: "p1", Status: store.SandboxPaused}
+	})
+	for _, path := range []string{"/resume", "/connect"} {
+		if _, body := send(t, http.MethodPost, a.URL+"/api/sandboxes/sbx1"+path, "", nil, nil); body != "local" && body != "from c" {
+			t.Fatalf("POST %s of the released sandbox: answer %q, want it placed on a or c", path, body)
+		}
 	}
 }
 

@@ -27,6 +27,9 @@ type Local interface {
 	Snapshots(projectID string) []sandbox.SnapshotInfo
 	// Volumes are the project's volumes on this node.
 	Volumes(ctx context.Context, projectID string) ([]volume.Volume, error)
+	// Holds reports whether sandbox id is on this node (running, paused
+	// or being reattached).
+	Holds(id string) bool
 }
 
 // LocalService is Local over this node's sandbox service and volume
@@ -37,6 +40,7 @@ type LocalService struct {
 		List(projectID string) []sandbox.Record
 		Snapshots(projectID string) []sandbox.SnapshotInfo
 		LatestUsage(id string) (sandbox.UsageSample, bool)
+		Holds(id string) bool
 	}
 	VolumeManager interface {
 		List(ctx context.Context, projectID string) ([]volume.Volume, error)
@@ -60,6 +64,8 @@ func (l LocalService) Sandboxes(projectID string) []api.NodeSandbox {
 func (l LocalService) Snapshots(projectID string) []sandbox.SnapshotInfo {
 	return l.Service.Snapshots(projectID)
 }
+
+func (l LocalService) Holds(id string) bool { return l.Service.Holds(id) }
 
 func (l LocalService) Volumes(ctx context.Context, projectID string) ([]volume.Volume, error) {
 	return l.VolumeManager.List(ctx, projectID)

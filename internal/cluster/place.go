@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/lizard-build/lizard/internal/api"
@@ -298,6 +299,12 @@ func (rt *Router) placeOrphan(r *http.Request, projectID string, ref api.Ref) *s
 		return nil
 	}
 	ctx := r.Context()
+	if strings.HasSuffix(r.URL.Path, "/resume") || strings.HasSuffix(r.URL.Path, "/connect") {
+		// The sandbox may have been let go (drain --move) since its
+		// owner was cached: sent to that node, draining, the resume
+		// would take it back there. Ask the database.
+		rt.dropOwner(ref.ID)
+	}
 	o, err := rt.owner(ctx, ref.ID) // an orphan is never cached
 	if err != nil || !o.Orphaned() || o.ProjectID != projectID {
 		return nil

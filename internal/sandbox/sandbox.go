@@ -545,6 +545,20 @@ func waitReady(ctx context.Context, ag *agent.Client, limit time.Duration) error
 	}
 }
 
+// Holds reports whether this service runs, has paused or is recovering
+// sandbox id (of any project): cluster routing checks an owner it cached
+// as this node against it, since a sandbox this node let go (drain --move)
+// lives elsewhere by now.
+func (s *Service) Holds(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.sandboxes[id]; ok && !e.gone && e.rec.Status != StatusPooled {
+		return true
+	}
+	_, ok := s.recovering[id]
+	return ok
+}
+
 // Get returns the sandbox if it belongs to the project.
 func (s *Service) Get(projectID, id string) (Record, error) {
 	e, err := s.lookup(projectID, id)

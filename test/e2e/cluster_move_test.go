@@ -190,6 +190,52 @@ func TestClusterDrainMove(t *testing.T) {
 	waitNoObjects(t, st)
 }
 
+// TestClusterMovedThroughOldOwner: a sandbox moved off a (drain --move,
+// then resumed through b) lands on b or c and answers through a at once,
+// though a and b had just cached a as its owner. A regression test of two
+// bugs the cluster bench found: the resume through b went to a (draining,
+// it took the sandbox back), and a answered 404 sandbox_not_found until
+// its entry expired (cluster.DefaultOwnerTTL). The drain takes one to two
+// seconds, so the entries are still fresh when the resume and the GET go
+// (internal/cluster's TestForwardOwnerCachedAsSelfLetGo and
+// TestForwardResumeAfterReleaseNotToOldOwner cover both without timing).
+func TestClusterMovedThroughOldOwner(t *testing.T) {
+	c, st := startDurableCluster(t, 3)
+	a, b := c.node("a"), c.node("b")
+	id := c.createOn(a, "a")
+	if code, body := a.do("POST", "/api/sandboxes/"+id+"/pause", nil, nil); code >= 300 {
+		t.Fatalf("pause through a: %d %s", code, body)
+	}
+	a.waitDurable(t, "/api/sandboxes/"+id)
+	// Fresh entries on a and b, naming a.
+	time.Sleep(cluster.DefaultOwnerTTL)
+	for _, n := range []*clusterNode{a, b} {
+		if w := c.where(n, id); w != "a" {
+			t.Fatalf("sandbox %s on %s before the move (through %s), want a", id, w, n.name)
+		}
+	}
+	start := time.Now()
+	c.nodesCLI("drain", "a", "--move")
+	if code, body := b.do("POST", "/api/sandboxes/"+id+"/resume", nil, nil); code >= 300 {
+		t.Fatalf("resume through b: %d %s", code, body)
+	}
+	var info struct {
+		Node   string `json:"node"`
+		Status string `json:"status"`
+	}
+	code, body := a.do("GET", "/api/sandboxes/"+id, nil, &info)
+	t.Logf("GET through a %s after its entry was made", time.Since(start))
+	if code != 200 || info.Status != "running" || (info.Node != "b" && info.Node != "c") {
+		t.Fatalf("GET through a, the old owner, after the move: %d %s, want it running on b or c", code, body)
+	}
+	if out := a.sh(t, id, "echo ok"); out != "ok\n" {
+		t.Fatalf("exec through a after the move: %q", out)
+	}
+	c.killAll(b)
+	a.waitNoLeaks(t)
+	waitNoObjects(t, st)
+}
+
 // TestClusterSnapshotAnywhere: a durable snapshot taken on a restores while
 // a is down: placed on b or c, which download its image, the copy goes on
 // from the snapshot's memory (same pid, the counter past its value).
