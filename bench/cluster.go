@@ -222,6 +222,17 @@ func benchClusterSection(ctx context.Context, cfg config, w io.Writer, n int) er
 	}
 	rows = append(rows, clusterRow{name: "create → first exec through n1 (3 nodes)", got: create,
 		floorName: "single node, no cluster", floor: singleCreate})
+	// Placement alone: the same creates with n2 and n3 drained, so that
+	// every one is placed (the same choice over the nodes' rows) on n1
+	// itself and nothing is forwarded.
+	local, err := c.onlyOn(0, func() ([]time.Duration, error) {
+		return timeit(n, func() error { return createExec(c.nodes[0], c.nodes[0]) })
+	})
+	if err != nil {
+		return fmt.Errorf("create placed on the node asked: %w", err)
+	}
+	rows = append(rows, clusterRow{name: "create → first exec through n1, placed on n1", got: local,
+		floorName: "single node, no cluster", floor: singleCreate})
 	fmt.Fprintln(os.Stderr, "measured create through the cluster")
 	if err := ctx.Err(); err != nil {
 		return err
@@ -276,7 +287,7 @@ func benchClusterSection(ctx context.Context, cfg config, w io.Writer, n int) er
 	tw.Flush()
 	fmt.Fprintln(w, note)
 	fmt.Fprintln(w, "exec/1 MiB: the same sandbox through a node that does not hold it (forwarded over the internal listener) vs through its owner; "+
-		"create: POST create and exec `true` through n1, placed by best-of-2 on any node; "+
+		"create: POST create and exec `true` through n1, placed by best-of-2 on any node; placed on n1: the same with n2 and n3 drained (placement runs, nothing is forwarded); "+
 		"pause → durable: POST pause until GET shows durableAt (zstd chunks uploaded to versitygw); floor: POST pause alone; "+
 		"another node: the owner drained with --move (releases the paused sandbox), then POST resume through another node (download, restore, take-over) and exec; "+
 		"drain --move: the CLI's run until it returns (it polls each second); downtime: per sandbox, the longest gap between successful execs `true` sent in a loop through a node not drained")
@@ -571,6 +582,31 @@ func (c *benchCluster) waitStoreEmpty() error {
 // benchDrainMove times `lizard nodes drain n1 --move` of n1 running k
 // sandboxes, while a loop per sandbox runs exec `true` in it through n2,
 // and returns each sandbox's longest gap between successful execs.
+// onlyOn runs f while every node but node i is drained (no new sandboxes
+// placed there), and undrains them after.
+func (c *benchCluster) onlyOn(i int, f func() ([]time.Duration, error)) (got []time.Duration, err error) {
+	var drained []string
+	defer func() {
+		for _, n := range drained {
+			if uerr := c.cli("nodes", "drain", n, "--undo"); err == nil {
+				err = uerr
+			}
+		}
+		settle()
+	}()
+	for j, n := range c.names {
+		if j == i {
+			continue
+		}
+		if err := c.cli("nodes", "drain", n); err != nil {
+			return nil, err
+		}
+		drained = append(drained, n)
+	}
+	settle()
+	return f()
+}
+
 func (c *benchCluster) benchDrainMove(k int) (time.Duration, []time.Duration, error) {
 	a, b := c.nodes[0], c.nodes[1]
 	var ids []string
