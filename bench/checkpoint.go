@@ -16,6 +16,22 @@ import (
 // hold256 makes a process keep 256 MiB of incompressible memory.
 const hold256 = `nohup python3 -c 'import os, time; b = os.urandom(256 << 20); time.sleep(1e9)' >/dev/null 2>&1 & sleep 2`
 
+// createHolding creates a sandbox through s, idle or (big) with a process
+// holding 256 MiB of incompressible memory; kill removes it.
+func createHolding(s *server, big bool) (id string, kill func(), err error) {
+	if id, err = s.create(); err != nil {
+		return "", nil, err
+	}
+	kill = func() { s.kill(id) }
+	if big {
+		if err := s.call("POST", "/api/sandboxes/"+id+"/exec", map[string]any{"cmd": hold256}, nil); err != nil {
+			kill()
+			return "", nil, err
+		}
+	}
+	return id, kill, nil
+}
+
 func (s *server) post(path string, body any, out any) error { return s.call("POST", path, body, out) }
 
 func benchCheckpoints(ctx context.Context, s *server, raw *rawRunsc, n int, big bool) ([]result, error) {
@@ -24,20 +40,17 @@ func benchCheckpoints(ctx context.Context, s *server, raw *rawRunsc, n int, big 
 		suffix = " (256 MiB)"
 	}
 	var rs []result
-	id, err := s.create()
+	id, kill, err := createHolding(s, big)
 	if err != nil {
 		return nil, err
 	}
-	defer s.kill(id)
+	defer kill()
 	rid, err := raw.start(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer raw.destroy(rid)
 	if big {
-		if err := s.call("POST", "/api/sandboxes/"+id+"/exec", map[string]any{"cmd": hold256}, nil); err != nil {
-			return nil, err
-		}
 		if err := raw.holdMemory(ctx, rid); err != nil {
 			return nil, err
 		}

@@ -491,16 +491,11 @@ func (c *benchCluster) benchMove(n int, big bool) (moveRow, error) {
 		r.name = "256 MiB"
 	}
 	a := c.nodes[0]
-	id, err := a.create()
+	id, kill, err := createHolding(a, big)
 	if err != nil {
 		return r, err
 	}
-	defer a.kill(id)
-	if big {
-		if err := a.call("POST", "/api/sandboxes/"+id+"/exec", map[string]any{"cmd": hold256}, nil); err != nil {
-			return r, err
-		}
-	}
+	defer kill()
 	for i := range 2 * n {
 		if err := c.waitStoreEmpty(); err != nil {
 			return r, err

@@ -74,16 +74,11 @@ func benchDurableOne(s *server, st objstore.Store, n int, big bool) (durableRow,
 	if big {
 		r.name = "256 MiB"
 	}
-	id, err := s.create()
+	id, kill, err := createHolding(s, big)
 	if err != nil {
 		return r, err
 	}
-	defer s.kill(id)
-	if big {
-		if err := s.call("POST", "/api/sandboxes/"+id+"/exec", map[string]any{"cmd": hold256}, nil); err != nil {
-			return r, err
-		}
-	}
+	defer kill()
 	image := filepath.Join(s.dataDir, "sandboxes", id, "checkpoint")
 	for i := range 2 * n {
 		// Even runs resume from the local image, odd ones from the store.

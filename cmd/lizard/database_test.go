@@ -105,15 +105,7 @@ func noConfig(t *testing.T) {
 // one default project with one key, and every one of them starts.
 func TestFirstStartTogether(t *testing.T) {
 	ctx := context.Background()
-	url, err := pgtest.ForTest(t).NewDatabase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := postgres.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	_, st := emptyDB(t)
 	errs := make(chan error, 6)
 	for range cap(errs) {
 		go func() { errs <- firstStart(ctx, st, io.Discard) }()

@@ -104,6 +104,18 @@ func TestDrainMoveCLI(t *testing.T) {
 func nodesDB(t *testing.T) (string, *postgres.Store, store.Project) {
 	t.Helper()
 	noConfig(t)
+	url, st := emptyDB(t)
+	p, err := st.CreateProject(context.Background(), "p", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return url, st, p
+}
+
+// emptyDB is a fresh PostgreSQL database, migrated and open, with nothing
+// in it.
+func emptyDB(t *testing.T) (string, *postgres.Store) {
+	t.Helper()
 	ctx := context.Background()
 	url, err := pgtest.ForTest(t).NewDatabase(ctx)
 	if err != nil {
@@ -114,9 +126,5 @@ func nodesDB(t *testing.T) (string, *postgres.Store, store.Project) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	p, err := st.CreateProject(ctx, "p", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return url, st, p
+	return url, st
 }
