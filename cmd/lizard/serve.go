@@ -297,15 +297,23 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	}
 	// In a cluster with an object store, volumes move between nodes.
+	// In any cluster, a project's volume quota counts every node's.
 	var (
 		sharedVols volume.SharedStore
 		nodeGone   func(context.Context, string) bool
+		allVols    func(context.Context) ([]store.Volume, error)
 	)
 	if cm != nil && images != nil {
 		sharedVols, nodeGone = cm.db, cm.gone
 	}
+	if cm != nil {
+		allVols = func(ctx context.Context) ([]store.Volume, error) {
+			vs, err := cm.db.Volumes(ctx)
+			return vs, cluster.Unavailable(err)
+		}
+	}
 	vols, err := volume.New(volume.Config{
-		Images: images, Shared: sharedVols, Gone: nodeGone,
+		Images: images, Shared: sharedVols, Gone: nodeGone, Everywhere: allVols,
 		Dir: filepath.Join(c.dataDir, "volumes"), Store: nodeStore, MaxSizeGB: c.maxVolumeGB, Run: reap.Run,
 		Logger: log.With("component", "volume"), Disk: guard,
 		MaxProjectGB: func(ctx context.Context, projectID string) (int, error) {
@@ -330,13 +338,27 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	}
 	mets := metrics.New()
+	// In a cluster, a project's snapshot limit counts every node's.
+	var projectSnapshots func(context.Context, string) (int, error)
+	if cm != nil {
+		projectSnapshots = func(ctx context.Context, projectID string) (int, error) {
+			sns, err := cm.db.Snapshots(ctx)
+			n := 0
+			for _, sn := range sns {
+				if sn.ProjectID == projectID {
+					n++
+				}
+			}
+			return n, cluster.Unavailable(err)
+		}
+	}
 	svc := sandbox.New(sandbox.Config{
 		Runtime: rt, Store: nodeStore, Templates: tmpls, Volumes: vols,
 		SnapshotDir: filepath.Join(c.dataDir, "snapshots"), ReadyDir: filepath.Join(c.dataDir, "ready"),
 		LogDir: filepath.Join(c.dataDir, "logs"), MaxSandboxes: c.maxSandboxes,
 		Logger: log.With("component", "sandbox"), Observer: mets, LogMaxBytes: c.logMaxBytes,
 		Capacity: capacity, Limits: limits, Disk: guard, CodeInterpreterPath: codeInterpPath,
-		Images: images,
+		Images: images, ProjectSnapshots: projectSnapshots,
 	})
 	defer svc.Close()
 	tmpls.SetInUse(svc.UsesRootfs)

@@ -204,12 +204,22 @@ func (s *Service) reserveSnapshot(ctx context.Context, project string) (release 
 	if err != nil {
 		return nil, err
 	}
+	everywhere := -1 // every node's, when the cluster counts them
+	if lim.Snapshots > 0 && s.cfg.ProjectSnapshots != nil {
+		if everywhere, err = s.cfg.ProjectSnapshots(ctx, project); err != nil {
+			return nil, err
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := s.snapPending[project]
-	for _, se := range s.snapshots {
-		if se.snap.ProjectID == project && !se.gone && !se.foreign { // a foreign one is another node's record
-			n++
+	if everywhere >= 0 {
+		n += everywhere
+	} else {
+		for _, se := range s.snapshots {
+			if se.snap.ProjectID == project && !se.gone && !se.foreign { // a foreign one is another node's record
+				n++
+			}
 		}
 	}
 	if lim.Snapshots > 0 && n+1 > lim.Snapshots {

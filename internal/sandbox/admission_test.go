@@ -199,4 +199,19 @@ func TestSnapshotReservations(t *testing.T) {
 	if _, err := s.reserveSnapshot(context.Background(), "p"); err != nil {
 		t.Fatalf("after release: %v", err)
 	}
+
+	// In a cluster, the project's snapshots on every node count.
+	c := testService(store.Limits{Snapshots: 2}, Capacity{}, 100)
+	c.cfg.ProjectSnapshots = func(_ context.Context, project string) (int, error) {
+		return map[string]int{"p": 2, "q": 1}[project], nil
+	}
+	if _, err := c.reserveSnapshot(context.Background(), "p"); !errors.Is(err, errdefs.ErrQuota) || !strings.Contains(err.Error(), "snapshots 2 of 2 in use") {
+		t.Fatalf("with 2 on other nodes: %v", err)
+	}
+	if _, err := c.reserveSnapshot(context.Background(), "q"); err != nil {
+		t.Fatalf("with 1 on other nodes: %v", err)
+	}
+	if _, err := c.reserveSnapshot(context.Background(), "q"); !errors.Is(err, errdefs.ErrQuota) {
+		t.Fatalf("1 elsewhere and 1 being taken here: %v", err)
+	}
 }

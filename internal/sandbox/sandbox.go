@@ -74,6 +74,11 @@ type Config struct {
 	Capacity Capacity
 	// Limits returns a project's limits (see admission.go); nil: none.
 	Limits func(ctx context.Context, projectID string) (store.Limits, error)
+	// ProjectSnapshots counts a project's snapshots on every node
+	// (cluster mode), for its snapshot limit; nil: this node's. Nodes
+	// snapshotting at the same moment may both pass: the count is read,
+	// not locked, across nodes.
+	ProjectSnapshots func(ctx context.Context, projectID string) (int, error)
 	// Disk refuses new sandboxes, pauses and snapshots when the data
 	// directory's disk is low; nil: no check.
 	Disk *disk.Guard

@@ -95,6 +95,11 @@ type Config struct {
 	// Gone reports whether a node was declared dead or removed: a volume
 	// it held attached is taken at its last sync, stale. nil: none is.
 	Gone func(ctx context.Context, node string) bool
+	// Everywhere lists every node's volume records (cluster mode), so
+	// that a project's volume quota counts its volumes on all nodes; nil:
+	// this node's (Store). Two nodes creating at the same moment may
+	// both pass: the sum is read, not locked, across nodes.
+	Everywhere func(ctx context.Context) ([]store.Volume, error)
 }
 
 // Images is what the manager needs of the object store's durable images.
@@ -333,6 +338,24 @@ func (m *Manager) all(ctx context.Context) ([]Volume, error) {
 	if err != nil {
 		return nil, err
 	}
+	return decodeVolumes(recs)
+}
+
+// quotaVolumes is the volumes a project's quota counts: every node's
+// (Everywhere) or this node's.
+func (m *Manager) quotaVolumes(ctx context.Context) ([]Volume, error) {
+	if m.cfg.Everywhere == nil {
+		return m.all(ctx)
+	}
+	recs, err := m.cfg.Everywhere(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return decodeVolumes(recs)
+}
+
+// decodeVolumes is the volumes of records, oldest first.
+func decodeVolumes(recs []store.Volume) ([]Volume, error) {
 	out := make([]Volume, 0, len(recs))
 	for _, r := range recs {
 		var v Volume
@@ -370,7 +393,7 @@ func (m *Manager) checkQuotaLocked(ctx context.Context, projectID, id string, si
 	if err != nil || limit <= 0 {
 		return err
 	}
-	all, err := m.all(ctx)
+	all, err := m.quotaVolumes(ctx)
 	if err != nil {
 		return err
 	}

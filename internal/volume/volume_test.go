@@ -2,13 +2,16 @@ package volume
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/store/sqlite"
 )
 
@@ -164,4 +167,18 @@ func TestProjectQuota(t *testing.T) {
 		t.Fatalf("another project: %v", err)
 	}
 	m.Delete(ctx, other.ID, "c")
+
+	// In a cluster the project's volumes on other nodes count too: 2 GB
+	// here (a) and 3 GB on another node leave no room for 1 more.
+	if err := m.Delete(ctx, pid, "b"); err != nil {
+		t.Fatal(err)
+	}
+	spec, _ := json.Marshal(Volume{ID: "vol-elsewhere", ProjectID: pid, Name: "elsewhere", SizeGB: 3})
+	m.cfg.Everywhere = func(ctx context.Context) ([]store.Volume, error) {
+		recs, err := m.cfg.Store.Volumes(ctx)
+		return append(recs, store.Volume{ID: "vol-elsewhere", ProjectID: pid, Node: "other-node", Name: "elsewhere", Spec: spec}), err
+	}
+	if _, err := m.Create(ctx, pid, "d", 1, "", false); !errors.Is(err, errdefs.ErrQuota) || !strings.Contains(err.Error(), "volume-gb 5 of 5 in use, this needs 1") {
+		t.Fatalf("with 1 GB on another node: %v", err)
+	}
 }

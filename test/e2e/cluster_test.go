@@ -450,3 +450,54 @@ func TestClusterSDK(t *testing.T) {
 	c.nodesCLI("drain", "--undo", "a")
 	c.killAll(a)
 }
+
+// TestClusterQuotasEverywhere: a project's snapshot and volume-GB limits
+// count what it holds on every node, not only on the node asked.
+func TestClusterQuotasEverywhere(t *testing.T) {
+	c := startCluster(t, 2)
+	a, b := c.node("a"), c.node("b")
+	a.cli(t, "projects", "set", "default", "--max-snapshots", "1", "--max-volume-gb", "2")
+	defer a.cli(t, "projects", "set", "default", "--max-snapshots", "default", "--max-volume-gb", "default")
+	only := func(name string) { // new sandboxes and volumes go to node name
+		other := map[string]string{"a": "b", "b": "a"}[name]
+		c.nodesCLI("drain", "--undo", name)
+		c.nodesCLI("drain", other)
+		time.Sleep(cluster.DefaultNodesTTL + 200*time.Millisecond) // the routers' view of the nodes
+	}
+	snapshot := func(via *clusterNode, name string) (int, string) {
+		id := via.create(t)
+		if w := c.where(via, id); w != via.name {
+			t.Fatalf("sandbox %s on %s, want %s", id, w, via.name)
+		}
+		code, body := via.do("POST", "/api/sandboxes/"+id+"/snapshot", map[string]any{"name": name}, nil)
+		return code, string(body)
+	}
+
+	only("a")
+	if code, body := snapshot(a, "one"); code != http.StatusOK && code != http.StatusCreated {
+		t.Fatalf("first snapshot: %d %s", code, body)
+	}
+	if code, body := a.do("POST", "/api/projects/default/volumes", map[string]any{"name": "two", "sizeGb": 2}, nil); code != http.StatusCreated {
+		t.Fatalf("a 2 GB volume: %d %s", code, body)
+	}
+	only("b")
+	if code, body := snapshot(b, "another"); code != http.StatusTooManyRequests || !strings.Contains(body, "quota_exceeded") || !strings.Contains(body, "snapshots 1 of 1") {
+		t.Fatalf("a second snapshot, on the other node: %d %s, want 429 quota_exceeded", code, body)
+	}
+	if code, body := b.do("POST", "/api/projects/default/volumes", map[string]any{"name": "more", "sizeGb": 1}, nil); code != http.StatusTooManyRequests || !strings.Contains(string(body), "volume-gb 2 of 2") {
+		t.Fatalf("1 GB more, on the other node: %d %s, want 429 quota_exceeded", code, body)
+	}
+	c.nodesCLI("drain", "--undo", "a")
+
+	var snaps []struct{ ID, Name string }
+	if code, body := b.do("GET", "/api/projects/default/snapshots", nil, &snaps); code != http.StatusOK || len(snaps) != 1 {
+		t.Fatalf("snapshots: %d %s", code, body)
+	}
+	if code, body := b.do("DELETE", "/api/sandbox-snapshots/"+snaps[0].ID, nil, nil); code != http.StatusNoContent && code != http.StatusOK {
+		t.Fatalf("delete snapshot: %d %s", code, body)
+	}
+	if code, body := b.do("DELETE", "/api/projects/default/volumes/two", nil, nil); code != http.StatusNoContent {
+		t.Fatalf("delete volume: %d %s", code, body)
+	}
+	c.killAll(b)
+}
