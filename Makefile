@@ -78,7 +78,9 @@ bench: build templates
 # its own (scripts/cluster.sh with private names, addresses and ports;
 # bench/cluster.go). The bench tears it down; the trap is for a bench that
 # was killed.
-BENCH_CLUSTER_DIR := /var/tmp/lizard-bench-cluster # clusterEnv in bench/cluster.go
+# The same as clusterEnv in bench/cluster.go (no comment on the line: make
+# would keep the space before it in the value).
+BENCH_CLUSTER_DIR := /var/tmp/lizard-bench-cluster
 bench-cluster: build templates
 	trap '[ ! -f $(BENCH_CLUSTER_DIR)/cluster.env ] || LIZARD_CLUSTER_DIR=$(BENCH_CLUSTER_DIR) scripts/cluster.sh down' EXIT; \
 	$(TEST_ENV) $(GO) run ./bench -only cluster $(BENCH_FLAGS)
