@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,8 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/lizard-build/lizard/internal/cluster"
 	"github.com/lizard-build/lizard/internal/objstore"
@@ -231,8 +234,16 @@ func benchClusterSection(ctx context.Context, cfg config, w io.Writer, n int) er
 	if err != nil {
 		return fmt.Errorf("create placed on the node asked: %w", err)
 	}
+	// The same floor on the cluster's PostgreSQL (a database of its own):
+	// what the cluster adds beside the database it needs.
+	singlePG, err := c.singleOnPostgres(ctx, single, n)
+	if err != nil {
+		return fmt.Errorf("single node on PostgreSQL: %w", err)
+	}
 	rows = append(rows, clusterRow{name: "create → first exec through n1, placed on n1", got: local,
-		floorName: "single node, no cluster", floor: singleCreate})
+		floorName: "single node, no cluster", floor: singleCreate},
+		clusterRow{name: "create → first exec through n1, placed on n1", got: local,
+			floorName: "single node on PostgreSQL", floor: singlePG})
 	fmt.Fprintln(os.Stderr, "measured create through the cluster")
 	if err := ctx.Err(); err != nil {
 		return err
@@ -577,6 +588,33 @@ func (c *benchCluster) waitStoreEmpty() error {
 // benchDrainMove times `lizard nodes drain n1 --move` of n1 running k
 // sandboxes, while a loop per sandbox runs exec `true` in it through n2,
 // and returns each sandbox's longest gap between successful execs.
+// singleOnPostgres times n creates → first exec on a single server (no
+// cluster) whose database is a new one on the cluster's PostgreSQL.
+func (c *benchCluster) singleOnPostgres(ctx context.Context, cfg config, n int) ([]time.Duration, error) {
+	u, err := url.Parse(c.db)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pgx.Connect(ctx, c.db)
+	if err != nil {
+		return nil, err
+	}
+	_, err = conn.Exec(ctx, "CREATE DATABASE lizard_bench_single")
+	conn.Close(ctx)
+	if err != nil {
+		return nil, err
+	}
+	u.Path = "/lizard_bench_single"
+	defer exec.Command("nft", "delete", "table", "inet", "lizard_"+cfg.bridge).Run()
+	defer exec.Command("ip", "link", "del", cfg.bridge).Run()
+	srv, err := startServer(ctx, cfg, "--database", u.String())
+	if err != nil {
+		return nil, err
+	}
+	defer srv.stop()
+	return timeit(n, func() error { return createExec(srv, srv) })
+}
+
 // onlyOn runs f while every node but node i is drained (no new sandboxes
 // placed there), and undrains them after.
 func (c *benchCluster) onlyOn(i int, f func() ([]time.Duration, error)) (got []time.Duration, err error) {
