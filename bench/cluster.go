@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,13 +18,12 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/lizard-build/lizard/internal/cluster"
 	"github.com/lizard-build/lizard/internal/objstore"
 	"github.com/lizard-build/lizard/internal/objstore/s3"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/store/postgres"
+	"github.com/lizard-build/lizard/internal/store/postgres/pgtest"
 )
 
 // The cluster measurements (issues 12 and 13): a three-node cluster of
@@ -234,9 +233,9 @@ func benchClusterSection(ctx context.Context, cfg config, w io.Writer, n int) er
 	if err != nil {
 		return fmt.Errorf("create placed on the node asked: %w", err)
 	}
-	// The same floor on the cluster's PostgreSQL (a database of its own):
-	// what the cluster adds beside the database it needs.
-	singlePG, err := c.singleOnPostgres(ctx, single, n)
+	// The same floor on PostgreSQL: what the cluster adds beside the
+	// database it needs.
+	singlePG, err := singleOnPostgres(ctx, single, n)
 	if err != nil {
 		return fmt.Errorf("single node on PostgreSQL: %w", err)
 	}
@@ -589,25 +588,25 @@ func (c *benchCluster) waitStoreEmpty() error {
 // sandboxes, while a loop per sandbox runs exec `true` in it through n2,
 // and returns each sandbox's longest gap between successful execs.
 // singleOnPostgres times n creates → first exec on a single server (no
-// cluster) whose database is a new one on the cluster's PostgreSQL.
-func (c *benchCluster) singleOnPostgres(ctx context.Context, cfg config, n int) ([]time.Duration, error) {
-	u, err := url.Parse(c.db)
+// cluster) on a PostgreSQL 15 of its own over TCP (the cluster's user may
+// not create databases).
+func singleOnPostgres(ctx context.Context, cfg config, n int) ([]time.Duration, error) {
+	port, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	conn, err := pgx.Connect(ctx, c.db)
+	pg, err := pgtest.StartTCP(ctx, netip.MustParseAddrPort(port), netip.MustParsePrefix("127.0.0.0/8"))
 	if err != nil {
 		return nil, err
 	}
-	_, err = conn.Exec(ctx, "CREATE DATABASE lizard_bench_single")
-	conn.Close(ctx)
+	defer pg.Stop()
+	db, err := pg.NewDatabase(ctx)
 	if err != nil {
 		return nil, err
 	}
-	u.Path = "/lizard_bench_single"
 	defer exec.Command("nft", "delete", "table", "inet", "lizard_"+cfg.bridge).Run()
 	defer exec.Command("ip", "link", "del", cfg.bridge).Run()
-	srv, err := startServer(ctx, cfg, "--database", u.String())
+	srv, err := startServer(ctx, cfg, "--database", db)
 	if err != nil {
 		return nil, err
 	}
