@@ -604,8 +604,8 @@ func singleOnPostgres(ctx context.Context, cfg config, n int) ([]time.Duration, 
 	if err != nil {
 		return nil, err
 	}
-	defer exec.Command("nft", "delete", "table", "inet", "lizard_"+cfg.bridge).Run()
-	defer exec.Command("ip", "link", "del", cfg.bridge).Run()
+	// On the first floor's bridge: benchClusterSection removes it and
+	// its table once, at its end.
 	srv, err := startServer(ctx, cfg, "--database", db)
 	if err != nil {
 		return nil, err
