@@ -327,10 +327,13 @@ func startArgv(argv []string) []string {
 // exited reports the start command's exit status once it has ended.
 func (c startCtx) exited(ctx context.Context) (string, bool) {
 	code, out, err := c.run(ctx, []string{"cat", startExit}, "", 10_000)
-	if err != nil || code != 0 {
+	// The shell creates the file before it writes the status: empty is
+	// not ended yet.
+	status := strings.TrimSpace(out)
+	if err != nil || code != 0 || status == "" {
 		return "", false
 	}
-	return strings.TrimSpace(out), true
+	return status, true
 }
 
 // lastLines is the end of the start command's output.
