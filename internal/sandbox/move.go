@@ -65,14 +65,11 @@ func (s *Service) adopt(ctx context.Context, rec Record) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	rootfs := rec.Rootfs
-	if _, err := os.Stat(rootfs); rootfs == "" || err != nil {
-		tpl, err := s.cfg.Templates.Lookup(rec.ProjectID, rec.Template)
-		if err != nil {
-			return Record{}, fmt.Errorf("resume sandbox %q on this node: its template: %w", id, err)
-		}
-		rootfs = tpl.Rootfs
+	rootfs, release, err := s.hereRootfs(rec.ProjectID, rec.Template, rec.Rootfs)
+	if err != nil {
+		return Record{}, fmt.Errorf("resume sandbox %q on this node: its template: %w", id, err)
 	}
+	defer release()
 	s.mu.Lock()
 	if _, busy := s.moving[id]; busy {
 		s.mu.Unlock()
@@ -333,11 +330,12 @@ func (s *Service) foreignSnapshot(ctx context.Context, projectID, id string) (Sn
 // image is downloaded (every digest checked) for this restore and removed
 // after it.
 func (s *Service) restoreForeign(ctx context.Context, snap Snapshot, timeoutMs int64) (Record, error) {
-	if snap.Rootfs != "" {
-		if _, err := os.Stat(snap.Rootfs); err != nil {
-			snap.Rootfs = "" // not on this node: the template's version here
-		}
+	rootfs, release, err := s.hereRootfs(snap.ProjectID, snap.Template, snap.Rootfs)
+	if err != nil {
+		return Record{}, fmt.Errorf("restore snapshot %s: %w", snap.ID, err)
 	}
+	defer release()
+	snap.Rootfs = rootfs
 	if err := os.MkdirAll(s.cfg.SnapshotDir, 0o700); err != nil {
 		return Record{}, err
 	}

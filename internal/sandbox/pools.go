@@ -93,12 +93,12 @@ func (s *Service) AdoptPool(ctx context.Context, projectID, id, from string) err
 		if err := s.sameBuild(ctx, SnapshotImageName(id)); err != nil {
 			return fmt.Errorf("adopt the pool of snapshot %s: %w", id, err)
 		}
-		if _, err := os.Stat(snap.Rootfs); snap.Rootfs != "" && err != nil {
-			snap.Rootfs = "" // not on this node: the template's version here
+		rootfs, release, err := s.hereRootfs(projectID, snap.Template, snap.Rootfs)
+		if err != nil {
+			return fmt.Errorf("adopt the pool of snapshot %s: %w", id, err)
 		}
-		if _, err := s.snapshotRootfs(snap); err != nil {
-			return err
-		}
+		defer release()
+		snap.Rootfs = rootfs
 		if err := os.MkdirAll(s.cfg.SnapshotDir, 0o700); err != nil {
 			return err
 		}

@@ -37,6 +37,10 @@ type Templates interface {
 	// Lookup returns template name as project sees it: a built-in one or
 	// the project's own.
 	Lookup(project, name string) (template.Template, error)
+	// LookupVersion returns the version with digest of template name (not
+	// an alias) as project sees it, current or not, brought to this node
+	// if need be; errdefs.ErrNotFound when it can be had nowhere.
+	LookupVersion(project, name, digest string) (template.Template, error)
 }
 
 // Volumes is what the service needs of the volume manager.
@@ -125,6 +129,7 @@ type Service struct {
 	readyJobs   map[readyKey]*readyJob
 	readyFailed map[readyKey]time.Time // when a preparation last failed
 	launching   map[string]string      // sandbox id → rootfs, while being made
+	pinned      map[string]int         // template version directories being brought here (hereRootfs)
 	pending     map[string]reservation // sandbox id → its admission, while being made
 	snapPending map[string]int         // project → snapshots being taken
 	recovering  map[string]Record      // running sandboxes Recover has yet to probe
@@ -250,7 +255,7 @@ func New(cfg Config) *Service {
 	cp, _ := cfg.Runtime.(runtime.Checkpointer)
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, log: cfg.Logger, cp: cp, logs: newLogs(cfg.LogDir, cfg.LogMaxBytes), sandboxes: map[string]*entry{},
-		snapshots: map[string]*snapEntry{}, readyJobs: map[readyKey]*readyJob{}, readyFailed: map[readyKey]time.Time{}, launching: map[string]string{},
+		snapshots: map[string]*snapEntry{}, readyJobs: map[readyKey]*readyJob{}, readyFailed: map[readyKey]time.Time{}, launching: map[string]string{}, pinned: map[string]int{},
 		pending: map[string]reservation{}, snapPending: map[string]int{}, recovering: map[string]Record{}, moving: map[string]struct{}{}, bgCtx: bgCtx, bgCancel: bgCancel,
 		imageJobs: map[string]*imageJob{}}
 }

@@ -473,7 +473,7 @@ func (s *Service) UsesRootfs(rootfs string) bool {
 			return true
 		}
 	}
-	return false
+	return s.pinned[filepath.Base(filepath.Dir(rootfs))] > 0
 }
 
 // Restore starts a new sandbox from a snapshot of the project: a warm copy

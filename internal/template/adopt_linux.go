@@ -24,16 +24,38 @@ import (
 // naming the first difference. Builds and adoptions of name are
 // serialized by its build lock.
 func (r *Registry) AdoptVersion(ctx context.Context, name, digest string, populate func(dir string) error) (Template, error) {
+	if _, err := r.placeVersion(ctx, name, digest, populate, true); err != nil {
+		return Template{}, err
+	}
+	return r.Get(name)
+}
+
+// AddVersion places the version of template name with digest, made on
+// another node, in r beside its current version, which stays current:
+// for a sandbox or snapshot recorded on that version that moves here. It
+// is checked as AdoptVersion's are, and is pruned (Prune) once nothing
+// uses it.
+func (r *Registry) AddVersion(ctx context.Context, name, digest string, populate func(dir string) error) (Template, error) {
+	v, err := r.placeVersion(ctx, name, digest, populate, false)
+	if err != nil {
+		return Template{}, err
+	}
+	return r.read(name, v.Dir)
+}
+
+// placeVersion places version digest of name (populate fills it unless r
+// holds it), under name's build lock, and makes it current if current.
+func (r *Registry) placeVersion(ctx context.Context, name, digest string, populate func(dir string) error, current bool) (Version, error) {
 	if !validName(name) || !validDigest(digest) {
-		return Template{}, fmt.Errorf("adopt template %q version %q: not a template name and digest: %w", name, digest, errdefs.ErrInvalid)
+		return Version{}, fmt.Errorf("adopt template %q version %q: not a template name and digest: %w", name, digest, errdefs.ErrInvalid)
 	}
 	if err := os.MkdirAll(r.dir, 0o755); err != nil {
-		return Template{}, fmt.Errorf("make template directory: %w", err)
+		return Version{}, fmt.Errorf("make template directory: %w", err)
 	}
 	rep := newReporter(nil, name)
 	lock, err := r.lock(ctx, name, rep)
 	if err != nil {
-		return Template{}, err
+		return Version{}, err
 	}
 	defer lock.unlock()
 	r.removeStale(name, rep)
@@ -42,12 +64,14 @@ func (r *Registry) AdoptVersion(ctx context.Context, name, digest string, popula
 		v.Dir, err = r.adopt(name, digest, populate)
 	}
 	if err != nil {
-		return Template{}, err
+		return Version{}, err
 	}
-	if err := r.switchTo(name, v.Dir, rep); err != nil {
-		return Template{}, err
+	if current {
+		if err := r.switchTo(name, v.Dir, rep); err != nil {
+			return Version{}, err
+		}
 	}
-	return r.Get(name)
+	return v, nil
 }
 
 // adopt fills a new build directory with populate, checks it is version

@@ -53,6 +53,11 @@ func (r *Registry) AdoptVersion(ctx context.Context, name, digest string, popula
 	return Template{}, fmt.Errorf("adopt template %q: template versions need Linux: %w", name, errdefs.ErrUnavailable)
 }
 
+// AddVersion needs Linux, as builds do.
+func (r *Registry) AddVersion(ctx context.Context, name, digest string, populate func(dir string) error) (Template, error) {
+	return Template{}, fmt.Errorf("add a version of template %q: template versions need Linux: %w", name, errdefs.ErrUnavailable)
+}
+
 // Evict needs Linux, as builds do.
 func (r *Registry) Evict(name, vdir string, inUse func(rootfs string) bool) (bool, error) {
 	return false, fmt.Errorf("evict template %q: template versions need Linux: %w", name, errdefs.ErrUnavailable)

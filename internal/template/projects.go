@@ -76,6 +76,30 @@ func (r *Registry) Lookup(project, name string) (Template, error) {
 	return p.Get(name)
 }
 
+// LookupVersion returns the version with digest of template name (not an
+// alias) as project sees it, current or not: errdefs.ErrNotFound when this
+// node holds no such version.
+func (r *Registry) LookupVersion(project, name, digest string) (Template, error) {
+	reg, err := r.For(project, name)
+	if err != nil {
+		return Template{}, notFound(name, "")
+	}
+	v, err := reg.ByDigest(name, digest)
+	if err != nil {
+		return Template{}, err
+	}
+	return reg.read(name, v.Dir)
+}
+
+// For is the registry that holds template name as project sees it: the
+// top one for a built-in template, else the project's.
+func (r *Registry) For(project, name string) (*Registry, error) {
+	if IsBuiltin(name) {
+		return r.top(), nil
+	}
+	return r.Project(project)
+}
+
 // Delete removes project's template name (see Remove).
 func (r *Registry) Delete(ctx context.Context, project, name string) error {
 	if IsBuiltin(name) {

@@ -140,8 +140,40 @@ func TestPublishFetch(t *testing.T) {
 	if err := a.Publish(ctx, rebuilt); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := b.Lookup(project, "web"); err != nil || got.Digest != rebuilt.Digest {
-		t.Fatalf("b after a rebuild on a: %+v %v, want digest %s", got, err, rebuilt.Digest)
+	cur, err := b.Lookup(project, "web")
+	if err != nil || cur.Digest != rebuilt.Digest {
+		t.Fatalf("b after a rebuild on a: %+v %v, want digest %s", cur, err, rebuilt.Digest)
+	}
+
+	// The older version, for a sandbox recorded on it that moves to b:
+	// fetched (b evicted its copy) and placed beside the current one,
+	// which stays current; a version no node published is not found.
+	b.SetInUse(func(rootfs string) bool { return rootfs == cur.Rootfs })
+	if _, err := regB.LookupVersion(project, "web", built.Digest); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("b holds the old version before it is asked for: %v", err)
+	}
+	old, err := b.LookupVersion(project, "web", built.Digest)
+	if err != nil || old.Digest != built.Digest || !strings.HasPrefix(old.Rootfs, regB.Dir()) || !slices.Contains(old.Env, "HELLO=world") {
+		t.Fatalf("old version on b: %+v %v, want digest %s in b's registry with HELLO=world", old, err, built.Digest)
+	}
+	if _, err := template.VerifyVersion(filepath.Dir(old.Rootfs)); err != nil {
+		t.Fatalf("fetched old version does not verify: %v", err)
+	}
+	if got, err := regB.Lookup(project, "web"); err != nil || got.Digest != rebuilt.Digest {
+		t.Fatalf("b's current version after the old one was fetched: %+v %v, want %s", got, err, rebuilt.Digest)
+	}
+	if again, err := b.LookupVersion(project, "web", built.Digest); err != nil || again.Rootfs != old.Rootfs {
+		t.Fatalf("old version asked again: %+v %v, want b's copy %s", again, err, old.Rootfs)
+	}
+	if _, err := b.LookupVersion(project, "web", "sha256:"+strings.Repeat("0", 64)); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("a version no node published: %v, want not found", err)
+	}
+	pb, err := regB.Project(project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if removed, err := pb.Prune(func(string) bool { return false }); err != nil || !slices.Contains(removed, filepath.Dir(old.Rootfs)) {
+		t.Fatalf("prune on b: removed %v %v, want the old version %s (current: %s)", removed, err, filepath.Dir(old.Rootfs), cur.Rootfs)
 	}
 
 	// Deleted through a: b no longer lists it nor finds it.

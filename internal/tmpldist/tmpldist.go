@@ -202,7 +202,7 @@ func (d *Dist) Lookup(project, name string) (template.Template, error) {
 		d.cache.touch(dirOf(local.Rootfs), time.Now())
 		return local, nil
 	}
-	t, err := d.fetch(rp, rn, rec)
+	t, err := d.fetch(rp, rn, rec, true)
 	if err != nil {
 		return template.Template{}, err
 	}
@@ -212,17 +212,51 @@ func (d *Dist) Lookup(project, name string) (template.Template, error) {
 	return t, nil
 }
 
+// LookupVersion returns the version with digest of template name (not an
+// alias) as project sees it, current or not, for a sandbox or snapshot
+// recorded on it that moves to this node: this node's copy, or, with an
+// object store, the copy the node that built it published, fetched and
+// verified and placed beside the current version, which stays current
+// (template.AddVersion), in the cache. errdefs.ErrNotFound: this node
+// holds none and no node published it (a built-in template every node
+// builds for itself).
+func (d *Dist) LookupVersion(project, name, digest string) (template.Template, error) {
+	t, err := d.cfg.Registry.LookupVersion(project, name, digest)
+	if !d.Enabled() {
+		return t, err
+	}
+	if err == nil {
+		d.cache.touch(dirOf(t.Rootfs), time.Now())
+		return t, nil
+	}
+	if !errors.Is(err, errdefs.ErrNotFound) {
+		return t, err
+	}
+	rp, rn := recordKey(project, name)
+	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+	_, serr := d.cfg.Images.Stat(ctx, imageName(rn, digest))
+	cancel()
+	if serr != nil {
+		return template.Template{}, fmt.Errorf("template %q version %s: not on this node, nor in the object store: %w", name, digest, serr)
+	}
+	return d.fetch(rp, rn, store.TemplateVersion{ProjectID: rp, Name: rn, Digest: digest}, false)
+}
+
 // fetch brings version rec of project's template name to this node, once
-// however many creates ask at a time.
-func (d *Dist) fetch(project, name string, rec store.TemplateVersion) (template.Template, error) {
+// however many creates ask at a time, and makes it the current version if
+// current (else it is placed beside it).
+func (d *Dist) fetch(project, name string, rec store.TemplateVersion, current bool) (template.Template, error) {
 	key := project + "/" + name + "@" + rec.Digest
+	if !current {
+		key += " beside"
+	}
 	d.mu.Lock()
 	f, ok := d.fetches[key]
 	if !ok {
 		f = &fetch{done: make(chan struct{})}
 		d.fetches[key] = f
 		go func() {
-			f.t, f.err = d.doFetch(project, name, rec)
+			f.t, f.err = d.doFetch(project, name, rec, current)
 			d.mu.Lock()
 			delete(d.fetches, key)
 			d.mu.Unlock()
@@ -234,7 +268,7 @@ func (d *Dist) fetch(project, name string, rec store.TemplateVersion) (template.
 	return f.t, f.err
 }
 
-func (d *Dist) doFetch(project, name string, rec store.TemplateVersion) (template.Template, error) {
+func (d *Dist) doFetch(project, name string, rec store.TemplateVersion, current bool) (template.Template, error) {
 	reg, err := d.registry(project, name)
 	if err != nil {
 		return template.Template{}, err
@@ -243,8 +277,12 @@ func (d *Dist) doFetch(project, name string, rec store.TemplateVersion) (templat
 	defer cancel()
 	start := time.Now()
 	img := imageName(name, rec.Digest)
-	d.log.Info("templates: fetching a version published by another node", "project", project, "template", name, "digest", rec.Digest, "node", rec.Node)
-	t, err := reg.AdoptVersion(ctx, name, rec.Digest, func(dir string) error {
+	d.log.Info("templates: fetching a version published by another node", "project", project, "template", name, "digest", rec.Digest, "node", rec.Node, "current", current)
+	place := reg.AdoptVersion
+	if !current {
+		place = reg.AddVersion
+	}
+	t, err := place(ctx, name, rec.Digest, func(dir string) error {
 		work, err := os.MkdirTemp(d.cfg.Dir, "work-")
 		if err != nil {
 			return err

@@ -3,9 +3,12 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lizard-build/lizard/internal/durable"
 	"github.com/lizard-build/lizard/internal/objstore"
@@ -168,4 +171,100 @@ func TestClusterTemplateEverywhere(t *testing.T) {
 	c.nodesCLI("drain", "--undo", "b")
 	c.nodesCLI("drain", "--undo", "c")
 	c.killAll(a)
+}
+
+// TestClusterResumeOldVersion: a sandbox paused on a over version one of a
+// template that was rebuilt since (version two), and a snapshot taken on
+// version one, outlive a (killed and removed): the resume through b and
+// the snapshot's restore land on b or c over version one, which that node
+// fetches by its digest from the object store beside the current version;
+// a new sandbox of the template gets version two.
+func TestClusterResumeOldVersion(t *testing.T) {
+	c, st := startDurableCluster(t, 3)
+	a, b := c.node("a"), c.node("b")
+	const name = "e2e-oldver"
+	version := func(v string) string { return "FROM base\nRUN echo " + v + " > /version.txt\n" }
+	buildTemplateOn(t, a, name, version("one"))
+	c.drainOnly("a")
+	create := func() string {
+		var sb sandboxInfo
+		if code, body := a.do("POST", "/api/sandboxes", map[string]any{"template": name}, &sb); code >= 300 {
+			t.Fatalf("create of %s through a: %d %s", name, code, body)
+		}
+		a.sh(t, sb.SandboxID, "echo kept > /root/file")
+		return sb.SandboxID
+	}
+	snap := a.durableSnapshot(t, create(), "oldver")
+	id := create()
+	if code, body := a.do("POST", "/api/sandboxes/"+id+"/pause", nil, nil); code >= 300 {
+		t.Fatalf("pause: %d %s", code, body)
+	}
+	a.waitDurable(t, "/api/sandboxes/"+id)
+	buildTemplateOn(t, a, name, version("two"))
+
+	a.crash()
+	// a's disk goes with it: the harness's nodes share the host's file
+	// system, where b and c would find a's versions at their recorded
+	// paths, as no other machine could.
+	if err := os.RemoveAll(filepath.Join(a.templateDir, ".projects")); err != nil {
+		t.Fatal(err)
+	}
+	c.nodesCLI("remove", "a")
+	c.waitState("a", "removed")
+	for _, n := range []string{"b", "c"} {
+		c.nodesCLI("drain", "--undo", n)
+		c.waitState(n, "ready")
+	}
+	// Through b: a retryable 503 until b's routing has seen a go.
+	retry := func(what, method, path string, body any, out any) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			code, resp := b.do(method, path, body, out)
+			if code < 300 {
+				return
+			}
+			if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+				t.Fatalf("%s through b: %d %s", what, code, resp)
+			}
+		}
+	}
+	retry("resume", "POST", "/api/sandboxes/"+id+"/resume", nil, nil)
+	w := c.where(b, id)
+	if w != "b" && w != "c" {
+		t.Fatalf("resumed on %q, want b or c", w)
+	}
+	if got := b.sh(t, id, "cat /version.txt /root/file"); got != "one\nkept\n" {
+		t.Fatalf("resumed sandbox reads %q, want version one's file and its own", got)
+	}
+	if got := projectCopies(t, c.node(w), name); len(got) != 1 {
+		t.Fatalf("%s holds versions %v, want the one it fetched for the resume", w, got)
+	}
+	var cp sandboxInfo
+	retry("restore", "POST", "/api/sandboxes", map[string]any{"snapshotId": snap.ID}, &cp)
+	if got := b.sh(t, cp.SandboxID, "cat /version.txt /root/file"); got != "one\nkept\n" {
+		t.Fatalf("copy of the snapshot on %s reads %q, want version one's file and the source's", c.where(b, cp.SandboxID), got)
+	}
+	var fresh sandboxInfo
+	if code, body := b.do("POST", "/api/sandboxes", map[string]any{"template": name}, &fresh); code >= 300 {
+		t.Fatalf("create of %s through b: %d %s", name, code, body)
+	}
+	if got := b.sh(t, fresh.SandboxID, "cat /version.txt"); got != "two\n" {
+		t.Fatalf("new sandbox reads %q, want version two", got)
+	}
+
+	// a comes back: fenced, it destroys its copies.
+	a.start()
+	c.waitState("a", "ready")
+	retry("delete snapshot", "DELETE", "/api/sandbox-snapshots/"+snap.ID, nil, nil)
+	c.killAll(b)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		// Only the template's versions stay (docs/CLUSTER.md).
+		left := append(keys(t, st, "images/sandboxes/"), keys(t, st, "images/snapshots/")...)
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pause and snapshot images left in the store: %v", left)
+		}
+	}
 }
