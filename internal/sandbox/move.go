@@ -65,7 +65,7 @@ func (s *Service) adopt(ctx context.Context, rec Record) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	rootfs, release, err := s.hereRootfs(rec.ProjectID, rec.Template, rec.Rootfs)
+	rootfs, release, err := s.hereRootfs(rec.ProjectID, rec.Template, rec.Rootfs, true)
 	if err != nil {
 		return Record{}, fmt.Errorf("resume sandbox %q on this node: its template: %w", id, err)
 	}
@@ -330,7 +330,7 @@ func (s *Service) foreignSnapshot(ctx context.Context, projectID, id string) (Sn
 // image is downloaded (every digest checked) for this restore and removed
 // after it.
 func (s *Service) restoreForeign(ctx context.Context, snap Snapshot, timeoutMs int64) (Record, error) {
-	rootfs, release, err := s.hereRootfs(snap.ProjectID, snap.Template, snap.Rootfs)
+	rootfs, release, err := s.hereRootfs(snap.ProjectID, snap.Template, snap.Rootfs, true)
 	if err != nil {
 		return Record{}, fmt.Errorf("restore snapshot %s: %w", snap.ID, err)
 	}
@@ -349,5 +349,5 @@ func (s *Service) restoreForeign(ctx context.Context, snap Snapshot, timeoutMs i
 		return Record{}, fmt.Errorf("restore snapshot %s: %w", snap.ID, err)
 	}
 	s.log.Info("restoring a snapshot of another node", "snapshot", snap.ID)
-	return s.restoreCopy(ctx, s.copyRecord(snap, timeoutMs), snap, img)
+	return s.restoreCopy(ctx, s.copyRecord(snap, timeoutMs), snap, img, true)
 }

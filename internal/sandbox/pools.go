@@ -93,7 +93,7 @@ func (s *Service) AdoptPool(ctx context.Context, projectID, id, from string) err
 		if err := s.sameBuild(ctx, SnapshotImageName(id)); err != nil {
 			return fmt.Errorf("adopt the pool of snapshot %s: %w", id, err)
 		}
-		rootfs, release, err := s.hereRootfs(projectID, snap.Template, snap.Rootfs)
+		rootfs, release, err := s.hereRootfs(projectID, snap.Template, snap.Rootfs, true)
 		if err != nil {
 			return fmt.Errorf("adopt the pool of snapshot %s: %w", id, err)
 		}
@@ -257,9 +257,6 @@ func (s *Service) loadSnapshot(r store.Snapshot, snap Snapshot) (*snapEntry, boo
 	if se.foreign {
 		if se.poolNode != self || snap.DurableAt == nil {
 			return nil, false
-		}
-		if _, err := os.Stat(snap.Rootfs); snap.Rootfs != "" && err != nil {
-			se.snap.Rootfs = ""
 		}
 	}
 	return se, true

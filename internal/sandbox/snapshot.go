@@ -373,7 +373,7 @@ func (s *Service) fillPool(se *snapEntry) {
 			}
 			rec := s.copyRecord(snap, 0)
 			rec.Status, rec.PoolOf = StatusPooled, snap.ID
-			_, err := s.restoreCopy(context.Background(), rec, snap, s.snapshotDir(snap.ID))
+			_, err := s.restoreCopy(context.Background(), rec, snap, s.snapshotDir(snap.ID), se.foreign)
 			// The snapshot may have been deleted, or its pool shrunk or
 			// paused, while this copy was being restored: the copy goes
 			// then, it never outlives them (nor holds its place in the
@@ -404,12 +404,14 @@ func (s *Service) copyRecord(snap Snapshot, timeoutMs int64) Record {
 }
 
 // restoreCopy starts rec as a copy of the image in dir, on the template
-// version the snapshot was taken on.
-func (s *Service) restoreCopy(ctx context.Context, rec Record, snap Snapshot, dir string) (Record, error) {
-	rootfs, err := s.snapshotRootfs(snap)
+// version the snapshot was taken on; moved: the snapshot was taken on
+// another node (see hereRootfs).
+func (s *Service) restoreCopy(ctx context.Context, rec Record, snap Snapshot, dir string, moved bool) (Record, error) {
+	rootfs, release, err := s.hereRootfs(snap.ProjectID, snap.Template, snap.Rootfs, moved)
 	if err != nil {
-		return Record{}, err
+		return Record{}, fmt.Errorf("snapshot %s: %w", snap.ID, err)
 	}
+	defer release()
 	rec.Rootfs = rootfs
 	if dir == s.snapshotDir(snap.ID) {
 		// Not on this node's disk (lost, or taken on another node): from
@@ -430,21 +432,6 @@ func (s *Service) restoreCopy(ctx context.Context, rec Record, snap Snapshot, di
 		return s.cp.Restore(ctx, runtime.Spec{ID: rec.ID, Rootfs: rootfs, AgentToken: rec.AgentToken, Resources: size.resources(),
 			Egress: rec.Egress, Mounts: s.mounts(snap.Template, mounts)}, dir)
 	}, snap.AgentToken)
-}
-
-// snapshotRootfs is the root filesystem a copy of snap runs on.
-func (s *Service) snapshotRootfs(snap Snapshot) (string, error) {
-	if snap.Rootfs == "" {
-		tpl, err := s.cfg.Templates.Lookup(snap.ProjectID, snap.Template)
-		if err != nil {
-			return "", fmt.Errorf("template of snapshot %s: %w", snap.ID, err)
-		}
-		return tpl.Rootfs, nil
-	}
-	if _, err := os.Stat(snap.Rootfs); err != nil {
-		return "", errdefs.WithCode("template_not_found", fmt.Errorf("snapshot %s: the version of template %q it was taken on is gone (%v): %w", snap.ID, snap.Template, err, errdefs.ErrNotFound))
-	}
-	return snap.Rootfs, nil
 }
 
 // UsesRootfs reports whether a sandbox or snapshot of the server runs on
@@ -501,7 +488,7 @@ func (s *Service) Restore(ctx context.Context, projectID, snapID string, timeout
 	s.mu.Lock()
 	snap := se.snap
 	s.mu.Unlock()
-	return s.restoreCopy(ctx, s.copyRecord(snap, timeoutMs), snap, s.snapshotDir(snapID))
+	return s.restoreCopy(ctx, s.copyRecord(snap, timeoutMs), snap, s.snapshotDir(snapID), se.foreign)
 }
 
 // claim hands out a warm copy, if the pool has one, and refills the pool.
@@ -597,7 +584,7 @@ func (s *Service) Fork(ctx context.Context, projectID, id string, count int, tim
 			defer func() { <-sem }()
 			rec := s.copyRecord(snap, timeoutMs)
 			rec.SnapshotID = ""
-			r, err := s.restoreCopy(ctx, rec, snap, forkDir(snap.ID))
+			r, err := s.restoreCopy(ctx, rec, snap, forkDir(snap.ID), false)
 			if err != nil {
 				out[i].Err = err
 				return

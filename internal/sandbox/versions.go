@@ -27,15 +27,16 @@ func versionDir(rootfs string) (dir, name, digest string, ok bool) {
 }
 
 // hereRootfs returns this node's path of the template version recorded as
-// rootfs, on this node or another, for a sandbox or snapshot of project's
-// template tplName that starts here: the recorded path when this node has
-// it; else the same version by its digest (Templates.LookupVersion: held
-// here, or fetched from the object store beside the current version);
+// rootfs, on this node or another, for a sandbox, snapshot or pool of
+// project's template tplName that starts here: the recorded path when this
+// node has it; else the same version by its digest (Templates.LookupVersion:
+// held here, or fetched from the object store beside the current version);
 // else, when no node published that version (a built-in template every
-// node builds for itself) or none was recorded, the template's current
+// node builds for itself), the template's current version if fallback,
+// else a template_not_found error. Nothing recorded is the current
 // version. The version is kept from pruning until release is called, by
 // when whatever runs on it must be in the service's tables.
-func (s *Service) hereRootfs(project, tplName, recorded string) (rootfs string, release func(), err error) {
+func (s *Service) hereRootfs(project, tplName, recorded string, fallback bool) (rootfs string, release func(), err error) {
 	release = func() {}
 	dir, name, digest, ok := versionDir(recorded)
 	if ok {
@@ -44,6 +45,9 @@ func (s *Service) hereRootfs(project, tplName, recorded string) (rootfs string, 
 	if recorded != "" {
 		if _, err := os.Stat(recorded); err == nil {
 			return recorded, release, nil
+		}
+		if !ok && !fallback {
+			return "", release, errdefs.WithCode("template_not_found", fmt.Errorf("the version of template %q it was made on is gone (%s): %w", tplName, recorded, errdefs.ErrNotFound))
 		}
 	}
 	if ok {
@@ -54,6 +58,10 @@ func (s *Service) hereRootfs(project, tplName, recorded string) (rootfs string, 
 		if !errors.Is(err, errdefs.ErrNotFound) {
 			release()
 			return "", func() {}, fmt.Errorf("template %q version %s: %w", name, digest, err)
+		}
+		if !fallback {
+			release()
+			return "", func() {}, errdefs.WithCode("template_not_found", fmt.Errorf("the version of template %q it was made on (%s) is gone from this node and no node published it: %w", tplName, dir, errdefs.ErrNotFound))
 		}
 		s.log.Warn("template version not on this node nor published: the template's current version is used",
 			"template", tplName, "version", dir, "err", err)

@@ -77,7 +77,7 @@ func TestHereRootfs(t *testing.T) {
 
 	// Recorded on another node: the same version by its digest, pinned
 	// until released.
-	got, release, err := s.hereRootfs("p", "web", path("a", hexOld))
+	got, release, err := s.hereRootfs("p", "web", path("a", hexOld), true)
 	if err != nil || got != here {
 		t.Fatalf("hereRootfs of a's old version: %q %v, want %q", got, err, here)
 	}
@@ -97,7 +97,7 @@ func TestHereRootfs(t *testing.T) {
 		t.Fatal(err)
 	}
 	tpls.asked = nil
-	if got, release, err := s.hereRootfs("p", "web", here); err != nil || got != here || len(tpls.asked) != 0 {
+	if got, release, err := s.hereRootfs("p", "web", here, false); err != nil || got != here || len(tpls.asked) != 0 {
 		t.Fatalf("hereRootfs of a version here: %q %v (asked %v), want %q", got, err, tpls.asked, here)
 	} else {
 		release()
@@ -105,14 +105,27 @@ func TestHereRootfs(t *testing.T) {
 
 	// Published nowhere (a built-in each node builds for itself): the
 	// current version.
-	if got, release, err := s.hereRootfs("p", "web", path("a", strings.Repeat("0c", 32))); err != nil || got != current.Rootfs {
+	if got, release, err := s.hereRootfs("p", "web", path("a", strings.Repeat("0c", 32)), true); err != nil || got != current.Rootfs {
 		t.Fatalf("hereRootfs of a version nowhere: %q %v, want the current %q", got, err, current.Rootfs)
 	} else {
 		release()
 	}
+	// A snapshot of this node's own whose version is gone (no fallback):
+	// fetched by its digest when published, else template_not_found, not
+	// another version.
+	if got, release, err := s.hereRootfs("p", "web", path("b2", hexOld), false); err != nil || got != here {
+		t.Fatalf("hereRootfs of this node's lost version, published: %q %v, want %q", got, err, here)
+	} else {
+		release()
+	}
+	for _, rec := range []string{path("b", strings.Repeat("0c", 32)), filepath.Join(base, "b", "web", "rootfs")} {
+		if got, _, err := s.hereRootfs("p", "web", rec, false); !errors.Is(err, errdefs.ErrNotFound) || errdefs.Code(err) != "template_not_found" {
+			t.Fatalf("hereRootfs(%q) of a version gone for good, no fallback: %q %v, want template_not_found", rec, got, err)
+		}
+	}
 	// Nothing recorded, or a path of the older layout: the current one.
 	for _, rec := range []string{"", filepath.Join(base, "a", "web", "rootfs")} {
-		if got, release, err := s.hereRootfs("p", "web", rec); err != nil || got != current.Rootfs {
+		if got, release, err := s.hereRootfs("p", "web", rec, true); err != nil || got != current.Rootfs {
 			t.Fatalf("hereRootfs(%q): %q %v, want the current %q", rec, got, err, current.Rootfs)
 		} else {
 			release()
@@ -122,7 +135,7 @@ func TestHereRootfs(t *testing.T) {
 	// The object store fails (or the copy is corrupt): an error, not
 	// another version.
 	tpls.err = fmt.Errorf("object store down: %w", errdefs.ErrUnavailable)
-	if got, _, err := s.hereRootfs("p", "web", path("a", strings.Repeat("0d", 32))); !errors.Is(err, errdefs.ErrUnavailable) {
+	if got, _, err := s.hereRootfs("p", "web", path("a", strings.Repeat("0d", 32)), true); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("hereRootfs with the store down: %q %v, want unavailable", got, err)
 	}
 	if len(s.pinned) != 0 {

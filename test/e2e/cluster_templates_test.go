@@ -12,6 +12,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/durable"
 	"github.com/lizard-build/lizard/internal/objstore"
+	"github.com/lizard-build/lizard/internal/store/postgres"
 )
 
 // Templates everywhere (docs/CLUSTER.md): a template built through one node
@@ -174,11 +175,12 @@ func TestClusterTemplateEverywhere(t *testing.T) {
 }
 
 // TestClusterResumeOldVersion: a sandbox paused on a over version one of a
-// template that was rebuilt since (version two), and a snapshot taken on
-// version one, outlive a (killed and removed): the resume through b and
-// the snapshot's restore land on b or c over version one, which that node
-// fetches by its digest from the object store beside the current version;
-// a new sandbox of the template gets version two.
+// template that was rebuilt since (version two), a snapshot and a snapshot
+// with a warm pool taken on version one outlive a (killed and removed, its
+// disk with it): the resume through b, the snapshot's restore and the
+// pool, adopted by b or c and refilled there after a restart, all run on
+// version one, which those nodes fetch by its digest from the object
+// store beside the current version; a new sandbox gets version two.
 func TestClusterResumeOldVersion(t *testing.T) {
 	c, st := startDurableCluster(t, 3)
 	a, b := c.node("a"), c.node("b")
@@ -195,12 +197,26 @@ func TestClusterResumeOldVersion(t *testing.T) {
 		return sb.SandboxID
 	}
 	snap := a.durableSnapshot(t, create(), "oldver")
+	src := create()
+	var pooled snapshotRef
+	if code, body := a.do("POST", "/api/sandboxes/"+src+"/snapshot", map[string]any{"name": "oldver-pool", "poolSize": 1}, &pooled); code != 201 {
+		t.Fatalf("snapshot with a pool: %d %s", code, body)
+	}
+	a.waitDurable(t, "/api/sandbox-snapshots/"+pooled.ID)
+	if code, body := a.do("DELETE", "/api/sandboxes/"+src, nil, nil); code >= 300 {
+		t.Fatalf("kill source: %d %s", code, body)
+	}
+	c.waitPool(a, pooled.ID, 1)
 	id := create()
 	if code, body := a.do("POST", "/api/sandboxes/"+id+"/pause", nil, nil); code >= 300 {
 		t.Fatalf("pause: %d %s", code, body)
 	}
 	a.waitDurable(t, "/api/sandboxes/"+id)
 	buildTemplateOn(t, a, name, version("two"))
+	for _, n := range []string{"b", "c"} {
+		c.nodesCLI("drain", "--undo", n)
+		c.waitState(n, "ready")
+	}
 
 	a.crash()
 	// a's disk goes with it: the harness's nodes share the host's file
@@ -211,10 +227,6 @@ func TestClusterResumeOldVersion(t *testing.T) {
 	}
 	c.nodesCLI("remove", "a")
 	c.waitState("a", "removed")
-	for _, n := range []string{"b", "c"} {
-		c.nodesCLI("drain", "--undo", n)
-		c.waitState(n, "ready")
-	}
 	// Through b: a retryable 503 until b's routing has seen a go.
 	retry := func(what, method, path string, body any, out any) {
 		t.Helper()
@@ -252,10 +264,41 @@ func TestClusterResumeOldVersion(t *testing.T) {
 		t.Fatalf("new sandbox reads %q, want version two", got)
 	}
 
+	// The pool, adopted by b or c, serves version one; so does its refill
+	// after that node restarts (its record names a's path).
+	db, err := postgres.Open(context.Background(), c.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	c.waitPool(b, pooled.ID, 1)
+	row, ok := c.snapshotRow(db, pooled.ID)
+	if !ok || row.KeepsPool() != "b" && row.KeepsPool() != "c" {
+		t.Fatalf("pooled snapshot's row after a was removed: %+v (found %v), want its pool on b or c", row, ok)
+	}
+	pool := c.node(row.KeepsPool())
+	claim := func(what string) {
+		t.Helper()
+		var cp sandboxInfo
+		retry("restore of the pooled snapshot", "POST", "/api/sandboxes", map[string]any{"snapshotId": pooled.ID}, &cp)
+		if got := b.sh(t, cp.SandboxID, "cat /version.txt /root/file"); got != "one\nkept\n" {
+			t.Fatalf("%s on %s reads %q, want version one's file and the source's", what, c.where(b, cp.SandboxID), got)
+		}
+	}
+	claim("a warm copy of the adopted pool")
+	c.waitPool(b, pooled.ID, 1)
+	pool.crash()
+	pool.start()
+	c.waitState(pool.name, "ready")
+	claim("the warm copy made before the restart")
+	c.waitPool(b, pooled.ID, 1)
+	claim("the warm copy made after the restart")
+
 	// a comes back: fenced, it destroys its copies.
 	a.start()
 	c.waitState("a", "ready")
 	retry("delete snapshot", "DELETE", "/api/sandbox-snapshots/"+snap.ID, nil, nil)
+	retry("delete snapshot", "DELETE", "/api/sandbox-snapshots/"+pooled.ID, nil, nil)
 	c.killAll(b)
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
 		// Only the template's versions stay (docs/CLUSTER.md).
