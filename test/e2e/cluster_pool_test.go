@@ -89,13 +89,7 @@ func (c *testCluster) pooledSnapshot() (db *postgres.Store, snap snapshotRef, pi
 	src := c.createOn(b, "a")
 	b.sh(t, src, counterScript)
 	pid, n = b.counter(t, src)
-	if code, body := b.do("POST", "/api/sandboxes/"+src+"/snapshot", map[string]any{"name": "pool", "poolSize": 2}, &snap); code != 201 {
-		t.Fatalf("snapshot: %d %s", code, body)
-	}
-	b.waitDurable(t, "/api/sandbox-snapshots/"+snap.ID)
-	if code, body := b.do("DELETE", "/api/sandboxes/"+src, nil, nil); code >= 300 {
-		t.Fatalf("kill source: %d %s", code, body)
-	}
+	snap = b.durablePooledSnapshot(t, src, "pool", 2)
 	c.waitPool(b, snap.ID, 2)
 	return db, snap, pid, n
 }

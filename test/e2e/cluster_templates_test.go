@@ -197,15 +197,7 @@ func TestClusterResumeOldVersion(t *testing.T) {
 		return sb.SandboxID
 	}
 	snap := a.durableSnapshot(t, create(), "oldver")
-	src := create()
-	var pooled snapshotRef
-	if code, body := a.do("POST", "/api/sandboxes/"+src+"/snapshot", map[string]any{"name": "oldver-pool", "poolSize": 1}, &pooled); code != 201 {
-		t.Fatalf("snapshot with a pool: %d %s", code, body)
-	}
-	a.waitDurable(t, "/api/sandbox-snapshots/"+pooled.ID)
-	if code, body := a.do("DELETE", "/api/sandboxes/"+src, nil, nil); code >= 300 {
-		t.Fatalf("kill source: %d %s", code, body)
-	}
+	pooled := a.durablePooledSnapshot(t, create(), "oldver-pool", 1)
 	c.waitPool(a, pooled.ID, 1)
 	id := create()
 	if code, body := a.do("POST", "/api/sandboxes/"+id+"/pause", nil, nil); code >= 300 {

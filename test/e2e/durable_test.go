@@ -333,8 +333,18 @@ type snapshotRef struct {
 // durable and kills src.
 func (s *server) durableSnapshot(t *testing.T, src, name string) snapshotRef {
 	t.Helper()
+	return s.durablePooledSnapshot(t, src, name, 0)
+}
+
+// durablePooledSnapshot is durableSnapshot with a warm pool of poolSize.
+func (s *server) durablePooledSnapshot(t *testing.T, src, name string, poolSize int) snapshotRef {
+	t.Helper()
+	body := map[string]any{"name": name}
+	if poolSize > 0 {
+		body["poolSize"] = poolSize
+	}
 	var snap snapshotRef
-	if code, body := s.do("POST", "/api/sandboxes/"+src+"/snapshot", map[string]any{"name": name}, &snap); code != 201 {
+	if code, body := s.do("POST", "/api/sandboxes/"+src+"/snapshot", body, &snap); code != 201 {
 		t.Fatalf("snapshot: %d %s", code, body)
 	}
 	s.waitDurable(t, "/api/sandbox-snapshots/"+snap.ID)
