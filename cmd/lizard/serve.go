@@ -385,6 +385,9 @@ func serve(ctx context.Context, args []string) error {
 			if i%30 == 0 { // every 5 minutes
 				pruneTemplates(reg, svc, log.With("component", "template"))
 			}
+			if i%360 == 30 { // every hour, from 5 minutes on
+				collectTemplates(ctx, tmpls, st, log.With("component", "template"))
+			}
 			select {
 			case <-ctx.Done():
 				return
@@ -646,8 +649,28 @@ func openTemplateDist(c *serveConfig, reg *template.Registry, images sandbox.Ima
 			return nil, fmt.Errorf("--object-store: the %T store cannot record template versions", st)
 		}
 		cfg.Images, cfg.Records = im, recs
+		cfg.Projects = func(ctx context.Context) ([]string, error) {
+			ps, err := st.Projects(ctx)
+			ids := make([]string, len(ps))
+			for i, p := range ps {
+				ids[i] = p.ID
+			}
+			return ids, err
+		}
 	}
 	return tmpldist.New(cfg)
+}
+
+// collectTemplates deletes from the object store the published template
+// versions that are not current and that no sandbox or snapshot record of
+// the cluster (st: every node's rows) was made on (tmpldist.Collect).
+func collectTemplates(ctx context.Context, tmpls *tmpldist.Dist, st store.Store, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	used := func(ctx context.Context) (map[string]bool, error) { return sandbox.TemplateVersionsUsed(ctx, st) }
+	if _, err := tmpls.Collect(ctx, used, tmpldist.CollectGrace); err != nil {
+		log.Warn("collect published template versions", "err", err)
+	}
 }
 
 // pruneTemplates removes the template versions that no sandbox or snapshot

@@ -540,6 +540,18 @@ func (im *Images) Delete(ctx context.Context, name string) error {
 	return im.Sweep(ctx)
 }
 
+// List calls fn with the name of every image whose name starts with
+// prefix, and when its manifest was written.
+func (im *Images) List(ctx context.Context, prefix string, fn func(name string, written time.Time) error) error {
+	return im.obj.List(ctx, "images/"+prefix, func(i objstore.Info) error {
+		name, ok := strings.CutSuffix(strings.TrimPrefix(i.Key, "images/"), "/manifest.json")
+		if !ok {
+			return nil
+		}
+		return fn(name, i.Modified)
+	})
+}
+
 // Sweep removes the blobs no manifest references.
 func (im *Images) Sweep(ctx context.Context) error {
 	im.gc.Lock()

@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -8,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/store"
 )
 
 // versionDir returns the version directory (<name>@sha256-<hex>) a
@@ -88,4 +91,36 @@ func (s *Service) pin(dir string) func() {
 		}
 		s.mu.Unlock()
 	}
+}
+
+// TemplateVersionsUsed returns the template version directories
+// (<name>@sha256-<hex>) that the sandbox and snapshot records of st were
+// made on: those of every node, when st is a cluster's store.
+func TemplateVersionsUsed(ctx context.Context, st store.Store) (map[string]bool, error) {
+	used := map[string]bool{}
+	add := func(spec json.RawMessage) {
+		var r struct {
+			Rootfs string `json:"rootfs"`
+		}
+		if json.Unmarshal(spec, &r) == nil {
+			if dir, _, _, ok := versionDir(r.Rootfs); ok {
+				used[dir] = true
+			}
+		}
+	}
+	sbs, err := st.Sandboxes(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("template versions in use: %w", err)
+	}
+	for _, sb := range sbs {
+		add(sb.Spec)
+	}
+	sns, err := st.Snapshots(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("template versions in use: %w", err)
+	}
+	for _, sn := range sns {
+		add(sn.Spec)
+	}
+	return used, nil
 }

@@ -1,14 +1,19 @@
 package sandbox
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/store/sqlite"
 	"github.com/lizard-build/lizard/internal/template"
 )
 
@@ -140,5 +145,43 @@ func TestHereRootfs(t *testing.T) {
 	}
 	if len(s.pinned) != 0 {
 		t.Fatalf("pins left: %v", s.pinned)
+	}
+}
+
+// TestTemplateVersionsUsed: the versions of every sandbox and snapshot
+// record (running, paused, of any node) are in use; records with no
+// version, or of the older layout, name none.
+func TestTemplateVersionsUsed(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "lizard.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	p, err := st.CreateProject(ctx, "p", "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hexA, hexB := strings.Repeat("0a", 32), strings.Repeat("0b", 32)
+	spec := func(rootfs string) json.RawMessage {
+		b, _ := json.Marshal(map[string]string{"rootfs": rootfs})
+		return b
+	}
+	for i, rootfs := range []string{"/a/.projects/p/.v/web@sha256-" + hexA + "/rootfs", "", "/a/web/rootfs"} {
+		if err := st.PutSandbox(ctx, store.Sandbox{ID: fmt.Sprintf("sb%d", i), ProjectID: p.ID, Template: "web", Size: "small",
+			Status: "paused", Spec: spec(rootfs), StartedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.PutSnapshot(ctx, store.Snapshot{ID: "snap", ProjectID: p.ID, Spec: spec("/c/.v/base@sha256-" + hexB + "/rootfs"), CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	used, err := TemplateVersionsUsed(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"web@sha256-" + hexA: true, "base@sha256-" + hexB: true}
+	if len(used) != len(want) || !used["web@sha256-"+hexA] || !used["base@sha256-"+hexB] {
+		t.Fatalf("versions in use: %v, want %v", used, want)
 	}
 }

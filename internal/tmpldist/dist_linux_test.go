@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lizard-build/lizard/internal/durable"
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -30,17 +31,21 @@ func (noRun) Run(context.Context, runtime.RunSpec) (int, error) {
 	return 0, errors.New("this build has no RUN step")
 }
 
-// TestPublishFetch: a template built on node a without the API (as the
-// CLI does) is published by a's template loop; node b, with a registry of
-// its own, lists it before it holds it, fetches it on its first look-up
-// (the same digest and files, a version that verifies), never publishes
-// its copy, evicts it once over its cache bound, and fetches it again; a
-// delete through a makes b drop it.
-func TestPublishFetch(t *testing.T) {
+// fixture is what a test of two nodes' Dists shares: a registry of OCI
+// images holding busybox (ref), an object store (versitygw), a database.
+type fixture struct {
+	db      *sqlite.Store
+	images  *durable.Images
+	policy  *template.PullPolicy
+	ref     string
+	project string
+}
+
+func newFixture(t *testing.T) fixture {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("needs root (Dockerfile builds, tar keeping owners)")
 	}
-	ctx := context.Background()
 	host := ocitest.Registry(t)
 	ref := host + "/lizard/busybox:1"
 	ocitest.PushBusybox(t, ref)
@@ -61,22 +66,40 @@ func TestPublishFetch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	images := durable.New(obj, nil)
-	const project = "prj_dist"
+	t.Cleanup(func() { db.Close() })
+	return fixture{db: db, images: durable.New(obj, nil), policy: policy, ref: ref, project: "prj_dist"}
+}
 
-	regA := template.NewRegistry(t.TempDir())
-	pa, err := regA.Project(project)
+// build builds project's template name in reg FROM busybox with env.
+func (fx fixture) build(t *testing.T, reg *template.Registry, name, env string) template.Template {
+	t.Helper()
+	p, err := reg.Project(fx.project)
 	if err != nil {
 		t.Fatal(err)
 	}
-	built, err := pa.BuildDockerfile(ctx, "web", template.DockerfileOptions{
-		Dockerfile: []byte("FROM " + ref + "\nENV HELLO=world\n"), DockerfileName: "Dockerfile", Context: t.TempDir(),
-		Runtime: noRun{}, Pull: policy,
+	built, err := p.BuildDockerfile(context.Background(), name, template.DockerfileOptions{
+		Dockerfile: []byte("FROM " + fx.ref + "\nENV " + env + "\n"), DockerfileName: "Dockerfile", Context: t.TempDir(),
+		Runtime: noRun{}, Pull: fx.policy,
 	}, io.Discard)
 	if err != nil {
 		t.Fatalf("build: %v", err)
 	}
+	return built
+}
+
+// TestPublishFetch: a template built on node a without the API (as the
+// CLI does) is published by a's template loop; node b, with a registry of
+// its own, lists it before it holds it, fetches it on its first look-up
+// (the same digest and files, a version that verifies), never publishes
+// its copy, evicts it once over its cache bound, and fetches it again; a
+// delete through a makes b drop it.
+func TestPublishFetch(t *testing.T) {
+	ctx := context.Background()
+	fx := newFixture(t)
+	db, images, project := fx.db, fx.images, fx.project
+
+	regA := template.NewRegistry(t.TempDir())
+	built := fx.build(t, regA, "web", "HELLO=world")
 	a, err := New(Config{Registry: regA, Images: images, Records: db, Node: "a", Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -130,13 +153,7 @@ func TestPublishFetch(t *testing.T) {
 	fetchOnce()
 
 	// A newer build on a (another ENV) is published; b's look-up gets it.
-	rebuilt, err := pa.BuildDockerfile(ctx, "web", template.DockerfileOptions{
-		Dockerfile: []byte("FROM " + ref + "\nENV HELLO=again\n"), DockerfileName: "Dockerfile", Context: t.TempDir(),
-		Runtime: noRun{}, Pull: policy,
-	}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rebuilt := fx.build(t, regA, "web", "HELLO=again")
 	if err := a.Publish(ctx, rebuilt); err != nil {
 		t.Fatal(err)
 	}
@@ -203,4 +220,75 @@ func names(ts []template.Template) []string {
 		out = append(out, t.Name)
 	}
 	return out
+}
+
+// TestCollect: of a template's published versions, the current one is
+// kept, an older one while a sandbox or snapshot record was made on it or
+// for the grace after its publish, and deleted otherwise (its image gone);
+// images that are not template versions are left alone.
+func TestCollect(t *testing.T) {
+	ctx := context.Background()
+	fx := newFixture(t)
+	projects := func(context.Context) ([]string, error) { return []string{fx.project}, nil }
+	reg := template.NewRegistry(t.TempDir())
+	d, err := New(Config{Registry: reg, Images: fx.images, Records: fx.db, Node: "a", Dir: t.TempDir(), Projects: projects})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := fx.build(t, reg, "web", "V=1")
+	if err := d.Publish(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	cur := fx.build(t, reg, "web", "V=2")
+	if err := d.Publish(ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	other := t.TempDir()
+	if err := os.WriteFile(filepath.Join(other, "f"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fx.images.Upload(ctx, "sandboxes/sb1", other); err != nil {
+		t.Fatal(err)
+	}
+	oldDir := filepath.Base(filepath.Dir(old.Rootfs))
+	exists := func(tt template.Template) bool {
+		_, err := fx.images.Stat(ctx, imageName(tt.Name, tt.Digest))
+		if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	for _, tc := range []struct {
+		what  string
+		used  map[string]bool
+		grace time.Duration
+		gone  bool
+	}{
+		{"published within the grace", nil, time.Hour, false},
+		{"a record made on it", map[string]bool{oldDir: true}, 0, false},
+		{"nothing uses it", nil, 0, true},
+	} {
+		used := func(context.Context) (map[string]bool, error) { return tc.used, nil }
+		deleted, err := d.Collect(ctx, used, tc.grace)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.what, err)
+		}
+		if exists(old) == tc.gone || len(deleted) != map[bool]int{true: 1}[tc.gone] {
+			t.Fatalf("%s: deleted %v, old version's image there %v; want gone %v", tc.what, deleted, exists(old), tc.gone)
+		}
+		if !exists(cur) {
+			t.Fatalf("%s: the current version's image was deleted", tc.what)
+		}
+	}
+	if _, err := fx.images.Stat(ctx, "sandboxes/sb1"); err != nil {
+		t.Fatalf("a pause image after the collection: %v", err)
+	}
+	// Without a project list, it refuses rather than guess.
+	bare, err := New(Config{Registry: reg, Images: fx.images, Records: fx.db, Node: "b", Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bare.Collect(ctx, func(context.Context) (map[string]bool, error) { return nil, nil }, 0); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("collect without a project list: %v, want invalid", err)
+	}
 }

@@ -57,6 +57,9 @@ type Config struct {
 	Images *durable.Images
 	// Records is where published versions are recorded.
 	Records store.TemplateVersions
+	// Projects lists the ids of every project (Collect reads their
+	// records).
+	Projects func(context.Context) ([]string, error)
 	// Node names this node in the records.
 	Node string
 	// Dir is Dist's own directory (the cache index, archives on their
@@ -512,8 +515,8 @@ func (d *Dist) Builtins() []string { return d.cfg.Registry.Builtins() }
 
 // Delete removes project's template name on this node and, with an object
 // store, its record, so that no node lists or fetches it any more (nodes
-// that fetched it drop it on their next look-up). Its objects stay: durable
-// snapshots of other nodes may need them.
+// that fetched it drop it on their next look-up). Its objects stay until
+// Collect finds no sandbox or snapshot made on them.
 func (d *Dist) Delete(ctx context.Context, project, name string) error {
 	lerr := d.cfg.Registry.Delete(ctx, project, name)
 	if !d.Enabled() || template.IsBuiltin(name) {
@@ -530,4 +533,71 @@ func (d *Dist) Delete(ctx context.Context, project, name string) error {
 		return err
 	}
 	return d.cfg.Records.DeleteTemplateVersion(ctx, project, name)
+}
+
+// CollectGrace is how long a published version is kept however unused: a
+// publish uploads the image before it records it.
+const CollectGrace = time.Hour
+
+// Collect deletes from the object store the published versions nothing
+// may need any more: a version is kept while it is the current version of
+// a template of any project (its record), while used names it (the
+// version directories, <name>@sha256-<hex>, that the cluster's sandbox
+// and snapshot records were made on: a paused sandbox or a snapshot that
+// moves to another node fetches its version by its digest), and for grace
+// after it was published. used is read after the records, so that a
+// version that stopped being current meanwhile is seen in use by the
+// sandboxes made on it. Every node may run it; it is idempotent. It
+// returns the images deleted.
+func (d *Dist) Collect(ctx context.Context, used func(context.Context) (map[string]bool, error), grace time.Duration) ([]string, error) {
+	if !d.Enabled() {
+		return nil, nil
+	}
+	if d.cfg.Projects == nil {
+		return nil, fmt.Errorf("collect template versions: no project list: %w", errdefs.ErrInvalid)
+	}
+	keep := map[string]bool{}
+	projects, err := d.cfg.Projects(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("collect template versions: %w", err)
+	}
+	for _, p := range append([]string{""}, projects...) {
+		recs, err := d.cfg.Records.TemplateVersions(ctx, p)
+		if err != nil {
+			return nil, fmt.Errorf("collect template versions: %w", err)
+		}
+		for _, r := range recs {
+			keep[imageName(r.Name, r.Digest)] = true
+		}
+	}
+	inUse, err := used(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("collect template versions: %w", err)
+	}
+	var unused []string
+	now := time.Now()
+	err = d.cfg.Images.List(ctx, "templates/", func(name string, written time.Time) error {
+		// templates/sha256-<hex>/<name> is version directory <name>@sha256-<hex>.
+		parts := strings.Split(name, "/")
+		if len(parts) != 3 {
+			return nil // not a version's image: leave it
+		}
+		if keep[name] || inUse[parts[2]+"@"+parts[1]] || now.Sub(written) < grace {
+			return nil
+		}
+		unused = append(unused, name)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("collect template versions: %w", err)
+	}
+	var deleted []string
+	for _, name := range unused {
+		if err := d.cfg.Images.Delete(ctx, name); err != nil {
+			return deleted, fmt.Errorf("collect template versions: %w", err)
+		}
+		d.log.Info("templates: deleted a published version nothing uses", "image", name)
+		deleted = append(deleted, name)
+	}
+	return deleted, nil
 }
