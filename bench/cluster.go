@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/cluster"
+	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/objstore"
 	"github.com/lizard-build/lizard/internal/objstore/s3"
 	"github.com/lizard-build/lizard/internal/store"
@@ -193,7 +194,7 @@ func benchClusterSection(ctx context.Context, cfg config, w io.Writer, n int) er
 	single.bridge, single.subnet = singleBridge, singleSubnet
 	// A server keeps its bridge and firewall table for its next start:
 	// there is none.
-	defer exec.Command("nft", "delete", "table", "inet", "lizard_"+singleBridge).Run()
+	defer exec.Command("nft", "delete", "table", "inet", network.TableName(singleBridge)).Run()
 	defer exec.Command("ip", "link", "del", singleBridge).Run()
 	srv, err := startServer(ctx, single)
 	if err != nil {

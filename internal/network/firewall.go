@@ -39,6 +39,9 @@ type firewall struct {
 	bridge string
 }
 
+// TableName is the nftables table (family inet) of the network on bridge.
+func TableName(bridge string) string { return "lizard_" + bridge }
+
 // newFirewall (re)creates the table for bridge and subnet, empty of
 // sandboxes.
 func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr, deny []netip.Prefix) (*firewall, error) {
@@ -46,7 +49,7 @@ func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr, deny []
 	if err != nil {
 		return nil, err
 	}
-	fw := &firewall{bridge: bridge, table: &nftables.Table{Family: nftables.TableFamilyINet, Name: "lizard_" + bridge}}
+	fw := &firewall{bridge: bridge, table: &nftables.Table{Family: nftables.TableFamilyINet, Name: TableName(bridge)}}
 	if _, err := c.ListTableOfFamily(fw.table.Name, fw.table.Family); err == nil {
 		c.DelTable(fw.table)
 		if err := c.Flush(); err != nil {

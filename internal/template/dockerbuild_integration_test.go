@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/runtime/gvisor"
 )
 
@@ -311,7 +312,7 @@ func dockerBuildLeaks(dir string, rt *testRuntime) []string {
 			out = append(out, m)
 		}
 	}
-	if b, err := exec.Command("nft", "list", "tables").Output(); err == nil && bytes.Contains(b, []byte("lizard_"+DefaultBuildBridge)) {
+	if b, err := exec.Command("nft", "list", "tables").Output(); err == nil && bytes.Contains(b, []byte(network.TableName(DefaultBuildBridge))) {
 		out = append(out, "nftables table lizard_"+DefaultBuildBridge)
 	}
 	ents, _ := os.ReadDir("/proc")

@@ -24,6 +24,10 @@ var pg struct {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	if err := removeTestNetworks(); err != nil {
+		fmt.Fprintln(os.Stderr, "remove the tests' networks:", err)
+		code = 1
+	}
 	if pg.srv != nil {
 		if err := pg.srv.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "stop postgres:", err)

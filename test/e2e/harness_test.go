@@ -253,6 +253,9 @@ func (s *server) launch() error {
 	}
 	args = append(args, s.extra...)
 	s.cmd = exec.Command(filepath.Join(s.bin, "lizard"), args...)
+	if s.node == nil {
+		hostBridges.add(s.bridge())
+	}
 	if s.node != nil {
 		// nsenter joins only the network namespace and execs lizard, so
 		// the server's mounts are the host's (leak checks see them) and
@@ -533,6 +536,46 @@ func (s *server) leaks() []string {
 
 // cgroupParent is the server's --cgroup-parent.
 func (s *server) cgroupParent() string { return s.flag("--cgroup-parent", gvisor.DefaultCgroupParent) }
+
+// hostBridges are the bridges the tests' servers made on the host: a
+// server leaves its network for the sandboxes that outlive it, and the
+// servers of the tests share theirs; TestMain removes them, with their
+// firewall tables, once every test ran (a node's are in its namespace,
+// which goes with it).
+var hostBridges = bridgeSet{names: map[string]bool{}}
+
+type bridgeSet struct {
+	sync.Mutex
+	names map[string]bool
+}
+
+func (bs *bridgeSet) add(name string) {
+	bs.Lock()
+	bs.names[name] = true
+	bs.Unlock()
+}
+
+// removeTestNetworks removes every bridge of hostBridges still there and
+// its nftables table.
+func removeTestNetworks() error {
+	hostBridges.Lock()
+	defer hostBridges.Unlock()
+	var errs []error
+	for b := range hostBridges.names {
+		if _, err := net.InterfaceByName(b); err == nil {
+			if out, err := exec.Command("ip", "link", "del", b).CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("delete bridge %s: %v: %s", b, err, out))
+			}
+		}
+		table := network.TableName(b)
+		if exec.Command("nft", "list", "table", "inet", table).Run() == nil {
+			if out, err := exec.Command("nft", "delete", "table", "inet", table).CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("delete nftables table %s: %v: %s", table, err, out))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
 
 // bridge is the server's --bridge.
 func (s *server) bridge() string { return s.flag("--bridge", defaultE2EBridge) }

@@ -54,7 +54,7 @@ func newRuntime(t *testing.T) (*gvisor.Runtime, runtimetest.Env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { netm.Close() })
+	t.Cleanup(func() { netm.Remove() }) // the bridge and its table too: nothing left on the host
 	dir := t.TempDir()
 	// runsc pins one empty network namespace for its gofers in its root
 	// directory (shared by all sandboxes, not a per-sandbox leak); it must
