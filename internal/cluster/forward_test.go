@@ -667,7 +667,7 @@ func TestInternalListsOverHTTPDecode(t *testing.T) {
 	b := peer(t, "b", nil, nil, &fakeLocal{sandboxes: []api.NodeSandbox{{Node: "b", Record: rec, Usage: &u}}})
 	rt := newTestRouter(t, "a", &fakeCluster{nodes: []store.Node{readyNode("b", addrOf(b))}}, nil, nil)
 	var part []api.NodeSandbox
-	if err := rt.call(context.Background(), readyNode("b", addrOf(b)), "/internal/v1/sandboxes?project=p1", &part); err != nil {
+	if err := rt.internalCall(context.Background(), http.MethodGet, readyNode("b", addrOf(b)), "/internal/v1/sandboxes?project=p1", listTimeout, &part); err != nil {
 		t.Fatal(err)
 	}
 	want, _ := json.Marshal([]api.NodeSandbox{{Node: "b", Record: rec, Usage: &u}})

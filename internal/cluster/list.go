@@ -3,8 +3,10 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/api"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/volume"
@@ -181,7 +184,7 @@ func gather[T any](rt *Router, ctx context.Context, what, projectID string, loca
 		go func() {
 			defer wg.Done()
 			var part []T
-			if err := rt.call(ctx, n, "/internal/v1/"+what+"?project="+url.QueryEscape(projectID), &part); err != nil {
+			if err := rt.internalCall(ctx, http.MethodGet, n, "/internal/v1/"+what+"?project="+url.QueryEscape(projectID), listTimeout, &part); err != nil {
 				rt.log.Warn("cluster list: a node did not answer; its part is left out", "list", what, "node", n.Name, "err", err)
 				return
 			}
@@ -200,25 +203,38 @@ func mayHoldLive(n store.Node) bool {
 	return n.State != store.NodeDead && n.State != store.NodeRemoved
 }
 
-// call makes an /internal/v1 call to node n and decodes its JSON answer.
-func (rt *Router) call(ctx context.Context, n store.Node, uri string, v any) error {
-	ctx, cancel := context.WithTimeout(ctx, listTimeout)
+// internalCall makes the /internal/v1 call method uri to node n within
+// timeout and decodes its JSON answer into v (nil: the answer is not
+// read). A 503 or a node that cannot be dialled is ErrUnavailable.
+func (rt *Router) internalCall(ctx context.Context, method string, n store.Node, uri string, timeout time.Duration, v any) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.Address+uri, nil)
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+n.Address+uri, nil)
 	if err != nil {
 		return err
 	}
 	rt.cfg.Signer.sign(req, kindInternal)
 	resp, err := rt.client.Do(req)
 	if err != nil {
-		return err
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			return errdefs.WithCode(codeNodeUnavailable, fmt.Errorf("node %s: %v: %w", n.Name, err, errdefs.ErrUnavailable))
+		}
+		return fmt.Errorf("node %s: %w", n.Name, err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("%s: %s", resp.Status, b)
+	switch resp.StatusCode {
+	case http.StatusOK:
+		if v == nil {
+			return nil
+		}
+		return json.NewDecoder(io.LimitReader(resp.Body, maxListBody)).Decode(v)
+	case http.StatusServiceUnavailable:
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxRefusal))
+		return errdefs.WithCode(codeNodeUnavailable, fmt.Errorf("node %s: %s: %w", n.Name, b, errdefs.ErrUnavailable))
 	}
-	return json.NewDecoder(io.LimitReader(resp.Body, maxListBody)).Decode(v)
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxRefusal))
+	return fmt.Errorf("node %s: %s %s", n.Name, resp.Status, b)
 }
 
 // The /internal/v1 list calls: this node's part of a project's list. The

@@ -66,7 +66,7 @@ func (rt *Router) ResumeElsewhere(ctx context.Context, id string) error {
 // resumeOn asks node n to resume orphaned sandbox id. A 503 or a node that
 // cannot be dialled is ErrUnavailable.
 func (rt *Router) resumeOn(ctx context.Context, n store.Node, id string) error {
-	return rt.postInternal(ctx, n, "/internal/v1/resume/"+url.PathEscape(id))
+	return rt.internalCall(ctx, http.MethodPost, n, "/internal/v1/resume/"+url.PathEscape(id), createTimeout, nil)
 }
 
 // serveResume is POST /internal/v1/resume/{id}: resume the orphaned

@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -241,7 +239,7 @@ func (rt *Router) AdoptElsewhere(ctx context.Context, projectID, id string) (str
 	q := url.Values{"project": {projectID}, "from": {rt.cfg.Self}}
 	var last error
 	for _, n := range order {
-		last = rt.postInternal(ctx, n, "/internal/v1/pools/"+url.PathEscape(id)+"/adopt?"+q.Encode())
+		last = rt.internalCall(ctx, http.MethodPost, n, "/internal/v1/pools/"+url.PathEscape(id)+"/adopt?"+q.Encode(), createTimeout, nil)
 		if last == nil {
 			rt.log.Info("pools: warm pool handed over", "snapshot", id, "node", n.Name)
 			return n.Name, nil
@@ -268,36 +266,7 @@ func (rt *Router) DropPool(ctx context.Context, node, id string) error {
 	if err != nil {
 		return err
 	}
-	return rt.postInternal(ctx, *n, "/internal/v1/pools/"+url.PathEscape(id)+"/drop")
-}
-
-// postInternal POSTs the internal call uri to n. A 503 or a node that cannot
-// be dialled is ErrUnavailable.
-func (rt *Router) postInternal(ctx context.Context, n store.Node, uri string) error {
-	ctx, cancel := context.WithTimeout(ctx, createTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+n.Address+uri, nil)
-	if err != nil {
-		return err
-	}
-	rt.cfg.Signer.sign(req, kindInternal)
-	resp, err := rt.client.Do(req)
-	if err != nil {
-		var op *net.OpError
-		if errors.As(err, &op) && op.Op == "dial" {
-			return errdefs.WithCode(codeNodeUnavailable, fmt.Errorf("node %s: %v: %w", n.Name, err, errdefs.ErrUnavailable))
-		}
-		return fmt.Errorf("node %s: %w", n.Name, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxRefusal))
-	switch resp.StatusCode {
-	case http.StatusOK:
-		return nil
-	case http.StatusServiceUnavailable:
-		return errdefs.WithCode(codeNodeUnavailable, fmt.Errorf("node %s: %s: %w", n.Name, b, errdefs.ErrUnavailable))
-	}
-	return fmt.Errorf("node %s: %s %s", n.Name, resp.Status, b)
+	return rt.internalCall(ctx, http.MethodPost, *n, "/internal/v1/pools/"+url.PathEscape(id)+"/drop", createTimeout, nil)
 }
 
 // servePool serves POST /internal/v1/pools/{id}/{op}: adopt or drop the

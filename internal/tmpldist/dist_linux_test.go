@@ -54,10 +54,7 @@ func newFixture(t *testing.T) fixture {
 		t.Fatal(err)
 	}
 	gw := vgwtest.New(t)
-	for _, e := range gw.Env() {
-		k, v, _ := strings.Cut(e, "=")
-		t.Setenv(k, v)
-	}
+	gw.SetEnv(t)
 	obj, err := s3.Open(gw.URL("dist"))
 	if err != nil {
 		t.Fatal(err)

@@ -157,14 +157,6 @@ func imageName(name, digest string) string {
 	return "templates/" + strings.Replace(digest, ":", "-", 1) + "/" + name
 }
 
-// registry is the registry that holds project's template name.
-func (d *Dist) registry(project, name string) (*template.Registry, error) {
-	if project == "" {
-		return d.cfg.Registry, nil
-	}
-	return d.cfg.Registry.Project(project)
-}
-
 // Lookup returns template name as project sees it (see
 // template.Registry.Lookup). With an object store, a template this node
 // does not hold, or holds an older version of than the one published, is
@@ -272,7 +264,7 @@ func (d *Dist) fetch(project, name string, rec store.TemplateVersion, current bo
 }
 
 func (d *Dist) doFetch(project, name string, rec store.TemplateVersion, current bool) (template.Template, error) {
-	reg, err := d.registry(project, name)
+	reg, err := d.cfg.Registry.For(project, name)
 	if err != nil {
 		return template.Template{}, err
 	}
@@ -328,7 +320,7 @@ func (d *Dist) Evict(keep string) {
 		return
 	}
 	gone, err := d.cache.evict(keep, func(e cacheEntry) (bool, error) {
-		reg, err := d.registry(e.Project, e.Name)
+		reg, err := d.cfg.Registry.For(e.Project, e.Name)
 		if err != nil {
 			return false, err
 		}

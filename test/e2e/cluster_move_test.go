@@ -26,10 +26,7 @@ func startDurableCluster(t *testing.T, n int) (*testCluster, objstore.Store) {
 	t.Helper()
 	c := newTestCluster(t)
 	gw := vgwtest.NewOn(t, clusterNet+".1")
-	for _, e := range gw.Env() {
-		k, v, _ := strings.Cut(e, "=")
-		t.Setenv(k, v)
-	}
+	gw.SetEnv(t)
 	st, err := s3.Open(gw.URL("lizard"))
 	if err != nil {
 		t.Fatal(err)

@@ -31,10 +31,7 @@ func objectStoreOn(t *testing.T, host string) (*vgwtest.Server, objstore.Store) 
 	t.Helper()
 	requirements(t)
 	gw := vgwtest.NewOn(t, host)
-	for _, e := range gw.Env() {
-		k, v, _ := strings.Cut(e, "=")
-		t.Setenv(k, v)
-	}
+	gw.SetEnv(t)
 	st, err := s3.Open(gw.URL("lizard"))
 	if err != nil {
 		t.Fatal(err)

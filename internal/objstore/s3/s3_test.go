@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"strings"
 	"testing"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -44,10 +43,7 @@ func TestParseURL(t *testing.T) {
 func TestConformance(t *testing.T) {
 	ctx := context.Background()
 	gw := vgwtest.New(t)
-	for _, e := range gw.Env() {
-		k, v, _ := strings.Cut(e, "=")
-		t.Setenv(k, v)
-	}
+	gw.SetEnv(t)
 	st, err := s3.Open(gw.URL("conformance"))
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -144,6 +145,16 @@ func (s *Server) URL(prefix string) string {
 // Env are the environment variables that give a client the credentials.
 func (s *Server) Env() []string {
 	return []string{"AWS_ACCESS_KEY_ID=" + s.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s.SecretKey}
+}
+
+// SetEnv sets Env in the test's environment (restored when it ends), where
+// the server's S3 clients find the credentials.
+func (s *Server) SetEnv(t testing.TB) {
+	t.Helper()
+	for _, e := range s.Env() {
+		k, v, _ := strings.Cut(e, "=")
+		t.Setenv(k, v)
+	}
 }
 
 func (s *Server) client() *minio.Client {
