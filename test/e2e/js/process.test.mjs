@@ -85,7 +85,14 @@ test('processes: list and signal the whole tree', async () => {
     assert.deepEqual(mine.cmd, ['/bin/sh', '-c', 'sleep 1000 & sleep 1001; wait'])
     assert.equal(mine.command, 'sleep 1000 & sleep 1001; wait')
     assert.equal(typeof mine.startedAt, 'string')
-    assert.equal((await sb.process.exec('pgrep -c -x sleep')).stdout.trim(), '2')
+    // The pid event comes when the shell starts; its second sleep follows
+    // a fork later.
+    let sleeps
+    for (let i = 0; i < 100 && sleeps !== '2'; i++) {
+      if (i > 0) await sleep(50)
+      sleeps = (await sb.process.exec('pgrep -c -x sleep')).stdout.trim()
+    }
+    assert.equal(sleeps, '2')
     await sb.process.kill(pid, 'SIGKILL')
     const result = await running
     assert.equal(result.exitCode, 137)
