@@ -167,7 +167,7 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project)
 	create := func() error {
 		rec, err := s.sandboxes.Create(r.Context(), sandbox.CreateRequest{
 			ProjectID: p.ID, Template: tpl, Size: sandboxSize, TimeoutMs: timeout, Metadata: req.Metadata, Envs: req.EnvVars,
-			Egress: egress, E2B: true, Secure: req.Secure != nil && *req.Secure, PrivateTraffic: private,
+			Egress: egress, E2B: true, Secure: secure(req.Secure), PrivateTraffic: private,
 			AutoPause: req.AutoPause != nil && *req.AutoPause,
 		})
 		if err != nil {
@@ -181,6 +181,13 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project)
 	}
 	return s.cluster.Create(w, r, p.ID, api.Placement{Template: tpl}, body, create)
 }
+
+// secure says whether a new sandbox's envd requires its access token: as
+// E2B's API, always unless the request says secure: false (e2b 2.51 sends
+// no secure flag; 2.50 sends true unless its caller asks otherwise). An
+// unsecured envd runs any command for whoever reaches the preview proxy
+// with the sandbox's id.
+func secure(flag *bool) bool { return flag == nil || *flag }
 
 // e2bSandbox returns the project's sandbox made through the E2B API;
 // others are not found here, as their ports are not E2B's to open.

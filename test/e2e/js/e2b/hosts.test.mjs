@@ -2,7 +2,8 @@
 // proxy in E2B's host order; traffic tokens; what answers 502.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { Sandbox, withSandbox, startServer, get, api, apiUrl, apiKey } from './helpers.mjs'
+import http from 'node:http'
+import { Sandbox, withSandbox, startServer, get, api, apiUrl, apiKey, proxyUrl } from './helpers.mjs'
 
 test('getHost(port) reaches a server in the sandbox; ports are public', async () => {
   await withSandbox(async (sbx) => {
@@ -55,23 +56,67 @@ test('private traffic needs the traffic access token', async () => {
   }, { network: { allowPublicTraffic: false } })
 })
 
-test('secure sandboxes get an envd access token', async () => {
-  // 2.50 sends secure: true unless told otherwise; 2.51 never sends it.
-  await withSandbox(async (sbx) => {
-    if (process.env.E2B_SDK === 'e2b-250') assert.match(sbx.envdAccessToken ?? '', /^[0-9a-f]{64}$/)
-    else assert.equal(sbx.envdAccessToken, undefined)
+// post sends a POST through the proxy with only the routing headers given.
+function post(headers, path, body) {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: proxyUrl.hostname, port: proxyUrl.port, path, method: 'POST', headers }, (res) => {
+      let text = ''
+      res.setEncoding('utf8')
+      res.on('data', (c) => { text += c })
+      res.on('end', () => resolve({ status: res.statusCode, text }))
+    })
+    req.on('error', reject)
+    req.end(body)
   })
-  const made = await api('POST', '/v2/sandboxes', { templateID: 'base', secure: true, timeout: 60 })
-  assert.equal(made.status, 201, made.text)
+}
+
+test('envd is secured by default: a bare request through the proxy runs nothing', async () => {
+  // 2.51 sends no secure flag and 2.50 sends secure: true: either way the
+  // sandbox gets an envd access token, as E2B's API secures every sandbox.
+  await withSandbox(async (sbx) => {
+    assert.match(sbx.envdAccessToken ?? '', /^[0-9a-f]{64}$/)
+    // The request of the report: Process/Start with only the routing
+    // headers, no API key and no token.
+    // A Connect streaming request: one envelope (flags, length, JSON).
+    const msg = Buffer.from(JSON.stringify({ process: { cmd: '/bin/bash', args: ['-l', '-c', 'echo pwned > /tmp/pwn'] } }))
+    const envelope = Buffer.alloc(5)
+    envelope.writeUInt32BE(msg.length, 1)
+    const res = await post({
+      'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983',
+      'Content-Type': 'application/connect+json', 'Connect-Protocol-Version': '1',
+    }, '/process.Process/Start', Buffer.concat([envelope, msg]))
+    assert.equal(res.status, 401, res.text)
+    // A wrong token is refused too; the SDK's own (right) token works.
+    const wrong = await post({ 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983', 'X-Access-Token': 'x'.repeat(64), 'Content-Type': 'application/json' },
+      '/filesystem.Filesystem/Stat', JSON.stringify({ path: '/tmp/pwn' }))
+    assert.equal(wrong.status, 401, wrong.text)
+    assert.equal(await sbx.files.exists('/tmp/pwn'), false)
+    // Unsigned file URLs are refused; the SDK signs them.
+    assert.equal((await get('127.0.0.1', { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983' }, '/files?path=/etc/hostname')).status, 401)
+    await sbx.files.write('/tmp/signed.txt', 'ok')
+    const url = new URL(await sbx.downloadUrl('/tmp/signed.txt'))
+    assert.ok(url.searchParams.get('signature'), url.href)
+  })
+  const info = await api('POST', '/v2/sandboxes', { templateID: 'base', timeout: 60 })
+  assert.equal(info.status, 201, info.text)
   try {
-    assert.match(made.json.envdAccessToken, /^[0-9a-f]{64}$/)
-    const info = await api('GET', `/sandboxes/${made.json.sandboxID}`)
-    assert.equal(info.json.envdAccessToken, made.json.envdAccessToken)
-    const plain = await api('POST', '/v2/sandboxes', { templateID: 'base', timeout: 60 })
-    assert.equal(plain.json.envdAccessToken, undefined)
-    await api('DELETE', `/sandboxes/${plain.json.sandboxID}`)
+    assert.match(info.json.envdAccessToken, /^[0-9a-f]{64}$/)
+    const got = await api('GET', `/sandboxes/${info.json.sandboxID}`)
+    assert.equal(got.json.envdAccessToken, info.json.envdAccessToken)
   } finally {
-    await api('DELETE', `/sandboxes/${made.json.sandboxID}`)
+    await api('DELETE', `/sandboxes/${info.json.sandboxID}`)
+  }
+})
+
+test('secure: false still makes an unsecured sandbox (for 2.50 callers that ask)', async () => {
+  const plain = await api('POST', '/v2/sandboxes', { templateID: 'base', secure: false, timeout: 60 })
+  assert.equal(plain.status, 201, plain.text)
+  try {
+    assert.equal(plain.json.envdAccessToken, undefined)
+    const sbx = await Sandbox.connect(plain.json.sandboxID)
+    assert.equal((await sbx.commands.run('echo open')).stdout.trim(), 'open')
+  } finally {
+    await api('DELETE', `/sandboxes/${plain.json.sandboxID}`)
   }
 })
 
