@@ -62,6 +62,7 @@ type serveConfig struct {
 	diskWatermark                              float64
 	metricsListen                              string
 	usageInterval                              time.Duration
+	recoverProbeTimeout                        time.Duration
 	rateLimit                                  float64
 	rateBurst                                  int
 	dashboard                                  bool
@@ -106,6 +107,7 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 		"(least recently used go first; never one a sandbox, paused sandbox or snapshot here uses); 0: no limit")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve GET /metrics here instead of on --listen (host:port)")
 	fs.DurationVar(&c.usageInterval, "usage-interval", sandbox.DefaultUsageInterval, "how often each sandbox's CPU, memory, disk and network use is sampled")
+	fs.DurationVar(&c.recoverProbeTimeout, "recover-probe-timeout", sandbox.DefaultRecoverProbeTimeout, "how long recovery waits for a running sandbox's agent after a restart before it shows the sandbox as unresponsive (it is kept and probed again, never destroyed for it)")
 	fs.IntVar(&c.maxSandboxes, "max-sandboxes", sandbox.DefaultMaxSandboxes, "most sandboxes running at once (warm pool copies included)")
 	fs.Float64Var(&c.rateLimit, "rate-limit", defaultRateLimit, "API requests a second allowed per API key on average (0: no limit)")
 	fs.IntVar(&c.rateBurst, "rate-burst", defaultRateBurst, "API requests per API key allowed at once above --rate-limit")
@@ -157,6 +159,9 @@ func serve(ctx context.Context, args []string) error {
 	}
 	if c.sessionTTL < time.Second || c.sessionIdle < time.Second {
 		return fmt.Errorf("--dashboard-session-ttl %s, --dashboard-session-idle %s: must be at least 1s", c.sessionTTL, c.sessionIdle)
+	}
+	if c.recoverProbeTimeout < time.Second {
+		return fmt.Errorf("--recover-probe-timeout %s: must be at least 1s", c.recoverProbeTimeout)
 	}
 	if c.usageInterval < 100*time.Millisecond {
 		return fmt.Errorf("--usage-interval %s: must be at least 100ms", c.usageInterval)
@@ -355,7 +360,7 @@ func serve(ctx context.Context, args []string) error {
 	svc := sandbox.New(sandbox.Config{
 		Runtime: rt, Store: nodeStore, Templates: tmpls, Volumes: vols,
 		SnapshotDir: filepath.Join(c.dataDir, "snapshots"), ReadyDir: filepath.Join(c.dataDir, "ready"),
-		LogDir: filepath.Join(c.dataDir, "logs"), MaxSandboxes: c.maxSandboxes,
+		LogDir: filepath.Join(c.dataDir, "logs"), MaxSandboxes: c.maxSandboxes, RecoverProbeTimeout: c.recoverProbeTimeout,
 		Logger: log.With("component", "sandbox"), Observer: mets, LogMaxBytes: c.logMaxBytes,
 		Capacity: capacity, Limits: limits, Disk: guard, CodeInterpreterPath: codeInterpPath,
 		Images: images, ProjectSnapshots: projectSnapshots,

@@ -74,11 +74,8 @@ func WriteJSON(w http.ResponseWriter, status int, v any) { writeJSON(w, status, 
 // writeError answers with err mapped by statusOf.
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	status, code, msg := statusOf(err)
-	if code == "recovering" {
-		// The sandbox is there; the restarted server is reattaching it.
-		w.Header().Set("Retry-After", "1")
-	}
-	if status >= 500 && code != "recovering" {
+	retry := SetRetryAfter(w, err)
+	if status >= 500 && code != "recovering" && code != "unresponsive" {
 		log.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	} else {
 		log.Debug("request refused", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
@@ -89,11 +86,34 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		body.Unit, body.Limit, body.Running, body.Needed = ex.Unit, &ex.Limit, &ex.InUse, &ex.Needed
 	}
 	if errors.Is(err, errdefs.ErrCapacity) {
-		// Capacity comes back as sandboxes end or pause: ask to retry soon.
-		w.Header().Set("Retry-After", strconv.Itoa(retryAfterCapacity))
-		body.RetryAfterS = retryAfterCapacity
+		body.RetryAfterS = retry
 	}
 	writeJSON(w, status, body)
+}
+
+// retryAfterUnresponsive is the Retry-After (seconds) of a 503 for an
+// unresponsive sandbox (probed again with backoff).
+const retryAfterUnresponsive = 5
+
+// SetRetryAfter sets Retry-After on w for the errors that pass with time
+// and returns its seconds (0: none set): a sandbox being reattached after a
+// restart, an unresponsive one, a node at capacity. Both APIs call it.
+func SetRetryAfter(w http.ResponseWriter, err error) int {
+	secs := 0
+	switch {
+	case errdefs.Code(err) == "recovering":
+		// The sandbox is there; the restarted server is reattaching it.
+		secs = 1
+	case errdefs.Code(err) == "unresponsive":
+		secs = retryAfterUnresponsive
+	case errors.Is(err, errdefs.ErrCapacity):
+		// Capacity comes back as sandboxes end or pause: ask to retry soon.
+		secs = retryAfterCapacity
+	}
+	if secs > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+	}
+	return secs
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

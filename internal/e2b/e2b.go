@@ -122,8 +122,9 @@ type errorBody struct {
 }
 
 func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	status, _, msg := api.StatusOf(err)
-	if status >= 500 {
+	status, code, msg := api.StatusOf(err)
+	api.SetRetryAfter(w, err)
+	if status >= 500 && code != "recovering" && code != "unresponsive" {
 		s.log.Error("e2b request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	} else {
 		s.log.Debug("e2b request refused", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)

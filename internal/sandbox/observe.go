@@ -40,13 +40,20 @@ func (s *Service) observe(op string, start time.Time, err *error) {
 var _ metrics.Inventory = (*Service)(nil)
 
 // Sandboxes implements metrics.Inventory: every live sandbox, warm pool
-// copies and ones being made included.
+// copies, ones being made and unresponsive ones included.
 func (s *Service) Sandboxes() []metrics.Sandbox {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]metrics.Sandbox, 0, len(s.sandboxes))
 	for _, e := range s.sandboxes {
 		out = append(out, metrics.Sandbox{State: e.rec.Status, Template: metricsTemplate(e.rec.Template), CPUs: e.rec.CPUs, MemoryMB: e.rec.MemoryMB})
+	}
+	// Unresponsive sandboxes run (and hold their size) but are not
+	// reattached yet: lizard_sandboxes{state="unresponsive"}.
+	for id := range s.unresponsive {
+		if rec, ok := s.recovering[id]; ok {
+			out = append(out, metrics.Sandbox{State: StatusUnresponsive, Template: metricsTemplate(rec.Template), CPUs: rec.CPUs, MemoryMB: rec.MemoryMB})
+		}
 	}
 	return out
 }

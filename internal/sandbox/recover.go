@@ -15,11 +15,15 @@ import (
 	"github.com/lizard-build/lizard/internal/runtime"
 )
 
-// recoverProbeTimeout is how long recovery waits for the agent of a
-// sandbox the runtime reports running before it counts the sandbox as gone:
-// a busy sandbox's agent may take a while to answer, and destroying a live
-// sandbox is the one mistake recovery must not make.
-const recoverProbeTimeout = time.Minute
+// DefaultRecoverProbeTimeout is how long recovery waits for the agent of a
+// sandbox the runtime reports running before it calls the sandbox
+// unresponsive. A sandbox is never destroyed for a slow agent: destroying a
+// live sandbox is the one mistake recovery must not make.
+const DefaultRecoverProbeTimeout = time.Minute
+
+// reprobeMaxDelay is the longest wait between two probes of an
+// unresponsive sandbox.
+const reprobeMaxDelay = 30 * time.Second
 
 // recoverParallel bounds the agents probed at once.
 const recoverParallel = 8
@@ -27,9 +31,15 @@ const recoverParallel = 8
 // Recover reconciles the store with the runtime after a (re)start. Every
 // sandbox ends up in its old state or its new one, never half-way:
 //   - running in the runtime and its agent answers (within
-//     recoverProbeTimeout, retried with backoff): reattached, with its
-//     deadline (a pause or resume cut short counts as not having happened,
-//     or as done, by what the runtime holds);
+//     Config.RecoverProbeTimeout, retried with backoff): reattached, with
+//     its deadline (a pause or resume cut short counts as not having
+//     happened, or as done, by what the runtime holds);
+//   - running in the runtime but its agent does not answer in time (a
+//     starved host, a frozen process): unresponsive, kept as it is and
+//     probed again with backoff until it answers (reattached), the runtime
+//     says it stopped (destroyed) or it is killed; meanwhile it is listed
+//     with status unresponsive and every other call about it answers 503
+//     unresponsive with Retry-After;
 //   - paused in the runtime: paused, deadline stopped;
 //   - anything else, records still creating, warm copies of snapshots that
 //     are gone, and runtime sandboxes without a record: destroyed, so
@@ -141,10 +151,18 @@ func (s *Service) finishRecovery(ctx context.Context, probe []Record, gone, stra
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			err := s.reattach(ctx, rec, runtime.StateRunning)
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil && !errors.Is(err, errNotLive) && !s.runtimeGone(ctx, rec.ID) {
+				s.log.Warn("recover: sandbox runs but its agent does not answer; keeping it as unresponsive", "sandbox", rec.ID, "why", err)
+				s.keepUnresponsive(rec)
+				return
+			}
 			s.mu.Lock()
 			delete(s.recovering, rec.ID)
 			s.mu.Unlock()
-			if err == nil || ctx.Err() != nil {
+			if err == nil {
 				return
 			}
 			s.log.Info("recover: sandbox did not survive, cleaning up", "sandbox", rec.ID, "status", rec.Status, "why", err)
@@ -194,6 +212,157 @@ func (s *Service) finishRecovery(ctx context.Context, probe []Record, gone, stra
 		s.fillPool(se)
 	}
 	s.log.Info("recover: done", "probed", len(probe), "destroyed", len(gone), "strays", len(strays))
+}
+
+// stalled is an unresponsive sandbox: one recovery found running in the
+// runtime whose agent did not answer. Its record stays in s.recovering.
+type stalled struct {
+	since time.Time
+	// mu is held while the sandbox is reattached or killed; done is set
+	// by whichever of the two happened.
+	mu   sync.Mutex
+	done bool
+}
+
+// unresponsiveErr is the answer for a sandbox kept as unresponsive.
+func unresponsiveErr(id string) error {
+	return errdefs.WithCode("unresponsive", fmt.Errorf("sandbox %q runs but its agent has not answered since the server restarted (a busy or frozen host); it is kept and probed again: retry later: %w", id, errdefs.ErrUnavailable))
+}
+
+// runtimeGone says whether the runtime says sandbox id stopped or does not
+// have it: the only evidence on which recovery destroys a sandbox it
+// found running. An error of the runtime is no such evidence.
+func (s *Service) runtimeGone(ctx context.Context, id string) bool {
+	st, ok := s.cfg.Runtime.(runtime.Stater)
+	if !ok {
+		return false
+	}
+	// A runsc run that hangs says nothing either.
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	now, err := st.State(ctx, id)
+	if err != nil {
+		return errors.Is(err, errdefs.ErrNotFound)
+	}
+	return now == runtime.StateStopped
+}
+
+// keepUnresponsive keeps rec, whose sandbox runs but whose agent did not
+// answer, and probes it again in the background until it answers, the
+// runtime says it is gone, it is killed or the service closes (the next
+// start judges it again).
+func (s *Service) keepUnresponsive(rec Record) {
+	st := &stalled{since: time.Now()}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.unresponsive[rec.ID] = st
+	s.bg.Add(1)
+	s.mu.Unlock()
+	s.logs.event(rec.ID, "unresponsive: the server restarted and the sandbox's agent does not answer; probing it again")
+	go func() {
+		defer s.bg.Done()
+		s.reprobe(s.bgCtx, rec, st)
+	}()
+}
+
+// reprobe probes an unresponsive sandbox with backoff until it is settled.
+func (s *Service) reprobe(ctx context.Context, rec Record, st *stalled) {
+	ag, _ := newAgent(rec.AgentAddr, rec.AgentToken)
+	for delay := time.Second; ; delay = min(2*delay, reprobeMaxDelay) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		st.mu.Lock()
+		done := st.done
+		st.mu.Unlock()
+		if done {
+			return
+		}
+		gone := s.runtimeGone(ctx, rec.ID)
+		answered := !gone && waitReady(ctx, ag, min(10*time.Second, s.cfg.RecoverProbeTimeout)) == nil
+		if ctx.Err() != nil {
+			return
+		}
+		if !gone && !answered {
+			s.log.Debug("recover: sandbox still unresponsive", "sandbox", rec.ID, "for", time.Since(st.since).Round(time.Second))
+			continue
+		}
+		st.mu.Lock()
+		if st.done {
+			st.mu.Unlock()
+			return
+		}
+		var err error
+		if !gone {
+			if err = s.reattach(ctx, rec, runtime.StateRunning); err != nil && !errors.Is(err, errNotLive) && !s.runtimeGone(ctx, rec.ID) {
+				st.mu.Unlock()
+				s.log.Warn("recover: reattach of an unresponsive sandbox failed; probing again", "sandbox", rec.ID, "err", err)
+				continue
+			}
+		}
+		st.done = true
+		s.mu.Lock()
+		delete(s.recovering, rec.ID)
+		delete(s.unresponsive, rec.ID)
+		s.mu.Unlock()
+		if gone || err != nil {
+			s.log.Info("recover: unresponsive sandbox stopped in the runtime, cleaning up", "sandbox", rec.ID, "why", err)
+			if err := s.destroy(ctx, rec.ID); err != nil {
+				s.log.Error("recover: destroy", "sandbox", rec.ID, "err", err)
+			}
+		} else {
+			s.log.Info("recover: unresponsive sandbox answered, reattached", "sandbox", rec.ID, "after", time.Since(st.since).Round(time.Millisecond))
+			s.logs.event(rec.ID, "responsive again: reattached")
+		}
+		st.mu.Unlock()
+		return
+	}
+}
+
+// stalledRecord returns the record of the project's unresponsive sandbox
+// id, with its shown status.
+func (s *Service) stalledRecord(projectID, id string) (Record, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.unresponsive[id]; !ok {
+		return Record{}, false
+	}
+	rec, ok := s.recovering[id]
+	if !ok || rec.ProjectID != projectID {
+		return Record{}, false
+	}
+	rec.Status = StatusUnresponsive
+	return rec, true
+}
+
+// killStalled kills the project's sandbox id if it is unresponsive: done
+// is false when it is not (or no longer: it was reattached meanwhile), and
+// the caller kills it the usual way.
+func (s *Service) killStalled(ctx context.Context, projectID, id string) (done bool, err error) {
+	s.mu.Lock()
+	st, ok := s.unresponsive[id]
+	rec := s.recovering[id]
+	s.mu.Unlock()
+	if !ok || rec.ProjectID != projectID {
+		return false, nil
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.done {
+		return false, nil
+	}
+	st.done = true
+	s.mu.Lock()
+	delete(s.recovering, id)
+	delete(s.unresponsive, id)
+	s.mu.Unlock()
+	s.log.Info("sandbox killed (unresponsive)", "sandbox", id)
+	return true, s.destroy(ctx, id)
 }
 
 // madeHere says whether id is a sandbox this server is making or runs:
@@ -291,11 +460,12 @@ func (s *Service) reattach(ctx context.Context, rec Record, st runtime.State) er
 	return nil
 }
 
-// probe waits up to recoverProbeTimeout for the agent of sandbox id to
-// answer, backing off to one try a second; every 10 s without an answer it
-// asks the runtime, and stops waiting for a sandbox that stopped meanwhile.
+// probe waits up to Config.RecoverProbeTimeout for the agent of sandbox id
+// to answer, backing off to one try a second; every 10 s without an answer
+// it asks the runtime, and stops waiting for a sandbox that stopped
+// meanwhile.
 func (s *Service) probe(ctx context.Context, id string, ag *agent.Client) error {
-	end := time.Now().Add(recoverProbeTimeout)
+	end := time.Now().Add(s.cfg.RecoverProbeTimeout)
 	for {
 		err := waitReady(ctx, ag, min(10*time.Second, time.Until(end)))
 		if err == nil || ctx.Err() != nil || !time.Now().Before(end) {

@@ -88,6 +88,10 @@ type Config struct {
 	Disk *disk.Guard
 	// AgentReadyTimeout bounds the wait for a new sandbox's agent.
 	AgentReadyTimeout time.Duration
+	// RecoverProbeTimeout is how long recovery waits for the agent of a
+	// sandbox the runtime runs before it calls the sandbox unresponsive
+	// (never destroyed for it; see Recover); 0 means DefaultRecoverProbeTimeout.
+	RecoverProbeTimeout time.Duration
 	// Observer is told of lifecycle operations and agent round trips; nil
 	// tells no one.
 	Observer Observer
@@ -111,6 +115,10 @@ const (
 	StatusPaused   = "paused"
 	StatusResuming = "resuming"
 	StatusPooled   = "pooled" // a warm copy of a snapshot, not yet claimed
+	// StatusUnresponsive is shown, never stored: after a restart the
+	// runtime runs the sandbox but its agent has not answered recovery's
+	// probe; it is kept and probed again with backoff (recover.go).
+	StatusUnresponsive = "unresponsive"
 )
 
 // MaxTimeoutMs is the largest sandbox lifetime the API accepts.
@@ -133,11 +141,14 @@ type Service struct {
 	pending     map[string]reservation // sandbox id → its admission, while being made
 	snapPending map[string]int         // project → snapshots being taken
 	recovering  map[string]Record      // running sandboxes Recover has yet to probe
-	moving      map[string]struct{}    // orphaned sandboxes being resumed here (move.go)
-	scanning    bool                   // PrepareTemplates is under way
-	closed      bool
-	bg          sync.WaitGroup
-	usage       usageRings // what SampleUsage saw of each sandbox
+	// unresponsive are the sandboxes of recovering whose agent did not
+	// answer the first probe: kept, probed again (recover.go).
+	unresponsive map[string]*stalled
+	moving       map[string]struct{} // orphaned sandboxes being resumed here (move.go)
+	scanning     bool                // PrepareTemplates is under way
+	closed       bool
+	bg           sync.WaitGroup
+	usage        usageRings // what SampleUsage saw of each sandbox
 	// bgCtx is the context of background work; Close cancels it.
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
@@ -252,11 +263,14 @@ func New(cfg Config) *Service {
 	if cfg.MaxSandboxes == 0 {
 		cfg.MaxSandboxes = DefaultMaxSandboxes
 	}
+	if cfg.RecoverProbeTimeout == 0 {
+		cfg.RecoverProbeTimeout = DefaultRecoverProbeTimeout
+	}
 	cp, _ := cfg.Runtime.(runtime.Checkpointer)
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, log: cfg.Logger, cp: cp, logs: newLogs(cfg.LogDir, cfg.LogMaxBytes), sandboxes: map[string]*entry{},
 		snapshots: map[string]*snapEntry{}, readyJobs: map[readyKey]*readyJob{}, readyFailed: map[readyKey]time.Time{}, launching: map[string]string{}, pinned: map[string]int{},
-		pending: map[string]reservation{}, snapPending: map[string]int{}, recovering: map[string]Record{}, moving: map[string]struct{}{}, bgCtx: bgCtx, bgCancel: bgCancel,
+		pending: map[string]reservation{}, snapPending: map[string]int{}, recovering: map[string]Record{}, unresponsive: map[string]*stalled{}, moving: map[string]struct{}{}, bgCtx: bgCtx, bgCancel: bgCancel,
 		imageJobs: map[string]*imageJob{}}
 }
 
@@ -571,6 +585,9 @@ func (s *Service) Holds(id string) bool {
 
 // Get returns the sandbox if it belongs to the project.
 func (s *Service) Get(projectID, id string) (Record, error) {
+	if rec, ok := s.stalledRecord(projectID, id); ok {
+		return rec, nil
+	}
 	e, err := s.lookup(projectID, id)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		// A paused sandbox whose node went, which any node may resume.
@@ -601,6 +618,9 @@ func (s *Service) List(projectID string) []Record {
 	}
 	for _, rec := range s.recovering {
 		if rec.ProjectID == projectID && rec.Status != StatusPooled {
+			if _, stuck := s.unresponsive[rec.ID]; stuck {
+				rec.Status = StatusUnresponsive
+			}
 			out = append(out, rec)
 		}
 	}
@@ -623,6 +643,9 @@ func (s *Service) Kill(ctx context.Context, projectID, id string) (err error) {
 	defer s.observe(opKill, time.Now(), &err)
 	ctx, cancel := detach(ctx)
 	defer cancel()
+	if done, err := s.killStalled(ctx, projectID, id); done {
+		return err
+	}
 	e, err := s.lookup(projectID, id)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		if rec, ok := s.orphan(ctx, projectID, id); ok {
@@ -687,6 +710,9 @@ func (s *Service) lookup(projectID, id string) (*entry, error) {
 	e, ok := s.sandboxes[id]
 	if !ok || e.gone || e.rec.ProjectID != projectID || e.rec.Status == StatusPooled {
 		if rec, ok := s.recovering[id]; ok && rec.ProjectID == projectID && rec.Status != StatusPooled {
+			if _, stuck := s.unresponsive[id]; stuck {
+				return nil, unresponsiveErr(id)
+			}
 			return nil, recoveringErr(id)
 		}
 		return nil, notFound(id)

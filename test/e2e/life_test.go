@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -528,5 +530,105 @@ func TestPoolOutlivesSnapshot(t *testing.T) {
 		t.Fatalf("snapshot without its image after restart: %d, want 404", code)
 	}
 	s.do("DELETE", "/api/sandboxes/"+src, nil, nil)
+	s.waitNoLeaks(t)
+}
+
+// TestRestartFrozen: sandboxes frozen from the host (their runsc sandbox
+// process stopped with SIGSTOP) across a restart, and thawed only after
+// recovery's probe deadline, are never destroyed: while frozen they are
+// listed as unresponsive and calls answer 503 unresponsive with
+// Retry-After; once thawed they are reattached with their files and
+// processes.
+func TestRestartFrozen(t *testing.T) {
+	metricsAddr := freeAddr(t)
+	s := startServer(t, "", "--recover-probe-timeout", "2s", "--metrics-listen", metricsAddr)
+	ids := s.createMany(t, 3, 3)
+	for _, id := range ids {
+		if code, out, err := s.execOK(id, "sleep 1000 > /dev/null 2>&1 & echo $! > /tmp/pid; echo kept > /tmp/file; echo ok"); err != nil || code != 200 || out != "ok\n" {
+			t.Fatalf("set up %s: %d %q %v", id, code, out, err)
+		}
+	}
+	s.crash()
+	root := gvisor.RunscRootFor(s.dataDir)
+	var pids []int
+	for _, id := range ids {
+		out, err := exec.Command(runscBin(), "--root", root, "state", id).Output()
+		if err != nil {
+			t.Fatalf("runsc state %s: %v", id, err)
+		}
+		var st struct {
+			Pid int `json:"pid"`
+		}
+		if err := json.Unmarshal(out, &st); err != nil || st.Pid <= 1 {
+			t.Fatalf("runsc state %s: %q %v", id, out, err)
+		}
+		pids = append(pids, st.Pid)
+	}
+	thaw := func() {
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(thaw)
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatalf("SIGSTOP %d: %v", pid, err)
+		}
+	}
+	s.start() // recovery is done: it judged every sandbox
+	for _, id := range ids {
+		var info sandboxInfo
+		if code, body := s.do("GET", "/api/sandboxes/"+id, nil, &info); code != http.StatusOK || info.Status != "unresponsive" {
+			t.Fatalf("frozen %s after recovery: %d %s, want status unresponsive", id, code, body)
+		}
+		req, _ := http.NewRequest("POST", s.url+"/api/sandboxes/"+id+"/exec", strings.NewReader(`{"cmd":"true"}`))
+		req.Header.Set("X-API-Key", s.key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body errorReply
+		json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || body.Code != "unresponsive" || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("exec in frozen %s: %d %+v Retry-After %q, want 503 unresponsive", id, resp.StatusCode, body, resp.Header.Get("Retry-After"))
+		}
+	}
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(m), `state="unresponsive"`) {
+		t.Fatalf("metrics show no unresponsive sandbox:\n%s", grepLines(string(m), "lizard_sandboxes"))
+	}
+	// Well past the probe's deadline, still frozen: still kept.
+	time.Sleep(3 * time.Second)
+	thaw()
+	for _, id := range ids {
+		for deadline := time.Now().Add(90 * time.Second); ; {
+			code, out, err := s.execOK(id, "cat /tmp/file; kill -0 $(cat /tmp/pid) && echo alive")
+			if err == nil && code == http.StatusOK {
+				if out != "kept\nalive\n" {
+					t.Fatalf("%s after its thaw: %q, want its file and process", id, out)
+				}
+				break
+			}
+			if err != nil || code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+				t.Fatalf("exec in %s after its thaw: %d %q %v", id, code, out, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	if l := grepLines(s.logs(), "did not survive"); l != "" {
+		t.Fatalf("recovery destroyed live sandboxes:\n%s", l)
+	}
+	for _, id := range ids {
+		if code, body := s.do("DELETE", "/api/sandboxes/"+id, nil, nil); code >= 300 {
+			t.Fatalf("delete %s: %d %s", id, code, body)
+		}
+	}
 	s.waitNoLeaks(t)
 }
