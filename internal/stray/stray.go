@@ -15,12 +15,23 @@ import (
 	"time"
 )
 
+// killWait and removeWait bound how long Kill waits for processes to go
+// and RemoveDir for a cgroup to empty. A process SIGKILLed on a starved
+// host (every core busy) can take seconds to exit: its address space is
+// torn down on CPU it does not get. Giving up early leaves its cgroup
+// behind for good, since nothing looks for it again.
+const (
+	killWait   = 15 * time.Second
+	removeWait = 30 * time.Second
+)
+
 // Kill SIGKILLs every process whose command line contains all of
-// fragments, and waits (about a second at most) until none is left. It
-// returns the pids it found first.
+// fragments, and waits (killWait at most) until none is left. It returns
+// the pids it found first.
 func Kill(fragments ...string) ([]int, error) {
 	var first, pids []int
-	for attempt := range 50 {
+	deadline := time.Now().Add(killWait)
+	for attempt, delay := 0, 10*time.Millisecond; ; attempt, delay = attempt+1, min(2*delay, 250*time.Millisecond) {
 		pids = find(fragments)
 		if attempt == 0 {
 			first = append([]int(nil), pids...)
@@ -28,12 +39,14 @@ func Kill(fragments ...string) ([]int, error) {
 		if len(pids) == 0 {
 			return first, nil
 		}
+		if time.Now().After(deadline) {
+			return first, fmt.Errorf("processes %v do not exit", pids)
+		}
 		for _, pid := range pids {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(delay)
 	}
-	return first, fmt.Errorf("processes %v do not exit", pids)
 }
 
 func find(fragments []string) []int {
@@ -66,20 +79,27 @@ func find(fragments []string) []int {
 	return pids
 }
 
-// RemoveDir removes an empty directory (a cgroup), waiting a little while
-// it is busy because its last processes, just killed, are being reaped. A
-// missing directory is not an error.
+// RemoveDir removes a cgroup directory once it is empty: while the kernel
+// says it is busy it SIGKILLs whatever its cgroup.procs still lists and
+// waits for the last processes to be reaped (removeWait at most). A missing
+// directory is not an error.
 func RemoveDir(path string) error {
-	var err error
-	for range 50 {
-		err = os.Remove(path)
+	deadline := time.Now().Add(removeWait)
+	for delay := 10 * time.Millisecond; ; delay = min(2*delay, 250*time.Millisecond) {
+		err := os.Remove(path)
 		if err == nil || errors.Is(err, os.ErrNotExist) {
 			return nil
 		}
-		if !errors.Is(err, syscall.EBUSY) {
+		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
 			return err
 		}
-		time.Sleep(20 * time.Millisecond)
+		if b, err := os.ReadFile(path + "/cgroup.procs"); err == nil {
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil && pid > 1 && pid != os.Getpid() {
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
+		time.Sleep(delay)
 	}
-	return err
 }

@@ -85,7 +85,10 @@ func debian(install []string, extra []postStep, check ...[]string) recipe {
 const recipeSuite = "bookworm"
 
 var builtins = map[string]recipe{
-	"base": debian(nil, nil),
+	// base is also E2B's base (what E2B users expect of it: git, sudo
+	// without a password for "user", python as well as python3).
+	"base": debian([]string{"git", "sudo", "python-is-python3"}, []postStep{sudoForUser},
+		[]string{"git", "--version"}, []string{"sudo", "--version"}, []string{"python", "--version"}),
 	"python": debian(
 		[]string{"python3", "python3-pip", "python3-venv"},
 		[]postStep{allowPip},
@@ -186,6 +189,19 @@ var aggBackend = postStep{"making Agg matplotlib's default backend", func(_ cont
 
 // addUser creates group and user name with uid = gid = id, home
 // /home/<name> owned by it and shell /bin/bash, using the rootfs's own
+
+// sudoersUser lets "user" run anything as root without a password, as in
+// E2B's sandboxes: the sandbox is the isolation boundary, not the account.
+const sudoersUser = "user ALL=(ALL:ALL) NOPASSWD: ALL\n"
+
+var sudoForUser = postStep{"letting user sudo without a password", func(_ context.Context, rootfs string, _ RunFunc) error {
+	dir := filepath.Join(rootfs, "etc", "sudoers.d")
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "user"), []byte(sudoersUser), 0o440)
+}}
+
 // groupadd/useradd in a chroot.
 func addUser(name string, id int) func(context.Context, string, RunFunc) error {
 	return func(ctx context.Context, rootfs string, run RunFunc) error {

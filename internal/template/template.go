@@ -56,6 +56,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -284,6 +285,28 @@ func readTemplate(name, dir string) (Template, error) {
 	}, nil
 }
 
+// recipeChanged says whether built-in template name's current version was
+// built from another package list than its recipe's: a recipe that gains
+// packages (and the steps that come with them) is built again by
+// EnsureBuilt, so a machine that keeps its templates does not go on with
+// the old ones. Templates without a recipe, and versions whose list cannot
+// be read, are taken as current.
+func (r *Registry) recipeChanged(name string) bool {
+	rec, ok := builtins[name]
+	if !ok || r.project != "" {
+		return false
+	}
+	vdir, err := filepath.EvalSymlinks(filepath.Join(r.dir, name))
+	if err != nil {
+		return false
+	}
+	m, err := readMetadata(name, vdir)
+	if err != nil || len(m.Packages) == 0 {
+		return false
+	}
+	return !slices.Equal(m.Packages, rec.allPackages())
+}
+
 // readMetadata reads vdir/template.json of template name.
 func readMetadata(name, vdir string) (metadata, error) {
 	b, err := os.ReadFile(filepath.Join(vdir, metadataFile))
@@ -356,7 +379,13 @@ func (r *Registry) notBuiltin(name string) error {
 func (r *Registry) EnsureBuilt(ctx context.Context, name string, progress io.Writer) (Template, error) {
 	name = Resolve(name)
 	if t, err := r.Get(name); err == nil {
-		return t, nil
+		if !r.recipeChanged(name) {
+			return t, nil
+		}
+		if progress != nil {
+			fmt.Fprintf(progress, "[%s] the recipe's packages changed since %s: building it again\n", name, t.Version)
+		}
+		return r.Build(ctx, name, progress)
 	} else if !errors.Is(err, errdefs.ErrNotFound) {
 		return Template{}, err
 	}

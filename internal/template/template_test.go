@@ -200,3 +200,42 @@ func TestWriteMetadataRoundTrip(t *testing.T) {
 		t.Errorf("round trip: %+v", got)
 	}
 }
+
+// TestRecipeChanged: a built-in whose current version was built from
+// another package list than its recipe's is stale (EnsureBuilt builds it
+// again); the same list, a version that recorded none, and a template
+// with no recipe are not.
+func TestRecipeChanged(t *testing.T) {
+	dir := t.TempDir()
+	put := func(name string, pkgs []string) {
+		t.Helper()
+		vdir := filepath.Join(dir, ".v", name+"@sha256-00")
+		if err := os.MkdirAll(vdir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := writeMetadata(vdir, metadata{Name: name, Version: "v1", Packages: pkgs}); err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(filepath.Join(dir, name))
+		if err := os.Symlink(filepath.Join(".v", name+"@sha256-00"), filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := NewRegistry(dir)
+	put("base", builtins["base"].allPackages())
+	if r.recipeChanged("base") {
+		t.Fatal("base built from its recipe's packages is taken as stale")
+	}
+	put("base", basePackages) // built before base gained git and sudo
+	if !r.recipeChanged("base") {
+		t.Fatal("base built from an older package list is taken as current")
+	}
+	put("base", nil)
+	if r.recipeChanged("base") {
+		t.Fatal("a version that recorded no packages is taken as stale")
+	}
+	put("mine", []string{"x"})
+	if r.recipeChanged("mine") {
+		t.Fatal("a template with no recipe is taken as stale")
+	}
+}

@@ -575,7 +575,15 @@ func TestRestartFrozen(t *testing.T) {
 			t.Fatalf("SIGSTOP %d: %v", pid, err)
 		}
 	}
-	s.start() // recovery is done: it judged every sandbox
+	// runsc state and list wait on a frozen sandbox: each gives up after
+	// its own timeout, so recovery takes longer than usual here.
+	done := strings.Count(s.logs(), recoveryDone)
+	s.startAnswering()
+	for deadline := time.Now().Add(4 * time.Minute); strings.Count(s.logs(), recoveryDone) <= done; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("recovery did not finish within 4 minutes:\n%s", grepLines(s.logs(), "recover"))
+		}
+	}
 	for _, id := range ids {
 		var info sandboxInfo
 		if code, body := s.do("GET", "/api/sandboxes/"+id, nil, &info); code != http.StatusOK || info.Status != "unresponsive" {

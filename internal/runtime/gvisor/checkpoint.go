@@ -1,9 +1,7 @@
 package gvisor
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -43,19 +41,11 @@ func (r *Runtime) readState(id string) (state, error) {
 }
 
 // rawStatus is runsc's own word for the container ("running", "paused"
-// when frozen, "stopped", "created"), or "" when runsc has none.
+// when frozen, "stopped", "created"), or "" when runsc has none or gave no
+// answer (see queryStatus).
 func (r *Runtime) rawStatus(ctx context.Context, id string) string {
-	var out bytes.Buffer
-	if err := r.runCmd(r.command(ctx, &out, "state", id)); err != nil {
-		return ""
-	}
-	var s struct {
-		Status string `json:"status"`
-	}
-	if json.Unmarshal(out.Bytes(), &s) != nil {
-		return ""
-	}
-	return s.Status
+	s, _, _ := r.queryStatus(ctx, id)
+	return s
 }
 
 // save writes the container's checkpoint into image+".tmp" and renames it

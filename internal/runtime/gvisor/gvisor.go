@@ -14,11 +14,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -412,23 +414,56 @@ func (r *Runtime) State(ctx context.Context, id string) (runtime.State, error) {
 	return s, err
 }
 
-// status reads one sandbox's state from runsc.
+// runscQueryTimeout bounds one runsc state or list. Both ask each running
+// sandbox's sentry over its control socket, so a sandbox whose processes
+// are frozen or starved (SIGSTOP, a host under load) holds them for as
+// long as it does not answer: such a sandbox must not stall the listing of
+// the others, nor be taken for stopped.
+var runscQueryTimeout = 10 * time.Second
+
+// errNoAnswer is a runsc query that ran out of runscQueryTimeout: it says
+// nothing of the sandbox's state.
+var errNoAnswer = errors.New("runsc did not answer in time (the sandbox may be frozen or starved)")
+
+// status reads one sandbox's state from runsc; errNoAnswer (with
+// errdefs.ErrUnavailable) when runsc does not answer in time.
 func (r *Runtime) status(ctx context.Context, id string) (runtime.State, error) {
 	if _, err := os.Stat(r.dir(id)); err != nil {
 		return "", fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
 	}
-	var out bytes.Buffer
-	cmd := r.command(ctx, &out, "state", id)
-	if err := r.runCmd(cmd); err != nil {
+	raw, ok, err := r.queryStatus(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if !ok {
 		return runtime.StateStopped, nil
+	}
+	return mapStatus(raw), nil
+}
+
+// queryStatus is runsc state's word for container id: ok false when runsc
+// does not know it; errNoAnswer when runsc does not answer in time, the
+// caller's context error when that ends first.
+func (r *Runtime) queryStatus(ctx context.Context, id string) (status string, ok bool, err error) {
+	qctx, cancel := context.WithTimeout(ctx, runscQueryTimeout)
+	defer cancel()
+	var out bytes.Buffer
+	if err := r.runCmd(r.command(qctx, &out, "state", id)); err != nil {
+		switch {
+		case ctx.Err() != nil:
+			return "", false, ctx.Err()
+		case qctx.Err() != nil:
+			return "", false, fmt.Errorf("runsc state %s: %w: %w", id, errNoAnswer, errdefs.ErrUnavailable)
+		}
+		return "", false, nil
 	}
 	var s struct {
 		Status string `json:"status"`
 	}
 	if err := json.Unmarshal(out.Bytes(), &s); err != nil {
-		return "", fmt.Errorf("runsc state: %w", err)
+		return "", false, fmt.Errorf("runsc state: %w", err)
 	}
-	return mapStatus(s.Status), nil
+	return s.Status, true, nil
 }
 
 func (r *Runtime) known(ctx context.Context, id string) bool {
@@ -453,10 +488,19 @@ func (r *Runtime) runscList(ctx context.Context) (map[string]runtime.State, erro
 }
 
 // runscListRaw is runsc's own word for each container it has (see
-// rawStatus), in one runsc run.
+// rawStatus), in one runsc run. When that run does not answer in time (a
+// frozen sandbox holds it), each container of the state directory is asked
+// on its own instead, and those that do not answer either are reported
+// "running": nothing is ever judged stopped for not answering.
 func (r *Runtime) runscListRaw(ctx context.Context) (map[string]string, error) {
+	qctx, cancel := context.WithTimeout(ctx, runscQueryTimeout)
+	defer cancel()
 	var out bytes.Buffer
-	if err := r.runCmd(r.command(ctx, &out, "list", "--format", "json")); err != nil {
+	if err := r.runCmd(r.command(qctx, &out, "list", "--format", "json")); err != nil {
+		if ctx.Err() == nil && qctx.Err() != nil {
+			r.cfg.Logger.Warn("runsc list did not answer in time: asking each sandbox", "timeout", runscQueryTimeout)
+			return r.listEach(ctx)
+		}
 		return nil, fmt.Errorf("runsc list: %w", err)
 	}
 	var list []struct {
@@ -473,6 +517,55 @@ func (r *Runtime) runscListRaw(ctx context.Context) (map[string]string, error) {
 		m[c.ID] = c.Status
 	}
 	return m, nil
+}
+
+// listEach is runscListRaw one container at a time, several at once: the
+// sandboxes and Run's containers of the state directory.
+func (r *Runtime) listEach(ctx context.Context) (map[string]string, error) {
+	var ids []string
+	for _, dir := range []string{r.cfg.StateDir, filepath.Join(r.cfg.StateDir, runsDir)} {
+		ents, err := os.ReadDir(dir)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		for _, e := range ents {
+			if e.IsDir() && validID(e.Name()) {
+				ids = append(ids, e.Name())
+			}
+		}
+	}
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		out = map[string]string{}
+		sem = make(chan struct{}, 8)
+	)
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			status, ok, err := r.queryStatus(ctx, id)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				r.cfg.Logger.Warn("runsc state gave no state: taking the sandbox for running", "sandbox", id, "err", err)
+				status, ok = "running", true
+			}
+			if ok {
+				mu.Lock()
+				out[id] = status
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func mapStatus(s string) runtime.State {
