@@ -101,7 +101,7 @@ func (p *proxy) serveE2B(w http.ResponseWriter, r *http.Request, id string, port
 		return "unauthorized"
 	}
 	outcome := "forwarded"
-	ctx := context.WithValue(r.Context(), addrKey{}, target{id, t.Addr})
+	ctx := context.WithValue(r.Context(), addrKey{}, target{id, t.Addr, p.runOf(id)})
 	ctx = context.WithValue(ctx, outcomeKey{}, &outcome)
 	ctx = context.WithValue(ctx, e2bKey{}, id)
 	ctx = context.WithValue(ctx, envdKey{}, t.Envd)

@@ -53,6 +53,16 @@ type Previews interface {
 	PreviewAddr(ctx context.Context, sandboxID string, port int) (string, error)
 }
 
+// Runs is implemented by a Previews or E2BTargets whose sandboxes pause
+// and resume in place: a run names one life of a sandbox's network stack.
+// A sandbox restored from a checkpoint answers the connections of its
+// earlier life with a reset, so the proxy pools connections per run and
+// never sends a request on one pooled before a pause.
+type Runs interface {
+	// SandboxRun names the sandbox's current run ("" when unknown).
+	SandboxRun(sandboxID string) string
+}
+
 // LoopbackDialer reaches servers that listen on a sandbox's loopback
 // address only (127.0.0.1), which its own address does not serve.
 type LoopbackDialer interface {
@@ -110,9 +120,19 @@ type proxy struct {
 // addrKey holds the target of a request the proxy forwards.
 type addrKey struct{}
 
-// target is where a request goes: the sandbox and the address serving the
-// port.
-type target struct{ sandbox, addr string }
+// target is where a request goes: the sandbox, the address serving the
+// port and the sandbox's run (see Runs), which names the connection pool.
+type target struct{ sandbox, addr, run string }
+
+// runOf is the current run of sandbox id, when the service tells.
+func (p *proxy) runOf(id string) string {
+	for _, src := range []any{p.cfg.Previews, p.cfg.E2B} {
+		if r, ok := src.(Runs); ok {
+			return r.SandboxRun(id)
+		}
+	}
+	return ""
+}
 
 // dial connects to the address of the request's target; the address in
 // the URL only names the pool. A port that nothing listens on at that
@@ -164,12 +184,17 @@ func Handler(cfg Config) http.Handler {
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			t := pr.In.Context().Value(addrKey{}).(target)
-			// Connections are pooled per sandbox, not per address: a new
-			// sandbox may get the address of one just killed, whose pooled
-			// connections must not carry its requests. dial connects to
-			// the address.
+			// Connections are pooled per sandbox and run, not per address:
+			// a new sandbox may get the address of one just killed, and a
+			// resumed one resets the connections of its life before the
+			// pause; neither's pooled connections may carry its requests.
+			// dial connects to the address.
 			_, port, _ := net.SplitHostPort(t.addr)
-			pr.SetURL(&url.URL{Scheme: "http", Host: net.JoinHostPort(t.sandbox+".sandbox.invalid", port)})
+			pool := t.sandbox
+			if t.run != "" {
+				pool += "-" + t.run
+			}
+			pr.SetURL(&url.URL{Scheme: "http", Host: net.JoinHostPort(pool+".sandbox.invalid", port)})
 			pr.SetXForwarded()
 			// The app sees the host it was asked for, and no lizard token.
 			pr.Out.Host = pr.In.Host
@@ -279,7 +304,7 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request) string {
 		return "unavailable"
 	}
 	outcome := "forwarded"
-	ctx := context.WithValue(context.WithValue(r.Context(), addrKey{}, target{id, addr}), outcomeKey{}, &outcome)
+	ctx := context.WithValue(context.WithValue(r.Context(), addrKey{}, target{id, addr, p.runOf(id)}), outcomeKey{}, &outcome)
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
 	return outcome
 }

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -258,5 +259,50 @@ func TestLoopbackFallback(t *testing.T) {
 	h.ServeHTTP(rec, req)
 	if rec.Code != http.StatusBadGateway {
 		t.Fatalf("nothing on the loopback either: %d %q", rec.Code, rec.Body)
+	}
+}
+
+// runPreviews is fakePreviews whose sandbox tells its run (proxy.Runs).
+type runPreviews struct {
+	fakePreviews
+	run string
+}
+
+func (f *runPreviews) SandboxRun(string) string { return f.run }
+
+// TestPoolPerRun: requests to a sandbox reuse a pooled connection within
+// one run, and never one pooled before its run changed (a resume: the
+// restored sandbox resets those).
+func TestPoolPerRun(t *testing.T) {
+	var conns atomic.Int32
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }))
+	up.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	up.Start()
+	defer up.Close()
+	f := &runPreviews{fakePreviews: fakePreviews{addr: strings.TrimPrefix(up.URL, "http://")}, run: "1"}
+	h := Handler(Config{Domain: "d.test", Previews: f})
+	get := func() {
+		t.Helper()
+		req := httptest.NewRequest("GET", "http://sb-80.d.test/", nil)
+		req.Header.Set(TokenHeader, "secret-token")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			t.Fatalf("GET: %d %s", rec.Code, rec.Body)
+		}
+	}
+	get()
+	get()
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("%d upstream connections for two requests of one run, want 1 (pooled)", n)
+	}
+	f.run = "2"
+	get()
+	if n := conns.Load(); n != 2 {
+		t.Fatalf("%d upstream connections after the run changed, want 2 (a fresh one)", n)
 	}
 }

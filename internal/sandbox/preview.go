@@ -172,6 +172,21 @@ func previewToken() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
+var _ proxy.Runs = (*Service)(nil)
+
+// SandboxRun implements proxy.Runs: a sandbox's run changes whenever its
+// network stack is brought back from a checkpoint (a resume), so the proxy
+// never reuses a connection of its life before the pause.
+func (s *Service) SandboxRun(id string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.sandboxes[id]
+	if !ok {
+		return ""
+	}
+	return strconv.FormatInt(e.since.UnixNano(), 36)
+}
+
 var _ proxy.E2BTargets = (*Service)(nil)
 
 // E2BTarget implements proxy.E2BTargets: where E2B-addressed traffic to

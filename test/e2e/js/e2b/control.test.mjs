@@ -63,6 +63,8 @@ test('list filters by metadata and state and pages with X-Next-Token', async () 
 test('pause, pause again, isRunning, connect resumes', async () => {
   await withSandbox(async (sbx) => {
     assert.equal(await sbx.isRunning(), true)
+    // A command pools a connection to envd before the pause.
+    assert.equal((await sbx.commands.run('echo before')).stdout, 'before\n')
     assert.equal(await sbx.pause(), true)
     assert.equal(await Sandbox.pause(sbx.sandboxId), false)
     assert.equal((await sbx.getInfo()).state, 'paused')
@@ -73,6 +75,11 @@ test('pause, pause again, isRunning, connect resumes', async () => {
     assert.equal((await sbx.getInfo()).state, 'paused')
     const again = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 90_000 })
     assert.equal(again.sandboxId, sbx.sandboxId)
+    // The first command right after the resume runs: the restored
+    // sandbox resets connections of its life before the pause, and none
+    // of those may carry it (it failed with "Sandbox is probably not
+    // running anymore").
+    assert.equal((await again.commands.run('echo after')).stdout, 'after\n')
     assert.equal((await sbx.getInfo()).state, 'running')
     assert.equal(await again.isRunning(), true)
     // Connecting to a running sandbox answers it as it is.
