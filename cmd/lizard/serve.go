@@ -472,7 +472,7 @@ func serve(ctx context.Context, args []string) error {
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	psrv := &http.Server{
-		Handler: proxy.Handler(proxy.Config{Domain: c.domain, TLS: useTLS, Previews: svc, E2B: svc, Loopback: svc, Logger: log.With("component", "proxy"), Metrics: mets,
+		Handler: proxy.Handler(proxy.Config{Domain: c.domain, TLS: useTLS, Previews: svc, E2B: svc, Loopback: svc, Dialer: svc, Logger: log.With("component", "proxy"), Metrics: mets,
 			Cluster: previewCluster}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}

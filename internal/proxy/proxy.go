@@ -63,6 +63,12 @@ type Runs interface {
 	SandboxRun(sandboxID string) string
 }
 
+// SandboxDialer connects to an address of a running sandbox with a
+// connection that ends with the sandbox (see Config.Dialer).
+type SandboxDialer interface {
+	DialSandbox(ctx context.Context, sandboxID, addr string) (net.Conn, error)
+}
+
 // LoopbackDialer reaches servers that listen on a sandbox's loopback
 // address only (127.0.0.1), which its own address does not serve.
 type LoopbackDialer interface {
@@ -83,7 +89,12 @@ type Config struct {
 	// listens on the port at the sandbox's address: a server bound to
 	// 127.0.0.1 in the sandbox is reachable as if bound to every address.
 	Loopback LoopbackDialer
-	Logger   *slog.Logger
+	// Dialer, when not nil, makes the connections to sandboxes, so that
+	// the sandbox service closes them when the sandbox is killed or
+	// paused: a dead sandbox resets nothing, and a request in flight would
+	// otherwise hang; cut, it ends and the client sees the sandbox gone.
+	Dialer SandboxDialer
+	Logger *slog.Logger
 	// Metrics counts requests and bytes; nil counts nothing.
 	Metrics Recorder
 	// Cluster sends the previews of sandboxes on other nodes to their
@@ -143,7 +154,13 @@ func (p *proxy) dial(ctx context.Context, network, _ string) (net.Conn, error) {
 	if !ok {
 		return nil, errors.New("proxy: dial without a target")
 	}
-	c, err := (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext(ctx, network, t.addr)
+	var c net.Conn
+	var err error
+	if p.cfg.Dialer != nil {
+		c, err = p.cfg.Dialer.DialSandbox(ctx, t.sandbox, t.addr)
+	} else {
+		c, err = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext(ctx, network, t.addr)
+	}
 	if err == nil || p.cfg.Loopback == nil || !errors.Is(err, syscall.ECONNREFUSED) {
 		return c, err
 	}

@@ -172,6 +172,24 @@ func previewToken() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
+var _ proxy.SandboxDialer = (*Service)(nil)
+
+// DialSandbox implements proxy.SandboxDialer: a connection to addr of a
+// running sandbox that is one of its agent's, so that a kill or pause cuts
+// it (a request in flight ends at once instead of hanging on a network
+// stack that is gone).
+func (s *Service) DialSandbox(ctx context.Context, id, addr string) (net.Conn, error) {
+	s.mu.Lock()
+	e, ok := s.sandboxes[id]
+	if !ok || e.gone || e.rec.Status != StatusRunning || e.conns == nil {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("sandbox %q is not running: %w", id, errdefs.ErrUnavailable)
+	}
+	conns := e.conns
+	s.mu.Unlock()
+	return conns.dial(ctx, "tcp", addr)
+}
+
 var _ proxy.Runs = (*Service)(nil)
 
 // SandboxRun implements proxy.Runs: a sandbox's run changes whenever its
