@@ -46,8 +46,16 @@ func (ep *envdProcess) Start(ctx context.Context, req *connect.Request[pb.StartR
 		if workdir, err = resolvePath("process.cwd", cfg.GetCwd(), acct); err != nil {
 			return connectError(err)
 		}
-	} else if acct.name != ep.e.defaultUser() {
-		workdir = "" // another user's commands start in their home
+	} else if workdir != "" {
+		// The configured workdir is the default user's; another user's
+		// commands start in their home.
+		def, err := ep.e.defaultAccount()
+		if err != nil {
+			return connectError(err)
+		}
+		if def.name != acct.name {
+			workdir = ""
+		}
 	}
 	var timeoutMs int64
 	if v := req.Header().Get(timeoutHeader); v != "" {
@@ -77,15 +85,6 @@ func (ep *envdProcess) Start(ctx context.Context, req *connect.Request[pb.StartR
 	return ep.follow(ctx, req.Header(), p, 0, func(ev *pb.ProcessEvent) error {
 		return stream.Send(&pb.StartResponse{Event: ev})
 	})
-}
-
-func (e *envd) defaultUser() string {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if e.user == "" {
-		return "root"
-	}
-	return e.user
 }
 
 func (ep *envdProcess) Connect(ctx context.Context, req *connect.Request[pb.ConnectRequest], stream *connect.ServerStream[pb.ConnectResponse]) error {

@@ -52,6 +52,23 @@ test('commands: output, exit codes, envs, cwd, user, timeouts', async () => {
   })
 })
 
+test('the default user is user, in /home/user, as in E2B', async () => {
+  await withSandbox(async (sbx) => {
+    assert.equal((await sbx.commands.run('whoami')).stdout, 'user\n')
+    assert.equal((await sbx.commands.run('pwd')).stdout, '/home/user\n')
+    const info = await sbx.files.write(`default-${run}.txt`, 'mine')
+    assert.equal(info.path, `/home/user/default-${run}.txt`)
+    const st = await sbx.files.getInfo(`default-${run}.txt`)
+    assert.equal(st.owner, 'user')
+    assert.equal(st.group, 'user')
+    assert.equal((await sbx.commands.run(`stat -c '%U %u' /home/user/default-${run}.txt`)).stdout, 'user 1000\n')
+    // Naming root still runs as root, in its home.
+    assert.equal((await sbx.commands.run('whoami; pwd', { user: 'root' })).stdout, 'root\n/root\n')
+    // user may not write root's home.
+    await assert.rejects(sbx.files.write('/root/denied.txt', 'x'), sdk.SandboxError)
+  })
+})
+
 test('commands: background, list, stdin, disconnect and connect', async () => {
   await withSandbox(async (sbx) => {
     const got = []
