@@ -78,7 +78,7 @@ func (ep *envdProcess) Start(ctx context.Context, req *connect.Request[pb.StartR
 	if p := req.Msg.Pty; p != nil {
 		sr.Pty = &agent.PtySize{Cols: int(p.GetSize().GetCols()), Rows: int(p.GetSize().GetRows())}
 	}
-	p, err := ep.s.startIO(sr)
+	p, err := ep.s.startIO(sr, maps.Clone(cfg.GetEnvs()))
 	if err != nil {
 		return connectError(err)
 	}
@@ -179,11 +179,17 @@ func (ep *envdProcess) io(pid int) (*procIO, error) {
 	return p, nil
 }
 
+// List is the running processes, each with its config as started: for
+// envd's, the envs its Start asked for (as E2B's envd, not the sandbox's
+// envs beneath them).
 func (ep *envdProcess) List(context.Context, *connect.Request[pb.ListRequest]) (*connect.Response[pb.ListResponse], error) {
 	procs := ep.s.procs.list()
 	out := &pb.ListResponse{Processes: make([]*pb.ProcessInfo, 0, len(procs))}
 	for _, pr := range procs {
 		info := &pb.ProcessInfo{Pid: uint32(pr.Pid), Config: &pb.ProcessConfig{Cwd: &pr.Cwd}}
+		if p, err := ep.s.ios.get(pr.Pid); err == nil {
+			info.Config.Envs = p.configEnv
+		}
 		if len(pr.Cmd) > 0 {
 			info.Config.Cmd, info.Config.Args = pr.Cmd[0], pr.Cmd[1:]
 		}

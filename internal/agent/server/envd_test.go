@@ -975,3 +975,34 @@ func TestEnvdFileMetadata(t *testing.T) {
 		}
 	}
 }
+
+func TestEnvdListShowsConfigEnvs(t *testing.T) {
+	e := newEnvd(t)
+	ctx := testContext(t)
+	pc := e.process(e.http)
+	// The sandbox's envs are beneath every command, not part of its config.
+	if err := e.agent.SetEnvd(ctx, agent.EnvdRequest{Env: map[string]string{"SANDBOX": "1"}}); err != nil {
+		t.Fatal(err)
+	}
+	stdin := true
+	start := func(envs map[string]string) uint32 {
+		req := connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", "cat"}, Envs: envs}, Stdin: &stdin})
+		st := must(pc.Start(ctx, req))
+		t.Cleanup(func() { st.Close() })
+		if !st.Receive() {
+			t.Fatalf("no start event: %v", st.Err())
+		}
+		pid := st.Msg().Event.GetStart().GetPid()
+		killAtEnd(t, int(pid))
+		return pid
+	}
+	with := start(map[string]string{"GREETING": "hi", "EMPTY": ""})
+	without := start(nil)
+	got := map[uint32]string{}
+	for _, p := range must(pc.List(ctx, connect.NewRequest(&pb.ListRequest{}))).Msg.Processes {
+		got[p.Pid] = fmt.Sprint(p.Config.Envs)
+	}
+	if got[with] != "map[EMPTY: GREETING:hi]" || got[without] != "map[]" {
+		t.Errorf("List envs: %q for %d, %q for %d; want map[EMPTY: GREETING:hi] and map[]", got[with], with, got[without], without)
+	}
+}

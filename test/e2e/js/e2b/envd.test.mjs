@@ -73,12 +73,14 @@ test('the default user is user, in /home/user, as in E2B', async () => {
 test('commands: background, list, stdin, disconnect and connect', async () => {
   await withSandbox(async (sbx) => {
     const got = []
-    const h = await sbx.commands.run('read a; echo "got $a"; read b; echo "got $b"', { background: true, stdin: true, onStdout: (d) => got.push(d) })
+    const h = await sbx.commands.run('read a; echo "got $a"; read b; echo "got $b"', { background: true, stdin: true, envs: { LISTED: 'yes' }, onStdout: (d) => got.push(d) })
     assert.ok(h.pid > 0)
     const listed = await sbx.commands.list()
     const mine = listed.find((p) => p.pid === h.pid)
     assert.ok(mine, `pid ${h.pid} not in ${JSON.stringify(listed)}`)
     assert.equal(mine.cmd, '/bin/bash')
+    // Each process's envs as its start gave them.
+    assert.deepEqual(mine.envs, { LISTED: 'yes' })
 
     await sbx.commands.sendStdin(h.pid, 'one\n')
     await until('the first answer', () => got.join('').includes('got one'))
