@@ -52,11 +52,12 @@
 // binary protobuf, internal/envd), GET and POST /files, GET /health and GET
 // /envs. When envd was configured secure, each needs the access token in
 // X-Access-Token (or, for /files, E2B's signature parameters). The sandbox
-// user comes from Basic auth (E2B's "user:"), else EnvdRequest.User.
+// user comes from Basic auth (E2B's "user:"), else EnvdRequest.User, else
+// "user" when the sandbox has that account (E2B's default), else root.
 //
-// user is a name from the sandbox's /etc/passwd; empty means root. File
-// operations run with that user's uid, gid and groups, so the sandbox's own
-// permission checks apply.
+// The routes' user is a name from the sandbox's /etc/passwd; empty means
+// root. File operations run with that user's uid, gid and groups, so the
+// sandbox's own permission checks apply.
 //
 // # Interactive processes
 //
@@ -322,9 +323,9 @@ type EnvdRequest struct {
 	// KeepDefaults leaves User, Workdir and Env as they were.
 	KeepDefaults bool `json:"keepDefaults,omitempty"`
 	// User, Workdir and Env are the template's command defaults: commands
-	// and files of E2B clients that name no user are the User's ("" is
-	// root), commands run in Workdir (else the user's home) with Env under
-	// the request's envs.
+	// and files of E2B clients that name no user are the User's ("": the
+	// sandbox's "user" if it has one, else root), commands run in Workdir
+	// (else the user's home) with Env under the request's envs.
 	User    string            `json:"user,omitempty"`
 	Workdir string            `json:"workdir,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`

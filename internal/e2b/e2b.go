@@ -22,9 +22,13 @@ import (
 )
 
 // EnvdVersion is the envd version sandboxes report: the highest whose
-// features envd in lizard-agent all has. The SDKs gate features on it
-// (0.5.7: octet-stream uploads), so it is never more than implemented.
-const EnvdVersion = "0.5.7"
+// features envd in lizard-agent all has. The SDKs gate features on it, so
+// it is never more than implemented: 0.5.7 octet-stream uploads, 0.6.2
+// user-defined file metadata (X-Metadata-* headers, kept as user.e2b.
+// extended attributes), 0.6.3 entries in watch events (include_entry),
+// 0.6.4 watching network mounts only when allowed (allow_network_mounts).
+// The versions between change nothing the SDKs can see.
+const EnvdVersion = "0.6.4"
 
 // templateAliases maps E2B's template names to lizard's. None at present:
 // code-interpreter-v1 is a lizard template of that name (the interpreter

@@ -30,14 +30,34 @@ var rootAccount = account{name: "root", home: "/root", shell: defaultShell}
 
 // lookupAccount resolves a user name from the sandbox's /etc/passwd and
 // /etc/group; "" means root. The agent is built with CGO_ENABLED=0, so
-// os/user reads those files itself rather than asking NSS.
+// os/user reads those files itself rather than asking NSS. A user the
+// sandbox does not have is invalid input.
 func lookupAccount(name string) (*account, error) {
+	a, err := findAccount(name)
+	if err == nil && a == nil {
+		return nil, errInvalid("unknown user %q: not in the sandbox's /etc/passwd", name)
+	}
+	return a, err
+}
+
+// findAccount is lookupAccount for a user the sandbox may lack: nil and no
+// error when it has no such user. Root always exists (rootAccount stands
+// in when /etc/passwd cannot tell).
+func findAccount(name string) (*account, error) {
 	if name == "" {
 		name = "root"
 	}
 	u, err := user.Lookup(name)
 	if err != nil {
-		return lookupFailed(name, err)
+		if name == "root" {
+			a := rootAccount
+			return &a, nil
+		}
+		var unknown user.UnknownUserError
+		if errors.As(err, &unknown) || errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("looking up user %q: %w", name, err)
 	}
 	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
 	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
@@ -53,18 +73,6 @@ func lookupAccount(name string) (*account, error) {
 		shell:  loginShell(u.Username),
 	}
 	return a, nil
-}
-
-func lookupFailed(name string, err error) (*account, error) {
-	if name == "root" {
-		a := rootAccount
-		return &a, nil
-	}
-	var unknown user.UnknownUserError
-	if errors.As(err, &unknown) || errors.Is(err, fs.ErrNotExist) {
-		return nil, errInvalid("unknown user %q: not in the sandbox's /etc/passwd", name)
-	}
-	return nil, fmt.Errorf("looking up user %q: %w", name, err)
 }
 
 // groupIDs returns the user's supplementary groups, falling back to the

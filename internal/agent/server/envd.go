@@ -31,12 +31,15 @@ import (
 type envd struct {
 	// tokenFile: see Config.EnvdTokenFile; set once, before serving.
 	tokenFile string
+	// fallback is the default user when the node names none, if the
+	// sandbox has it: envdUser (tests choose another); set once.
+	fallback string
 
 	mu        sync.RWMutex
 	secure    bool
 	tokenSum  [sha256.Size]byte
 	token     string // kept for signed URLs, which hash it
-	user      string
+	user      string // the node's default user (a template's USER); "" for none
 	workdir   string
 	env       map[string]string
 	handler   http.Handler
@@ -50,8 +53,13 @@ const defaultKeepalive = 50 * time.Second
 // keepaliveHeader is where E2B's SDKs ask for keepalives, in seconds.
 const keepaliveHeader = "Keepalive-Ping-Interval"
 
+// envdUser is who E2B's envd acts as by default: every E2B template, and
+// every built-in one of lizard's, has this account (uid 1000, home
+// /home/user).
+const envdUser = "user"
+
 func (s *Server) newEnvd() *envd {
-	e := &envd{keepalive: defaultKeepalive}
+	e := &envd{keepalive: defaultKeepalive, fallback: envdUser}
 	mux := http.NewServeMux()
 	mux.Handle(processconnect.NewProcessHandler(&envdProcess{s: s, e: e}))
 	mux.Handle(filesystemconnect.NewFilesystemHandler(&envdFS{s: s, e: e}))
@@ -183,8 +191,8 @@ func writeEnvdToken(path string, secure bool, token string) error {
 	return nil
 }
 
-// envdUser is the account a request acts as: the Basic auth user E2B's SDKs
-// send ("user:"), else name (a username parameter), else the default.
+// account is the account a request acts as: the Basic auth user E2B's
+// SDKs send ("user:"), else name (a username parameter), else the default.
 func (e *envd) account(h http.Header, name string) (*account, error) {
 	if name == "" {
 		if a := h.Get("Authorization"); a != "" {
@@ -200,11 +208,26 @@ func (e *envd) account(h http.Header, name string) (*account, error) {
 		}
 	}
 	if name == "" {
-		e.mu.RLock()
-		name = e.user
-		e.mu.RUnlock()
+		return e.defaultAccount()
 	}
 	return lookupAccount(name)
+}
+
+// defaultAccount is who requests naming no user act as, as in E2B's envd:
+// the user the node configured (a template's USER, root included), else
+// envdUser when the sandbox has that account, else root.
+func (e *envd) defaultAccount() (*account, error) {
+	e.mu.RLock()
+	name := e.user
+	e.mu.RUnlock()
+	if name != "" {
+		return lookupAccount(name)
+	}
+	a, err := findAccount(e.fallback)
+	if err != nil || a != nil {
+		return a, err
+	}
+	return lookupAccount("root")
 }
 
 // resolve makes p absolute: relative paths are the user's home's.

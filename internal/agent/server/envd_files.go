@@ -16,11 +16,13 @@ import (
 	"time"
 )
 
-// envdEntry is one written file in POST /files's answer.
+// envdEntry is one written file in POST /files's answer, with the
+// metadata it kept.
 type envdEntry struct {
-	Name string `json:"name"`
-	Type string `json:"type"`
-	Path string `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Path     string            `json:"path"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // fileTarget resolves GET and POST /files's user and path, and checks the
@@ -90,6 +92,10 @@ func (s *Server) envdPostFiles(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	md, err := metadataFromHeader(r.Header)
+	if err != nil {
+		return err
+	}
 	body := io.Reader(r.Body)
 	switch strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))) {
 	case "", "identity":
@@ -113,10 +119,19 @@ func (s *Server) envdPostFiles(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		if err := s.putFile(acct, p, data); err != nil {
+		if err := s.putFile(acct, p, data, md); err != nil {
 			return err
 		}
-		written = append(written, envdEntry{Name: filepath.Base(p), Type: "file", Path: p})
+		e := envdEntry{Name: filepath.Base(p), Type: "file", Path: p}
+		if len(md) > 0 {
+			// What the file system kept (none without extended attributes).
+			res, err := s.fileOpFor(acct, fileOp{Op: opEntry, Path: p})
+			if err != nil {
+				return err
+			}
+			e.Metadata = res.Entry.Metadata
+		}
+		written = append(written, e)
 		return nil
 	}
 	if ctype == "multipart/form-data" {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/lizard-build/lizard/internal/agent"
@@ -34,16 +35,32 @@ func makeDir(p string) error {
 	return os.MkdirAll(p, 0o755)
 }
 
+// entryStat is what envd tells of a path: the agent's stat and the
+// user-defined metadata (envd_metadata.go).
+type entryStat struct {
+	agent.FileStat
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// statEntry describes p without following a final symlink.
+func statEntry(p string) (entryStat, error) {
+	st, err := statPath(p)
+	if err != nil {
+		return entryStat{}, err
+	}
+	return entryStat{FileStat: st, Metadata: readMetadata(p)}, nil
+}
+
 // listTree describes what is under directory p down to depth levels
 // (symlinks are listed, not followed, below p itself).
-func listTree(p string, depth int) ([]agent.FileStat, error) {
+func listTree(p string, depth int) ([]entryStat, error) {
 	ents, err := listDir(p)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]agent.FileStat, 0, len(ents))
+	out := make([]entryStat, 0, len(ents))
 	for _, e := range ents {
-		st, err := statPath(e.Path)
+		st, err := statEntry(e.Path)
 		if err != nil {
 			continue // removed since the listing
 		}
@@ -76,14 +93,16 @@ func (f *envdFS) target(h http.Header, name, p string) (string, *account, error)
 }
 
 func (f *envdFS) stat(acct *account, p string) (*fspb.EntryInfo, error) {
-	res, err := f.s.fileOpFor(acct, fileOp{Op: opStat, Path: p})
+	res, err := f.s.fileOpFor(acct, fileOp{Op: opEntry, Path: p})
 	if err != nil {
 		return nil, err
 	}
-	return entryInfo(*res.Stat), nil
+	return entryInfo(*res.Entry), nil
 }
 
-func entryInfo(st agent.FileStat) *fspb.EntryInfo {
+// entryInfo is E2B's EntryInfo of st. A symlink's target is absolute, as
+// envd gives it: a relative one is taken from the link's directory.
+func entryInfo(st entryStat) *fspb.EntryInfo {
 	e := &fspb.EntryInfo{
 		Name:         st.Name,
 		Path:         st.Path,
@@ -102,10 +121,13 @@ func entryInfo(st agent.FileStat) *fspb.EntryInfo {
 	default:
 		e.Type = fspb.FileType_FILE_TYPE_FILE
 	}
-	if st.SymlinkTarget != "" {
-		t := st.SymlinkTarget
+	if t := st.SymlinkTarget; t != "" {
+		if !filepath.IsAbs(t) {
+			t = filepath.Join(filepath.Dir(st.Path), t)
+		}
 		e.SymlinkTarget = &t
 	}
+	e.Metadata = st.Metadata
 	return e
 }
 
@@ -183,49 +205,102 @@ func (f *envdFS) Remove(_ context.Context, req *connect.Request[fspb.RemoveReque
 	if err != nil {
 		return nil, connectError(err)
 	}
-	// The agent's remove succeeds on a missing path; E2B's is NotFound.
-	if _, err := f.s.fileOpFor(acct, fileOp{Op: opStat, Path: p}); err != nil {
-		return nil, connectError(err)
-	}
-	if _, err := f.s.fileOpFor(acct, fileOp{Op: opRemove, Path: p}); err != nil {
+	// As in E2B's envd, removing what is not there succeeds.
+	_, err = f.s.fileOpFor(acct, fileOp{Op: opRemove, Path: p})
+	if err != nil && toAPIError(err).status != http.StatusNotFound {
 		return nil, connectError(err)
 	}
 	return connect.NewResponse(&fspb.RemoveResponse{}), nil
 }
 
-// addWatcher starts a watcher of the agent's hub for an E2B client.
-func (f *envdFS) addWatcher(h http.Header, path string, recursive bool) (*watcher, error) {
+// addWatcher starts a watcher of the agent's hub for an E2B client: of a
+// directory only, as E2B's envd (the agent's own watches take files too),
+// and not of one on a network file system unless the client allows it
+// (envd 0.6.4): inotify there sees only this sandbox's changes.
+func (f *envdFS) addWatcher(h http.Header, path string, recursive, entries, network bool) (*watcher, error) {
 	p, acct, err := f.target(h, "path", path)
 	if err != nil {
 		return nil, err
 	}
+	// As the user: a missing path is NotFound, an unreadable one
+	// PermissionDenied.
 	if _, err := f.s.fileOpFor(acct, fileOp{Op: opAccess, Path: p}); err != nil {
 		return nil, err
 	}
-	id, err := f.s.watches.add(p, recursive, acct)
+	// The user may read p, so the agent looking at it tells them nothing
+	// more.
+	fi, err := os.Stat(p)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.IsDir() {
+		return nil, errInvalid("path %s is not a directory; watch the directory that holds it", p)
+	}
+	if !network {
+		fsType, err := networkFS(p)
+		if err != nil {
+			return nil, err
+		}
+		if fsType != "" {
+			return nil, errInvalid("path %s is on a network file system (%s), where changes made elsewhere go unseen; allow network mounts to watch it anyway", p, fsType)
+		}
+	}
+	id, err := f.s.watches.add(p, recursive, acct, entries)
 	if err != nil {
 		return nil, err
 	}
 	return f.s.watches.get(id)
 }
 
+// networkFS names the network file system p is on (by statfs(2)'s magic
+// number, as E2B's envd tells them: NFS, CIFS, SMB, FUSE), or "".
+func networkFS(p string) (string, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(p, &st); err != nil {
+		return "", &fs.PathError{Op: "statfs", Path: p, Err: err}
+	}
+	return networkFSName(int64(st.Type)), nil
+}
+
+func networkFSName(magic int64) string {
+	switch magic {
+	case unix.NFS_SUPER_MAGIC:
+		return "nfs"
+	case unix.CIFS_SUPER_MAGIC:
+		return "cifs"
+	case unix.SMB_SUPER_MAGIC:
+		return "smb"
+	case unix.SMB2_SUPER_MAGIC:
+		return "smb2"
+	case unix.FUSE_SUPER_MAGIC:
+		return "fuse"
+	}
+	return ""
+}
+
 // fsEvents turns drained agent events into E2B's: names relative to the
 // watched path; overflow markers have no E2B equivalent and are dropped.
+// A watcher asking for entries gets them on creates, writes and chmods
+// (what is at the path now), best-effort: not on removes and renames,
+// whose entry is gone (and a new one at the path is not theirs), nor when
+// the path is gone again. The agent stats them itself: a watch only
+// covers directories its user may list.
 func fsEvents(w *watcher, evs []agent.WatchEvent) []*fspb.FilesystemEvent {
 	out := make([]*fspb.FilesystemEvent, 0, len(evs))
 	for _, ev := range evs {
 		var t fspb.EventType
+		withEntry := false
 		switch ev.Type {
 		case agent.WatchCreate:
-			t = fspb.EventType_EVENT_TYPE_CREATE
+			t, withEntry = fspb.EventType_EVENT_TYPE_CREATE, true
 		case agent.WatchWrite:
-			t = fspb.EventType_EVENT_TYPE_WRITE
+			t, withEntry = fspb.EventType_EVENT_TYPE_WRITE, true
 		case agent.WatchRemove:
 			t = fspb.EventType_EVENT_TYPE_REMOVE
 		case agent.WatchRename:
 			t = fspb.EventType_EVENT_TYPE_RENAME
 		case agent.WatchChmod:
-			t = fspb.EventType_EVENT_TYPE_CHMOD
+			t, withEntry = fspb.EventType_EVENT_TYPE_CHMOD, true
 		default:
 			continue
 		}
@@ -233,7 +308,13 @@ func fsEvents(w *watcher, evs []agent.WatchEvent) []*fspb.FilesystemEvent {
 		if err != nil || w.file != "" {
 			name = ev.Name
 		}
-		out = append(out, &fspb.FilesystemEvent{Name: name, Type: t})
+		fe := &fspb.FilesystemEvent{Name: name, Type: t}
+		if w.entries && withEntry {
+			if st, err := statEntry(ev.Path); err == nil {
+				fe.Entry = entryInfo(st)
+			}
+		}
+		out = append(out, fe)
 	}
 	return out
 }
@@ -242,7 +323,8 @@ func fsEvents(w *watcher, evs []agent.WatchEvent) []*fspb.FilesystemEvent {
 const watchPoll = 50 * time.Millisecond
 
 func (f *envdFS) WatchDir(ctx context.Context, req *connect.Request[fspb.WatchDirRequest], stream *connect.ServerStream[fspb.WatchDirResponse]) error {
-	w, err := f.addWatcher(req.Header(), req.Msg.Path, req.Msg.Recursive)
+	m := req.Msg
+	w, err := f.addWatcher(req.Header(), m.Path, m.Recursive, m.IncludeEntry, m.AllowNetworkMounts)
 	if err != nil {
 		return connectError(err)
 	}
@@ -278,7 +360,8 @@ func (f *envdFS) WatchDir(ctx context.Context, req *connect.Request[fspb.WatchDi
 }
 
 func (f *envdFS) CreateWatcher(_ context.Context, req *connect.Request[fspb.CreateWatcherRequest]) (*connect.Response[fspb.CreateWatcherResponse], error) {
-	w, err := f.addWatcher(req.Header(), req.Msg.Path, req.Msg.Recursive)
+	m := req.Msg
+	w, err := f.addWatcher(req.Header(), m.Path, m.Recursive, m.IncludeEntry, m.AllowNetworkMounts)
 	if err != nil {
 		return nil, connectError(err)
 	}

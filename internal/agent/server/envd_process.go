@@ -46,8 +46,16 @@ func (ep *envdProcess) Start(ctx context.Context, req *connect.Request[pb.StartR
 		if workdir, err = resolvePath("process.cwd", cfg.GetCwd(), acct); err != nil {
 			return connectError(err)
 		}
-	} else if acct.name != ep.e.defaultUser() {
-		workdir = "" // another user's commands start in their home
+	} else if workdir != "" {
+		// The configured workdir is the default user's; another user's
+		// commands start in their home.
+		def, err := ep.e.defaultAccount()
+		if err != nil {
+			return connectError(err)
+		}
+		if def.name != acct.name {
+			workdir = ""
+		}
 	}
 	var timeoutMs int64
 	if v := req.Header().Get(timeoutHeader); v != "" {
@@ -70,22 +78,13 @@ func (ep *envdProcess) Start(ctx context.Context, req *connect.Request[pb.StartR
 	if p := req.Msg.Pty; p != nil {
 		sr.Pty = &agent.PtySize{Cols: int(p.GetSize().GetCols()), Rows: int(p.GetSize().GetRows())}
 	}
-	p, err := ep.s.startIO(sr)
+	p, err := ep.s.startIO(sr, maps.Clone(cfg.GetEnvs()))
 	if err != nil {
 		return connectError(err)
 	}
 	return ep.follow(ctx, req.Header(), p, 0, func(ev *pb.ProcessEvent) error {
 		return stream.Send(&pb.StartResponse{Event: ev})
 	})
-}
-
-func (e *envd) defaultUser() string {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if e.user == "" {
-		return "root"
-	}
-	return e.user
 }
 
 func (ep *envdProcess) Connect(ctx context.Context, req *connect.Request[pb.ConnectRequest], stream *connect.ServerStream[pb.ConnectResponse]) error {
@@ -180,11 +179,17 @@ func (ep *envdProcess) io(pid int) (*procIO, error) {
 	return p, nil
 }
 
+// List is the running processes, each with its config as started: for
+// envd's, the envs its Start asked for (as E2B's envd, not the sandbox's
+// envs beneath them).
 func (ep *envdProcess) List(context.Context, *connect.Request[pb.ListRequest]) (*connect.Response[pb.ListResponse], error) {
 	procs := ep.s.procs.list()
 	out := &pb.ListResponse{Processes: make([]*pb.ProcessInfo, 0, len(procs))}
 	for _, pr := range procs {
 		info := &pb.ProcessInfo{Pid: uint32(pr.Pid), Config: &pb.ProcessConfig{Cwd: &pr.Cwd}}
+		if p, err := ep.s.ios.get(pr.Pid); err == nil {
+			info.Config.Envs = p.configEnv
+		}
 		if len(pr.Cmd) > 0 {
 			info.Config.Cmd, info.Config.Args = pr.Cmd[0], pr.Cmd[1:]
 		}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 
 	"github.com/lizard-build/lizard/internal/agent"
 	fspb "github.com/lizard-build/lizard/internal/envd/filesystem"
@@ -369,9 +370,25 @@ func TestEnvdFilesystem(t *testing.T) {
 	if en := st.Msg.Entry; en.Name != "f.txt" || en.Size != 5 || en.Mode != 0o640 || en.Permissions != "-rw-r-----" || en.Owner != "root" || en.Type != fspb.FileType_FILE_TYPE_FILE || en.ModifiedTime.AsTime().IsZero() {
 		t.Errorf("Stat = %v", en)
 	}
-	st = must(fc.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: dir + "/a/link"})))
-	if st.Msg.Entry.Type != fspb.FileType_FILE_TYPE_SYMLINK || st.Msg.Entry.GetSymlinkTarget() != "b/f.txt" {
-		t.Errorf("Stat of a symlink = %v", st.Msg.Entry)
+	// A symlink's target is absolute, a relative one (dangling or not)
+	// taken from the link's directory.
+	if err := os.Symlink("../../dangling", dir+"/a/b/up"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc/hostname", dir+"/a/abs"); err != nil {
+		t.Fatal(err)
+	}
+	for link, want := range map[string]string{"a/link": dir + "/a/b/f.txt", "a/b/up": dir + "/dangling", "a/abs": "/etc/hostname"} {
+		st = must(fc.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: dir + "/" + link})))
+		if st.Msg.Entry.Type != fspb.FileType_FILE_TYPE_SYMLINK || st.Msg.Entry.GetSymlinkTarget() != want {
+			t.Errorf("Stat of symlink %s = %v, want target %s", link, st.Msg.Entry, want)
+		}
+	}
+	if err := os.Remove(dir + "/a/b/up"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(dir + "/a/abs"); err != nil {
+		t.Fatal(err)
 	}
 	names := func(depth uint32) []string {
 		l := must(fc.ListDir(ctx, connect.NewRequest(&fspb.ListDirRequest{Path: dir, Depth: depth})))
@@ -387,6 +404,12 @@ func TestEnvdFilesystem(t *testing.T) {
 	if got := fmt.Sprint(names(3)); got != "[a a/b a/b/f.txt a/link]" {
 		t.Errorf("ListDir depth 3 = %s", got)
 	}
+	l := must(fc.ListDir(ctx, connect.NewRequest(&fspb.ListDirRequest{Path: dir + "/a"})))
+	for _, en := range l.Msg.Entries {
+		if en.Name == "link" && en.GetSymlinkTarget() != dir+"/a/b/f.txt" {
+			t.Errorf("ListDir's symlink entry %v, want target %s", en, dir+"/a/b/f.txt")
+		}
+	}
 	mv := must(fc.Move(ctx, connect.NewRequest(&fspb.MoveRequest{Source: dir + "/a/b/f.txt", Destination: dir + "/g.txt"})))
 	if mv.Msg.Entry.Path != dir+"/g.txt" || mv.Msg.Entry.Size != 5 {
 		t.Errorf("Move entry %v", mv.Msg.Entry)
@@ -400,9 +423,16 @@ func TestEnvdFilesystem(t *testing.T) {
 			t.Errorf("Stat %s after removal: %v, want not_found", p, err)
 		}
 	}
-	_, err = fc.Remove(ctx, connect.NewRequest(&fspb.RemoveRequest{Path: dir + "/a"}))
-	if connect.CodeOf(err) != connect.CodeNotFound {
-		t.Errorf("Remove of a missing path: %v, want not_found", err)
+	// Removing what is not there succeeds, as in E2B's envd; what the
+	// user may not remove is still refused.
+	for _, p := range []string{dir + "/a", dir + "/no/such/dir"} {
+		if _, err := fc.Remove(ctx, connect.NewRequest(&fspb.RemoveRequest{Path: p})); err != nil {
+			t.Errorf("Remove of missing %s: %v, want success", p, err)
+		}
+	}
+	_, err = e.fs(e.client("", "nobody")).Remove(ctx, connect.NewRequest(&fspb.RemoveRequest{Path: dir + "/g.txt"}))
+	if connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("Remove as nobody of root's file: %v, want permission_denied", err)
 	}
 	_, err = fc.ListDir(ctx, connect.NewRequest(&fspb.ListDirRequest{Path: dir + "/g.txt"}))
 	if connect.CodeOf(err) != connect.CodeInvalidArgument {
@@ -484,6 +514,106 @@ func TestEnvdWatch(t *testing.T) {
 	_, err = fc.CreateWatcher(ctx, connect.NewRequest(&fspb.CreateWatcherRequest{Path: dir + "/missing"}))
 	if connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("watching a missing path: %v, want not_found", err)
+	}
+	// Only directories are watched, as by E2B's envd.
+	_, err = fc.CreateWatcher(ctx, connect.NewRequest(&fspb.CreateWatcherRequest{Path: dir + "/top.txt"}))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "not a directory") {
+		t.Errorf("CreateWatcher of a file: %v, want invalid_argument, not a directory", err)
+	}
+	for path, want := range map[string]connect.Code{dir + "/top.txt": connect.CodeInvalidArgument, dir + "/missing": connect.CodeNotFound} {
+		if err := watchDirErr(ctx, fc, path); connect.CodeOf(err) != want {
+			t.Errorf("WatchDir of %s: %v, want %v", path, err, want)
+		}
+	}
+}
+
+// watchDirErr is the error a WatchDir of path fails with (nil when it
+// starts).
+func watchDirErr(ctx context.Context, fc filesystemconnect.FilesystemClient, path string) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ws, err := fc.WatchDir(ctx, connect.NewRequest(&fspb.WatchDirRequest{Path: path}))
+	if err != nil {
+		return err
+	}
+	defer ws.Close()
+	if !ws.Receive() {
+		return ws.Err()
+	}
+	return nil
+}
+
+func TestEnvdWatchEntries(t *testing.T) {
+	e := newEnvd(t)
+	fc := e.fs(e.http)
+	dir := testDir(t)
+	ctx, cancel := context.WithCancel(testContext(t))
+	defer cancel()
+	// include_entry: creates, writes and chmods carry what is at the path;
+	// removes do not. allow_network_mounts changes nothing on a local disk.
+	ws, err := fc.WatchDir(ctx, connect.NewRequest(&fspb.WatchDirRequest{Path: dir, IncludeEntry: true, AllowNetworkMounts: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ws.Receive() || ws.Msg().GetStart() == nil {
+		t.Fatalf("first WatchDir event %v (%v), want start", ws.Msg(), ws.Err())
+	}
+	cw := must(fc.CreateWatcher(ctx, connect.NewRequest(&fspb.CreateWatcherRequest{Path: dir, IncludeEntry: true})))
+	plain := must(fc.CreateWatcher(ctx, connect.NewRequest(&fspb.CreateWatcherRequest{Path: dir})))
+	if err := os.WriteFile(dir+"/f.txt", []byte("hello"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(dir + "/f.txt"); err != nil {
+		t.Fatal(err)
+	}
+	check := func(from string, ev *fspb.FilesystemEvent) (removed bool) {
+		switch ev.Type {
+		case fspb.EventType_EVENT_TYPE_REMOVE:
+			if ev.Entry != nil {
+				t.Errorf("%s: remove event with an entry %v", from, ev.Entry)
+			}
+			return true
+		case fspb.EventType_EVENT_TYPE_CREATE, fspb.EventType_EVENT_TYPE_WRITE:
+			// The file may be gone by the time the event is handled.
+			if en := ev.Entry; en != nil && (en.Path != dir+"/"+ev.Name || en.Name != ev.Name || en.Type != fspb.FileType_FILE_TYPE_FILE) {
+				t.Errorf("%s: %v event of %s has the entry %v, want that file's", from, ev.Type, ev.Name, en)
+			}
+		}
+		return false
+	}
+	for ws.Receive() {
+		if ev := ws.Msg().GetFilesystem(); ev != nil && check("WatchDir", ev) {
+			break
+		}
+	}
+	if err := ws.Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Polled: the file stays, so its create carries an entry.
+	if err := os.WriteFile(dir+"/g.txt", []byte("hi"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var withEntry, plainEntries int
+	deadline := time.Now().Add(10 * time.Second)
+	for withEntry == 0 && time.Now().Before(deadline) {
+		for _, ev := range must(fc.GetWatcherEvents(ctx, connect.NewRequest(&fspb.GetWatcherEventsRequest{WatcherId: cw.Msg.WatcherId}))).Msg.Events {
+			check("GetWatcherEvents", ev)
+			if ev.Name == "g.txt" && ev.Entry != nil && ev.Entry.Size == 2 {
+				withEntry++
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if withEntry == 0 {
+		t.Errorf("no event of g.txt carried its entry")
+	}
+	for _, ev := range must(fc.GetWatcherEvents(ctx, connect.NewRequest(&fspb.GetWatcherEventsRequest{WatcherId: plain.Msg.WatcherId}))).Msg.Events {
+		if ev.Entry != nil {
+			plainEntries++
+		}
+	}
+	if plainEntries != 0 {
+		t.Errorf("a watcher without include_entry got %d entries", plainEntries)
 	}
 }
 
@@ -725,5 +855,154 @@ func TestEnvdStreamInputAndKeepalive(t *testing.T) {
 	_ = in.Send(&pb.StreamInputRequest{Event: &pb.StreamInputRequest_Data{Data: &pb.StreamInputRequest_DataEvent{Input: &pb.ProcessInput{Input: &pb.ProcessInput_Stdin{Stdin: []byte("x")}}}}})
 	if _, err := in.CloseAndReceive(); connect.CodeOf(err) != connect.CodeInvalidArgument {
 		t.Errorf("StreamInput data before start: %v, want invalid_argument", err)
+	}
+}
+
+// upload POSTs data to /files as octet-stream (multipart when multi),
+// with headers, and returns the status and body.
+func (e *envdEnv) upload(t *testing.T, hc *http.Client, path, data string, multi bool, headers map[string]string) (int, string) {
+	t.Helper()
+	var body io.Reader = strings.NewReader(data)
+	ctype := "application/octet-stream"
+	q := url.Values{"path": {path}}
+	if multi {
+		var buf bytes.Buffer
+		mw := multipart.NewWriter(&buf)
+		pw := must(mw.CreateFormFile("file", path))
+		io.WriteString(pw, data)
+		mw.Close()
+		body, ctype, q = &buf, mw.FormDataContentType(), url.Values{}
+	}
+	req := must(http.NewRequest("POST", e.filesURL(q), body))
+	req.Header.Set("Content-Type", ctype)
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp := must(hc.Do(req))
+	return resp.StatusCode, readBody(t, resp)
+}
+
+func TestEnvdFileMetadata(t *testing.T) {
+	e := newEnvd(t)
+	ctx := testContext(t)
+	dir := testDir(t)
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	fc := e.fs(e.http)
+	entryMD := func(p string) map[string]string {
+		return must(fc.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: p}))).Msg.Entry.Metadata
+	}
+	md := map[string]string{"X-Metadata-Author": "mish", "x-metadata-purpose": "up load"}
+	want := map[string]string{"author": "mish", "purpose": "up load"}
+	for _, tt := range []struct {
+		name  string
+		hc    *http.Client
+		multi bool
+	}{
+		{"root, octet-stream", e.http, false},
+		{"nobody, multipart", e.client("", "nobody"), true},
+	} {
+		p := dir + "/" + strings.ReplaceAll(tt.name, ", ", "-")
+		code, body := e.upload(t, tt.hc, p, "data", tt.multi, md)
+		var got []struct{ Metadata map[string]string }
+		if code != 200 || json.Unmarshal([]byte(body), &got) != nil || len(got) != 1 || fmt.Sprint(got[0].Metadata) != fmt.Sprint(want) {
+			t.Errorf("%s: upload %d %s, want 200 with metadata %v", tt.name, code, body, want)
+		}
+		if got := entryMD(p); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: Stat metadata %v, want %v", tt.name, got, want)
+		}
+	}
+	p := dir + "/root-octet-stream"
+	l := must(fc.ListDir(ctx, connect.NewRequest(&fspb.ListDirRequest{Path: dir})))
+	for _, en := range l.Msg.Entries {
+		if fmt.Sprint(en.Metadata) != fmt.Sprint(want) {
+			t.Errorf("ListDir entry %s has metadata %v, want %v", en.Name, en.Metadata, want)
+		}
+	}
+	mv := must(fc.Move(ctx, connect.NewRequest(&fspb.MoveRequest{Source: p, Destination: dir + "/moved"})))
+	if fmt.Sprint(mv.Msg.Entry.Metadata) != fmt.Sprint(want) {
+		t.Errorf("Move entry metadata %v, want %v", mv.Msg.Entry.Metadata, want)
+	}
+	// Overwriting replaces the metadata: none given, none left.
+	if code, body := e.upload(t, e.http, dir+"/moved", "new", false, nil); code != 200 || strings.Contains(body, "metadata") {
+		t.Errorf("overwrite without metadata: %d %s, want 200 without metadata", code, body)
+	}
+	if got := entryMD(dir + "/moved"); got != nil {
+		t.Errorf("metadata after an overwrite without any: %v", got)
+	}
+	// Attributes set in the sandbox are metadata too; others are not.
+	if err := unix.Setxattr(dir+"/moved", "user.e2b.tool", []byte("setfattr"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Setxattr(dir+"/moved", "user.other", []byte("x"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := entryMD(dir + "/moved"); fmt.Sprint(got) != "map[tool:setfattr]" {
+		t.Errorf("metadata set by setxattr: %v, want map[tool:setfattr]", got)
+	}
+
+	// Bad metadata is a 400 naming the problem, and writes nothing.
+	for name, tt := range map[string]struct {
+		headers map[string]string
+		want    string
+	}{
+		"empty key":           {map[string]string{"X-Metadata-": "v"}, "empty"},
+		"tab in a value":      {map[string]string{"X-Metadata-K": "a\tb"}, "printable"},
+		"non-ASCII value":     {map[string]string{"X-Metadata-K": "caf\xc3\xa9"}, "printable"},
+		"too much":            {map[string]string{"X-Metadata-K": strings.Repeat("v", 4100)}, "4096"},
+		"a key too long":      {map[string]string{"X-Metadata-" + strings.Repeat("k", 250): "v"}, "246"},
+		"two values of a key": {nil, "once"},
+	} {
+		p := dir + "/bad"
+		var code int
+		var body string
+		if tt.headers == nil {
+			req := must(http.NewRequest("POST", e.filesURL(url.Values{"path": {p}}), strings.NewReader("x")))
+			req.Header.Set("Content-Type", "application/octet-stream")
+			req.Header.Add("X-Metadata-K", "1")
+			req.Header.Add("X-Metadata-K", "2")
+			resp := must(e.http.Do(req))
+			code, body = resp.StatusCode, readBody(t, resp)
+		} else {
+			code, body = e.upload(t, e.http, p, "x", false, tt.headers)
+		}
+		if code != 400 || !strings.Contains(body, tt.want) {
+			t.Errorf("%s: %d %s, want 400 mentioning %q", name, code, body, tt.want)
+		}
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("%s: the refused upload wrote %s", name, p)
+		}
+	}
+}
+
+func TestEnvdListShowsConfigEnvs(t *testing.T) {
+	e := newEnvd(t)
+	ctx := testContext(t)
+	pc := e.process(e.http)
+	// The sandbox's envs are beneath every command, not part of its config.
+	if err := e.agent.SetEnvd(ctx, agent.EnvdRequest{Env: map[string]string{"SANDBOX": "1"}}); err != nil {
+		t.Fatal(err)
+	}
+	stdin := true
+	start := func(envs map[string]string) uint32 {
+		req := connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", "cat"}, Envs: envs}, Stdin: &stdin})
+		st := must(pc.Start(ctx, req))
+		t.Cleanup(func() { st.Close() })
+		if !st.Receive() {
+			t.Fatalf("no start event: %v", st.Err())
+		}
+		pid := st.Msg().Event.GetStart().GetPid()
+		killAtEnd(t, int(pid))
+		return pid
+	}
+	with := start(map[string]string{"GREETING": "hi", "EMPTY": ""})
+	without := start(nil)
+	got := map[uint32]string{}
+	for _, p := range must(pc.List(ctx, connect.NewRequest(&pb.ListRequest{}))).Msg.Processes {
+		got[p.Pid] = fmt.Sprint(p.Config.Envs)
+	}
+	if got[with] != "map[EMPTY: GREETING:hi]" || got[without] != "map[]" {
+		t.Errorf("List envs: %q for %d, %q for %d; want map[EMPTY: GREETING:hi] and map[]", got[with], with, got[without], without)
 	}
 }

@@ -50,9 +50,10 @@ const (
 	opStat   = "stat"
 	opMove   = "move"
 	opAccess = "access"
-	// opMkdir and opTree serve envd (envd_fs.go).
+	// opMkdir, opTree and opEntry serve envd (envd_fs.go).
 	opMkdir = "mkdir"
 	opTree  = "tree"
+	opEntry = "entry"
 )
 
 // fileOp is one file operation for the child.
@@ -62,6 +63,8 @@ type fileOp struct {
 	To   string `json:"to,omitempty"`
 	// Depth is how many levels opTree lists (1: the directory's entries).
 	Depth int `json:"depth,omitempty"`
+	// Metadata is what opWrite gives the file (envd_metadata.go).
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // fileResult is the child's answer; Status 0 means success.
@@ -71,7 +74,8 @@ type fileResult struct {
 	Message string            `json:"message,omitempty"`
 	Stat    *agent.FileStat   `json:"stat,omitempty"`
 	List    []agent.FileEntry `json:"list,omitempty"`
-	Tree    []agent.FileStat  `json:"tree,omitempty"`
+	Entry   *entryStat        `json:"entry,omitempty"`
+	Tree    []entryStat       `json:"tree,omitempty"`
 }
 
 func (r *fileResult) err() error {
@@ -112,7 +116,7 @@ func runChildOp(op fileOp, result *os.File) error {
 	case opRead:
 		return childRead(op.Path, result)
 	case opWrite:
-		err := writeFile(op.Path, newFrameReader(os.Stdin))
+		err := writeFile(op.Path, newFrameReader(os.Stdin), op.Metadata)
 		if err != nil {
 			return sendResult(result, failedResult(err))
 		}
@@ -158,6 +162,9 @@ func simpleOp(op fileOp) (fileResult, error) {
 	case opTree:
 		t, err := listTree(op.Path, op.Depth)
 		return fileResult{Tree: t}, err
+	case opEntry:
+		e, err := statEntry(op.Path)
+		return fileResult{Entry: &e}, err
 	}
 	return fileResult{}, fmt.Errorf("unknown file operation %q", op.Op)
 }

@@ -50,8 +50,9 @@ func openRegular(p string) (*os.File, error) {
 // writes a temp file in the same directory and renames it over p. Missing
 // parents are created. An existing file keeps its mode (and, when root
 // writes, its owner); a new one gets newFileMode. A symlink is written
-// through to its target.
-func writeFile(p string, src io.Reader) error {
+// through to its target. The file's metadata (envd_metadata.go) is md
+// alone: a replaced file's does not carry over.
+func writeFile(p string, src io.Reader, md map[string]string) error {
 	target, existing, err := writeTarget(p)
 	if err != nil {
 		return err
@@ -75,6 +76,9 @@ func writeFile(p string, src io.Reader) error {
 		return fmt.Errorf("write %s: %w", p, err)
 	}
 	if err := keepAttrs(tmp, existing); err != nil {
+		return err
+	}
+	if err := writeMetadata(tmp, md); err != nil {
 		return err
 	}
 	if err := tmp.Close(); err != nil {
@@ -223,7 +227,7 @@ func copyThenRemove(from, to string, renameErr error) error {
 		return err
 	}
 	defer src.Close()
-	if err := writeFile(to, src); err != nil {
+	if err := writeFile(to, src, readMetadata(from)); err != nil {
 		return err
 	}
 	if err := os.Chmod(to, fi.Mode()); err != nil {

@@ -184,25 +184,26 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.putFile(acct, p, r.Body); err != nil {
+	if err := s.putFile(acct, p, r.Body, nil); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
-// putFile writes body to p as acct (parents created).
-func (s *Server) putFile(acct *account, p string, body io.Reader) error {
+// putFile writes body to p as acct (parents created), with the metadata
+// md (envd's; nil for none).
+func (s *Server) putFile(acct *account, p string, body io.Reader, md map[string]string) error {
 	body = &bodyReader{r: body}
 	if acct.isRoot() {
-		return writeFile(p, body)
+		return writeFile(p, body, md)
 	}
-	return s.writeFileAs(acct, p, body)
+	return s.writeFileAs(acct, p, body, md)
 }
 
 // writeFileAs streams body to a child writing p as acct.
-func (s *Server) writeFileAs(acct *account, p string, body io.Reader) error {
-	c, err := s.startFileOp(acct, fileOp{Op: opWrite, Path: p})
+func (s *Server) writeFileAs(acct *account, p string, body io.Reader, md map[string]string) error {
+	c, err := s.startFileOp(acct, fileOp{Op: opWrite, Path: p, Metadata: md})
 	if err != nil {
 		return err
 	}

@@ -27,6 +27,10 @@ const ioChunk = 32 << 10
 type procIO struct {
 	pid int
 	out *outputLog
+	// configEnv is the envs envd's Start was asked for (E2B's List shows
+	// them); nil for the agent's own POST /processes. Set before the
+	// process is published, then only read.
+	configEnv map[string]string
 
 	// inMu serializes input, so writes arrive whole and in order.
 	inMu  sync.Mutex
@@ -80,7 +84,7 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, maxExecBody, &req); err != nil {
 		return err
 	}
-	p, err := s.startIO(req)
+	p, err := s.startIO(req, nil)
 	if err != nil {
 		return err
 	}
@@ -89,8 +93,9 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) error {
 }
 
 // startIO starts an interactive process and enters it in the tables; the
-// agent's own POST /processes and envd's Start share it.
-func (s *Server) startIO(req agent.StartRequest) (*procIO, error) {
+// agent's own POST /processes and envd's Start share it. configEnv is
+// procIO.configEnv.
+func (s *Server) startIO(req agent.StartRequest, configEnv map[string]string) (*procIO, error) {
 	if p := req.Pty; p != nil && (p.Cols < 1 || p.Cols > 65535 || p.Rows < 1 || p.Rows > 65535) {
 		return nil, errInvalid("pty size %dx%d: cols and rows must be 1 to 65535", p.Cols, p.Rows)
 	}
@@ -110,6 +115,7 @@ func (s *Server) startIO(req agent.StartRequest) (*procIO, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.configEnv = configEnv
 	s.ios.put(p)
 	s.procs.add(agent.Process{
 		Pid:       p.pid,

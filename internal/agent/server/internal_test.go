@@ -186,3 +186,25 @@ func TestRecovererAbortsStartedAnswer(t *testing.T) {
 	}()
 	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/files", nil))
 }
+
+func TestNetworkFSName(t *testing.T) {
+	tests := []struct {
+		magic int64
+		want  string
+	}{
+		{0x6969, "nfs"},
+		{0xff534d42, "cifs"},
+		{0x517b, "smb"},
+		{0xfe534d42, "smb2"},
+		{0x65735546, "fuse"},
+		{0xef53, ""},     // ext4
+		{0x01021994, ""}, // tmpfs
+		{0x794c7630, ""}, // overlayfs
+		{0x01021997, ""}, // 9p, as gVisor's gofer mounts say
+	}
+	for _, tt := range tests {
+		if got := networkFSName(tt.magic); got != tt.want {
+			t.Errorf("networkFSName(%#x) = %q, want %q", tt.magic, got, tt.want)
+		}
+	}
+}

@@ -51,11 +51,33 @@ func startReaper() (*reaper, error) {
 			return nil, fmt.Errorf("prctl(PR_SET_CHILD_SUBREAPER): %w", errno)
 		}
 	}
+	defaultSignalsForChildren()
 	r := &reaper{waiters: make(map[int]chan syscall.WaitStatus)}
 	sigc := make(chan os.Signal, 1)
 	signal.Notify(sigc, syscall.SIGCHLD)
 	go r.loop(sigc)
 	return r, nil
+}
+
+// defaultSignalsForChildren makes every child start with SIGHUP and SIGINT
+// at their default dispositions, however the agent was started. A signal
+// ignored by the agent's parent (nohup ignores SIGHUP, a shell ignores
+// SIGINT in its background jobs) stays ignored across exec, and Go keeps an
+// inherited SIG_IGN of these two as it is (it installs its own handler for
+// every other signal); the commands would then ignore kill -HUP. A handled
+// signal is reset to the default in a forked child, so the agent handles
+// them itself, into a channel nobody reads: it goes on ignoring them, and
+// its children do not. A signal the agent does not ignore is left alone.
+func defaultSignalsForChildren() {
+	var ignored []os.Signal
+	for _, sig := range []os.Signal{syscall.SIGHUP, syscall.SIGINT} {
+		if signal.Ignored(sig) {
+			ignored = append(ignored, sig)
+		}
+	}
+	if len(ignored) > 0 {
+		signal.Notify(make(chan os.Signal, 1), ignored...)
+	}
 }
 
 func (r *reaper) loop(sigc <-chan os.Signal) {

@@ -82,6 +82,9 @@ type watcher struct {
 	file      string
 	recursive bool
 	acct      *account
+	// entries: envd's include_entry, events are to carry the entry's
+	// description (envd_fs.go reads it when it drains).
+	entries bool
 
 	// dirs maps this watcher's watch descriptors to the directory each
 	// stands for. Under watchHub.mu.
@@ -123,7 +126,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.fileOpFor(acct, fileOp{Op: opAccess, Path: p}); err != nil {
 		return err
 	}
-	id, err := s.watches.add(p, req.Recursive, acct)
+	id, err := s.watches.add(p, req.Recursive, acct, false)
 	if err != nil {
 		return err
 	}
@@ -172,8 +175,8 @@ func (h *watchHub) get(id string) (*watcher, error) {
 }
 
 // add starts watching p, a clean absolute path, for acct and returns the
-// watcher's id.
-func (h *watchHub) add(p string, recursive bool, acct *account) (string, error) {
+// watcher's id; entries is watcher.entries.
+func (h *watchHub) add(p string, recursive bool, acct *account, entries bool) (string, error) {
 	fi, err := os.Stat(p)
 	if err != nil {
 		return "", err
@@ -182,6 +185,7 @@ func (h *watchHub) add(p string, recursive bool, acct *account) (string, error) 
 		id:        rand.Text(),
 		root:      p,
 		acct:      acct,
+		entries:   entries,
 		dirs:      make(map[int32]string),
 		tempMoves: make(map[uint32]bool),
 		queue:     eventQueue{root: p, limit: agent.MaxWatchEvents},

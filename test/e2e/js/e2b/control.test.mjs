@@ -14,7 +14,7 @@ test('create, getInfo and kill', async () => {
   assert.equal(info.templateId, 'base')
   assert.equal(info.state, 'running')
   assert.deepEqual(info.metadata, { run, kind: 'info' })
-  assert.equal(info.envdVersion, '0.5.7')
+  assert.equal(info.envdVersion, '0.6.4')
   assert.equal(info.cpuCount, 2)
   assert.ok(info.memoryMB > 0)
   const left = info.endAt.getTime() - Date.now()
@@ -146,7 +146,7 @@ test('templates list the built ones with E2B names', async () => {
   const base = res.json.find((t) => t.templateID === 'base')
   assert.ok(base, res.text)
   assert.equal(base.buildStatus, 'ready')
-  assert.equal(base.envdVersion, '0.5.7')
+  assert.equal(base.envdVersion, '0.6.4')
   // code-interpreter-v1 is listed whenever its base, interpreter, is built.
   const interp = res.json.find((t) => t.templateID === 'interpreter')
   const ci = res.json.find((t) => t.templateID === 'code-interpreter-v1')

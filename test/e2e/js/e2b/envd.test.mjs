@@ -1,7 +1,8 @@
-// envd through the E2B SDK: commands (output, exit codes, envs, cwd, user,
-// timeouts, background + connect, stdin, kill, list), pty, and files (read
-// and write of text, bytes, streams and many files, list with depth,
-// exists, getInfo, rename, remove, makeDir, watchDir, signed URLs).
+// envd through the E2B SDK: the default user, commands (output, exit codes,
+// envs, cwd, user, timeouts, background + connect, stdin, kill, list), pty,
+// and files (read and write of text, bytes, streams and many files, list
+// with depth, exists, getInfo, rename, remove, makeDir, symlinks, metadata,
+// watchDir with entries, signed URLs).
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { sdk, Sandbox, withSandbox, api, sleep } from './helpers.mjs'
@@ -52,15 +53,34 @@ test('commands: output, exit codes, envs, cwd, user, timeouts', async () => {
   })
 })
 
+test('the default user is user, in /home/user, as in E2B', async () => {
+  await withSandbox(async (sbx) => {
+    assert.equal((await sbx.commands.run('whoami')).stdout, 'user\n')
+    assert.equal((await sbx.commands.run('pwd')).stdout, '/home/user\n')
+    const info = await sbx.files.write(`default-${run}.txt`, 'mine')
+    assert.equal(info.path, `/home/user/default-${run}.txt`)
+    const st = await sbx.files.getInfo(`default-${run}.txt`)
+    assert.equal(st.owner, 'user')
+    assert.equal(st.group, 'user')
+    assert.equal((await sbx.commands.run(`stat -c '%U %u' /home/user/default-${run}.txt`)).stdout, 'user 1000\n')
+    // Naming root still runs as root, in its home.
+    assert.equal((await sbx.commands.run('whoami; pwd', { user: 'root' })).stdout, 'root\n/root\n')
+    // user may not write root's home.
+    await assert.rejects(sbx.files.write('/root/denied.txt', 'x'), sdk.SandboxError)
+  })
+})
+
 test('commands: background, list, stdin, disconnect and connect', async () => {
   await withSandbox(async (sbx) => {
     const got = []
-    const h = await sbx.commands.run('read a; echo "got $a"; read b; echo "got $b"', { background: true, stdin: true, onStdout: (d) => got.push(d) })
+    const h = await sbx.commands.run('read a; echo "got $a"; read b; echo "got $b"', { background: true, stdin: true, envs: { LISTED: 'yes' }, onStdout: (d) => got.push(d) })
     assert.ok(h.pid > 0)
     const listed = await sbx.commands.list()
     const mine = listed.find((p) => p.pid === h.pid)
     assert.ok(mine, `pid ${h.pid} not in ${JSON.stringify(listed)}`)
     assert.equal(mine.cmd, '/bin/bash')
+    // Each process's envs as its start gave them.
+    assert.deepEqual(mine.envs, { LISTED: 'yes' })
 
     await sbx.commands.sendStdin(h.pid, 'one\n')
     await until('the first answer', () => got.join('').includes('got one'))
@@ -173,6 +193,59 @@ test('files: watchDir, recursive too', async () => {
     assert.ok(!flat.some((e) => e.includes('inner.txt')), `non-recursive watch saw ${flat}`)
     await w1.stop()
     await w2.stop()
+  })
+})
+
+test('files: remove of nothing, symlink targets, watchDir of directories only, as E2B\'s envd', async () => {
+  await withSandbox(async (sbx) => {
+    // Removing a path that is not there succeeds.
+    await sbx.files.remove(`never-there-${run}.txt`)
+    await sbx.files.remove(`/tmp/no/such/dir-${run}`)
+
+    // A symlink's target is absolute, a relative one taken from the link's directory.
+    await sbx.files.write(`link-target-${run}.txt`, 'x')
+    await sbx.commands.run(`ln -s link-target-${run}.txt link-${run} && mkdir -p sub-${run} && ln -s ../link-target-${run}.txt sub-${run}/up`)
+    const link = await sbx.files.getInfo(`link-${run}`)
+    assert.equal(link.type, 'symlink')
+    assert.equal(link.symlinkTarget, `/home/user/link-target-${run}.txt`)
+    const listed = await sbx.files.list(`sub-${run}`)
+    assert.equal(listed.find((e) => e.name === 'up').symlinkTarget, `/home/user/link-target-${run}.txt`)
+
+    // Only directories are watched; a missing one is not found.
+    await assert.rejects(sbx.files.watchDir(`link-target-${run}.txt`, () => {}), sdk.InvalidArgumentError)
+    await assert.rejects(sbx.files.watchDir(`no-such-dir-${run}`, () => {}), sdk.FileNotFoundError)
+  })
+})
+
+test('files: metadata, and entries in watch events (envd 0.6.2-0.6.4)', async () => {
+  await withSandbox(async (sbx) => {
+    const metadata = { author: 'lizard', purpose: 'e2e' }
+    const one = await sbx.files.write(`md-${run}.txt`, 'with metadata', { metadata })
+    assert.deepEqual(one.metadata, metadata)
+    assert.deepEqual((await sbx.files.getInfo(`md-${run}.txt`)).metadata, metadata)
+    const streamed = await sbx.files.write(`md-stream-${run}.txt`, 'streamed', { metadata, useOctetStream: true })
+    assert.deepEqual(streamed.metadata, metadata)
+    const moved = await sbx.files.rename(`md-${run}.txt`, `md-moved-${run}.txt`)
+    assert.deepEqual(moved.metadata, metadata)
+    assert.deepEqual((await sbx.files.list('.')).find((e) => e.name === `md-moved-${run}.txt`).metadata, metadata)
+    // Overwriting without metadata leaves none; setfattr-style attributes show.
+    assert.equal((await sbx.files.write(`md-moved-${run}.txt`, 'plain')).metadata, undefined)
+    assert.equal((await sbx.files.getInfo(`md-moved-${run}.txt`)).metadata, undefined)
+    await sbx.commands.run(`python3 -c "import os; os.setxattr('/home/user/md-moved-${run}.txt', 'user.e2b.by', b'hand')"`)
+    assert.deepEqual((await sbx.files.getInfo(`md-moved-${run}.txt`)).metadata, { by: 'hand' })
+
+    await sbx.files.makeDir(`watched-${run}`)
+    let resolve
+    const seen = new Promise((r) => { resolve = r })
+    const w = await sbx.files.watchDir(`watched-${run}`, (e) => {
+      if (e.name === 'f.txt' && e.entry) resolve(e)
+    }, { includeEntry: true, allowNetworkMounts: true })
+    await sbx.files.write(`watched-${run}/f.txt`, 'hello')
+    const ev = await seen
+    assert.equal(ev.entry.path, `/home/user/watched-${run}/f.txt`)
+    assert.equal(ev.entry.type, 'file')
+    assert.equal(ev.entry.owner, 'user')
+    await w.stop()
   })
 })
 
