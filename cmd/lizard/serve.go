@@ -197,8 +197,15 @@ func serve(ctx context.Context, args []string) error {
 	}
 	defer st.Close()
 	step("open store and migrate")
-	if err := firstStart(ctx, st, os.Stdout); err != nil {
+	created, err := firstStart(ctx, st)
+	if err != nil {
 		return err
+	}
+	// The key is shown at once, with the URL --listen gives; only a port
+	// the kernel picks (:0) waits for the listener.
+	if _, port, _ := net.SplitHostPort(c.listen); created != nil && port != "0" {
+		created.print(os.Stdout, apiURL(c.listen))
+		created = nil
 	}
 	// The CLI shows the limits in force from the database.
 	if err := st.SetDefaultLimits(ctx, c.limits); err != nil {
@@ -446,6 +453,9 @@ func serve(ctx context.Context, args []string) error {
 			}
 			return fmt.Errorf("--internal-listen: %w", err)
 		}
+	}
+	if created != nil {
+		created.print(os.Stdout, apiURL(ln.Addr().String()))
 	}
 	useTLS := c.tlsCert != "" && c.tlsKey != ""
 	previews := previewURLs(c.domain, pln.Addr().String(), useTLS)
@@ -717,28 +727,51 @@ func defaultProject(ctx context.Context, st store.Store) (store.Project, error) 
 	return ps[0], nil
 }
 
+// firstKey is the project and API key a first start made, shown once.
+type firstKey struct{ slug, key string }
+
+// print shows the key with url, where the API is reached.
+func (k *firstKey) print(out io.Writer, url string) {
+	fmt.Fprintf(out, "\nCreated project %q and its API key (shown once, stored hashed):\n\n  export LIZARD_API_URL=%s LIZARD_API_KEY=%s\n\n", k.slug, url, k.key)
+}
+
 // firstStart creates the default project and its API key when the database
-// has no project yet. LIZARD_API_KEY, when set, is the key created. Of
-// cluster nodes starting together on an empty database, one creates it
-// (the slug is unique) and the others go on.
-func firstStart(ctx context.Context, st store.Store, out io.Writer) error {
+// has no project yet, and returns them (nil when it made none).
+// LIZARD_API_KEY, when set, is the key created. Of cluster nodes starting
+// together on an empty database, one creates it (the slug is unique) and
+// the others go on.
+func firstStart(ctx context.Context, st store.Store) (*firstKey, error) {
 	ps, err := st.Projects(ctx)
 	if err != nil || len(ps) > 0 {
-		return err
+		return nil, err
 	}
 	p, err := st.CreateProject(ctx, "default", "default")
 	if errors.Is(err, errdefs.ErrConflict) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	key, err := st.CreateKey(ctx, p.ID, os.Getenv("LIZARD_API_KEY"))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	fmt.Fprintf(out, "\nCreated project %q and its API key (shown once, stored hashed):\n\n  export LIZARD_API_URL=http://127.0.0.1:8080 LIZARD_API_KEY=%s\n\n", p.Slug, key)
-	return nil
+	return &firstKey{slug: p.Slug, key: key}, nil
+}
+
+// apiURL is the URL a client on this host reaches the API at when it
+// listens on listen (--listen): a wildcard host (none, 0.0.0.0, ::) is
+// reached on the loopback address; an IPv6 host is bracketed.
+func apiURL(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		// net.Listen refuses it too, just after; say what was given.
+		return "http://" + listen
+	}
+	if a, err := netip.ParseAddr(host); host == "" || err == nil && a.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
 
 func findRunsc(flagPath string) (string, error) {

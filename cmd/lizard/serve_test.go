@@ -1,0 +1,32 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestAPIURL: the first start's banner names where the API listens; a
+// wildcard listen address is reached on the loopback address.
+func TestAPIURL(t *testing.T) {
+	tests := []struct{ listen, want string }{
+		{"127.0.0.1:8080", "http://127.0.0.1:8080"},
+		{":9000", "http://127.0.0.1:9000"},
+		{"0.0.0.0:9000", "http://127.0.0.1:9000"},
+		{"[::]:9000", "http://127.0.0.1:9000"},
+		{"[::1]:9000", "http://[::1]:9000"},
+		{"[fd00::5]:80", "http://[fd00::5]:80"},
+		{"10.1.2.3:8443", "http://10.1.2.3:8443"},
+		{"localhost:7000", "http://localhost:7000"},
+	}
+	for _, tt := range tests {
+		if got := apiURL(tt.listen); got != tt.want {
+			t.Errorf("apiURL(%q) = %q, want %q", tt.listen, got, tt.want)
+		}
+	}
+	var out bytes.Buffer
+	(&firstKey{slug: "default", key: "lz_k"}).print(&out, apiURL(":9000"))
+	if !strings.Contains(out.String(), "export LIZARD_API_URL=http://127.0.0.1:9000 LIZARD_API_KEY=lz_k") {
+		t.Errorf("banner %q", out.String())
+	}
+}
