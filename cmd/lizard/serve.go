@@ -71,6 +71,7 @@ type serveConfig struct {
 	watchInterval                              time.Duration
 	cluster                                    clusterFlags
 	objectStore                                string
+	region                                     string
 }
 
 // The default rate limit is far above what a client that waits for its
@@ -89,6 +90,8 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "API listen address")
 	fs.StringVar(&c.dataDir, "data-dir", defaultDataDir, "state directory (database, sandboxes)")
 	fs.StringVar(&c.database, "database", "", databaseUsage)
+	fs.StringVar(&c.region, "region", "local", "the region this node is in: what sandboxes and snapshots made here answer as their region "+
+		"(a create that names another region still runs here); lowercase letters, digits and dashes")
 	fs.StringVar(&c.objectStore, "object-store", "", objectStoreUsage)
 	fs.StringVar(&c.templateDir, "template-dir", defaultTemplateDir, "template cache directory")
 	fs.StringVar(&c.runsc, "runsc", "", "runsc binary (default: runsc in PATH)")
@@ -365,7 +368,7 @@ func serve(ctx context.Context, args []string) error {
 		LogDir: filepath.Join(c.dataDir, "logs"), MaxSandboxes: c.maxSandboxes,
 		Logger: log.With("component", "sandbox"), Observer: mets, LogMaxBytes: c.logMaxBytes,
 		Capacity: capacity, Limits: limits, Disk: guard, CodeInterpreterPath: codeInterpPath,
-		Images: images, ProjectSnapshots: projectSnapshots,
+		Images: images, ProjectSnapshots: projectSnapshots, Region: c.region,
 	})
 	defer svc.Close()
 	tmpls.SetInUse(svc.UsesRootfs)
@@ -558,11 +561,29 @@ func (c *serveConfig) validate() error {
 	if c.diskWatermark < 0 || c.diskWatermark >= 100 {
 		return fmt.Errorf("--disk-watermark %g: must be a percentage from 0 to below 100", c.diskWatermark)
 	}
+	if err := validRegion(c.region); err != nil {
+		return err
+	}
 	if c.maxSandboxes < 1 {
 		return fmt.Errorf("--max-sandboxes %d: must be 1 or more", c.maxSandboxes)
 	}
 	if err := gvisor.ValidCgroupParent(c.build.cgroupParent); err != nil {
 		return fmt.Errorf("--cgroup-parent: %w", err)
+	}
+	return nil
+}
+
+// validRegion checks --region: 1 to 64 lowercase letters, digits and
+// dashes, starting and ending with a letter or digit (us-east-1).
+func validRegion(r string) error {
+	ok := r != "" && len(r) <= 64 && r[0] != '-' && r[len(r)-1] != '-'
+	for _, c := range r {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			ok = false
+		}
+	}
+	if !ok {
+		return fmt.Errorf("--region %q: want 1 to 64 lowercase letters, digits and dashes, starting and ending with a letter or digit (e.g. us-east-1)", r)
 	}
 	return nil
 }

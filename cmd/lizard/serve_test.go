@@ -30,3 +30,18 @@ func TestAPIURL(t *testing.T) {
 		t.Errorf("banner %q", out.String())
 	}
 }
+
+// TestValidRegion: --region takes names such as us-east-1 and refuses the
+// rest naming the flag.
+func TestValidRegion(t *testing.T) {
+	for _, r := range []string{"local", "us-east-1", "eu-west-lim-a", "r1", strings.Repeat("a", 64)} {
+		if err := validRegion(r); err != nil {
+			t.Errorf("validRegion(%q): %v", r, err)
+		}
+	}
+	for _, r := range []string{"", "US-East", "-east", "east-", "a b", "eu_west", strings.Repeat("a", 65)} {
+		if err := validRegion(r); err == nil || !strings.Contains(err.Error(), "--region") {
+			t.Errorf("validRegion(%q) = %v, want an error naming --region", r, err)
+		}
+	}
+}

@@ -83,8 +83,11 @@ func infoOf(r sandbox.Record) sandboxInfo {
 	return info
 }
 
-// createRequest is the body of POST /api/sandboxes. Fields the SDKs send
-// that this server does not use (lizardToken, environment) are ignored.
+// createRequest is the body of POST /api/sandboxes. A region the client
+// names is taken but not acted on: a sandbox runs on the node that takes
+// the create, in that node's region (which SandboxInfo answers). The TS
+// SDK names us-east-1 unless told otherwise, and refusing a region that
+// differs would fail every create of a client that names one.
 type createRequest struct {
 	Template       string            `json:"template"`
 	SnapshotID     string            `json:"snapshotId"`
@@ -138,7 +141,7 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request, p store.P
 		}
 		rec, err := s.sandboxes.Create(r.Context(), sandbox.CreateRequest{
 			ProjectID: p.ID, Template: req.Template, Size: req.Size, TimeoutMs: timeout,
-			Region: req.Region, Metadata: req.Metadata, Envs: req.Envs, Egress: egress, Volume: vol,
+			Metadata: req.Metadata, Envs: req.Envs, Egress: egress, Volume: vol,
 		})
 		if err != nil {
 			return err
