@@ -79,7 +79,7 @@ const fuzzKey = "lz_fuzz_key_0123456789abcdef"
 // temporary directory. It holds no template, snapshot, volume or sandbox,
 // so every request ends in validation or a lookup and none reaches a
 // runtime: there is none, and the service needs no root.
-func newFuzzHandler(f *testing.F) http.Handler {
+func newFuzzHandler(f testing.TB) http.Handler {
 	dir := f.TempDir()
 	st, err := sqlite.Open(filepath.Join(dir, "lizard.db"))
 	if err != nil {

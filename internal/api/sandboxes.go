@@ -126,6 +126,15 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request, p store.P
 	if err != nil {
 		return err
 	}
+	// Checked here too (the service checks what it is given), so that a
+	// cluster refuses before it places, and a restore, which keeps its
+	// snapshot's metadata and envs, refuses what a create would.
+	if err := sandbox.CheckMetadata("metadata", req.Metadata); err != nil {
+		return err
+	}
+	if err := sandbox.CheckEnvs("envs", req.Envs); err != nil {
+		return err
+	}
 	timeout := int64(defaultTimeoutMs)
 	if req.TimeoutMs != nil {
 		timeout = *req.TimeoutMs

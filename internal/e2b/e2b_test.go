@@ -86,6 +86,10 @@ func TestErrors(t *testing.T) {
 		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","mcp":{"github":{}}}`, 400, "mcp"},
 		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","volumeMounts":[{"name":"v","path":"/v"}]}`, 400, "volumeMounts"},
 		{testKey, "POST", "/v2/sandboxes", `{`, 400, "JSON"},
+		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","metadata":` + manyKeys(100) + `}`, 400, "metadata: 100 keys, at most 64"},
+		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","metadata":{"k":"` + strings.Repeat("v", 2049) + `"}}`, 400, "at most 2048"},
+		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","envVars":{"A=B":"x"}}`, 400, "envVars"},
+		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","envVars":` + manyKeys(600) + `}`, 400, "envVars: 600 variables, at most 512"},
 		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base"}`, 404, "base"},
 		{testKey, "POST", "/v2/sandboxes", `{"templateID":"code-interpreter-v1"}`, 404, "interpreter"},
 		{testKey, "GET", "/v2/sandboxes?state=running,dead", "", 400, "state"},
@@ -122,6 +126,15 @@ func TestErrors(t *testing.T) {
 			t.Errorf("%s %s %s: %d %+v, want %d mentioning %q", tt.method, tt.path, tt.body, w.Code, body, tt.status, tt.mention)
 		}
 	}
+}
+
+func manyKeys(n int) string {
+	m := map[string]string{}
+	for i := range n {
+		m[fmt.Sprintf("K%d", i)] = "v"
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
 }
 
 // TestListEmptyAndTemplates: an empty project lists [] without a next

@@ -164,6 +164,12 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project)
 	if err != nil {
 		return err
 	}
+	if err := sandbox.CheckMetadata("metadata", req.Metadata); err != nil {
+		return err
+	}
+	if err := sandbox.CheckEnvs("envVars", req.EnvVars); err != nil {
+		return err
+	}
 	create := func() error {
 		rec, err := s.sandboxes.Create(r.Context(), sandbox.CreateRequest{
 			ProjectID: p.ID, Template: tpl, Size: sandboxSize, TimeoutMs: timeout, Metadata: req.Metadata, Envs: req.EnvVars,

@@ -297,7 +297,10 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Record, err 
 	if err := validTimeout(req.TimeoutMs); err != nil {
 		return Record{}, err
 	}
-	if err := validateEnvs(req.Envs); err != nil {
+	if err := CheckEnvs("envs", req.Envs); err != nil {
+		return Record{}, err
+	}
+	if err := CheckMetadata("metadata", req.Metadata); err != nil {
 		return Record{}, err
 	}
 	rec := s.newRecord(req.ProjectID, req.Template, size, req.TimeoutMs)
@@ -870,26 +873,6 @@ func randomToken() string {
 		panic(err)
 	}
 	return hex.EncodeToString(b)
-}
-
-func validateEnvs(envs map[string]string) error {
-	for k, v := range envs {
-		if k == "" || containsAny(k, "=\x00") || containsAny(v, "\x00") {
-			return fmt.Errorf("envs: %q is not a valid variable name (no '=', no NUL, not empty): %w", k, errdefs.ErrInvalid)
-		}
-	}
-	return nil
-}
-
-func containsAny(s, chars string) bool {
-	for i := range len(s) {
-		for j := range len(chars) {
-			if s[i] == chars[j] {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // mergeEnv lays the create-time envs over the template's default env.
