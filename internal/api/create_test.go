@@ -46,6 +46,12 @@ func TestCreateValidation(t *testing.T) {
 		{`{"template":"base","envs":{"A":"` + strings.Repeat("v", 70000) + `"}}`, 400, "at most 65536"},
 		{`{"template":"base","metadata":` + manyKeys(64) + `}`, 404, "base"},
 		{`{"template":"base","region":"us-east-1"}`, 404, "base"},
+		{`{"template":"base","environment":"staging"}`, 400, `environment \"staging\": unknown`},
+		{`{"template":"base","environment":"staging"}`, 400, `"code":"unknown_environment"`},
+		{`{"snapshotId":"snap_x","environment":"prod"}`, 400, "environment"},
+		{`{"template":"base","environment":7}`, 400, "environment"},
+		{`{"template":"base","environment":"default"}`, 404, "base"},
+		{`{"template":"base","environment":""}`, 404, "base"},
 	}
 	for _, tt := range tests {
 		w := post(t, h, "/api/sandboxes", tt.body)

@@ -101,6 +101,25 @@ type createRequest struct {
 	VolumeName     string            `json:"volumeName"`
 	InternetAccess *bool             `json:"internetAccess"`
 	AllowedHosts   []string          `json:"allowedHosts"`
+	// Environment names one of the project's named sandbox environments
+	// (sets of variables) to start with; lizard has none, so only the
+	// default is known (see checkEnvironment).
+	Environment string `json:"environment"`
+}
+
+// defaultEnvironment is the one sandbox environment a project has here:
+// the variables the create itself passes in envs.
+const defaultEnvironment = "default"
+
+// checkEnvironment refuses a named sandbox environment this server does
+// not have: the SDK documents that an unknown name is refused, and
+// starting without the variables it asked for would lose them silently.
+func checkEnvironment(name string) error {
+	if name == "" || name == defaultEnvironment {
+		return nil
+	}
+	return errdefs.WithCode("unknown_environment", fmt.Errorf("environment %q: unknown; this server has no named sandbox environments, only %q "+
+		"(pass the variables in envs): %w", name, defaultEnvironment, errdefs.ErrInvalid))
 }
 
 // defaultTimeoutMs is the SDKs' default sandbox lifetime.
@@ -116,6 +135,9 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request, p store.P
 		return err
 	}
 	if err := sameProject(p, req.ProjectID); err != nil {
+		return err
+	}
+	if err := checkEnvironment(req.Environment); err != nil {
 		return err
 	}
 	vol := req.VolumeName
