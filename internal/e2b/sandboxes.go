@@ -124,7 +124,8 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project)
 	}
 	tpl := req.TemplateID
 	if tpl == "" {
-		tpl = "base"
+		// As E2B's API: the SDKs always send one (theirs default to base).
+		return invalid("templateID: required (e.g. base)")
 	}
 	if lz, ok := templateAliases[tpl]; ok {
 		tpl = lz
