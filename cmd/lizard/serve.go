@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -259,7 +260,11 @@ func serve(ctx context.Context, args []string) error {
 	}
 	reg.RunCommand = reap.Run
 	step("start reaper")
-	netm, err := network.New(network.Config{Bridge: c.bridge, Subnet: subnet, DNSUpstream: c.dnsUpstream, NetnsPrefix: c.build.cgroupParent, Run: reap.Run, Logger: log.With("component", "network")})
+	// Sandboxes given a lizardToken reach the API at the gateway, on the
+	// API's port (none when the kernel picks it).
+	apiHost, apiPort := listenPort(c.listen)
+	netm, err := network.New(network.Config{Bridge: c.bridge, Subnet: subnet, DNSUpstream: c.dnsUpstream, NetnsPrefix: c.build.cgroupParent,
+		APIPort: apiPort, Run: reap.Run, Logger: log.With("component", "network")})
 	if err != nil {
 		return err
 	}
@@ -457,6 +462,19 @@ func serve(ctx context.Context, args []string) error {
 			return fmt.Errorf("--internal-listen: %w", err)
 		}
 	}
+	// The API on the sandboxes' gateway, unless --listen's wildcard
+	// address covers it already; only the /api/ routes answer there.
+	var gln net.Listener
+	if netm.APIURL() != "" && !isWildcard(apiHost) {
+		if gln, err = net.Listen("tcp", netip.AddrPortFrom(netm.Gateway(), apiPort).String()); err != nil {
+			for _, l := range []net.Listener{ln, pln, mln, iln} {
+				if l != nil {
+					l.Close()
+				}
+			}
+			return fmt.Errorf("listen for the sandboxes' lizard CLI on the gateway %s: %w", netm.Gateway(), err)
+		}
+	}
 	if created != nil {
 		created.print(os.Stdout, apiURL(ln.Addr().String()))
 	}
@@ -476,7 +494,7 @@ func serve(ctx context.Context, args []string) error {
 				log: log.With("component", "template")},
 			MaxBuildContext: c.maxBuildContext, Logger: log.With("component", "api"),
 			Metrics: mets, ServeMetrics: mln == nil, Ready: cm.readyChecks(readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm)),
-			Disk: guard, KeyStore: st, Sessions: sessions, Dashboard: assets, Cluster: apiCluster}),
+			Disk: guard, KeyStore: st, Sessions: sessions, Dashboard: assets, Cluster: apiCluster, SandboxURL: netm.APIURL()}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	psrv := &http.Server{
@@ -485,8 +503,11 @@ func serve(ctx context.Context, args []string) error {
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	msrv := &http.Server{Handler: mets.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 4)
+	errc := make(chan error, 5)
 	go func() { errc <- srv.Serve(ln) }()
+	if gln != nil {
+		go func() { errc <- srv.Serve(gln) }()
+	}
 	isrv := &http.Server{}
 	if iln != nil {
 		isrv = routing.server(srv.Handler, psrv.Handler)
@@ -780,6 +801,27 @@ func firstStart(ctx context.Context, st store.Store) (*firstKey, error) {
 	return &firstKey{slug: p.Slug, key: key}, nil
 }
 
+// listenPort is the host and the port of --listen; port 0 when the kernel
+// picks it or the address does not parse (net.Listen then says why).
+func listenPort(listen string) (host string, port uint16) {
+	host, p, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", 0
+	}
+	n, err := strconv.ParseUint(p, 10, 16)
+	if err != nil {
+		return host, 0
+	}
+	return host, uint16(n)
+}
+
+// isWildcard says whether a listen host means every address (none,
+// 0.0.0.0, ::).
+func isWildcard(host string) bool {
+	a, err := netip.ParseAddr(host)
+	return host == "" || err == nil && a.IsUnspecified()
+}
+
 // apiURL is the URL a client on this host reaches the API at when it
 // listens on listen (--listen): a wildcard host (none, 0.0.0.0, ::) is
 // reached on the loopback address; an IPv6 host is bracketed.
@@ -789,7 +831,7 @@ func apiURL(listen string) string {
 		// net.Listen refuses it too, just after; say what was given.
 		return "http://" + listen
 	}
-	if a, err := netip.ParseAddr(host); host == "" || err == nil && a.IsUnspecified() {
+	if isWildcard(host) {
 		host = "127.0.0.1"
 	}
 	return "http://" + net.JoinHostPort(host, port)

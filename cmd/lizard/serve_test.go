@@ -45,3 +45,28 @@ func TestValidRegion(t *testing.T) {
 		}
 	}
 }
+
+// TestListenPort: the API's port, which sandboxes reach on their gateway,
+// is --listen's; none when the kernel picks it.
+func TestListenPort(t *testing.T) {
+	tests := []struct {
+		listen   string
+		host     string
+		port     uint16
+		wildcard bool
+	}{
+		{"127.0.0.1:8080", "127.0.0.1", 8080, false},
+		{":9000", "", 9000, true},
+		{"0.0.0.0:9000", "0.0.0.0", 9000, true},
+		{"[::]:9000", "::", 9000, true},
+		{"10.1.2.3:0", "10.1.2.3", 0, false},
+		{"localhost:http", "localhost", 0, false},
+		{"nonsense", "", 0, true},
+	}
+	for _, tt := range tests {
+		host, port := listenPort(tt.listen)
+		if host != tt.host || port != tt.port || isWildcard(host) != tt.wildcard {
+			t.Errorf("listenPort(%q) = %q, %d (wildcard %v), want %q, %d (%v)", tt.listen, host, port, isWildcard(host), tt.host, tt.port, tt.wildcard)
+		}
+	}
+}

@@ -101,6 +101,9 @@ type createRequest struct {
 	VolumeName     string            `json:"volumeName"`
 	InternetAccess *bool             `json:"internetAccess"`
 	AllowedHosts   []string          `json:"allowedHosts"`
+	// LizardToken is an API key of the project to give the sandbox, for
+	// the lizard CLI in it (see lizardToken).
+	LizardToken string `json:"lizardToken"`
 	// Environment names one of the project's named sandbox environments
 	// (sets of variables) to start with; lizard has none, so only the
 	// default is known (see checkEnvironment).
@@ -157,6 +160,18 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request, p store.P
 	if err := sandbox.CheckEnvs("envs", req.Envs); err != nil {
 		return err
 	}
+	envs := req.Envs
+	if req.LizardToken != "" && req.SnapshotID != "" {
+		// A restored sandbox has its snapshot's envs and network policy
+		// (a snapshot of a sandbox given a key has it).
+		return fmt.Errorf("lizardToken: not taken with snapshotId (a restored sandbox keeps the envs and the key of the sandbox its snapshot was taken of): %w", errdefs.ErrInvalid)
+	}
+	if req.LizardToken != "" {
+		if envs, err = s.lizardToken(p, req.LizardToken, req.Envs); err != nil {
+			return err
+		}
+		egress.NodeAPI = true
+	}
 	timeout := int64(defaultTimeoutMs)
 	if req.TimeoutMs != nil {
 		timeout = *req.TimeoutMs
@@ -172,7 +187,7 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request, p store.P
 		}
 		rec, err := s.sandboxes.Create(r.Context(), sandbox.CreateRequest{
 			ProjectID: p.ID, Template: req.Template, Size: req.Size, TimeoutMs: timeout,
-			Metadata: req.Metadata, Envs: req.Envs, Egress: egress, Volume: vol,
+			Metadata: req.Metadata, Envs: envs, Egress: egress, Volume: vol,
 		})
 		if err != nil {
 			return err
