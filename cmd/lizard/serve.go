@@ -193,7 +193,11 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	step("install agent and code interpreter")
+	cliPath, err := installCLI(c.dataDir)
+	if err != nil {
+		return err
+	}
+	step("install agent, CLI and code interpreter")
 
 	st, err := openStore(ctx, c.dataDir, c.database)
 	if err != nil {
@@ -275,6 +279,7 @@ func serve(ctx context.Context, args []string) error {
 		StateDir:  filepath.Join(c.dataDir, "sandboxes"),
 		RunscRoot: gvisor.RunscRootFor(c.dataDir),
 		AgentPath: agentPath,
+		CLIPath:   cliPath,
 		Network:   netm,
 		Reaper:    reap,
 		Logger:    log.With("component", "gvisor"),
@@ -869,6 +874,22 @@ func installAgent(flagPath, dataDir string) (string, error) {
 	}
 	sum := sha256.Sum256(b)
 	return installFile(filepath.Join(dataDir, "agent"), "lizard-agent-"+hex.EncodeToString(sum[:])[:16], b, 0o755)
+}
+
+// installCLI copies this binary, the lizard CLI, into the data dir under a
+// name derived from its content, for the sandboxes to bind-mount read-only
+// (at gvisor.CLIPath) as they do the agent.
+func installCLI(dataDir string) (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(self)
+	if err != nil {
+		return "", fmt.Errorf("the lizard binary for sandboxes: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	return installFile(filepath.Join(dataDir, "cli"), "lizard-"+hex.EncodeToString(sum[:])[:16], b, 0o755)
 }
 
 // installFile writes b as dir/name, unless that file exists already, and
