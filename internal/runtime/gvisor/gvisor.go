@@ -38,8 +38,8 @@ type Config struct {
 	// CLIPath is the host path of the static lizard binary, bind-mounted
 	// read-only at CLIPath in every sandbox created (a restore mounts it
 	// when its image's sandbox had it: see Manifest.LizardCLI); "": none.
-	CLIPath string
-	Platform  string // "systrap" unless told otherwise
+	CLIPath  string
+	Platform string // "systrap" unless told otherwise
 	// Network is the sandboxes' network. A runtime without one (and
 	// without an agent) makes no sandboxes: it only Runs commands, each
 	// on the network its RunSpec names (`lizard template build`).
