@@ -140,6 +140,7 @@ func FuzzAPI(f *testing.F) {
 		{create, `{"snapshotId":"snap_x","poolSize":3}`},
 		{create, `{"volumeName":"v","template":"../../etc"}`},
 		{create, `{"timeoutMs":1e400}`},
+		{create, `{"template":"base","lizardToken":"lz_x","environment":"prod","region":"eu-west-1","metadata":{"":"x"}}`},
 		{create, `[`}, {create, `null`}, {create, ``}, {create, `{"template":1}`},
 		{exec, `{"cmd":"echo hi","timeout":30,"envs":{"X":"y"},"user":"root","cwd":"/tmp"}`},
 		{exec, `{"cmd":["ls","-l"],"timeout":0}`},
