@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -108,7 +107,10 @@ func TestFirstStartTogether(t *testing.T) {
 	_, st := emptyDB(t)
 	errs := make(chan error, 6)
 	for range cap(errs) {
-		go func() { errs <- firstStart(ctx, st, io.Discard) }()
+		go func() {
+			_, err := firstStart(ctx, st)
+			errs <- err
+		}()
 	}
 	for range cap(errs) {
 		if err := <-errs; err != nil {

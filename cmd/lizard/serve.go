@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -72,6 +73,7 @@ type serveConfig struct {
 	watchInterval                              time.Duration
 	cluster                                    clusterFlags
 	objectStore                                string
+	region                                     string
 }
 
 // The default rate limit is far above what a client that waits for its
@@ -90,6 +92,8 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "API listen address")
 	fs.StringVar(&c.dataDir, "data-dir", defaultDataDir, "state directory (database, sandboxes)")
 	fs.StringVar(&c.database, "database", "", databaseUsage)
+	fs.StringVar(&c.region, "region", "local", "the region this node is in: what sandboxes and snapshots made here answer as their region "+
+		"(a create that names another region still runs here); lowercase letters, digits and dashes")
 	fs.StringVar(&c.objectStore, "object-store", "", objectStoreUsage)
 	fs.StringVar(&c.templateDir, "template-dir", defaultTemplateDir, "template cache directory")
 	fs.StringVar(&c.runsc, "runsc", "", "runsc binary (default: runsc in PATH)")
@@ -194,7 +198,11 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	step("install agent and code interpreter")
+	cliPath, err := installCLI(c.dataDir)
+	if err != nil {
+		return err
+	}
+	step("install agent, CLI and code interpreter")
 
 	st, err := openStore(ctx, c.dataDir, c.database)
 	if err != nil {
@@ -202,8 +210,15 @@ func serve(ctx context.Context, args []string) error {
 	}
 	defer st.Close()
 	step("open store and migrate")
-	if err := firstStart(ctx, st, os.Stdout); err != nil {
+	created, err := firstStart(ctx, st)
+	if err != nil {
 		return err
+	}
+	// The key is shown at once, with the URL --listen gives; only a port
+	// the kernel picks (:0) waits for the listener.
+	if _, port, _ := net.SplitHostPort(c.listen); created != nil && port != "0" {
+		created.print(os.Stdout, apiURL(c.listen))
+		created = nil
 	}
 	// The CLI shows the limits in force from the database.
 	if err := st.SetDefaultLimits(ctx, c.limits); err != nil {
@@ -254,7 +269,11 @@ func serve(ctx context.Context, args []string) error {
 	}
 	reg.RunCommand = reap.Run
 	step("start reaper")
-	netm, err := network.New(network.Config{Bridge: c.bridge, Subnet: subnet, DNSUpstream: c.dnsUpstream, NetnsPrefix: c.build.cgroupParent, Run: reap.Run, Logger: log.With("component", "network")})
+	// Sandboxes given a lizardToken reach the API at the gateway, on the
+	// API's port (none when the kernel picks it).
+	apiHost, apiPort := listenPort(c.listen)
+	netm, err := network.New(network.Config{Bridge: c.bridge, Subnet: subnet, DNSUpstream: c.dnsUpstream, NetnsPrefix: c.build.cgroupParent,
+		APIPort: apiPort, Run: reap.Run, Logger: log.With("component", "network")})
 	if err != nil {
 		return err
 	}
@@ -265,6 +284,7 @@ func serve(ctx context.Context, args []string) error {
 		StateDir:  filepath.Join(c.dataDir, "sandboxes"),
 		RunscRoot: gvisor.RunscRootFor(c.dataDir),
 		AgentPath: agentPath,
+		CLIPath:   cliPath,
 		Network:   netm,
 		Reaper:    reap,
 		Logger:    log.With("component", "gvisor"),
@@ -363,7 +383,7 @@ func serve(ctx context.Context, args []string) error {
 		LogDir: filepath.Join(c.dataDir, "logs"), MaxSandboxes: c.maxSandboxes, RecoverProbeTimeout: c.recoverProbeTimeout,
 		Logger: log.With("component", "sandbox"), Observer: mets, LogMaxBytes: c.logMaxBytes,
 		Capacity: capacity, Limits: limits, Disk: guard, CodeInterpreterPath: codeInterpPath,
-		Images: images, ProjectSnapshots: projectSnapshots,
+		Images: images, ProjectSnapshots: projectSnapshots, Region: c.region,
 	})
 	defer svc.Close()
 	tmpls.SetInUse(svc.UsesRootfs)
@@ -452,6 +472,22 @@ func serve(ctx context.Context, args []string) error {
 			return fmt.Errorf("--internal-listen: %w", err)
 		}
 	}
+	// The API on the sandboxes' gateway, unless --listen's wildcard
+	// address covers it already; only the /api/ routes answer there.
+	var gln net.Listener
+	if netm.APIURL() != "" && !isWildcard(apiHost) {
+		if gln, err = net.Listen("tcp", netip.AddrPortFrom(netm.Gateway(), apiPort).String()); err != nil {
+			for _, l := range []net.Listener{ln, pln, mln, iln} {
+				if l != nil {
+					l.Close()
+				}
+			}
+			return fmt.Errorf("listen for the sandboxes' lizard CLI on the gateway %s: %w", netm.Gateway(), err)
+		}
+	}
+	if created != nil {
+		created.print(os.Stdout, apiURL(ln.Addr().String()))
+	}
 	useTLS := c.tlsCert != "" && c.tlsKey != ""
 	previews := previewURLs(c.domain, pln.Addr().String(), useTLS)
 	// E2B's SDKs reach port P of sandbox S at P-S.<domain>[:proxy port].
@@ -468,7 +504,7 @@ func serve(ctx context.Context, args []string) error {
 				log: log.With("component", "template")},
 			MaxBuildContext: c.maxBuildContext, Logger: log.With("component", "api"),
 			Metrics: mets, ServeMetrics: mln == nil, Ready: cm.readyChecks(readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm)),
-			Disk: guard, KeyStore: st, Sessions: sessions, Dashboard: assets, Cluster: apiCluster}),
+			Disk: guard, KeyStore: st, Sessions: sessions, Dashboard: assets, Cluster: apiCluster, SandboxURL: netm.APIURL()}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	psrv := &http.Server{
@@ -477,8 +513,11 @@ func serve(ctx context.Context, args []string) error {
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	msrv := &http.Server{Handler: mets.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 4)
+	errc := make(chan error, 5)
 	go func() { errc <- srv.Serve(ln) }()
+	if gln != nil {
+		go func() { errc <- srv.Serve(gln) }()
+	}
 	isrv := &http.Server{}
 	if iln != nil {
 		isrv = routing.server(srv.Handler, psrv.Handler)
@@ -553,11 +592,29 @@ func (c *serveConfig) validate() error {
 	if c.diskWatermark < 0 || c.diskWatermark >= 100 {
 		return fmt.Errorf("--disk-watermark %g: must be a percentage from 0 to below 100", c.diskWatermark)
 	}
+	if err := validRegion(c.region); err != nil {
+		return err
+	}
 	if c.maxSandboxes < 1 {
 		return fmt.Errorf("--max-sandboxes %d: must be 1 or more", c.maxSandboxes)
 	}
 	if err := gvisor.ValidCgroupParent(c.build.cgroupParent); err != nil {
 		return fmt.Errorf("--cgroup-parent: %w", err)
+	}
+	return nil
+}
+
+// validRegion checks --region: 1 to 64 lowercase letters, digits and
+// dashes, starting and ending with a letter or digit (us-east-1).
+func validRegion(r string) error {
+	ok := r != "" && len(r) <= 64 && r[0] != '-' && r[len(r)-1] != '-'
+	for _, c := range r {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			ok = false
+		}
+	}
+	if !ok {
+		return fmt.Errorf("--region %q: want 1 to 64 lowercase letters, digits and dashes, starting and ending with a letter or digit (e.g. us-east-1)", r)
 	}
 	return nil
 }
@@ -722,28 +779,72 @@ func defaultProject(ctx context.Context, st store.Store) (store.Project, error) 
 	return ps[0], nil
 }
 
+// firstKey is the project and API key a first start made, shown once.
+type firstKey struct{ slug, key string }
+
+// print shows the key with url, where the API is reached.
+func (k *firstKey) print(out io.Writer, url string) {
+	fmt.Fprintf(out, "\nCreated project %q and its API key (shown once, stored hashed):\n\n  export LIZARD_API_URL=%s LIZARD_API_KEY=%s\n\n", k.slug, url, k.key)
+}
+
 // firstStart creates the default project and its API key when the database
-// has no project yet. LIZARD_API_KEY, when set, is the key created. Of
-// cluster nodes starting together on an empty database, one creates it
-// (the slug is unique) and the others go on.
-func firstStart(ctx context.Context, st store.Store, out io.Writer) error {
+// has no project yet, and returns them (nil when it made none).
+// LIZARD_API_KEY, when set, is the key created. Of cluster nodes starting
+// together on an empty database, one creates it (the slug is unique) and
+// the others go on.
+func firstStart(ctx context.Context, st store.Store) (*firstKey, error) {
 	ps, err := st.Projects(ctx)
 	if err != nil || len(ps) > 0 {
-		return err
+		return nil, err
 	}
 	p, err := st.CreateProject(ctx, "default", "default")
 	if errors.Is(err, errdefs.ErrConflict) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	key, err := st.CreateKey(ctx, p.ID, os.Getenv("LIZARD_API_KEY"))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	fmt.Fprintf(out, "\nCreated project %q and its API key (shown once, stored hashed):\n\n  export LIZARD_API_URL=http://127.0.0.1:8080 LIZARD_API_KEY=%s\n\n", p.Slug, key)
-	return nil
+	return &firstKey{slug: p.Slug, key: key}, nil
+}
+
+// listenPort is the host and the port of --listen; port 0 when the kernel
+// picks it or the address does not parse (net.Listen then says why).
+func listenPort(listen string) (host string, port uint16) {
+	host, p, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", 0
+	}
+	n, err := strconv.ParseUint(p, 10, 16)
+	if err != nil {
+		return host, 0
+	}
+	return host, uint16(n)
+}
+
+// isWildcard says whether a listen host means every address (none,
+// 0.0.0.0, ::).
+func isWildcard(host string) bool {
+	a, err := netip.ParseAddr(host)
+	return host == "" || err == nil && a.IsUnspecified()
+}
+
+// apiURL is the URL a client on this host reaches the API at when it
+// listens on listen (--listen): a wildcard host (none, 0.0.0.0, ::) is
+// reached on the loopback address; an IPv6 host is bracketed.
+func apiURL(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		// net.Listen refuses it too, just after; say what was given.
+		return "http://" + listen
+	}
+	if isWildcard(host) {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
 
 func findRunsc(flagPath string) (string, error) {
@@ -778,6 +879,22 @@ func installAgent(flagPath, dataDir string) (string, error) {
 	}
 	sum := sha256.Sum256(b)
 	return installFile(filepath.Join(dataDir, "agent"), "lizard-agent-"+hex.EncodeToString(sum[:])[:16], b, 0o755)
+}
+
+// installCLI copies this binary, the lizard CLI, into the data dir under a
+// name derived from its content, for the sandboxes to bind-mount read-only
+// (at gvisor.CLIPath) as they do the agent.
+func installCLI(dataDir string) (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(self)
+	if err != nil {
+		return "", fmt.Errorf("the lizard binary for sandboxes: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	return installFile(filepath.Join(dataDir, "cli"), "lizard-"+hex.EncodeToString(sum[:])[:16], b, 0o755)
 }
 
 // installFile writes b as dir/name, unless that file exists already, and

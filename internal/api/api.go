@@ -75,10 +75,18 @@ type Config struct {
 	// Cluster routes requests to the node that holds what they name, and
 	// places creates, in cluster mode; nil on a single server.
 	Cluster Cluster
+	// SandboxURL is where this node's sandboxes reach this API
+	// (http://<gateway>:<port>, network.Manager.APIURL): a sandbox created
+	// with a lizardToken gets it as LIZARD_API_URL, and a request that
+	// arrives at that address is served the /api/ routes only (see
+	// sandboxSide). "": sandboxes cannot reach the API, and a create with
+	// a lizardToken is refused.
+	SandboxURL string
 }
 
 // E2BPaths are the path patterns of E2B's REST API, including those lizard
-// does not serve (which then answer E2B's 404); none is under /api/.
+// does not serve (which then answer E2B's 400 "not supported"); none is
+// under /api/.
 var E2BPaths = []string{"/sandboxes", "/sandboxes/", "/v2/", "/v3/", "/templates", "/templates/", "/snapshots", "/snapshots/",
 	"/volumes", "/volumes/", "/volumecontent/", "/secrets", "/secrets/"}
 
@@ -108,6 +116,8 @@ type server struct {
 	keyStore  KeyStore
 	sessions  Sessions
 	cluster   Cluster
+	// sandboxURL: see Config.SandboxURL.
+	sandboxURL string
 }
 
 // Handler returns the API's http.Handler.
@@ -116,7 +126,7 @@ func Handler(cfg Config) http.Handler {
 		cfg.Logger = slog.Default()
 	}
 	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, templates: cfg.Templates, previews: cfg.Previews, volumes: cfg.Volumes, builder: cfg.Builder, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready, maxBuild: cfg.MaxBuildContext, disk: cfg.Disk,
-		keyStore: cfg.KeyStore, sessions: cfg.Sessions, cluster: cfg.Cluster}
+		keyStore: cfg.KeyStore, sessions: cfg.Sessions, cluster: cfg.Cluster, sandboxURL: cfg.SandboxURL}
 	if s.maxBuild <= 0 {
 		s.maxBuild = DefaultMaxBuildContext
 	}
@@ -207,7 +217,7 @@ func Handler(cfg Config) http.Handler {
 		writeError(w, r, s.log, errdefs.WithCode("route_not_found",
 			fmt.Errorf("no route %s %s: %w", r.Method, r.URL.Path, errdefs.ErrNotFound)))
 	})
-	return s.logged(mux)
+	return s.logged(s.sandboxSide(mux))
 }
 
 // authed resolves the API key to its project, holds the key to its rate

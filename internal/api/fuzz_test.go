@@ -79,7 +79,7 @@ const fuzzKey = "lz_fuzz_key_0123456789abcdef"
 // temporary directory. It holds no template, snapshot, volume or sandbox,
 // so every request ends in validation or a lookup and none reaches a
 // runtime: there is none, and the service needs no root.
-func newFuzzHandler(f *testing.F) http.Handler {
+func newFuzzHandler(f testing.TB) http.Handler {
 	dir := f.TempDir()
 	st, err := sqlite.Open(filepath.Join(dir, "lizard.db"))
 	if err != nil {
@@ -140,6 +140,7 @@ func FuzzAPI(f *testing.F) {
 		{create, `{"snapshotId":"snap_x","poolSize":3}`},
 		{create, `{"volumeName":"v","template":"../../etc"}`},
 		{create, `{"timeoutMs":1e400}`},
+		{create, `{"template":"base","lizardToken":"lz_x","environment":"prod","region":"eu-west-1","metadata":{"":"x"}}`},
 		{create, `[`}, {create, `null`}, {create, ``}, {create, `{"template":1}`},
 		{exec, `{"cmd":"echo hi","timeout":30,"envs":{"X":"y"},"user":"root","cwd":"/tmp"}`},
 		{exec, `{"cmd":["ls","-l"],"timeout":0}`},

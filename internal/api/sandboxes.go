@@ -83,8 +83,11 @@ func infoOf(r sandbox.Record) sandboxInfo {
 	return info
 }
 
-// createRequest is the body of POST /api/sandboxes. Fields the SDKs send
-// that this server does not use (lizardToken, environment) are ignored.
+// createRequest is the body of POST /api/sandboxes. A region the client
+// names is taken but not acted on: a sandbox runs on the node that takes
+// the create, in that node's region (which SandboxInfo answers). The TS
+// SDK names us-east-1 unless told otherwise, and refusing a region that
+// differs would fail every create of a client that names one.
 type createRequest struct {
 	Template       string            `json:"template"`
 	SnapshotID     string            `json:"snapshotId"`
@@ -98,6 +101,28 @@ type createRequest struct {
 	VolumeName     string            `json:"volumeName"`
 	InternetAccess *bool             `json:"internetAccess"`
 	AllowedHosts   []string          `json:"allowedHosts"`
+	// LizardToken is an API key of the project to give the sandbox, for
+	// the lizard CLI in it (see lizardToken).
+	LizardToken string `json:"lizardToken"`
+	// Environment names one of the project's named sandbox environments
+	// (sets of variables) to start with; lizard has none, so only the
+	// default is known (see checkEnvironment).
+	Environment string `json:"environment"`
+}
+
+// defaultEnvironment is the one sandbox environment a project has here:
+// the variables the create itself passes in envs.
+const defaultEnvironment = "default"
+
+// checkEnvironment refuses a named sandbox environment this server does
+// not have: the SDK documents that an unknown name is refused, and
+// starting without the variables it asked for would lose them silently.
+func checkEnvironment(name string) error {
+	if name == "" || name == defaultEnvironment {
+		return nil
+	}
+	return errdefs.WithCode("unknown_environment", fmt.Errorf("environment %q: unknown; this server has no named sandbox environments, only %q "+
+		"(pass the variables in envs): %w", name, defaultEnvironment, errdefs.ErrInvalid))
 }
 
 // defaultTimeoutMs is the SDKs' default sandbox lifetime.
@@ -115,6 +140,9 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request, p store.P
 	if err := sameProject(p, req.ProjectID); err != nil {
 		return err
 	}
+	if err := checkEnvironment(req.Environment); err != nil {
+		return err
+	}
 	vol := req.VolumeName
 	if req.VolumeID != "" {
 		vol = req.VolumeID
@@ -122,6 +150,27 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request, p store.P
 	egress, err := network.ParseEgress(req.InternetAccess, req.AllowedHosts)
 	if err != nil {
 		return err
+	}
+	// Checked here too (the service checks what it is given), so that a
+	// cluster refuses before it places, and a restore, which keeps its
+	// snapshot's metadata and envs, refuses what a create would.
+	if err := sandbox.CheckMetadata("metadata", req.Metadata); err != nil {
+		return err
+	}
+	if err := sandbox.CheckEnvs("envs", req.Envs); err != nil {
+		return err
+	}
+	envs := req.Envs
+	if req.LizardToken != "" && req.SnapshotID != "" {
+		// A restored sandbox has its snapshot's envs and network policy
+		// (a snapshot of a sandbox given a key has it).
+		return fmt.Errorf("lizardToken: not taken with snapshotId (a restored sandbox keeps the envs and the key of the sandbox its snapshot was taken of): %w", errdefs.ErrInvalid)
+	}
+	if req.LizardToken != "" {
+		if envs, err = s.lizardToken(p, req.LizardToken, req.Envs); err != nil {
+			return err
+		}
+		egress.NodeAPI = true
 	}
 	timeout := int64(defaultTimeoutMs)
 	if req.TimeoutMs != nil {
@@ -138,7 +187,7 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request, p store.P
 		}
 		rec, err := s.sandboxes.Create(r.Context(), sandbox.CreateRequest{
 			ProjectID: p.ID, Template: req.Template, Size: req.Size, TimeoutMs: timeout,
-			Region: req.Region, Metadata: req.Metadata, Envs: req.Envs, Egress: egress, Volume: vol,
+			Metadata: req.Metadata, Envs: envs, Egress: egress, Volume: vol,
 		})
 		if err != nil {
 			return err

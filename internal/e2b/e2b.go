@@ -93,10 +93,20 @@ func Handler(cfg Config) http.Handler {
 	route("POST /sandboxes/{id}/fork", s.fork)
 	route("GET /sandboxes/{id}/metrics", s.metrics)
 	route("GET /templates", s.listTemplates)
-	mux.Handle("/", s.authed(func(w http.ResponseWriter, r *http.Request, _ store.Project) error {
-		return fmt.Errorf("%s %s is not part of the E2B API lizard serves: %w", r.Method, r.URL.Path, errdefs.ErrNotFound)
-	}))
+	route("GET /templates/aliases/{alias}", s.templateAlias)
+	mux.Handle("/", s.authed(notSupported))
 	return mux
+}
+
+// notSupported answers the calls of E2B's API that lizard does not serve
+// (volumes, secrets, snapshots, template builds and tags, network
+// updates, …). Not a 404: the SDKs turn a 404 into "sandbox not found" or
+// "does not exist" (SandboxNotFoundError, Volume.exists() false), which
+// would hide that the call cannot work here; a 400 surfaces as an error
+// that carries this message.
+func notSupported(w http.ResponseWriter, r *http.Request, _ store.Project) error {
+	return errdefs.WithCode("not_supported", fmt.Errorf("%s %s is not supported by lizard: %w",
+		r.Method, r.URL.Path, errdefs.ErrInvalid))
 }
 
 // authed authenticates as the Lizard API does and answers errors in E2B's

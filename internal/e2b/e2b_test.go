@@ -28,7 +28,11 @@ const testKey = "lz_e2b_test_key_0123456789abcdef"
 // newTestHandler is the control plane over a real store, key set, template
 // registry and sandbox service in a temporary directory, with no template
 // and no runtime: every request ends in validation or a lookup.
-func newTestHandler(tb testing.TB) http.Handler {
+func newTestHandler(tb testing.TB) http.Handler { return newTestHandlerWith(tb, nil) }
+
+// newTestHandlerWith is newTestHandler with the control plane's templates
+// from tmpls (nil: the empty registry's).
+func newTestHandlerWith(tb testing.TB, tmpls Templates) http.Handler {
 	dir := tb.TempDir()
 	st, err := sqlite.Open(filepath.Join(dir, "lizard.db"))
 	if err != nil {
@@ -51,7 +55,10 @@ func newTestHandler(tb testing.TB) http.Handler {
 	tb.Cleanup(func() { keys.Close() })
 	reg := template.NewRegistry(filepath.Join(dir, "templates"))
 	svc := sandbox.New(sandbox.Config{Store: st, Templates: reg, Logger: log, SnapshotDir: filepath.Join(dir, "snapshots")})
-	e2b := Handler(Config{Auth: api.Auth{Keys: keys}, Sandboxes: svc, Templates: reg, Domain: "sandbox.localhost:8081", Logger: log})
+	if tmpls == nil {
+		tmpls = reg
+	}
+	e2b := Handler(Config{Auth: api.Auth{Keys: keys}, Sandboxes: svc, Templates: tmpls, Domain: "sandbox.localhost:8081", Logger: log})
 	return api.Handler(api.Config{E2B: e2b, Keys: keys, Sandboxes: svc, Templates: reg, Logger: log})
 }
 
@@ -86,6 +93,10 @@ func TestErrors(t *testing.T) {
 		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","mcp":{"github":{}}}`, 400, "mcp"},
 		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","volumeMounts":[{"name":"v","path":"/v"}]}`, 400, "volumeMounts"},
 		{testKey, "POST", "/v2/sandboxes", `{`, 400, "JSON"},
+		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","metadata":` + manyKeys(100) + `}`, 400, "metadata: 100 keys, at most 64"},
+		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","metadata":{"k":"` + strings.Repeat("v", 2049) + `"}}`, 400, "at most 2048"},
+		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","envVars":{"A=B":"x"}}`, 400, "envVars"},
+		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","envVars":` + manyKeys(600) + `}`, 400, "envVars: 600 variables, at most 512"},
 		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base"}`, 404, "base"},
 		{testKey, "POST", "/v2/sandboxes", `{"templateID":"code-interpreter-v1"}`, 404, "interpreter"},
 		{testKey, "GET", "/v2/sandboxes?state=running,dead", "", 400, "state"},
@@ -106,10 +117,19 @@ func TestErrors(t *testing.T) {
 		{testKey, "POST", "/sandboxes/nosuch/fork", `{"count":2}`, 404, "nosuch"},
 		{testKey, "GET", "/sandboxes/nosuch/metrics?start=1&end=0", "", 400, "end"},
 		{testKey, "GET", "/sandboxes/nosuch/metrics", "", 404, "nosuch"},
-		{testKey, "PUT", "/sandboxes/nosuch/network", "{}", 404, "not part of the E2B API"},
-		{testKey, "GET", "/snapshots", "", 404, "not part of the E2B API"},
-		{testKey, "POST", "/v3/templates", "{}", 404, "not part of the E2B API"},
-		{testKey, "GET", "/volumes", "", 404, "not part of the E2B API"},
+		{testKey, "POST", "/v2/sandboxes", `{}`, 400, "templateID: required"},
+		{testKey, "POST", "/sandboxes", `{"templateID":"","timeout":30}`, 400, "templateID: required"},
+		{testKey, "GET", "/templates/aliases/base", "", 404, "base"},
+		{"", "GET", "/templates/aliases/base", "", 401, "API key"},
+		{testKey, "PUT", "/sandboxes/nosuch/network", "{}", 400, "PUT /sandboxes/nosuch/network is not supported by lizard"},
+		{testKey, "POST", "/sandboxes/nosuch/snapshots", "{}", 400, "not supported by lizard"},
+		{testKey, "GET", "/sandboxes/nosuch/no/such/route", "", 400, "not supported by lizard"},
+		{testKey, "GET", "/snapshots", "", 400, "GET /snapshots is not supported by lizard"},
+		{testKey, "POST", "/v3/templates", "{}", 400, "not supported by lizard"},
+		{testKey, "GET", "/templates/base/tags", "", 400, "not supported by lizard"},
+		{testKey, "GET", "/volumes", "", 400, "not supported by lizard"},
+		{testKey, "GET", "/secrets", "", 400, "not supported by lizard"},
+		{"", "GET", "/volumes", "", 401, "API key"},
 	}
 	for _, tt := range tests {
 		w := send(h, tt.key, tt.method, tt.path, tt.body)
@@ -122,6 +142,47 @@ func TestErrors(t *testing.T) {
 			t.Errorf("%s %s %s: %d %+v, want %d mentioning %q", tt.method, tt.path, tt.body, w.Code, body, tt.status, tt.mention)
 		}
 	}
+}
+
+type fakeTemplates []template.Template
+
+func (f fakeTemplates) ListFor(string) ([]template.Template, error) { return f, nil }
+
+// TestTemplateAlias: Template.exists() is true for a template the project
+// sees by any of its names (E2B's TemplateAliasResponse), false (404) for
+// anything else.
+func TestTemplateAlias(t *testing.T) {
+	h := newTestHandlerWith(t, fakeTemplates{
+		{Name: "base"},
+		{Name: "python", Aliases: []string{"python312"}},
+		{Name: "mine", Project: "prj_1"},
+	})
+	tests := []struct {
+		alias  string
+		status int
+		body   string
+	}{
+		{"base", 200, `{"templateID":"base","public":true}`},
+		{"python312", 200, `{"templateID":"python","public":true}`},
+		{"mine", 200, `{"templateID":"mine","public":false}`},
+		{"nosuch", 404, `"code":404`},
+		{"Base", 404, `"code":404`},
+	}
+	for _, tt := range tests {
+		w := send(h, testKey, "GET", "/templates/aliases/"+tt.alias, "")
+		if w.Code != tt.status || !strings.Contains(w.Body.String(), tt.body) {
+			t.Errorf("GET /templates/aliases/%s: %d %s, want %d %s", tt.alias, w.Code, w.Body, tt.status, tt.body)
+		}
+	}
+}
+
+func manyKeys(n int) string {
+	m := map[string]string{}
+	for i := range n {
+		m[fmt.Sprintf("K%d", i)] = "v"
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
 }
 
 // TestListEmptyAndTemplates: an empty project lists [] without a next

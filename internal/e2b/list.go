@@ -2,7 +2,6 @@ package e2b
 
 import (
 	"encoding/base64"
-	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -253,54 +252,6 @@ func (s *server) metrics(w http.ResponseWriter, r *http.Request, p store.Project
 			Timestamp: u.Time.UTC().Format(time.RFC3339), TimestampUnix: u.Time.Unix(), CPUCount: int(u.CPUCount + 0.999),
 			CPUUsedPct: u.CPUUsedPct, MemUsed: u.MemUsed, MemTotal: u.MemTotal, DiskUsed: u.DiskUsed, DiskTotal: u.DiskTotal,
 		}
-	}
-	api.WriteJSON(w, http.StatusOK, out)
-	return nil
-}
-
-// templateInfo is E2B's Template.
-type templateInfo struct {
-	TemplateID    string   `json:"templateID"`
-	BuildID       string   `json:"buildID"`
-	CPUCount      int      `json:"cpuCount"`
-	MemoryMB      int64    `json:"memoryMB"`
-	DiskSizeMB    int64    `json:"diskSizeMB"`
-	Public        bool     `json:"public"`
-	Aliases       []string `json:"aliases"`
-	Names         []string `json:"names"`
-	CreatedAt     string   `json:"createdAt"`
-	UpdatedAt     string   `json:"updatedAt"`
-	CreatedBy     *string  `json:"createdBy"`
-	LastSpawnedAt *string  `json:"lastSpawnedAt"`
-	SpawnCount    int64    `json:"spawnCount"`
-	BuildCount    int      `json:"buildCount"`
-	EnvdVersion   string   `json:"envdVersion"`
-	BuildStatus   string   `json:"buildStatus"`
-}
-
-// listTemplates answers the built templates the project sees; E2B's names of lizard's
-// templates (code-interpreter-v1) are among their aliases.
-func (s *server) listTemplates(w http.ResponseWriter, r *http.Request, p store.Project) error {
-	ts, err := s.templates.ListFor(p.ID)
-	if err != nil {
-		return fmt.Errorf("list templates: %w", err)
-	}
-	size, err := sandbox.LookupSize(sandboxSize)
-	if err != nil {
-		return err
-	}
-	out := []templateInfo{}
-	for _, t := range ts {
-		names := append([]string{t.Name}, t.Aliases...)
-		if a := aliasOf(t.Name); a != "" {
-			names = append(names, a)
-		}
-		at := t.BuiltAt.UTC().Format(time.RFC3339)
-		out = append(out, templateInfo{
-			TemplateID: t.Name, BuildID: t.Version, CPUCount: int(size.CPUs + 0.999), MemoryMB: size.MemoryMB,
-			DiskSizeMB: t.SizeBytes >> 20, Public: true, Aliases: names, Names: names, CreatedAt: at, UpdatedAt: at,
-			BuildCount: 1, EnvdVersion: EnvdVersion, BuildStatus: "ready",
-		})
 	}
 	api.WriteJSON(w, http.StatusOK, out)
 	return nil

@@ -124,7 +124,8 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project)
 	}
 	tpl := req.TemplateID
 	if tpl == "" {
-		tpl = "base"
+		// As E2B's API: the SDKs always send one (theirs default to base).
+		return invalid("templateID: required (e.g. base)")
 	}
 	if lz, ok := templateAliases[tpl]; ok {
 		tpl = lz
@@ -162,6 +163,12 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project)
 	}
 	egress, err := network.ParseEgress(allow, allowed)
 	if err != nil {
+		return err
+	}
+	if err := sandbox.CheckMetadata("metadata", req.Metadata); err != nil {
+		return err
+	}
+	if err := sandbox.CheckEnvs("envVars", req.EnvVars); err != nil {
 		return err
 	}
 	create := func() error {

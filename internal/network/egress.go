@@ -16,6 +16,11 @@ import (
 type Egress struct {
 	Restricted bool     `json:"restricted,omitempty"`
 	Allowed    []string `json:"allowed,omitempty"`
+	// NodeAPI lets the sandbox reach the node's API on the gateway
+	// (Config.APIPort), whatever else it may reach: a sandbox given an
+	// API key for the lizard CLI inside it. Without it no host service
+	// but the gateway's DNS is reachable.
+	NodeAPI bool `json:"nodeApi,omitempty"`
 }
 
 // MaxAllowedHosts caps the allow list of one sandbox.

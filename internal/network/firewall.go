@@ -18,7 +18,8 @@ import (
 // has re-applied each sandbox's policy.
 //
 //	input:   established → accept; DNS to the gateway → accept;
-//	         from the bridge → reject (no host service is reachable)
+//	         saddr in @api, TCP to the gateway's API port → accept;
+//	         from the bridge → reject (no other host service is reachable)
 //	forward: established → accept; to 169.254.0.0/16, to a Config.Deny
 //	         range or back to the bridge → reject; saddr in @open → accept;
 //	         saddr . daddr in @allow → accept; from the bridge → reject
@@ -36,6 +37,7 @@ type firewall struct {
 	table  *nftables.Table
 	open   *nftables.Set // sandboxes with internet access
 	allow  *nftables.Set // sandbox . destination range pairs
+	api    *nftables.Set // sandboxes that may reach the node's API (Egress.NodeAPI)
 	bridge string
 }
 
@@ -43,8 +45,8 @@ type firewall struct {
 func TableName(bridge string) string { return "lizard_" + bridge }
 
 // newFirewall (re)creates the table for bridge and subnet, empty of
-// sandboxes.
-func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr, deny []netip.Prefix) (*firewall, error) {
+// sandboxes; apiPort (0: none) is the gateway's port of the node's API.
+func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr, apiPort uint16, deny []netip.Prefix) (*firewall, error) {
 	c, err := nftables.New()
 	if err != nil {
 		return nil, err
@@ -60,7 +62,8 @@ func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr, deny []
 	fw.open = &nftables.Set{Table: fw.table, Name: "open", KeyType: nftables.TypeIPAddr}
 	fw.allow = &nftables.Set{Table: fw.table, Name: "allow", KeyType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeIPAddr),
 		Concatenation: true, Interval: true}
-	for _, s := range []*nftables.Set{fw.open, fw.allow} {
+	fw.api = &nftables.Set{Table: fw.table, Name: "api", KeyType: nftables.TypeIPAddr}
+	for _, s := range []*nftables.Set{fw.open, fw.allow, fw.api} {
 		if err := c.AddSet(s, nil); err != nil {
 			return nil, fmt.Errorf("nftables set %s: %w", s.Name, err)
 		}
@@ -85,6 +88,12 @@ func newFirewall(bridge string, subnet netip.Prefix, gateway netip.Addr, deny []
 	rule(input, established(), accept)
 	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
 		rule(input, fromBridge, ipv4(), ipDst(gateway), l4proto(proto), dport(53), accept)
+	}
+	if apiPort != 0 {
+		rule(input, fromBridge, ipv4(), ipDst(gateway), l4proto(unix.IPPROTO_TCP), dport(apiPort), []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+			&expr.Lookup{SourceRegister: 1, SetName: fw.api.Name, SetID: fw.api.ID},
+		}, accept)
 	}
 	rule(input, fromBridge, reject())
 
@@ -126,6 +135,11 @@ func (fw *firewall) apply(addr netip.Addr, e Egress) error {
 		return err
 	}
 	fw.clearLocked(c, addr)
+	if e.NodeAPI {
+		if err := c.SetAddElements(fw.api, []nftables.SetElement{{Key: addr.AsSlice()}}); err != nil {
+			return err
+		}
+	}
 	if e.open() {
 		if err := c.SetAddElements(fw.open, []nftables.SetElement{{Key: addr.AsSlice()}}); err != nil {
 			return err
@@ -177,10 +191,12 @@ func (fw *firewall) remove(addr netip.Addr) error {
 
 // clearLocked queues the removal of every element of addr.
 func (fw *firewall) clearLocked(c *nftables.Conn, addr netip.Addr) {
-	if els, err := c.GetSetElements(fw.open); err == nil {
-		for _, el := range els {
-			if a, ok := netip.AddrFromSlice(el.Key); ok && a == addr {
-				c.SetDeleteElements(fw.open, []nftables.SetElement{el})
+	for _, set := range []*nftables.Set{fw.open, fw.api} {
+		if els, err := c.GetSetElements(set); err == nil {
+			for _, el := range els {
+				if a, ok := netip.AddrFromSlice(el.Key); ok && a == addr {
+					c.SetDeleteElements(set, []nftables.SetElement{el})
+				}
 			}
 		}
 	}

@@ -42,6 +42,10 @@ type Config struct {
 	// sharing a host pass prefixes of their own, so that each one's scans
 	// of /run/netns see only its own namespaces.
 	NetnsPrefix string
+	// APIPort is the TCP port of the gateway that endpoints whose
+	// Egress.NodeAPI is set may reach: the server's API, which listens on
+	// the gateway's address too (see APIURL); 0: none may.
+	APIPort uint16
 	// Run runs a command (iptables) and waits for it; nil runs it plainly.
 	// A server that is a child subreaper passes its reaper's Run, so that
 	// the command's status is not reaped away from under it.
@@ -129,7 +133,7 @@ func New(cfg Config) (*Manager, error) {
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
 		return nil, fmt.Errorf("enable IPv4 forwarding: %w", err)
 	}
-	if m.fw, err = newFirewall(cfg.Bridge, cfg.Subnet, gw, cfg.Deny); err != nil {
+	if m.fw, err = newFirewall(cfg.Bridge, cfg.Subnet, gw, cfg.APIPort, cfg.Deny); err != nil {
 		return nil, fmt.Errorf("firewall: %w", err)
 	}
 	// After the table: the iptables rules only accept, and lizard's table
@@ -464,6 +468,19 @@ func (m *Manager) EndpointFor(id string) Endpoint { return EndpointFor(m.cfg.Net
 
 // NetnsPrefix is the prefix of m's namespaces' names: /run/netns/<prefix>-<id>.
 func (m *Manager) NetnsPrefix() string { return m.cfg.NetnsPrefix }
+
+// Gateway is the bridge's address, the sandboxes' gateway: they reach the
+// host at it.
+func (m *Manager) Gateway() netip.Addr { return m.gateway }
+
+// APIURL is where endpoints with Egress.NodeAPI reach the server's API
+// (http://<gateway>:<Config.APIPort>); "" when none may.
+func (m *Manager) APIURL() string {
+	if m.cfg.APIPort == 0 {
+		return ""
+	}
+	return "http://" + netip.AddrPortFrom(m.gateway, m.cfg.APIPort).String()
+}
 
 // Bridge is the name of the bridge m's endpoints hang on.
 func (m *Manager) Bridge() string { return m.cfg.Bridge }

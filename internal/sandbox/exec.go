@@ -40,7 +40,7 @@ func (s *Service) Exec(ctx context.Context, projectID, id string, req ExecReques
 	if req.TimeoutMs < 0 || req.TimeoutMs > MaxExecTimeoutMs {
 		return fmt.Errorf("timeoutMs %d: must be 1 to %d (600 s): %w", req.TimeoutMs, MaxExecTimeoutMs, errdefs.ErrInvalid)
 	}
-	if err := validateEnvs(req.Envs); err != nil {
+	if err := CheckEnvs("envs", req.Envs); err != nil {
 		return err
 	}
 	ag, rec, err := s.Agent(projectID, id)
@@ -91,7 +91,7 @@ func commandDefaults(rec Record, user, workdir *string, envs map[string]string) 
 // envs, as Exec does, and returns the agent that runs it with its pid. The
 // process is not tied to ctx; the caller attaches to it through the agent.
 func (s *Service) StartProcess(ctx context.Context, projectID, id string, req agent.StartRequest) (*agent.Client, int, error) {
-	if err := validateEnvs(req.Env); err != nil {
+	if err := CheckEnvs("envs", req.Env); err != nil {
 		return nil, 0, err
 	}
 	ag, rec, err := s.Agent(projectID, id)

@@ -110,7 +110,7 @@ func (s *Service) adopt(ctx context.Context, rec Record) (Record, error) {
 			}
 		}
 	}()
-	rec.Status, rec.PauseError, rec.DurableAt, rec.Rootfs = StatusRunning, "", nil, rootfs
+	rec.Status, rec.PauseError, rec.DurableAt, rec.Rootfs, rec.Region = StatusRunning, "", nil, rootfs, s.cfg.Region
 	rec.EndAt = nil
 	if rec.RemainingMs > 0 {
 		rec.EndAt = deadline(time.Now().UTC(), rec.RemainingMs)

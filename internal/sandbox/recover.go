@@ -70,6 +70,8 @@ func (s *Service) Recover(ctx context.Context) error {
 			continue
 		}
 		rec.Rootfs = s.knownRootfs(rec.Rootfs, rec.ProjectID, rec.Template)
+		// The node's region now (older records hold what a client asked).
+		rec.Region = s.cfg.Region
 		pending = append(pending, rec)
 	}
 	s.mu.Lock()

@@ -102,6 +102,9 @@ type Config struct {
 	// Images keeps pause images and snapshots durable in an object store
 	// (durable.Images); nil: they live only on this node's disk.
 	Images Images
+	// Region is the node's region (lizard serve --region): every sandbox
+	// the node runs, and every snapshot taken here, is in it.
+	Region string
 }
 
 // DefaultMaxSandboxes is the cap on live sandboxes unless configured.
@@ -280,7 +283,6 @@ type CreateRequest struct {
 	Template  string
 	Size      string
 	TimeoutMs int64 // 0: no deadline
-	Region    string
 	Metadata  map[string]string
 	Envs      map[string]string
 	Egress    network.Egress
@@ -309,11 +311,14 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Record, err 
 	if err := validTimeout(req.TimeoutMs); err != nil {
 		return Record{}, err
 	}
-	if err := validateEnvs(req.Envs); err != nil {
+	if err := CheckEnvs("envs", req.Envs); err != nil {
+		return Record{}, err
+	}
+	if err := CheckMetadata("metadata", req.Metadata); err != nil {
 		return Record{}, err
 	}
 	rec := s.newRecord(req.ProjectID, req.Template, size, req.TimeoutMs)
-	rec.Region, rec.Metadata, rec.Envs, rec.Egress = req.Region, req.Metadata, mergeEnv(tpl.Env, req.Envs), req.Egress
+	rec.Metadata, rec.Envs, rec.Egress = req.Metadata, mergeEnv(tpl.Env, req.Envs), req.Egress
 	rec.User, rec.Workdir, rec.Rootfs = tpl.User, tpl.Workdir, tpl.Rootfs
 	rec.E2B, rec.Secure, rec.AutoPause = req.E2B, req.Secure, req.AutoPause
 	if req.Secure {
@@ -386,7 +391,7 @@ func (s *Service) startCommand(ctx context.Context, rec Record, argv []string) {
 func (s *Service) newRecord(projectID, tpl string, size Size, timeoutMs int64) Record {
 	now := time.Now().UTC()
 	return Record{
-		ID: store.NewID("", 20), ProjectID: projectID, Template: tpl,
+		ID: store.NewID("", 20), ProjectID: projectID, Template: tpl, Region: s.cfg.Region,
 		Size: size.Name, CPUs: size.CPUs, MemoryMB: size.MemoryMB,
 		AgentToken: randomToken(), StartedAt: now, TimeoutMs: timeoutMs,
 		EndAt: deadline(now, timeoutMs), Status: StatusRunning,
@@ -894,26 +899,6 @@ func randomToken() string {
 		panic(err)
 	}
 	return hex.EncodeToString(b)
-}
-
-func validateEnvs(envs map[string]string) error {
-	for k, v := range envs {
-		if k == "" || containsAny(k, "=\x00") || containsAny(v, "\x00") {
-			return fmt.Errorf("envs: %q is not a valid variable name (no '=', no NUL, not empty): %w", k, errdefs.ErrInvalid)
-		}
-	}
-	return nil
-}
-
-func containsAny(s, chars string) bool {
-	for i := range len(s) {
-		for j := range len(chars) {
-			if s[i] == chars[j] {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // mergeEnv lays the create-time envs over the template's default env.

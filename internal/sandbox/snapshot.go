@@ -391,7 +391,7 @@ func (s *Service) fillPool(se *snapEntry) {
 func (s *Service) copyRecord(snap Snapshot, timeoutMs int64) Record {
 	size, _ := LookupSize(snap.Size)
 	rec := s.newRecord(snap.ProjectID, snap.Template, size, timeoutMs)
-	rec.Region, rec.Envs, rec.Metadata, rec.SnapshotID, rec.Egress = snap.Region, snap.Envs, snap.Metadata, snap.ID, snap.Egress
+	rec.Envs, rec.Metadata, rec.SnapshotID, rec.Egress = snap.Envs, snap.Metadata, snap.ID, snap.Egress
 	rec.User, rec.Workdir, rec.Rootfs = snap.User, snap.Workdir, snap.Rootfs
 	rec.E2B, rec.Secure = snap.E2B, snap.Secure
 	if snap.Secure {

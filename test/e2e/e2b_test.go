@@ -18,7 +18,7 @@ var e2bSDKs = []string{"e2b-250", "e2b-251"}
 // E2B_API_URL is lizard's API, E2B_API_KEY a lizard key, E2B_SANDBOX_URL
 // the preview proxy (no wildcard DNS here).
 func TestE2B(t *testing.T) {
-	files, _ := filepath.Glob("js/e2b/*.test.mjs")
+	files := jsFiles("js/e2b/*.test.mjs")
 	if len(files) == 0 {
 		t.Fatal("no E2B test files")
 	}

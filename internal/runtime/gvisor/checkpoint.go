@@ -59,7 +59,7 @@ func (r *Runtime) save(ctx context.Context, id, image string) error {
 	os.RemoveAll(tmp)
 	err := r.runsc(ctx, nil, "checkpoint", "--leave-running", "--image-path", tmp, id)
 	if err == nil {
-		err = r.writeManifest(ctx, tmp)
+		err = r.writeManifest(ctx, id, tmp)
 	}
 	if err == nil {
 		err = os.Rename(tmp, image)

@@ -17,6 +17,7 @@ import (
 	"sync"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // Every checkpoint image (pause image, snapshot, fork image, ready state)
@@ -38,6 +39,10 @@ type Manifest struct {
 	RunscDigest  string `json:"runscDigest"`
 	// CPUFeatures are the flags of the host CPU (/proc/cpuinfo) at save time.
 	CPUFeatures []string `json:"cpuFeatures,omitempty"`
+	// LizardCLI: the saved sandbox had the lizard CLI mounted (at
+	// CLIPath), so its restores must have it too; false in images of
+	// sandboxes made before the CLI was.
+	LizardCLI bool `json:"lizardCli,omitempty"`
 }
 
 // build is the manifest of this server's runsc on this host, computed once.
@@ -101,13 +106,31 @@ func cpuFeatures() ([]string, error) {
 	return nil, sc.Err()
 }
 
-// writeManifest records in image what restoring it needs.
-func (r *Runtime) writeManifest(ctx context.Context, image string) error {
+// writeManifest records in image, just saved of sandbox id, what restoring
+// it needs.
+func (r *Runtime) writeManifest(ctx context.Context, id, image string) error {
 	m, err := r.manifest(ctx)
 	if err != nil {
 		return err
 	}
+	var spec specs.Spec
+	if err := readJSON(filepath.Join(r.dir(id), "bundle", "config.json"), &spec); err != nil {
+		return fmt.Errorf("the saved sandbox's spec: %w", err)
+	}
+	m.LizardCLI = hasCLI(&spec)
 	return writeJSON(filepath.Join(image, manifestFile), m)
+}
+
+// imageHasCLI says whether image's sandbox had the lizard CLI mounted.
+func imageHasCLI(image string) (bool, error) {
+	var m Manifest
+	if err := readJSON(filepath.Join(image, manifestFile), &m); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return false, nil // older than manifests, and than the CLI
+		}
+		return false, fmt.Errorf("checkpoint manifest of %s: %w", image, err)
+	}
+	return m.LizardCLI, nil
 }
 
 // compatible refuses an image this server cannot restore: written by

@@ -37,7 +37,11 @@ type Config struct {
 	StateDir  string // per-sandbox directories live here
 	RunscRoot string // runsc's own state (--root), e.g. /run/lizard/runsc
 	AgentPath string // host path of the static lizard-agent binary
-	Platform  string // "systrap" unless told otherwise
+	// CLIPath is the host path of the static lizard binary, bind-mounted
+	// read-only at CLIPath in every sandbox created (a restore mounts it
+	// when its image's sandbox had it: see Manifest.LizardCLI); "": none.
+	CLIPath  string
+	Platform string // "systrap" unless told otherwise
 	// Network is the sandboxes' network. A runtime without one (and
 	// without an agent) makes no sandboxes: it only Runs commands, each
 	// on the network its RunSpec names (`lizard template build`).
@@ -87,6 +91,11 @@ func New(cfg Config) (*Runtime, error) {
 		}
 		if _, err := os.Stat(p); err != nil {
 			return nil, fmt.Errorf("gvisor: %w", err)
+		}
+	}
+	if cfg.CLIPath != "" {
+		if _, err := os.Stat(cfg.CLIPath); err != nil {
+			return nil, fmt.Errorf("gvisor: the lizard CLI: %w", err)
 		}
 	}
 	for _, d := range []string{cfg.StateDir, cfg.RunscRoot} {
@@ -229,7 +238,19 @@ func (r *Runtime) make(ctx context.Context, spec runtime.Spec, image string) (sb
 			return sb, err
 		}
 	}
-	if err := writeJSON(filepath.Join(dir, "bundle", "config.json"), ociSpec(spec, r.cfg.AgentPath, etc, r.cgroupPath(spec.ID), ep)); err != nil {
+	// runsc restores an image only into a spec with the mounts it was
+	// taken with: the CLI goes where the image's sandbox had it.
+	cli := r.cfg.CLIPath
+	if image != "" {
+		if had, err := imageHasCLI(image); err != nil {
+			return sb, err
+		} else if !had {
+			cli = ""
+		} else if cli == "" {
+			return sb, fmt.Errorf("image %s was taken of a sandbox with the lizard CLI mounted, and this runtime has none to mount: %w", image, errdefs.ErrConflict)
+		}
+	}
+	if err := writeJSON(filepath.Join(dir, "bundle", "config.json"), ociSpec(spec, r.cfg.AgentPath, cli, etc, r.cgroupPath(spec.ID), ep)); err != nil {
 		return sb, err
 	}
 	console, err := os.OpenFile(filepath.Join(dir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)

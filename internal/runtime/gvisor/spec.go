@@ -10,6 +10,10 @@ import (
 // agentPath is where lizard-agent appears inside every sandbox.
 const agentPath = "/.lizard/agent"
 
+// CLIPath is where the lizard CLI appears inside sandboxes (Config.CLIPath):
+// on the PATH of every shell, login shells included.
+const CLIPath = "/usr/local/bin/lizard"
+
 // defaultCaps is Docker's default capability set plus SYS_PTRACE: root in a
 // sandbox can do what root in a container usually can; gVisor stands between
 // it and the host kernel.
@@ -21,15 +25,19 @@ var defaultCaps = []string{
 }
 
 // ociSpec is the bundle's config.json for a sandbox whose cgroup is
-// cgroupsPath: the agent as its init, bind-mounted read-only.
-func ociSpec(s runtime.Spec, agentHostPath, etcDir, cgroupsPath string, ep network.Endpoint) *specs.Spec {
+// cgroupsPath: the agent as its init, bind-mounted read-only, and the
+// lizard CLI at CLIPath, read-only too, unless cliHostPath is "".
+func ociSpec(s runtime.Spec, agentHostPath, cliHostPath, etcDir, cgroupsPath string, ep network.Endpoint) *specs.Spec {
 	proc := process([]string{agentPath}, []string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME=/root",
 		agent.EnvToken + "=" + s.AgentToken,
 	}, "/", 0, 0)
-	agentMount := specs.Mount{Destination: agentPath, Type: "bind", Source: agentHostPath, Options: []string{"bind", "ro"}}
-	spec := containerSpec(s.ID, s.Rootfs, etcDir, ep.Netns, cgroupsPath, proc, s.Resources, []specs.Mount{agentMount}, s.Mounts)
+	own := []specs.Mount{{Destination: agentPath, Type: "bind", Source: agentHostPath, Options: []string{"bind", "ro"}}}
+	if cliHostPath != "" {
+		own = append(own, specs.Mount{Destination: CLIPath, Type: "bind", Source: cliHostPath, Options: []string{"bind", "ro"}})
+	}
+	spec := containerSpec(s.ID, s.Rootfs, etcDir, ep.Netns, cgroupsPath, proc, s.Resources, own, s.Mounts)
 	// A sandbox always has a CPU quota (of 0 when asked none, as ever:
 	// checkpoints are restored with the spec they were taken with).
 	if spec.Linux.Resources.CPU == nil {
@@ -37,6 +45,16 @@ func ociSpec(s runtime.Spec, agentHostPath, etcDir, cgroupsPath string, ep netwo
 		spec.Linux.Resources.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
 	}
 	return spec
+}
+
+// hasCLI says whether the bundle's spec mounts the lizard CLI.
+func hasCLI(spec *specs.Spec) bool {
+	for _, m := range spec.Mounts {
+		if m.Destination == CLIPath {
+			return true
+		}
+	}
+	return false
 }
 
 // runSpec is the bundle's config.json for a Runner container whose cgroup

@@ -2,6 +2,8 @@ package gvisor
 
 import (
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -14,11 +16,11 @@ import (
 // read-only where asked, read-write otherwise.
 func TestOCISpecMounts(t *testing.T) {
 	ep := network.Endpoint{Netns: "/run/netns/lizard-x", Addr: netip.MustParseAddr("10.250.0.2"), Gateway: netip.MustParseAddr("10.250.0.1")}
-	base := ociSpec(runtime.Spec{ID: "x", Rootfs: "/rootfs"}, "/agent", "/etc-dir", "/lizard/x", ep)
+	base := ociSpec(runtime.Spec{ID: "x", Rootfs: "/rootfs"}, "/agent", "", "/etc-dir", "/lizard/x", ep)
 	with := ociSpec(runtime.Spec{ID: "x", Rootfs: "/rootfs", Mounts: []runtime.Mount{
 		{Source: "/prog.py", Destination: "/.lizard/prog.py", ReadOnly: true},
 		{Source: "/vol", Destination: "/workspace"},
-	}}, "/agent", "/etc-dir", "/lizard/x", ep)
+	}}, "/agent", "", "/etc-dir", "/lizard/x", ep)
 	if len(with.Mounts) != len(base.Mounts)+2 {
 		t.Fatalf("%d mounts with two more than %d", len(with.Mounts), len(base.Mounts))
 	}
@@ -38,5 +40,52 @@ func TestOCISpecMounts(t *testing.T) {
 		if m := with.Mounts[i]; m.Type != "bind" || !slices.Equal(m.Options, []string{"bind", want}) {
 			t.Fatalf("mount at %s = %+v, want a %s bind", dst, m, want)
 		}
+	}
+}
+
+// TestOCISpecCLI: with a CLI path the sandbox has the lizard binary at
+// CLIPath, read-only, and hasCLI tells such a spec (and so an image of it)
+// from one without.
+func TestOCISpecCLI(t *testing.T) {
+	ep := network.Endpoint{Netns: "/run/netns/lizard-x", Addr: netip.MustParseAddr("10.250.0.2"), Gateway: netip.MustParseAddr("10.250.0.1")}
+	without := ociSpec(runtime.Spec{ID: "x", Rootfs: "/rootfs"}, "/agent", "", "/etc-dir", "/lizard/x", ep)
+	with := ociSpec(runtime.Spec{ID: "x", Rootfs: "/rootfs"}, "/agent", "/data/cli/lizard-1234", "/etc-dir", "/lizard/x", ep)
+	if hasCLI(without) || !hasCLI(with) {
+		t.Fatalf("hasCLI: without %v, with %v", hasCLI(without), hasCLI(with))
+	}
+	if len(with.Mounts) != len(without.Mounts)+1 {
+		t.Fatalf("%d mounts, want one more than %d", len(with.Mounts), len(without.Mounts))
+	}
+	i := slices.IndexFunc(with.Mounts, func(m specs.Mount) bool { return m.Destination == CLIPath })
+	if m := with.Mounts[i]; m.Source != "/data/cli/lizard-1234" || m.Type != "bind" || !slices.Equal(m.Options, []string{"bind", "ro"}) {
+		t.Fatalf("CLI mount %+v", m)
+	}
+}
+
+// TestImageHasCLI: an image's manifest says whether its sandbox had the
+// CLI; images without one (older servers) had none.
+func TestImageHasCLI(t *testing.T) {
+	for _, tt := range []struct {
+		manifest string
+		want     bool
+	}{
+		{"", false},
+		{`{"runscVersion":"runsc version x"}`, false},
+		{`{"runscVersion":"runsc version x","lizardCli":true}`, true},
+	} {
+		dir := t.TempDir()
+		if tt.manifest != "" {
+			if err := os.WriteFile(filepath.Join(dir, manifestFile), []byte(tt.manifest), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got, err := imageHasCLI(dir); err != nil || got != tt.want {
+			t.Errorf("manifest %q: %v, %v; want %v", tt.manifest, got, err, tt.want)
+		}
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, manifestFile), []byte("{"), 0o600)
+	if _, err := imageHasCLI(dir); err == nil {
+		t.Error("a broken manifest passed")
 	}
 }

@@ -126,8 +126,10 @@ test('bad input is a 4xx in E2B error shape, never a 500', async () => {
     ['POST', '/sandboxes/nosuch/pause', undefined, 404],
     ['POST', '/v2/sandboxes/nosuch/connect', { timeout: 10 }, 404],
     ['GET', '/sandboxes/nosuch/metrics?start=abc', undefined, 400],
-    ['GET', '/sandboxes/nosuch/no/such/route', undefined, 404],
-    ['POST', '/v3/templates', {}, 404],
+    ['GET', '/sandboxes/nosuch/no/such/route', undefined, 400],
+    ['POST', '/v3/templates', {}, 400],
+    ['POST', '/v2/sandboxes', { timeout: 30 }, 400],
+    ['POST', '/v2/sandboxes', { templateID: 'base', metadata: Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`k${i}`, 'v'])) }, 400],
   ]
   for (const [method, path, body, want] of cases) {
     const res = await api(method, path, body)
