@@ -234,8 +234,8 @@ func TestReadyStateCrash(t *testing.T) {
 	df := filepath.Join(t.TempDir(), "Dockerfile")
 	// Slow to get ready, so that the kill lands during the preparation.
 	os.WriteFile(df, []byte("FROM python\nCMD [\"sh\", \"-c\", \"sleep 4; exec python3 -m http.server --bind 127.0.0.1 8000\"]\n"), 0o644)
-	cmd := exec.Command(filepath.Join(s.bin, "lizard"), append([]string{"template", "build", name, "-f", df, "--template-dir", s.templateDir},
-		s.stateArgs()...)...)
+	cmd := exec.Command(filepath.Join(s.bin, "lizard"), append(append([]string{"template", "build", name, "-f", df, "--template-dir", s.templateDir},
+		s.stateArgs()...), s.buildArgs()...)...)
 	if r := os.Getenv("LIZARD_RUNSC"); r != "" {
 		cmd.Args = append(cmd.Args, "--runsc", r)
 	}
