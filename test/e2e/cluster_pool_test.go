@@ -29,7 +29,7 @@ type poolInfo struct {
 // copies (a retryable 503 while routing catches up is waited out).
 func (c *testCluster) waitPool(via *clusterNode, id string, ready int) {
 	c.t.Helper()
-	deadline := time.Now().Add(3 * time.Minute)
+	deadline := time.Now().Add(budget(3 * time.Minute))
 	for {
 		var info poolInfo
 		code, body := via.do("GET", "/api/sandbox-snapshots/"+id, nil, &info)
@@ -131,7 +131,7 @@ func TestClusterPoolMoves(t *testing.T) {
 		t.Fatalf("warm copies on %s: %v, want 2", pool.name, warm)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), budget(5*time.Minute))
 	defer cancel()
 	outFile := filepath.Join(t.TempDir(), "restored")
 	env := []string{"POOL_SNAPSHOT=" + snap.ID, "POOL_PID=" + strconv.Itoa(pid), "POOL_N=" + strconv.Itoa(n), "POOL_OUT=" + outFile}

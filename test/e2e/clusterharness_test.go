@@ -212,14 +212,14 @@ func stateField(f []string) string {
 // waitState waits (up to a minute) until node name is in state want.
 func (c *testCluster) waitState(name, want string) {
 	c.t.Helper()
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(budget(time.Minute))
 	for {
 		st := c.states()
 		if st[name] == want {
 			return
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("node %s is %q after a minute, want %s (all: %v)", name, st[name], want, st)
+			c.t.Fatalf("node %s is %q after %v, want %s (all: %v)", name, st[name], budget(time.Minute), want, st)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}

@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lizard-build/lizard/internal/slowness"
 	"github.com/lizard-build/lizard/internal/template"
 )
 
@@ -54,6 +55,11 @@ var (
 	binDir    string
 	buildErr  error
 )
+
+// budget is a fixed wait of the tests: d on the machine they were written
+// on (slowness.Reference), as many times longer as this machine is slower
+// (LIZARD_TEST_SLOWNESS, measured by scripts/test.sh), never shorter.
+func budget(d time.Duration) time.Duration { return slowness.Scale(d) }
 
 // requirements skips the test when this machine cannot run sandboxes.
 func requirements(t *testing.T) {
@@ -189,10 +195,10 @@ func newTestServer(t *testing.T, node *testNode, dataDir, db string, extraArgs .
 func (s *server) start() {
 	done := strings.Count(s.logs(), recoveryDone)
 	s.startAnswering()
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(budget(90 * time.Second))
 	for strings.Count(s.logs(), recoveryDone) <= done {
 		if time.Now().After(deadline) {
-			s.t.Fatalf("recovery did not finish within 90 s:\n%s", s.logs())
+			s.t.Fatalf("recovery did not finish within %v:\n%s", budget(90*time.Second), s.logs())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -264,7 +270,7 @@ func (s *server) launch() error {
 	// done, whatever its sandboxes' load (TestRestartBusy: 55 ms); the
 	// margin is for a host that other work keeps busy (bench/ saw 14 s at
 	// a load average of 85 on 2 cores).
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(budget(30 * time.Second))
 	for time.Now().Before(deadline) {
 		select {
 		case <-s.exited:
@@ -279,7 +285,7 @@ func (s *server) launch() error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return errors.New("no answer within 30 s")
+	return fmt.Errorf("no answer within %v", budget(30*time.Second))
 }
 
 // lastFlag is the value of the last "name value" pair in args, "" if none.
@@ -311,7 +317,7 @@ func (s *server) stop() {
 	s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-s.exited:
-	case <-time.After(10 * time.Second):
+	case <-time.After(budget(10 * time.Second)):
 		s.cmd.Process.Kill()
 		<-s.exited
 	}

@@ -328,7 +328,7 @@ const cgroupRoot = "/sys/fs/cgroup"
 // after an answer (a reaped process, an expiry).
 func (s *server) waitNoLeaks(t *testing.T) {
 	t.Helper()
-	if l := s.leftAfter(5 * time.Second); len(l) > 0 {
+	if l := s.leftAfter(budget(5 * time.Second)); len(l) > 0 {
 		t.Fatalf("left behind: %v", l)
 	}
 }
@@ -361,7 +361,7 @@ func (s *server) finish(r reporter, failed bool) {
 	if failed {
 		left = s.leaks()
 	} else {
-		left = s.leftAfter(5 * time.Second)
+		left = s.leftAfter(budget(5 * time.Second))
 	}
 	if len(left) > 0 {
 		if failed {
@@ -406,7 +406,7 @@ func (s *server) finish(r reporter, failed bool) {
 // cgroups), then their veths, network namespaces, mounts, cgroups and
 // directories.
 func (s *server) scrub() {
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(budget(5 * time.Second)); ; time.Sleep(100 * time.Millisecond) {
 		pids := s.processes()
 		if len(pids) == 0 || time.Now().After(deadline) {
 			break
