@@ -186,7 +186,8 @@ func newServerOn(t *testing.T, node *testNode, dataDir, db string, extraArgs ...
 func newTestServer(t *testing.T, node *testNode, dataDir, db string, extraArgs ...string) *server {
 	t.Helper()
 	s := &server{t: t, dataDir: dataDir, names: namesFor(t, dataDir), db: db, key: "lz_e2e_test_key_0123456789abcdef", extra: extraArgs, node: node}
-	t.Cleanup(func() { s.finish(t, t.Failed()) })
+	// A test that failed or skipped half-way did not get to clean up.
+	t.Cleanup(func() { s.finish(t, t.Failed() || t.Skipped()) })
 	return s
 }
 

@@ -352,22 +352,25 @@ type reporter interface {
 
 // finish ends a server at the end of its test (the test's cleanup): the
 // server stops, and what its sandboxes left on the host is a failure of
-// this test (of a test that failed already it is logged: it stopped
-// half-way) and is removed, so that the next test starts on a clean host;
+// this test (of a test that stopped half-way, failed or skipped, it is
+// logged) and is removed, so that the next test starts on a clean host;
 // then runsc's root, the cgroup parents and the bridges go.
-func (s *server) finish(r reporter, failed bool) {
+func (s *server) finish(r reporter, halfway bool) {
 	s.stop()
 	var left []string
-	if failed {
+	if halfway {
 		left = s.leaks()
 	} else {
 		left = s.leftAfter(budget(5 * time.Second))
 	}
 	if len(left) > 0 {
-		if failed {
-			r.Logf("removing what the server on %s left when its test failed: %v", s.dataDir, left)
+		if halfway {
+			r.Logf("removing what the server on %s left when its test stopped half-way: %v", s.dataDir, left)
 		} else {
 			r.Errorf("left behind by the server on %s (now removed): %v", s.dataDir, left)
+			if l := s.logs(); l != "" {
+				r.Logf("server log:\n%s", l)
+			}
 		}
 		s.scrub()
 		if l := s.leaks(); len(l) > 0 {
