@@ -24,6 +24,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/runtime/gvisor"
+	"github.com/lizard-build/lizard/internal/template"
 )
 
 // Each data directory's servers take names on the host of their own
@@ -394,6 +395,8 @@ func (s *server) finish(r reporter, halfway bool) {
 			os.Remove(d)
 		}
 	}
+	// Its builds' turns on its build bridge were taken with a lock file.
+	os.Remove(template.BuildNetworkLock(s.buildBridge()))
 	// A server leaves its network for the sandboxes that outlive it;
 	// none is left now. A node's are in its namespace, which goes with
 	// it.
