@@ -366,16 +366,16 @@ func (s *server) finish(r reporter, halfway bool) {
 	}
 	if len(left) > 0 {
 		if halfway {
-			r.Logf("removing what the server on %s left when its test stopped half-way: %v", s.dataDir, left)
+			r.Logf("removing what the server on %s left when its test stopped half-way: %s", s.dataDir, summary(left))
 		} else {
-			r.Errorf("left behind by the server on %s (now removed): %v", s.dataDir, left)
+			r.Errorf("left behind by the server on %s (now removed): %s", s.dataDir, summary(left))
 			if l := s.logs(); l != "" {
 				r.Logf("server log:\n%s", l)
 			}
 		}
 		s.scrub()
 		if l := s.leaks(); len(l) > 0 {
-			r.Errorf("could not remove what the server on %s left: %v", s.dataDir, l)
+			r.Errorf("could not remove what the server on %s left: %s", s.dataDir, summary(l))
 		}
 	}
 	// runsc pins one empty network namespace in its state directory,
@@ -405,6 +405,30 @@ func (s *server) finish(r reporter, halfway bool) {
 			r.Errorf("remove the networks of the server on %s: %v", s.dataDir, err)
 		}
 	}
+}
+
+// summary is what leaks listed, by kind: how many of each and the first
+// few (a busy test leaves ten cgroups a sandbox on cgroup v1).
+func summary(left []string) string {
+	var kinds []string
+	of := map[string][]string{}
+	for _, l := range left {
+		kind, what, _ := strings.Cut(l, " ")
+		if of[kind] == nil {
+			kinds = append(kinds, kind)
+		}
+		of[kind] = append(of[kind], what)
+	}
+	var out []string
+	for _, k := range kinds {
+		ws := of[k]
+		more := ""
+		if len(ws) > 3 {
+			ws, more = ws[:3], ", …"
+		}
+		out = append(out, fmt.Sprintf("%d %s (%s%s)", len(of[k]), k, strings.Join(ws, ", "), more))
+	}
+	return strings.Join(out, "; ")
 }
 
 // scrub removes by force whatever this server's sandboxes left on the
