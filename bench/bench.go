@@ -35,6 +35,8 @@ type config struct {
 	// bridge and subnet are the bench server's sandbox network, apart from
 	// any other server's on the host.
 	bridge, subnet string
+	// slowness: measure only the tests' slowness factor (printSlowness).
+	slowness bool
 }
 
 // sections are what -only chooses from.
@@ -67,6 +69,9 @@ func run(ctx context.Context, cfg config) error {
 			return fmt.Errorf("runsc not found: %w", err)
 		}
 		cfg.runsc = p
+	}
+	if cfg.slowness {
+		return printSlowness(ctx, cfg, os.Stdout, os.Stderr)
 	}
 	if cfg.only == "cluster" {
 		// A cluster of its own: no single-node server beside it.

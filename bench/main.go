@@ -3,6 +3,10 @@
 // medians). It starts its own `lizard serve` on a scratch data directory.
 //
 //	go run ./bench [-n 20] [-runsc PATH] [-template-dir DIR] [-only core,checkpoints,restart,proxy,volume,desktop,templates,e2b,durable]
+//
+// With -slowness it measures only raw runsc's create → first exec and
+// prints this machine's slowness factor for the tests (internal/slowness;
+// scripts/test.sh runs it).
 package main
 
 import (
@@ -25,6 +29,7 @@ func main() {
 	flag.StringVar(&cfg.only, "only", "", "measure only these sections, comma-separated: "+strings.Join(sections, ", "))
 	flag.StringVar(&cfg.bridge, "bridge", "lizardb0", "the bench server's sandbox bridge")
 	flag.StringVar(&cfg.subnet, "subnet", "10.254.0.0/16", "the bench server's sandbox subnet")
+	flag.BoolVar(&cfg.slowness, "slowness", false, "print only this machine's slowness factor for the tests: raw runsc create → first exec over the reference machine's (internal/slowness), at least 1")
 	flag.Parse()
 	if err := run(ctx, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

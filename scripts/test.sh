@@ -2,8 +2,21 @@
 # Runs lizard's tests: installs the npm SDK the e2e tests use, runs every Go
 # test (log in $LIZARD_TEST_LOG, default /tmp/lizard-test.log), prints a
 # summary and exits with go test's status.
-# Packages run one at a time (-p 1): the runtime and end-to-end tests share
-# the host's cgroup tree and namespace directory and count its leftovers.
+#
+# First it measures the machine: `go run ./bench -slowness` times a raw
+# runsc create → first exec of the base template (the median of 7, after
+# one that warms the caches) and divides it by the 95 ms of the machine the
+# tests' waits were set on (internal/slowness.Reference), at least 1. The
+# factor is exported as LIZARD_TEST_SLOWNESS and is the log's first line;
+# every fixed wait of the tests that drive sandboxes (the e2e harness's
+# budget(), the runtime conformance suite, the SDK tests' budget()) is that
+# many times longer, never shorter than it was. A LIZARD_TEST_SLOWNESS set
+# beforehand is kept (1 when it cannot be measured: no runsc or template).
+#
+# Packages run one at a time (-p 1): the runtime and end-to-end tests run
+# sandboxes, which two packages at once would slow past their waits. Their
+# names on the host are each test's own (test/e2e/isolation_test.go), so
+# what one test leaves fails that test alone.
 # The end-to-end tests include the cluster's (test/e2e/cluster_test.go:
 # three nodes in network namespaces of their own on a PostgreSQL of the
 # test's own, docs/CLUSTER.md's failure table).
@@ -27,9 +40,28 @@ if [ -f test/e2e/package.json ]; then
 	(cd test/e2e && npm install --no-audit --no-fund) || { echo "[test] npm install failed" >&2; exit 1; }
 fi
 
+if [ -z "${LIZARD_TEST_SLOWNESS:-}" ]; then
+	measurement=$(mktemp)
+	if LIZARD_TEST_SLOWNESS=$(go run ./bench -slowness 2>"$measurement"); then
+		measured=$(cat "$measurement")
+	else
+		measured="not measured, waits unscaled: $(cat "$measurement")"
+		LIZARD_TEST_SLOWNESS=1
+	fi
+	rm -f "$measurement"
+else
+	measured="set beforehand"
+fi
+export LIZARD_TEST_SLOWNESS
+echo "[test] LIZARD_TEST_SLOWNESS=$LIZARD_TEST_SLOWNESS: the tests' waits are that many times today's ($measured)" | tee "$log"
+# The go test run's timeouts stretch as well, from today's 60 and 20
+# minutes.
+go_timeout=$(awk -v f="$LIZARD_TEST_SLOWNESS" 'BEGIN { printf "%dm", 60 * f }')
+pg_timeout=$(awk -v f="$LIZARD_TEST_SLOWNESS" 'BEGIN { printf "%dm", 20 * f }')
+
 echo "[test] go test ./... (LIZARD_TEMPLATE_DIR=${LIZARD_TEMPLATE_DIR:-} LIZARD_RUNSC=${LIZARD_RUNSC:-}; log: $log)"
 # shellcheck disable=SC2086 # GO_TEST_FLAGS is a list of flags
-go test -count=1 -p 1 -timeout 60m ${GO_TEST_FLAGS:-} ./... 2>&1 | tee "$log"
+go test -count=1 -p 1 -timeout "$go_timeout" ${GO_TEST_FLAGS:-} ./... 2>&1 | tee -a "$log"
 status=${PIPESTATUS[0]}
 
 # The end-to-end tests that lean on the store most, again with every server
@@ -38,7 +70,7 @@ status=${PIPESTATUS[0]}
 pg_e2e='^(TestSDK|TestAPIKeys|TestProjectIsolation|TestRestart|TestVolumeSurvives|TestPausedSurvivesReboot|TestBadInput)$'
 echo "[test] e2e on PostgreSQL: $pg_e2e"
 # shellcheck disable=SC2086
-LIZARD_E2E_DATABASE=postgres go test -count=1 -p 1 -timeout 20m ${GO_TEST_FLAGS:-} -run "$pg_e2e" ./test/e2e 2>&1 | tee -a "$log"
+LIZARD_E2E_DATABASE=postgres go test -count=1 -p 1 -timeout "$pg_timeout" ${GO_TEST_FLAGS:-} -run "$pg_e2e" ./test/e2e 2>&1 | tee -a "$log"
 pg_status=${PIPESTATUS[0]}
 [ "$pg_status" -eq 0 ] || status=$pg_status
 

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lizard-build/lizard/internal/slowness"
 )
 
 // needRealBuild skips a test of a real debootstrap build when this machine
@@ -56,7 +58,7 @@ func TestBuildBaseReal(t *testing.T) {
 		dir = t.TempDir()
 	}
 	r := NewRegistry(dir)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), slowness.Scale(20*time.Minute))
 	defer cancel()
 
 	start := time.Now()
@@ -215,7 +217,7 @@ func TestBuildFailureCleansUp(t *testing.T) {
 		t.Skip(err)
 	}
 	r.Mirror = "http://127.0.0.1:9/debian" // discard port: connection refused
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), slowness.Scale(2*time.Minute))
 	defer cancel()
 	var out syncBuffer
 	_, err := r.Build(ctx, "base", &out)
@@ -239,7 +241,7 @@ func TestBuildFailureCleansUp(t *testing.T) {
 func TestBuildCancelDuringApt(t *testing.T) {
 	needRealBuild(t)
 	r := NewRegistry(t.TempDir())
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), slowness.Scale(20*time.Minute))
 	defer cancel()
 	cctx, ccancel := context.WithCancel(ctx)
 	defer ccancel()
@@ -274,7 +276,7 @@ func TestBuildAptFailure(t *testing.T) {
 	builtins["broken"] = debian([]string{"no-such-package-lizard"}, nil)
 	defer delete(builtins, "broken")
 	r := NewRegistry(t.TempDir())
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), slowness.Scale(20*time.Minute))
 	defer cancel()
 	_, err := r.Build(ctx, "broken", testWriter{t})
 	if err == nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/runtime/gvisor"
+	"github.com/lizard-build/lizard/internal/slowness"
 )
 
 // realTemplateDir is the built templates' cache, as the e2e tests find it:
@@ -52,7 +53,7 @@ CMD ["python3", "-m", "http.server", "8000"]
 RUN echo v1 > /tmp/last.txt
 `
 	build := func(df string) (Template, string, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), slowness.Scale(5*time.Minute))
 		defer cancel()
 		var out bytes.Buffer
 		tpl, err := r.BuildDockerfile(ctx, "custom", DockerfileOptions{
@@ -209,7 +210,7 @@ func TestDockerfileBeforeSwitch(t *testing.T) {
 	r, rt := realBaseRegistry(t)
 	bctx := t.TempDir()
 	build := func(n string, hook func(context.Context, Template, io.Writer) error) (Template, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), slowness.Scale(5*time.Minute))
 		defer cancel()
 		os.WriteFile(filepath.Join(bctx, "n.txt"), []byte(n), 0o644)
 		var out bytes.Buffer

@@ -49,8 +49,9 @@ const (
 // DockerfileOptions.BuildSubnet says otherwise.
 var DefaultBuildSubnet = netip.MustParsePrefix("10.247.0.0/16")
 
-// buildNetLockPath is the lock builds on bridge take turns with.
-func buildNetLockPath(bridge string) string {
+// BuildNetworkLock is the lock file builds on bridge take turns with (it
+// stays after them; a host's tests remove theirs).
+func BuildNetworkLock(bridge string) string {
 	return filepath.Join(buildStateDir, "build-network-"+bridge+".lock")
 }
 
@@ -478,7 +479,7 @@ func (b *dbuild) network(ctx context.Context) (*network.Manager, error) {
 	if err := os.MkdirAll(buildStateDir, 0o755); err != nil {
 		return nil, err
 	}
-	f, err := flock(ctx, buildNetLockPath(b.opts.BuildBridge), syscall.LOCK_EX, func() {
+	f, err := flock(ctx, BuildNetworkLock(b.opts.BuildBridge), syscall.LOCK_EX, func() {
 		b.out.printf("waiting for another build's RUN steps to finish (builds take turns on the build network)")
 	})
 	if err != nil {

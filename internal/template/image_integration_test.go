@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/slowness"
 	"github.com/lizard-build/lizard/internal/template/ocitest"
 )
 
@@ -36,7 +37,7 @@ func TestDockerfileFromImage(t *testing.T) {
 	}
 	policy := allowed
 	build := func(df string) (Template, string, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), slowness.Scale(3*time.Minute))
 		defer cancel()
 		var out bytes.Buffer
 		tpl, err := r.BuildDockerfile(ctx, "fromimage", DockerfileOptions{

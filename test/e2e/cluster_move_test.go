@@ -59,7 +59,7 @@ func TestClusterResumeAnywhere(t *testing.T) {
 	c.waitState("a", "removed")
 	// Not lost: paused, any node answers for it (once b's routing has seen
 	// a go: until then a retryable 503).
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(budget(30 * time.Second)); ; time.Sleep(200 * time.Millisecond) {
 		var info sandboxInfo
 		code, body := b.do("GET", "/api/sandboxes/"+id, nil, &info)
 		if code == http.StatusOK && info.Status == "paused" {
@@ -70,7 +70,7 @@ func TestClusterResumeAnywhere(t *testing.T) {
 		}
 	}
 	// The official SDK, through b: connect, resume, the counter goes on.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), budget(5*time.Minute))
 	defer cancel()
 	env := []string{"MOVE_SANDBOX=" + id, "MOVE_PID=" + strconv.Itoa(pid), "MOVE_N=" + strconv.Itoa(n)}
 	if err := b.runNodeEnv(ctx, env, "js/move/resume.test.mjs"); err != nil {
@@ -247,7 +247,7 @@ func TestClusterSnapshotAnywhere(t *testing.T) {
 	a.crash()
 	c.waitState("a", "suspect")
 	var cp sandboxInfo
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(budget(30 * time.Second)); ; time.Sleep(200 * time.Millisecond) {
 		// A retryable 503 until b's routing has seen a lapse.
 		code, body := b.do("POST", "/api/sandboxes", map[string]any{"snapshotId": snap.ID}, &cp)
 		if code < 300 {
@@ -266,7 +266,7 @@ func TestClusterSnapshotAnywhere(t *testing.T) {
 
 	a.start()
 	c.waitState("a", "ready")
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(budget(30 * time.Second)); ; time.Sleep(200 * time.Millisecond) {
 		// A retryable 503 until b's routing has seen a back.
 		code, body := b.do("DELETE", "/api/sandbox-snapshots/"+snap.ID, nil, nil)
 		if code < 300 {

@@ -53,7 +53,7 @@ func setDraining(t *testing.T, db *postgres.Store, name string, draining bool) {
 func waitReady(t *testing.T, db *postgres.Store, names ...string) {
 	t.Helper()
 	var ns []store.Node
-	for range 300 {
+	for deadline := time.Now().Add(budget(30 * time.Second)); time.Now().Before(deadline); {
 		var err error
 		if ns, err = db.Nodes(context.Background()); err != nil {
 			t.Fatal(err)
@@ -282,7 +282,7 @@ func e2bPage(t *testing.T, s *server, path string) (ids []string, next string) {
 // a file that a second exec (also through s) creates only after the first
 // line has arrived: the stream cannot have been buffered anywhere.
 func clusterExecStream(t *testing.T, s *server, id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), budget(60*time.Second))
 	defer cancel()
 	body, _ := json.Marshal(map[string]any{"cmd": "echo first; while [ ! -e /tmp/go ]; do sleep 0.05; done; echo second"})
 	req, _ := http.NewRequestWithContext(ctx, "POST", s.url+"/api/sandboxes/"+id+"/exec", bytes.NewReader(body))

@@ -222,7 +222,7 @@ func TestClusterResumeOldVersion(t *testing.T) {
 	// Through b: a retryable 503 until b's routing has seen a go.
 	retry := func(what, method, path string, body any, out any) {
 		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		for deadline := time.Now().Add(budget(30 * time.Second)); ; time.Sleep(200 * time.Millisecond) {
 			code, resp := b.do(method, path, body, out)
 			if code < 300 {
 				return
@@ -292,7 +292,7 @@ func TestClusterResumeOldVersion(t *testing.T) {
 	retry("delete snapshot", "DELETE", "/api/sandbox-snapshots/"+snap.ID, nil, nil)
 	retry("delete snapshot", "DELETE", "/api/sandbox-snapshots/"+pooled.ID, nil, nil)
 	c.killAll(b)
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(budget(time.Minute)); ; time.Sleep(200 * time.Millisecond) {
 		// Only the template's versions stay (docs/CLUSTER.md).
 		left := append(keys(t, st, "images/sandboxes/"), keys(t, st, "images/snapshots/")...)
 		if len(left) == 0 {

@@ -120,7 +120,7 @@ func TestClusterKill9(t *testing.T) {
 	b.start()
 	c.waitState("b", "ready")
 	var pid2, n2 int
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(budget(30 * time.Second))
 	for {
 		code, out, err := a.execOK(id, "cat /tmp/counter; cat /root/file")
 		if err == nil && code == 200 {
@@ -159,7 +159,7 @@ func TestClusterNodeRemoved(t *testing.T) {
 	// Until a's cache of the owner expires (a few seconds) the answer is
 	// a retryable 503, as for a node that is only down.
 	code, body := a.do("GET", "/api/sandboxes/"+lost, nil, nil)
-	for deadline := time.Now().Add(15 * time.Second); code == http.StatusServiceUnavailable && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(budget(15 * time.Second)); code == http.StatusServiceUnavailable && time.Now().Before(deadline); {
 		time.Sleep(250 * time.Millisecond)
 		code, body = a.do("GET", "/api/sandboxes/"+lost, nil, nil)
 	}
@@ -221,7 +221,7 @@ func TestClusterDatabaseOutage(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			client := &http.Client{Timeout: 30 * time.Second}
+			client := &http.Client{Timeout: budget(30 * time.Second)}
 			for i := 0; ; i++ {
 				select {
 				case <-stop:
@@ -276,7 +276,7 @@ func TestClusterDatabaseOutage(t *testing.T) {
 	}
 	// Creates work again once the nodes renewed their leases; nobody was
 	// declared dead, so every sandbox is still there.
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(budget(time.Minute))
 	for {
 		var sb sandboxInfo
 		code, body, err := a.request(context.Background(), a.key, "POST", "/api/sandboxes", map[string]any{"template": "base", "size": "nano"}, &sb)
@@ -284,7 +284,7 @@ func TestClusterDatabaseOutage(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("create a minute after the database came back: %d %s %v", code, body, err)
+			t.Fatalf("create %v after the database came back: %d %s %v", budget(time.Minute), code, body, err)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
@@ -328,7 +328,7 @@ func TestClusterPartitionFromPeers(t *testing.T) {
 		t.Fatalf("node c cut off from its peers only is %s, want ready", st)
 	}
 	heal()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(budget(30 * time.Second))
 	for {
 		code, out, err := a.execOK(id, "echo back")
 		if err == nil && code == 200 && out == "back\n" {
@@ -362,7 +362,7 @@ func TestClusterPartitionFromDatabase(t *testing.T) {
 	c.waitState("c", "dead")
 	// a may still hold the owner in its cache for a few seconds.
 	code, body := a.do("GET", "/api/sandboxes/"+id, nil, nil)
-	for deadline := time.Now().Add(15 * time.Second); code != http.StatusNotFound && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(budget(15 * time.Second)); code != http.StatusNotFound && time.Now().Before(deadline); {
 		time.Sleep(250 * time.Millisecond)
 		code, body = a.do("GET", "/api/sandboxes/"+id, nil, nil)
 	}
@@ -434,7 +434,7 @@ func TestClusterSDK(t *testing.T) {
 	if len(files) == 0 {
 		t.Fatal("no SDK test files")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), budget(15*time.Minute))
 	defer cancel()
 	if err := a.runNode(ctx, files...); err != nil {
 		t.Fatalf("SDK tests through node a failed: %v", err)

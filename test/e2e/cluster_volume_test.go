@@ -38,7 +38,7 @@ func (n *clusterNode) volume(t *testing.T, name string) volumeInfo {
 // syncs in the background) and returns it.
 func (n *clusterNode) waitSynced(t *testing.T, name string) volumeInfo {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(budget(2 * time.Minute))
 	for {
 		v := n.volume(t, name)
 		if v.AttachedTo == "" && v.Version > 0 && v.SyncedVersion == v.Version {
@@ -118,7 +118,7 @@ func TestClusterVolumeMoves(t *testing.T) {
 	}
 	var code int
 	var body []byte
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(budget(30 * time.Second)); ; time.Sleep(200 * time.Millisecond) {
 		// A retryable 503 until b's routing has seen a go.
 		code, body = b.do("POST", "/api/sandboxes", map[string]any{"template": "base", "volumeName": "moving"}, nil)
 		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
@@ -156,7 +156,7 @@ func TestClusterVolumeMoves(t *testing.T) {
 	}
 	x.crash()
 	c.waitState(x.name, "dead")
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(budget(30 * time.Second))
 	for v = y.volume(t, "moving"); !v.Stale; v = y.volume(t, "moving") {
 		if time.Now().After(deadline) {
 			t.Fatalf("after %s died: %+v; want stale", x.name, v)

@@ -18,9 +18,11 @@ import (
 // names and addresses of their own, so that a cluster a user runs and the
 // tests never collide: a host bridge lzt0 with 10.78.0.1/24, PostgreSQL on
 // 10.78.0.1:clusterPGPort, and node N (the i-th, from 1) in network
-// namespace lzt-N at 10.78.0.x (nodeOctet), with cgroup parent lizardt-N, sandbox
-// bridge lztsb-N on 10.(84+i).0.0/16 and build bridge lztbb-N on
-// 10.(94+i).0.0/16.
+// namespace lzt-N at 10.78.0.x (nodeOctet), with sandbox bridge lztsb-N on
+// 10.(84+i).0.0/16 and build bridge lztbb-N on 10.(94+i).0.0/16 (in its
+// namespace, which goes with the test); its cgroup parent, on the host,
+// is the harness's for its data dir (namesFor), so that what a node of one
+// test leaves is not another test's node's.
 const (
 	clusterBridge = "lzt0"
 	clusterNet    = "10.78.0"
@@ -110,7 +112,6 @@ func (c *testCluster) startNodes(n int, extra ...string) {
 			"--internal-listen", nd.addr.String() + ":7070", "--advertise", nd.addr.String() + ":7070",
 			"--node-name", name, "--cluster-secret-file", c.secret,
 			"--node-lease", clusterLease, "--node-dead-after", clusterDeadAfter,
-			"--cgroup-parent", "lizardt-" + name,
 			"--bridge", "lztsb-" + name, "--subnet", fmt.Sprintf("10.%d.0.0/16", 84+i),
 			"--build-bridge", "lztbb-" + name, "--build-subnet", fmt.Sprintf("10.%d.0.0/16", 94+i),
 		}, extra...)
@@ -211,14 +212,14 @@ func stateField(f []string) string {
 // waitState waits (up to a minute) until node name is in state want.
 func (c *testCluster) waitState(name, want string) {
 	c.t.Helper()
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(budget(time.Minute))
 	for {
 		st := c.states()
 		if st[name] == want {
 			return
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("node %s is %q after a minute, want %s (all: %v)", name, st[name], want, st)
+			c.t.Fatalf("node %s is %q after %v, want %s (all: %v)", name, st[name], budget(time.Minute), want, st)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}

@@ -81,7 +81,7 @@ func TestClusterOneNode(t *testing.T) {
 	if err := srv.Down(ctx); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(budget(30 * time.Second))
 	for ready() != http.StatusServiceUnavailable {
 		if time.Now().After(deadline) {
 			t.Fatal("/readyz stays ready with the database down")
@@ -99,7 +99,7 @@ func TestClusterOneNode(t *testing.T) {
 	if err := srv.Up(ctx); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(30 * time.Second)
+	deadline = time.Now().Add(budget(30 * time.Second))
 	for ready() != http.StatusOK {
 		if time.Now().After(deadline) {
 			t.Fatalf("/readyz not ready after the database came back\n%s", s.logs())
@@ -117,7 +117,7 @@ func TestClusterOneNode(t *testing.T) {
 	if out, err := exec.Command(filepath.Join(s.bin, "lizard"), "nodes", "remove", "solo", "--database", url).CombinedOutput(); err != nil {
 		t.Fatalf("nodes remove: %v\n%s", err, out)
 	}
-	deadline = time.Now().Add(60 * time.Second)
+	deadline = time.Now().Add(budget(60 * time.Second))
 	for _, sid := range []string{id, id2} {
 		for {
 			code, _ := s.do("GET", "/api/sandboxes/"+sid, nil, nil)

@@ -7,13 +7,14 @@ import (
 
 // TestTwoServersOneHost: two single-node servers share the host and its
 // network namespace, each with its own bridge, subnets, data dir (SQLite)
-// and --cgroup-parent, one of them with the defaults. Each one's leak scan
+// and --cgroup-parent, one of them with the harness's, the other with
+// names the test gives it. Each one's leak scan
 // sees its own sandboxes and none of the other's; a kill -9 and restart of
 // either reattaches its own sandboxes and leaves the other's running
 // untouched (same processes, still counting); afterwards nothing is left
 // on either.
 func TestTwoServersOneHost(t *testing.T) {
-	a := startServer(t, "") // the defaults: --cgroup-parent lizard, bridge lizarde0
+	a := startServer(t, "") // the harness's names for its data dir
 	b := startServer(t, "", "--bridge", "lizarde1", "--subnet", "10.249.0.0/16",
 		"--build-bridge", "lzbuilde1", "--build-subnet", "10.248.0.0/16", "--cgroup-parent", "lizard-e2e1")
 	if a.cgroupParent() == b.cgroupParent() || a.bridge() == b.bridge() {

@@ -21,7 +21,7 @@ func TestDashboard(t *testing.T) {
 	}
 	defer s.doKey(other, "DELETE", "/api/sandboxes/"+sb.SandboxID, nil, nil)
 	t.Setenv("LIZARD_OTHER_SANDBOX", sb.SandboxID)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), budget(10*time.Minute))
 	defer cancel()
 	if err := s.runNode(ctx, "js/dashboard.e2e.mjs"); err != nil {
 		t.Fatalf("dashboard test failed: %v", err)
@@ -36,7 +36,7 @@ func TestDashboard(t *testing.T) {
 // refused (js/dashboard-expiry.e2e.mjs).
 func TestDashboardSessionExpiry(t *testing.T) {
 	s := startServer(t, "", "--dashboard-session-ttl", "4s")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), budget(2*time.Minute))
 	defer cancel()
 	if err := s.runNode(ctx, "js/dashboard-expiry.e2e.mjs"); err != nil {
 		t.Fatalf("dashboard expiry test failed: %v", err)

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/lizard-build/lizard/internal/slowness"
 	"github.com/lizard-build/lizard/internal/store/postgres/pgtest"
 )
 
@@ -23,6 +24,9 @@ var pg struct {
 }
 
 func TestMain(m *testing.M) {
+	// Read here, once: a LIZARD_TEST_SLOWNESS that is not a number stops
+	// the run before any test.
+	fmt.Printf("e2e: fixed waits are %.2f times their nominal length (%s, measured by scripts/test.sh)\n", slowness.Factor(), slowness.Env)
 	code := m.Run()
 	if err := removeTestNetworks(); err != nil {
 		fmt.Fprintln(os.Stderr, "remove the tests' networks:", err)

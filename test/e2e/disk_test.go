@@ -39,7 +39,7 @@ func diskUse(t *testing.T, dir string) int64 {
 // logLines reads the first n lines of GET …/logs?tail=n, parsed.
 func (s *server) logLines(t *testing.T, id string, n int) []map[string]any {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), budget(30*time.Second))
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "GET", s.url+"/api/sandboxes/"+id+"/logs?tail="+strconv.Itoa(n), nil)
 	req.Header.Set("X-API-Key", s.key)

@@ -21,8 +21,8 @@ func TestDockerfileTemplate(t *testing.T) {
 	name := fmt.Sprintf("e2e-df-%d", time.Now().UnixNano()%1e9)
 	build := func(dockerfile string) string {
 		t.Helper()
-		cmd := exec.Command(filepath.Join(s.bin, "lizard"), append([]string{"template", "build", name, "-f", dockerfile, "testdata/custom",
-			"--template-dir", s.templateDir}, s.stateArgs()...)...)
+		cmd := exec.Command(filepath.Join(s.bin, "lizard"), append(append([]string{"template", "build", name, "-f", dockerfile, "testdata/custom",
+			"--template-dir", s.templateDir}, s.stateArgs()...), s.buildArgs()...)...)
 		if r := os.Getenv("LIZARD_RUNSC"); r != "" {
 			cmd.Args = append(cmd.Args, "--runsc", r)
 		}

@@ -64,7 +64,7 @@ type durableInfo struct {
 // waitDurable waits until GET path says durableAt.
 func (s *server) waitDurable(t *testing.T, path string) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Minute)
+	deadline := time.Now().Add(budget(3 * time.Minute))
 	for {
 		var info durableInfo
 		if code, body := s.do("GET", path, nil, &info); code != 200 {
@@ -102,7 +102,7 @@ func keys(t *testing.T, st objstore.Store, prefix string) []objstore.Info {
 // waitNoObjects waits until nothing is left in the bucket.
 func waitNoObjects(t *testing.T, st objstore.Store) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(budget(time.Minute))
 	for {
 		left := keys(t, st, "")
 		if len(left) == 0 {
@@ -268,7 +268,7 @@ func TestDurablePauseStoreDown(t *testing.T) {
 	if st := s.status(t, id); st != "paused" {
 		t.Fatalf("status %s after a pause with the store down", st)
 	}
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(budget(time.Minute))
 	for !strings.Contains(s.logs(), `msg="upload image; retrying"`) {
 		if time.Now().After(deadline) {
 			t.Fatal("no failed upload logged with the store down")

@@ -28,7 +28,7 @@ func TestE2B(t *testing.T) {
 			if _, err := os.Stat(filepath.Join("node_modules", sdk)); err != nil {
 				t.Fatalf("%s is not installed: run `npm install` in test/e2e (make test does)", sdk)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), budget(10*time.Minute))
 			defer cancel()
 			env := []string{"E2B_SDK=" + sdk, "E2B_API_URL=" + s.url, "E2B_API_KEY=" + s.key, "E2B_SANDBOX_URL=http://" + s.proxy}
 			if err := s.runNodeEnv(ctx, env, files...); err != nil {

@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"net"
-	"net/netip"
 	"os/exec"
 	"strings"
 	"testing"
@@ -219,7 +218,7 @@ func TestEgress(t *testing.T) {
 		var peerIP execReply
 		s.do("POST", "/api/sandboxes/"+closed.SandboxID+"/exec", map[string]any{"cmd": "hostname -I"}, &peerIP)
 		peer := strings.TrimSpace(peerIP.Stdout)
-		gw := netip.MustParseAddr("10.252.0.1")
+		gw := s.gateway()
 		for _, u := range []string{
 			fmt.Sprintf("http://%s:%s/", gw, port),           // a listener on the host, on every address
 			"http://" + strings.TrimPrefix(s.url, "http://"), // the API (loopback only)

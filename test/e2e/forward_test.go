@@ -15,7 +15,6 @@ import (
 func TestForwardPolicyDrop(t *testing.T) {
 	requirements(t)
 	startFakeInternet(t)
-	const bridge = "lizarde0" // the harness's
 	for i, tc := range []struct {
 		name  string
 		setup [][]string        // firewall commands run in the node first
@@ -44,6 +43,9 @@ func TestForwardPolicyDrop(t *testing.T) {
 			for _, c := range tc.setup {
 				node.exec(t, c...)
 			}
+			dir := t.TempDir()
+			s := newServerOn(t, node, dir, databaseFor(t, dir), "--dns-upstream", "10.99.0.1:5353")
+			bridge := s.bridge()
 			// rules checks that each backend holds lizard's two rules, in
 			// the chain they belong in, once; n == 0: none at all.
 			rules := func(when string, n int) {
@@ -57,7 +59,7 @@ func TestForwardPolicyDrop(t *testing.T) {
 				}
 			}
 
-			s := startServerOn(t, node, "", "--dns-upstream", "10.99.0.1:5353")
+			s.start()
 			rules("after start", 2)
 			open := s.createWith(t, map[string]any{})
 			closed := s.createWith(t, map[string]any{"internetAccess": false})

@@ -25,10 +25,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/lizard-build/lizard/internal/network"
-	"github.com/lizard-build/lizard/internal/runtime/gvisor"
+	"github.com/lizard-build/lizard/internal/slowness"
 	"github.com/lizard-build/lizard/internal/template"
 )
 
@@ -48,6 +45,7 @@ type server struct {
 	key         string
 	cmd         *exec.Cmd
 	node        *testNode // the network namespace it runs in; nil: the host's
+	names       *hostNames
 	logMu       sync.Mutex
 	log         bytes.Buffer
 }
@@ -57,6 +55,11 @@ var (
 	binDir    string
 	buildErr  error
 )
+
+// budget is a fixed wait of the tests: d on the machine they were written
+// on (slowness.Reference), as many times longer as this machine is slower
+// (LIZARD_TEST_SLOWNESS, measured by scripts/test.sh), never shorter.
+func budget(d time.Duration) time.Duration { return slowness.Scale(d) }
 
 // requirements skips the test when this machine cannot run sandboxes.
 func requirements(t *testing.T) {
@@ -172,27 +175,19 @@ func newServerOn(t *testing.T, node *testNode, dataDir, db string, extraArgs ...
 	t.Helper()
 	requirements(t)
 	bin := build(t)
-	s := &server{t: t, bin: bin, dataDir: dataDir, templateDir: serverTemplateDir(t, dataDir), db: db, key: "lz_e2e_test_key_0123456789abcdef", extra: extraArgs, node: node}
-	t.Cleanup(func() {
-		s.stop()
-		if t.Failed() {
-			s.scrub()
-		}
-		// runsc pins one empty network namespace in its state directory,
-		// which is per data directory: a test's goes with it.
-		root := gvisor.RunscRootFor(s.dataDir)
-		for unix.Unmount(filepath.Join(root, "null-netns"), unix.MNT_DETACH) == nil {
-		}
-		os.RemoveAll(root)
-		// So does a cgroup parent of its own (runsc makes it, nothing
-		// removes it; rmdir leaves it if a sandbox is still in it).
-		if p := s.cgroupParent(); p != gvisor.DefaultCgroupParent {
-			dirs, _ := filepath.Glob(filepath.Join(cgroupRoot, "*", p))
-			for _, d := range append(dirs, filepath.Join(cgroupRoot, p)) {
-				os.Remove(d)
-			}
-		}
-	})
+	s := newTestServer(t, node, dataDir, db, extraArgs...)
+	s.bin, s.templateDir = bin, serverTemplateDir(t, dataDir)
+	return s
+}
+
+// newTestServer is the harness's record of a server on dataDir: its names
+// on the host (namesFor), and its end (finish) when the test ends. It runs
+// nothing yet; newServerOn makes it one that can start.
+func newTestServer(t *testing.T, node *testNode, dataDir, db string, extraArgs ...string) *server {
+	t.Helper()
+	s := &server{t: t, dataDir: dataDir, names: namesFor(t, dataDir), db: db, key: "lz_e2e_test_key_0123456789abcdef", extra: extraArgs, node: node}
+	// A test that failed or skipped half-way did not get to clean up.
+	t.Cleanup(func() { s.finish(t, t.Failed() || t.Skipped()) })
 	return s
 }
 
@@ -201,10 +196,10 @@ func newServerOn(t *testing.T, node *testNode, dataDir, db string, extraArgs ...
 func (s *server) start() {
 	done := strings.Count(s.logs(), recoveryDone)
 	s.startAnswering()
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(budget(90 * time.Second))
 	for strings.Count(s.logs(), recoveryDone) <= done {
 		if time.Now().After(deadline) {
-			s.t.Fatalf("recovery did not finish within 90 s:\n%s", s.logs())
+			s.t.Fatalf("recovery did not finish within %v:\n%s", budget(90*time.Second), s.logs())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -246,15 +241,16 @@ func (s *server) launch() error {
 		proxyAddr = a
 	}
 	s.url, s.proxy = "http://"+addr, proxyAddr
-	args := append([]string{"serve", "--listen", addr, "--proxy-listen", proxyAddr, "--template-dir", s.templateDir,
-		"--bridge", defaultE2EBridge, "--subnet", "10.252.0.0/16", "--log-level", "debug"}, s.stateArgs()...)
+	args := append([]string{"serve", "--listen", addr, "--proxy-listen", proxyAddr, "--template-dir", s.templateDir, "--log-level", "debug"},
+		s.names.args()...)
+	args = append(args, s.stateArgs()...)
 	if r := os.Getenv("LIZARD_RUNSC"); r != "" {
 		args = append(args, "--runsc", r)
 	}
 	args = append(args, s.extra...)
 	s.cmd = exec.Command(filepath.Join(s.bin, "lizard"), args...)
 	if s.node == nil {
-		hostBridges.add(s.bridge())
+		hostBridges.add(s.bridge(), s.buildBridge())
 	}
 	if s.node != nil {
 		// nsenter joins only the network namespace and execs lizard, so
@@ -275,7 +271,7 @@ func (s *server) launch() error {
 	// done, whatever its sandboxes' load (TestRestartBusy: 55 ms); the
 	// margin is for a host that other work keeps busy (bench/ saw 14 s at
 	// a load average of 85 on 2 cores).
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(budget(30 * time.Second))
 	for time.Now().Before(deadline) {
 		select {
 		case <-s.exited:
@@ -290,12 +286,8 @@ func (s *server) launch() error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return errors.New("no answer within 30 s")
+	return fmt.Errorf("no answer within %v", budget(30*time.Second))
 }
-
-// defaultE2EBridge is the test servers' sandbox bridge unless a test passes
-// --bridge.
-const defaultE2EBridge = "lizarde0"
 
 // lastFlag is the value of the last "name value" pair in args, "" if none.
 func lastFlag(args []string, name string) string {
@@ -326,7 +318,7 @@ func (s *server) stop() {
 	s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-s.exited:
-	case <-time.After(10 * time.Second):
+	case <-time.After(budget(10 * time.Second)):
 		s.cmd.Process.Kill()
 		<-s.exited
 	}
@@ -334,26 +326,6 @@ func (s *server) stop() {
 		s.t.Logf("server log:\n%s", s.logs())
 	}
 	s.cmd = nil
-}
-
-// scrub removes by force whatever sandboxes of this server are left when
-// a test failed half-way, so that one failure does not spill into the next
-// test (a leftover would keep its address on the bridge).
-func (s *server) scrub() {
-	root := gvisor.RunscRootFor(s.dataDir)
-	exec.Command("pkill", "-9", "-f", root).Run()
-	time.Sleep(200 * time.Millisecond)
-	ents, _ := os.ReadDir(filepath.Join(s.dataDir, "sandboxes"))
-	for _, e := range ents {
-		ep := network.EndpointFor(s.cgroupParent(), e.Name())
-		exec.Command("ip", s.node.ipArgs("link", "del", ep.HostVeth)...).Run()
-		exec.Command("ip", "netns", "del", filepath.Base(ep.Netns)).Run()
-		for _, c := range gvisor.CgroupDirs(cgroupRoot, s.cgroupParent(), e.Name()) {
-			os.Remove(c)
-		}
-	}
-	for unix.Unmount(filepath.Join(root, "null-netns"), unix.MNT_DETACH) == nil {
-	}
 }
 
 // crash kills the server with SIGKILL, as a power cut would to the process.
@@ -473,113 +445,6 @@ func (s *server) runNodeEnv(ctx context.Context, env []string, files ...string) 
 	return err
 }
 
-// cgroupRoot is where the host mounts cgroups (v1: a directory per
-// controller below it; v2: the single hierarchy itself).
-var cgroupRoot = "/sys/fs/cgroup"
-
-// leaks lists host resources held by lizard sandboxes of this server: what
-// is left after every sandbox is gone must be nothing. Only this server's
-// count (its --cgroup-parent, which also prefixes its network namespaces,
-// its --bridge, runsc root and data dir), so servers sharing the host do
-// not see each other's.
-func (s *server) leaks() []string {
-	var out []string
-	parent := s.cgroupParent()
-	if ents, err := os.ReadDir("/run/netns"); err == nil {
-		for _, e := range ents {
-			if gvisor.OwnNetns(parent, e.Name()) {
-				out = append(out, "netns "+e.Name())
-			}
-		}
-	}
-	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) > 4 && (strings.HasPrefix(f[4], "/run/netns/") && gvisor.OwnNetns(parent, filepath.Base(f[4])) || strings.Contains(f[4], s.dataDir)) {
-				out = append(out, "mount "+f[4])
-			}
-		}
-	}
-	names, err := s.veths()
-	if err != nil {
-		out = append(out, "(cannot list links: "+err.Error()+")")
-	}
-	for _, name := range names {
-		out = append(out, "veth "+name)
-	}
-	for _, c := range gvisor.CgroupDirs(cgroupRoot, parent, "") {
-		out = append(out, "cgroup "+c)
-	}
-	if ents, err := os.ReadDir(filepath.Join(s.dataDir, "sandboxes")); err == nil {
-		for _, e := range ents {
-			if e.Name() == ".run" {
-				// The runtime's containers of template build steps.
-				runs, _ := os.ReadDir(filepath.Join(s.dataDir, "sandboxes", ".run"))
-				for _, r := range runs {
-					out = append(out, "run dir "+r.Name())
-				}
-				continue
-			}
-			out = append(out, "dir "+e.Name())
-		}
-	}
-	root := gvisor.RunscRootFor(s.dataDir)
-	if ents, err := os.ReadDir("/proc"); err == nil {
-		for _, e := range ents {
-			b, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-			if c := string(b); strings.Contains(c, "runsc") && strings.Contains(c, root) {
-				out = append(out, "process "+e.Name())
-			}
-		}
-	}
-	return out
-}
-
-// cgroupParent is the server's --cgroup-parent.
-func (s *server) cgroupParent() string { return s.flag("--cgroup-parent", gvisor.DefaultCgroupParent) }
-
-// hostBridges are the bridges the tests' servers made on the host: a
-// server leaves its network for the sandboxes that outlive it, and the
-// servers of the tests share theirs; TestMain removes them, with their
-// firewall tables, once every test ran (a node's are in its namespace,
-// which goes with it).
-var hostBridges = bridgeSet{names: map[string]bool{}}
-
-type bridgeSet struct {
-	sync.Mutex
-	names map[string]bool
-}
-
-func (bs *bridgeSet) add(name string) {
-	bs.Lock()
-	bs.names[name] = true
-	bs.Unlock()
-}
-
-// removeTestNetworks removes every bridge of hostBridges still there and
-// its nftables table.
-func removeTestNetworks() error {
-	hostBridges.Lock()
-	defer hostBridges.Unlock()
-	var errs []error
-	for b := range hostBridges.names {
-		if _, err := net.InterfaceByName(b); err == nil {
-			if out, err := exec.Command("ip", "link", "del", b).CombinedOutput(); err != nil {
-				errs = append(errs, fmt.Errorf("delete bridge %s: %v: %s", b, err, out))
-			}
-		}
-		table := network.TableName(b)
-		if exec.Command("nft", "list", "table", "inet", table).Run() == nil {
-			if out, err := exec.Command("nft", "delete", "table", "inet", table).CombinedOutput(); err != nil {
-				errs = append(errs, fmt.Errorf("delete nftables table %s: %v: %s", table, err, out))
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// bridge is the server's --bridge.
-func (s *server) bridge() string { return s.flag("--bridge", defaultE2EBridge) }
-
 // flag is the value of flag name in the server's extra arguments (the last
 // one given wins, as in the flag package), def when they do not set it.
 func (s *server) flag(name, def string) string {
@@ -587,20 +452,6 @@ func (s *server) flag(name, def string) string {
 		return v
 	}
 	return def
-}
-
-// waitNoLeaks polls until nothing is left, for cleanups that finish just
-// after an answer (a reaped process, an expiry).
-func (s *server) waitNoLeaks(t *testing.T) {
-	t.Helper()
-	var l []string
-	for range 50 {
-		if l = s.leaks(); len(l) == 0 {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("left behind: %v", l)
 }
 
 // testRand returns the randomness of a test that picks random points (when

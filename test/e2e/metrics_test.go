@@ -137,7 +137,7 @@ func TestMetrics(t *testing.T) {
 	}
 	var points []usagePoint
 	var busy *usagePoint
-	for deadline := time.Now().Add(20 * time.Second); busy == nil && time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+	for deadline := time.Now().Add(budget(20 * time.Second)); busy == nil && time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
 		if code, body := s.do("GET", "/api/sandboxes/"+ids[0]+"/metrics", nil, &points); code != 200 {
 			t.Fatalf("sandbox metrics: %d %s", code, body)
 		}
@@ -178,7 +178,7 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("write 30 MB: %d %s", code, body)
 	}
 	var disk int64
-	for deadline := time.Now().Add(20 * time.Second); disk < 30e6 && time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+	for deadline := time.Now().Add(budget(20 * time.Second)); disk < 30e6 && time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
 		if code, body := s.do("GET", "/api/sandboxes/"+ids[0]+"/metrics", nil, &points); code != 200 || len(points) == 0 {
 			t.Fatalf("sandbox metrics: %d %s", code, body)
 		}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/lizard-build/lizard/internal/network"
 )
 
 // testNode is a network namespace of a test's own standing for a machine of
@@ -90,9 +92,11 @@ func (nd *testNode) ipArgs(args ...string) []string {
 }
 
 // veths lists the sandbox veths (lzv…) in the server's namespace that hang
-// on its bridge, or on none (left after their bridge went): another
-// server's sandboxes in the same namespace are not this one's.
-func (s *server) veths() ([]string, error) {
+// on its bridge, and those on none (left after their bridge went) that are
+// the host ends of sandboxes in ids (a veth is named for its sandbox's id,
+// network.EndpointFor): another server's sandboxes in the same namespace
+// are not this one's.
+func (s *server) veths(ids map[string]bool) ([]string, error) {
 	h := &netlink.Handle{} // the zero handle acts in this process's namespace
 	if s.node != nil {
 		ns, err := netns.GetFromPath(s.node.path)
@@ -115,9 +119,13 @@ func (s *server) veths() ([]string, error) {
 			bridge = l.Attrs().Index
 		}
 	}
+	orphans := map[string]bool{}
+	for id := range ids {
+		orphans[network.EndpointFor(s.cgroupParent(), id).HostVeth] = true
+	}
 	var names []string
 	for _, l := range links {
-		if a := l.Attrs(); strings.HasPrefix(a.Name, "lzv") && (a.MasterIndex == 0 || a.MasterIndex == bridge) {
+		if a := l.Attrs(); strings.HasPrefix(a.Name, "lzv") && (a.MasterIndex == bridge || a.MasterIndex == 0 && orphans[a.Name]) {
 			names = append(names, a.Name)
 		}
 	}

@@ -55,7 +55,7 @@ func TestDebianPackage(t *testing.T) {
 	if err != nil {
 		t.Skip(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), budget(15*time.Minute))
 	defer cancel()
 
 	deb := buildPackage(t, ctx)
@@ -287,7 +287,7 @@ func serveInRoot(t *testing.T, ctx context.Context, root, runsc string) {
 		cmd.Process.Signal(os.Interrupt)
 		select {
 		case <-exited:
-		case <-time.After(15 * time.Second):
+		case <-time.After(budget(15 * time.Second)):
 			cmd.Process.Kill()
 			<-exited
 		}
@@ -295,7 +295,7 @@ func serveInRoot(t *testing.T, ctx context.Context, root, runsc string) {
 			t.Logf("lizard serve in the root:\n%s", log.String())
 		}
 	}()
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(budget(60 * time.Second))
 	for {
 		select {
 		case err := <-exited:
@@ -314,7 +314,7 @@ func serveInRoot(t *testing.T, ctx context.Context, root, runsc string) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no answer from lizard serve in the root within 60 s: %v", err)
+			t.Fatalf("no answer from lizard serve in the root within %v: %v", budget(60*time.Second), err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

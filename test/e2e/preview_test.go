@@ -72,7 +72,7 @@ func (s *server) preview(t *testing.T, method, host, path string, hdr http.Heade
 	for k, v := range hdr {
 		req.Header[k] = v
 	}
-	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }, Timeout: 30 * time.Second}
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }, Timeout: budget(30 * time.Second)}
 	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s%s: %v", method, host, path, err)
@@ -323,12 +323,12 @@ func TestPreviewAuthenticatesFirst(t *testing.T) {
 // reply's text.
 func wsEcho(t *testing.T, proxyAddr, host, token, msg string) string {
 	t.Helper()
-	conn, err := net.DialTimeout("tcp", proxyAddr, 5*time.Second)
+	conn, err := net.DialTimeout("tcp", proxyAddr, budget(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(20 * time.Second))
+	conn.SetDeadline(time.Now().Add(budget(20 * time.Second)))
 	key := base64.StdEncoding.EncodeToString([]byte("lizard-test-key!"))
 	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\nX-Lizard-Access-Token: %s\r\n\r\n", host, key, token)
 	br := bufio.NewReader(conn)

@@ -195,9 +195,9 @@ func TestQuotaWarmPool(t *testing.T) {
 	if code, body := s.do("POST", "/api/sandboxes/"+id+"/snapshot", map[string]any{"name": "p", "poolSize": 2}, &snap); code != 201 {
 		t.Fatalf("snapshot with a pool of 2: %d %s", code, body)
 	}
-	for i := 0; snap.ReadyCount < 2; i++ {
-		if i == 600 {
-			t.Fatalf("pool never filled: %+v", snap)
+	for deadline := time.Now().Add(budget(time.Minute)); snap.ReadyCount < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("pool not filled after %v: %+v", budget(time.Minute), snap)
 		}
 		time.Sleep(100 * time.Millisecond)
 		s.do("GET", "/api/sandbox-snapshots/"+snap.ID, nil, &snap)

@@ -95,14 +95,14 @@ func TestTemplateReadyState(t *testing.T) {
 		t.Fatalf("first small sandbox: start command started before the create")
 	}
 	fromState := false
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && !fromState; time.Sleep(500 * time.Millisecond) {
+	for deadline := time.Now().Add(budget(60 * time.Second)); time.Now().Before(deadline) && !fromState; time.Sleep(500 * time.Millisecond) {
 		id, before := s.createdAt(t, name, "small")
 		s.sh(t, id, waitServing) // started by the create, while the state is being made
 		fromState = s.startedNs(t, id) < before
 		s.do("DELETE", "/api/sandboxes/"+id, nil, nil)
 	}
 	if !fromState {
-		t.Fatalf("no small sandbox started from a ready state within 60 s")
+		t.Fatalf("no small sandbox started from a ready state within %v", budget(60*time.Second))
 	}
 
 	// HEALTHCHECK: the port opens at once, the check passes only later; a
@@ -196,7 +196,7 @@ func TestTemplateVersions(t *testing.T) {
 // logTail returns what a sandbox's log holds now (its last 50 lines).
 func (s *server) logTail(t *testing.T, id string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), budget(time.Second))
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "GET", s.url+"/api/sandboxes/"+id+"/logs?tail=50", nil)
 	req.Header.Set("X-API-Key", s.key)
@@ -214,7 +214,7 @@ func (s *server) logTail(t *testing.T, id string) string {
 // server makes after the first create.
 func (s *server) waitReadyState(t *testing.T, tpl string) {
 	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+	for deadline := time.Now().Add(budget(60 * time.Second)); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
 		id, _ := s.createdAt(t, tpl, "")
 		log := s.logTail(t, id)
 		s.do("DELETE", "/api/sandboxes/"+id, nil, nil)
@@ -222,7 +222,7 @@ func (s *server) waitReadyState(t *testing.T, tpl string) {
 			return
 		}
 	}
-	t.Fatalf("no sandbox of %s started from a ready state within 60 s", tpl)
+	t.Fatalf("no sandbox of %s started from a ready state within %v", tpl, budget(60*time.Second))
 }
 
 // TestReadyStateCrash: a server killed while it makes a template's ready
@@ -234,8 +234,8 @@ func TestReadyStateCrash(t *testing.T) {
 	df := filepath.Join(t.TempDir(), "Dockerfile")
 	// Slow to get ready, so that the kill lands during the preparation.
 	os.WriteFile(df, []byte("FROM python\nCMD [\"sh\", \"-c\", \"sleep 4; exec python3 -m http.server --bind 127.0.0.1 8000\"]\n"), 0o644)
-	cmd := exec.Command(filepath.Join(s.bin, "lizard"), append([]string{"template", "build", name, "-f", df, "--template-dir", s.templateDir},
-		s.stateArgs()...)...)
+	cmd := exec.Command(filepath.Join(s.bin, "lizard"), append(append([]string{"template", "build", name, "-f", df, "--template-dir", s.templateDir},
+		s.stateArgs()...), s.buildArgs()...)...)
 	if r := os.Getenv("LIZARD_RUNSC"); r != "" {
 		cmd.Args = append(cmd.Args, "--runsc", r)
 	}
@@ -245,12 +245,12 @@ func TestReadyStateCrash(t *testing.T) {
 	// The server finds the new template within 10 s and starts on it.
 	// Ready states are kept by project and name.
 	readyDir := filepath.Join(s.dataDir, "ready", "*~"+name)
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(budget(20 * time.Second)); ; time.Sleep(100 * time.Millisecond) {
 		if ents, _ := os.ReadDir(filepath.Join(s.dataDir, "sandboxes")); len(ents) > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the server did not start making the ready state within 20 s")
+			t.Fatalf("the server did not start making the ready state within %v", budget(20*time.Second))
 		}
 	}
 	s.crash()

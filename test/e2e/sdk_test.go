@@ -17,7 +17,7 @@ func TestSDK(t *testing.T) {
 	if len(files) == 0 {
 		t.Fatal("no SDK test files")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), budget(10*time.Minute))
 	defer cancel()
 	if err := s.runNode(ctx, files...); err != nil {
 		t.Fatalf("SDK tests failed: %v", err)

@@ -155,7 +155,7 @@ func TestTemplatesBelongToProjects(t *testing.T) {
 }
 
 // hostAddr returns an IPv4 address of the host that is not loopback and
-// not on a lizard bridge.
+// not on a bridge or veth of lizard's or of the tests' (lizard*, lz*).
 func hostAddr(t *testing.T) netip.Addr {
 	t.Helper()
 	ifs, err := net.Interfaces()
@@ -163,7 +163,7 @@ func hostAddr(t *testing.T) netip.Addr {
 		t.Fatal(err)
 	}
 	for _, ifc := range ifs {
-		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 || strings.HasPrefix(ifc.Name, "lizard") || strings.HasPrefix(ifc.Name, "lzv") {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 || strings.HasPrefix(ifc.Name, "lizard") || strings.HasPrefix(ifc.Name, "lz") {
 			continue
 		}
 		addrs, _ := ifc.Addrs()

@@ -27,7 +27,7 @@ import (
 // the exit status.
 func (s *server) sandboxCLI(t *testing.T, args ...string) (stdout, stderr string, status int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), budget(2*time.Minute))
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(s.bin, "lizard"), append([]string{"sandbox"}, args...)...)
 	cmd.Env = append(os.Environ(), "LIZARD_API_URL="+s.url, "LIZARD_API_KEY="+s.key)
@@ -154,7 +154,7 @@ func TestTerminalRoute(t *testing.T) {
 	defer s.do("DELETE", "/api/sandboxes/"+id, nil, nil)
 	s.cli(t, "projects", "create", "terminal-other")
 	other := s.newKey(t, "terminal-other")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), budget(2*time.Minute))
 	defer cancel()
 
 	// Refusals are the API's JSON errors, before any upgrade.
@@ -268,7 +268,7 @@ func TestTerminalRoute(t *testing.T) {
 // accepts its output.
 func waitSandbox(t *testing.T, s *server, id, what string, ok func(string) bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(budget(30 * time.Second))
 	for {
 		ps := s.sh(t, id, "pgrep -x -f 'sleep 1000' || true")
 		if ok(ps) {
@@ -315,7 +315,7 @@ func (x *tmux) screen() string {
 // every second meanwhile.
 func (x *tmux) waitScreen(want string, keys ...string) {
 	x.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(budget(60 * time.Second))
 	for i := 0; ; i++ {
 		if len(keys) > 0 && i%10 == 0 {
 			x.run(append([]string{"send-keys", "-t", "term"}, keys...)...)
@@ -358,7 +358,7 @@ func TestSandboxShell(t *testing.T) {
 
 	// Ctrl-C reaches the sandbox's foreground job, not the CLI.
 	x.run("send-keys", "-t", "term", "sleep 100", "Enter")
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(budget(30 * time.Second))
 	for s.sh(t, id, "pgrep -x sleep || true") == "" {
 		if time.Now().After(deadline) {
 			t.Fatalf("sleep never ran:\n%s", x.screen())
@@ -370,7 +370,7 @@ func TestSandboxShell(t *testing.T) {
 	x.waitScreen("rc=130")
 
 	x.run("send-keys", "-t", "term", "exit 3", "Enter")
-	deadline = time.Now().Add(30 * time.Second)
+	deadline = time.Now().Add(budget(30 * time.Second))
 	for {
 		b, err := os.ReadFile(status)
 		if err == nil && strings.TrimSpace(string(b)) != "" {

@@ -2,10 +2,13 @@ package gvisor_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -50,7 +53,8 @@ func newRuntime(t *testing.T) (*gvisor.Runtime, runtimetest.Env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	netm, err := network.New(network.Config{Bridge: "lizardt0", Subnet: netip.MustParsePrefix("10.251.0.0/16")})
+	names := namesFor(t)
+	netm, err := network.New(network.Config{Bridge: names.bridge, Subnet: names.subnet, NetnsPrefix: names.prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,12 +69,55 @@ func newRuntime(t *testing.T) (*gvisor.Runtime, runtimetest.Env) {
 	})
 	rt, err := gvisor.New(gvisor.Config{
 		Runsc: runsc, StateDir: filepath.Join(dir, "sandboxes"), RunscRoot: filepath.Join(dir, "runsc"),
-		AgentPath: agentBin, Network: netm, Reaper: reap,
+		AgentPath: agentBin, Network: netm, Reaper: reap, CgroupParent: names.prefix,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// runsc makes the cgroup parent and nothing removes it (rmdir leaves
+	// it while a sandbox is still in it: the leak checks say so then).
+	t.Cleanup(func() {
+		dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", names.prefix))
+		for _, d := range append(dirs, filepath.Join("/sys/fs/cgroup", names.prefix)) {
+			os.Remove(d)
+		}
+	})
 	return rt, runtimetest.Env{Rootfs: tpl.Rootfs, Leaks: rt.Leaks}
+}
+
+// testNames are what a test's runtime takes on the host: its cgroup
+// parent and network namespace prefix, its sandboxes' bridge and subnet
+// and those of its Run containers; another test's, a server's on the
+// host (lizard, lizard0) or an end-to-end test's are not its, so nothing
+// one leaves is ever counted or cleaned up by another.
+type testNames struct {
+	prefix            string
+	bridge, runBridge string
+	subnet, runSubnet netip.Prefix
+}
+
+var named = struct {
+	sync.Mutex
+	tests map[string]testNames
+}{tests: map[string]testNames{}}
+
+// namesFor returns t's names: lzg and six hex digits of its name's hash
+// (within an interface name's 15 bytes), and a /20 of 10.251.0.0/16 and
+// of 10.237.0.0/16 of its own among this run's tests.
+func namesFor(t *testing.T) testNames {
+	named.Lock()
+	defer named.Unlock()
+	if n, ok := named.tests[t.Name()]; ok {
+		return n
+	}
+	sum := sha256.Sum256([]byte(t.Name()))
+	tag := "lzg" + hex.EncodeToString(sum[:])[:6]
+	slot := byte(len(named.tests) % 16 * 16)
+	n := testNames{prefix: tag, bridge: tag, runBridge: tag + "r",
+		subnet:    netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 251, slot, 0}), 20),
+		runSubnet: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 237, slot, 0}), 20)}
+	named.tests[t.Name()] = n
+	return n
 }
 
 // buildAgent compiles lizard-agent statically for the sandbox.
@@ -97,7 +144,8 @@ func TestCheckpointConformance(t *testing.T) {
 
 func TestRunnerConformance(t *testing.T) {
 	rt, env := newRuntime(t)
-	netm, err := network.New(network.Config{Bridge: "lizardtr0", Subnet: netip.MustParsePrefix("10.237.0.0/16")})
+	names := namesFor(t)
+	netm, err := network.New(network.Config{Bridge: names.runBridge, Subnet: names.runSubnet, NetnsPrefix: names.prefix})
 	if err != nil {
 		t.Fatal(err)
 	}

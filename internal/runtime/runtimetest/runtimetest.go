@@ -23,6 +23,7 @@ import (
 	"github.com/lizard-build/lizard/internal/agent"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/runtime"
+	"github.com/lizard-build/lizard/internal/slowness"
 )
 
 // Env is what the suite needs besides the runtime.
@@ -126,7 +127,7 @@ func testLifecycle(t *testing.T, rt runtime.Runtime, env Env) {
 	if got := state(t, rt, id); got != runtime.StateRunning {
 		t.Fatalf("after Start: state %q, want running", got)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, slowness.Scale(15*time.Second))
 	defer cancel()
 	if err := WaitAgent(wctx, sb.Addr.String(), "secret-token"); err != nil {
 		t.Fatalf("agent: %v", err)
@@ -224,7 +225,7 @@ func testParallel(t *testing.T, rt runtime.Runtime, env Env) {
 				err = rt.Start(ctx, id)
 			}
 			if err == nil {
-				wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+				wctx, cancel := context.WithTimeout(ctx, slowness.Scale(20*time.Second))
 				err = WaitAgent(wctx, sb.Addr.String(), "tok")
 				cancel()
 			}
@@ -318,7 +319,7 @@ func sandboxAddr(t *testing.T, rt runtime.Runtime, id string) netip.Addr {
 
 func agentAt(t *testing.T, sb runtime.Sandbox, token string) *agent.Client {
 	t.Helper()
-	wctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	wctx, cancel := context.WithTimeout(context.Background(), slowness.Scale(15*time.Second))
 	defer cancel()
 	if err := WaitAgent(wctx, sb.Addr.String(), token); err != nil {
 		t.Fatalf("agent: %v", err)

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict'
 import { existsSync } from 'node:fs'
 import { readFile } from 'node:fs/promises'
 import { chromium } from 'playwright-core'
-import { chromiumArgs, withSandbox } from './helpers.mjs'
+import { budget, chromiumArgs, withSandbox } from './helpers.mjs'
 
 const CHROMIUM = '/usr/bin/chromium'
 
@@ -29,7 +29,7 @@ test('a preview URL in headless Chromium: page, reload by cookie, WebSocket, 401
       assert.equal(first.status(), 200)
       assert.equal(new URL(page.url()).searchParams.get('lizard_token'), null, 'the token is gone from the address bar')
       assert.equal(await page.textContent('#msg'), 'hello from the sandbox')
-      await page.waitForFunction(() => document.getElementById('ws').textContent.startsWith('echo'), null, { timeout: 15_000 })
+      await page.waitForFunction(() => document.getElementById('ws').textContent.startsWith('echo'), null, { timeout: budget(15_000) })
       assert.equal(await page.textContent('#ws'), 'echo: from the browser')
 
       const again = await page.reload()

@@ -3,6 +3,7 @@
 // longer authenticates. Run by TestDashboardSessionExpiry with a short TTL.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
+import { budget } from './budget.mjs'
 import { BASE, browserContext, signIn } from './dashboard-helpers.mjs'
 
 const KEY = process.env.LIZARD_API_KEY
@@ -17,7 +18,7 @@ test('an expired dashboard session is refused', async () => {
     const cookie = (await ctx.cookies()).find((c) => c.name === 'lizard_session')
     assert.ok(cookie && cookie.expires > 0, 'the cookie lasts as long as the session')
     // The table polls; once the session expires the next poll is refused.
-    await page.waitForFunction(() => document.getElementById('login-msg')?.textContent.includes('expired'), null, { timeout: 30_000 })
+    await page.waitForFunction(() => document.getElementById('login-msg')?.textContent.includes('expired'), null, { timeout: budget(30_000) })
     assert.equal(await page.evaluate(async () => (await fetch('/api/sandboxes')).status), 401)
     // The browser dropped the cookie; the server refuses it too.
     const r = await fetch(`${BASE}/api/sandboxes`, { headers: { Cookie: `lizard_session=${cookie.value}` } })

@@ -6,6 +6,7 @@ import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { chromium } from 'playwright-core'
+import { budget } from './budget.mjs'
 
 export const BASE = process.env.LIZARD_API_URL
 export const CHROMIUM = '/usr/bin/chromium'
@@ -21,7 +22,7 @@ export async function browserContext () {
     args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
       '--disable-component-update', '--disable-sync'],
   })
-  ctx.setDefaultTimeout(30_000)
+  ctx.setDefaultTimeout(budget(30_000))
   return { ctx, close: async () => { await ctx.close(); await rm(dir, { recursive: true, force: true }) } }
 }
 

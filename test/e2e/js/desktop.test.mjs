@@ -10,7 +10,7 @@ import http from 'node:http'
 import { existsSync } from 'node:fs'
 import { inflateSync } from 'node:zlib'
 import { chromium } from 'playwright-core'
-import { chromiumArgs, lizard, sleep } from './helpers.mjs'
+import { budget, chromiumArgs, lizard, sleep } from './helpers.mjs'
 
 const CHROMIUM = '/usr/bin/chromium'
 const [proxyHost, proxyPort] = (process.env.LIZARD_TEST_PROXY ?? '127.0.0.1:8081').split(':')
@@ -45,7 +45,7 @@ async function events(sb) {
 }
 
 async function waitFor(what, fn, timeoutMs = 20_000) {
-  const end = Date.now() + timeoutMs
+  const end = Date.now() + budget(timeoutMs)
   for (;;) {
     const v = await fn()
     if (v) return v
@@ -274,7 +274,7 @@ test('desktop: start, input, screenshots, noVNC through the proxy, view-only, st
         const screenShown = () => page.waitForFunction(() => {
           const c = document.querySelector('#noVNC_container canvas')
           return c && c.width === 1024 && c.height === 768
-        }, null, { timeout: 45_000 })
+        }, null, { timeout: budget(45_000) })
         await screenShown().catch(async () => {
           await page.reload()
           return screenShown()

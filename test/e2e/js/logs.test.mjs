@@ -2,11 +2,11 @@
 // command output, with timestamps, replayed by tail and then followed live.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { withSandbox } from './helpers.mjs'
+import { budget, withSandbox } from './helpers.mjs'
 
 async function collect(sb, opts, until) {
   const ac = new AbortController()
-  const timer = setTimeout(() => ac.abort(), 20_000)
+  const timer = setTimeout(() => ac.abort(), budget(20_000))
   const lines = []
   try {
     for await (const ev of sb.logs({ ...opts, signal: ac.signal })) {

@@ -4,7 +4,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox, NotFoundError } from '@lizard-build/sdk'
-import { lizard, withSandbox, sleep } from './helpers.mjs'
+import { budget, lizard, withSandbox, sleep } from './helpers.mjs'
 
 // The counter lives only in a process's memory; it prints its pid and value
 // to a file every 50 ms.
@@ -72,7 +72,7 @@ test('snapshot, restore and the warm pool', async () => {
     const got = await Sandbox.getSnapshot(snap.id)
     assert.equal(got.id, snap.id)
     assert.ok((await Sandbox.snapshots(got.projectId)).some((s) => s.id === snap.id))
-    const ready = await Sandbox.waitForSnapshot(snap.id, { waitTimeoutMs: 60_000 })
+    const ready = await Sandbox.waitForSnapshot(snap.id, { waitTimeoutMs: budget(60_000) })
     assert.equal(ready.readyCount, 1)
 
     const copies = []

@@ -2,12 +2,12 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { NotFoundError } from '@lizard-build/sdk'
-import { withSandbox, sleep } from './helpers.mjs'
+import { budget, withSandbox, sleep } from './helpers.mjs'
 
-// drain polls getEvents until want(events) holds or 10 s pass.
+// drain polls getEvents until want(events) holds or budget(10 s) pass.
 async function drain(watcher, want) {
   const all = []
-  for (let i = 0; i < 100; i++) {
+  for (const end = Date.now() + budget(10_000); Date.now() < end;) {
     all.push(...(await watcher.getEvents()))
     if (want(all)) return all
     await sleep(100)

@@ -2,6 +2,7 @@
 // filters and pages, timeouts, kill, pause and connect, metrics, errors.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
+import { budget } from '../budget.mjs'
 import { sdk, Sandbox, withSandbox, api, sleep } from './helpers.mjs'
 
 const run = Math.random().toString(36).slice(2)
@@ -90,7 +91,7 @@ test('pause, pause again, isRunning, connect resumes', async () => {
 test('getMetrics returns usage samples', async () => {
   await withSandbox(async (sbx) => {
     let metrics = []
-    for (let i = 0; i < 50 && metrics.length === 0; i++) {
+    for (const end = Date.now() + budget(10_000); metrics.length === 0 && Date.now() < end;) {
       metrics = await sbx.getMetrics()
       if (metrics.length === 0) await sleep(200)
     }
@@ -161,7 +162,7 @@ test('onTimeout pause (autoPause) pauses at the deadline; connect resumes', asyn
   try {
     assert.equal((await sbx.getInfo()).lifecycle?.onTimeout, 'pause')
     let state = 'running'
-    for (let i = 0; i < 100 && state !== 'paused'; i++) {
+    for (const end = Date.now() + budget(20_000); Date.now() < end && state !== 'paused';) {
       await sleep(200)
       state = (await sbx.getInfo()).state
     }

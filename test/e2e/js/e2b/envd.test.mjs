@@ -5,14 +5,15 @@
 // watchDir with entries, signed URLs).
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
+import { budget } from '../budget.mjs'
 import { sdk, Sandbox, withSandbox, api, sleep } from './helpers.mjs'
 
 const run = Math.random().toString(36).slice(2)
 console.log(`e2b envd tests: run ${run}, sdk ${process.env.E2B_SDK}`)
 
-// until polls cond for up to 20 s.
+// until polls cond for up to budget(20 s).
 async function until(what, cond) {
-  for (let i = 0; i < 400; i++) {
+  for (const end = Date.now() + budget(20_000); Date.now() < end;) {
     if (await cond()) return
     await sleep(50)
   }

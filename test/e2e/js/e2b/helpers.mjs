@@ -3,6 +3,7 @@
 // the package (an npm alias of `e2b`), E2B_API_URL, E2B_API_KEY and
 // E2B_SANDBOX_URL are set as a user would set them.
 import http from 'node:http'
+import { budget } from '../budget.mjs'
 
 export const sdk = await import(process.env.E2B_SDK)
 export const { Sandbox } = sdk
@@ -12,7 +13,7 @@ export const proxyUrl = new URL(process.env.E2B_SANDBOX_URL)
 
 // withSandbox runs fn with a fresh sandbox and always kills it.
 export async function withSandbox(fn, opts = {}) {
-  const sbx = await Sandbox.create({ timeoutMs: 120_000, ...opts })
+  const sbx = await Sandbox.create({ timeoutMs: budget(120_000), ...opts })
   try {
     return await fn(sbx)
   } finally {

@@ -8,14 +8,14 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { writeFile } from 'node:fs/promises'
 import { Sandbox } from '@lizard-build/sdk'
-import { counter, sleep } from '../helpers.mjs'
+import { budget, counter, sleep } from '../helpers.mjs'
 
 const snapId = process.env.POOL_SNAPSHOT
 const pid = Number(process.env.POOL_PID)
 const n = Number(process.env.POOL_N)
 
 async function waitReady(want) {
-  const deadline = Date.now() + 180_000
+  const deadline = Date.now() + budget(180_000)
   for (;;) {
     const snap = await Sandbox.getSnapshot(snapId)
     if (snap.readyCount === want) return snap
