@@ -579,7 +579,7 @@ func TestRestartFrozen(t *testing.T) {
 	// its own timeout, so recovery takes longer than usual here.
 	done := strings.Count(s.logs(), recoveryDone)
 	s.startAnswering()
-	for deadline := time.Now().Add(4 * time.Minute); strings.Count(s.logs(), recoveryDone) <= done; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(budget(4 * time.Minute)); strings.Count(s.logs(), recoveryDone) <= done; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("recovery did not finish within 4 minutes:\n%s", grepLines(s.logs(), "recover"))
 		}
@@ -616,7 +616,7 @@ func TestRestartFrozen(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	thaw()
 	for _, id := range ids {
-		for deadline := time.Now().Add(90 * time.Second); ; {
+		for deadline := time.Now().Add(budget(90 * time.Second)); ; {
 			code, out, err := s.execOK(id, "cat /tmp/file; kill -0 $(cat /tmp/pid) && echo alive")
 			if err == nil && code == http.StatusOK {
 				if out != "kept\nalive\n" {
