@@ -118,15 +118,7 @@ func newFakeAgent(t *testing.T) *fakeAgent {
 // destroyed; an unresponsive one can still be killed.
 func TestRecoverUnresponsive(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "lizard.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	p, err := st.CreateProject(ctx, "p", "p")
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, p := projectStore(t)
 	rt := &stateRuntime{state: map[string]runtime.State{}}
 	slow, frozen, quick := newFakeAgent(t), newFakeAgent(t), newFakeAgent(t)
 	quick.answering.Store(true)
@@ -197,7 +189,7 @@ func TestRecoverUnresponsive(t *testing.T) {
 	if unresponsive != 2 {
 		t.Fatalf("inventory shows %d unresponsive, want 2", unresponsive)
 	}
-	err = s.Exec(ctx, p.ID, "slow", ExecRequest{Cmd: []string{"true"}}, nil)
+	err := s.Exec(ctx, p.ID, "slow", ExecRequest{Cmd: []string{"true"}}, nil)
 	if !errors.Is(err, errdefs.ErrUnavailable) || errdefs.Code(err) != "unresponsive" {
 		t.Fatalf("exec of an unresponsive sandbox: %v (code %q)", err, errdefs.Code(err))
 	}
@@ -243,15 +235,7 @@ func TestRecoverUnresponsive(t *testing.T) {
 // later reports stopped is destroyed by the next probe.
 func TestRecoverUnresponsiveStops(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "lizard.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	p, err := st.CreateProject(ctx, "p", "p")
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, p := projectStore(t)
 	rt := &stateRuntime{state: map[string]runtime.State{"dies": runtime.StateRunning}}
 	ag := newFakeAgent(t)
 	rec := Record{ID: "dies", ProjectID: p.ID, Template: "base", Status: StatusRunning,
@@ -284,4 +268,19 @@ func TestRecoverUnresponsiveStops(t *testing.T) {
 	if _, err := s.Get(p.ID, "dies"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("after its destroy: %v", err)
 	}
+}
+
+// projectStore is a SQLite store of the test's own with one project.
+func projectStore(t *testing.T) (*sqlite.Store, store.Project) {
+	t.Helper()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "lizard.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	p, err := st.CreateProject(context.Background(), "p", "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, p
 }

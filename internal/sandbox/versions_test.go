@@ -13,7 +13,6 @@ import (
 
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/store"
-	"github.com/lizard-build/lizard/internal/store/sqlite"
 	"github.com/lizard-build/lizard/internal/template"
 )
 
@@ -153,15 +152,7 @@ func TestHereRootfs(t *testing.T) {
 // version, or of the older layout, name none.
 func TestTemplateVersionsUsed(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "lizard.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	p, err := st.CreateProject(ctx, "p", "p")
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, p := projectStore(t)
 	hexA, hexB := strings.Repeat("0a", 32), strings.Repeat("0b", 32)
 	spec := func(rootfs string) json.RawMessage {
 		b, _ := json.Marshal(map[string]string{"rootfs": rootfs})
