@@ -175,3 +175,16 @@ test('onTimeout pause (autoPause) pauses at the deadline; connect resumes', asyn
     await sbx.kill()
   }
 })
+
+test('a sandbox killed under a running command ends its wait at once, saying so', async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+  const cmd = await sbx.commands.run('sleep 60', { background: true })
+  await sbx.kill()
+  const began = Date.now()
+  const err = await cmd.wait().catch((e) => e)
+  // The proxy's connection to envd goes with the sandbox: the stream ends,
+  // the SDK's health check finds the sandbox gone and says why.
+  assert.ok(err instanceof sdk.TimeoutError, `${err?.constructor?.name}: ${err?.message}`)
+  assert.match(err.message, /sandbox was killed or reached its end of life/)
+  assert.ok(Date.now() - began < 20_000, `wait took ${Date.now() - began} ms`)
+})
