@@ -104,8 +104,10 @@ func TestRecipes(t *testing.T) {
 	if got, want := builtins["python"].allPackages(), slices.Concat(basePackages, []string{"python3-pip", "python3-venv"}); !reflect.DeepEqual(got, want) {
 		t.Errorf("python allPackages = %v, want %v", got, want)
 	}
-	if rec := builtins["base"]; len(rec.Install) != 0 || len(rec.Check) != 0 {
-		t.Errorf("base installs %v, checks %v", rec.Install, rec.Check)
+	// base is E2B's base too: git, sudo for user, python.
+	if rec := builtins["base"]; !reflect.DeepEqual(rec.Install, []string{"git", "sudo", "python-is-python3"}) || len(rec.Check) != 3 ||
+		rec.Post[0].Desc != sudoForUser.Desc {
+		t.Errorf("base installs %v, checks %v, first step %q", rec.Install, rec.Check, rec.Post[0].Desc)
 	}
 	want := map[string][]string{
 		"python":      {"python3", "python3-pip", "python3-venv"},
