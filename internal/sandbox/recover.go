@@ -156,7 +156,7 @@ func (s *Service) finishRecovery(ctx context.Context, probe []Record, gone, stra
 			if ctx.Err() != nil {
 				return
 			}
-			if err != nil && !errors.Is(err, errNotLive) && !s.runtimeGone(ctx, rec.ID) {
+			if errors.Is(err, errAgentSilent) && rec.Status != StatusPooled && !s.runtimeGone(ctx, rec.ID) {
 				s.log.Warn("recover: sandbox runs but its agent does not answer; keeping it as unresponsive", "sandbox", rec.ID, "why", err)
 				s.keepUnresponsive(rec)
 				return
@@ -387,6 +387,12 @@ func recoveringErr(id string) error {
 
 var errNotLive = errors.New("not running in the runtime")
 
+// errAgentSilent is a probe whose agent did not answer in time: the one
+// failure that keeps a sandbox the runtime runs (as unresponsive) rather
+// than destroy it. Warm pool copies, which never ran user code, are
+// destroyed and made again instead.
+var errAgentSilent = errors.New("its agent did not answer")
+
 // knownRootfs fills in the template version of a record from a server that
 // did not keep it: the template's current one, which the sandbox was made
 // from as long as the template was not rebuilt since; from now on it keeps
@@ -470,8 +476,11 @@ func (s *Service) probe(ctx context.Context, id string, ag *agent.Client) error 
 	end := time.Now().Add(s.cfg.RecoverProbeTimeout)
 	for {
 		err := waitReady(ctx, ag, min(10*time.Second, time.Until(end)))
-		if err == nil || ctx.Err() != nil || !time.Now().Before(end) {
+		if err == nil || ctx.Err() != nil {
 			return err
+		}
+		if !time.Now().Before(end) {
+			return fmt.Errorf("%w: %w", errAgentSilent, err)
 		}
 		if st, ok := s.cfg.Runtime.(runtime.Stater); ok {
 			if now, serr := st.State(ctx, id); serr == nil && now != runtime.StateRunning {

@@ -224,7 +224,7 @@ func TestPausedSurvivesReboot(t *testing.T) {
 	}
 	s.stop()
 	// The reboot: /run is a tmpfs.
-	ep := network.EndpointFor("", id)
+	ep := network.EndpointFor(s.cgroupParent(), id)
 	exec.Command("ip", "link", "del", ep.HostVeth).Run()
 	if out, err := exec.Command("ip", "netns", "del", filepath.Base(ep.Netns)).CombinedOutput(); err != nil {
 		t.Fatalf("remove netns: %v %s", err, out)
