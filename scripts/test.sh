@@ -35,6 +35,21 @@ cd "$(dirname -- "${BASH_SOURCE[0]}")/.."
 
 log=${LIZARD_TEST_LOG:-/tmp/lizard-test.log}
 
+# The agent's tests run commands as root through `bash -l`, which sources
+# root's profile. On machines where that runs `pyenv rehash`, a login shell
+# killed half-way (the tests kill process trees) leaves pyenv's lock file,
+# and every later `bash -l` of root waits on it forever. Remove a stale one
+# (no pyenv running) before the tests and after each package that kills
+# shells.
+clear_pyenv_lock() {
+	local lock=${PYENV_ROOT:-$HOME/.pyenv}/shims/.pyenv-shim
+	if [ -e "$lock" ] && ! pgrep -f 'pyenv-rehash|libexec/pyenv' > /dev/null; then
+		echo "[test] removing a stale pyenv rehash lock ($lock)"
+		rm -f "$lock"
+	fi
+}
+clear_pyenv_lock
+
 if [ -f test/e2e/package.json ]; then
 	echo "[test] npm install in test/e2e"
 	(cd test/e2e && npm install --no-audit --no-fund) || { echo "[test] npm install failed" >&2; exit 1; }
@@ -85,6 +100,7 @@ race_pkgs=(
 	./internal/sandbox
 	./internal/store/...
 )
+clear_pyenv_lock
 echo "[test] go test -race ${race_pkgs[*]}"
 # shellcheck disable=SC2086
 go test -count=1 -race ${GO_TEST_FLAGS:-} "${race_pkgs[@]}" 2>&1 | tee -a "$log"
