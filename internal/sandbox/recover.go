@@ -272,7 +272,9 @@ func (s *Service) keepUnresponsive(rec Record) {
 
 // reprobe probes an unresponsive sandbox with backoff until it is settled.
 func (s *Service) reprobe(ctx context.Context, rec Record, st *stalled) {
-	ag, _ := newAgent(rec.AgentAddr, rec.AgentToken)
+	// Its own client for the probes: reattach makes the sandbox's.
+	ag, conns := newAgent(rec.AgentAddr, rec.AgentToken)
+	defer conns.cut()
 	for delay := time.Second; ; delay = min(2*delay, reprobeMaxDelay) {
 		select {
 		case <-ctx.Done():

@@ -300,14 +300,17 @@ func TestRestartBusy(t *testing.T) {
 	}
 	exec.Command("nft", "delete", "table", "inet", table).Run()
 	waitExec(slow)
+	s.endSurvived(t)
+}
+
+// endSurvived fails the test if recovery destroyed a sandbox it found, then
+// deletes every sandbox and checks nothing is left.
+func (s *server) endSurvived(t *testing.T) {
+	t.Helper()
 	if l := grepLines(s.logs(), "did not survive"); l != "" {
 		t.Fatalf("recovery destroyed live sandboxes:\n%s", l)
 	}
-	for _, id := range ids {
-		if code, body := s.do("DELETE", "/api/sandboxes/"+id, nil, nil); code >= 300 {
-			t.Fatalf("delete %s: %d %s", id, code, body)
-		}
-	}
+	s.deleteAll(t)
 	s.waitNoLeaks(t)
 }
 
@@ -630,13 +633,5 @@ func TestRestartFrozen(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	if l := grepLines(s.logs(), "did not survive"); l != "" {
-		t.Fatalf("recovery destroyed live sandboxes:\n%s", l)
-	}
-	for _, id := range ids {
-		if code, body := s.do("DELETE", "/api/sandboxes/"+id, nil, nil); code >= 300 {
-			t.Fatalf("delete %s: %d %s", id, code, body)
-		}
-	}
-	s.waitNoLeaks(t)
+	s.endSurvived(t)
 }
