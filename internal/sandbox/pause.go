@@ -20,7 +20,15 @@ func (s *Service) checkpointer(feature string) error {
 // Pause checkpoints the sandbox — memory, processes, files — and frees its
 // processes and memory. Its deadline stops until Resume. Pausing a paused
 // sandbox is a no-op. A failed pause leaves it running with pauseError set.
-func (s *Service) Pause(ctx context.Context, projectID, id string) (err error) {
+func (s *Service) Pause(ctx context.Context, projectID, id string) error {
+	return s.pause(ctx, projectID, id, false)
+}
+
+// pause is Pause. timedOut is a pause by the sandbox's own deadline
+// (autoPause): its next run gets its whole timeout back rather than the
+// millisecond it had left, set under the same lock as the pause, so that a
+// resume cannot come in between and have its deadline overwritten.
+func (s *Service) pause(ctx context.Context, projectID, id string, timedOut bool) (err error) {
 	defer s.observe(opPause, time.Now(), &err)
 	if err := s.checkpointer("pause"); err != nil {
 		return err
@@ -47,7 +55,10 @@ func (s *Service) Pause(ctx context.Context, projectID, id string) (err error) {
 	e.rec.Status = StatusPausing
 	e.rec.PauseError = ""
 	e.rec.RemainingMs = 0
-	if e.rec.EndAt != nil {
+	switch {
+	case timedOut:
+		e.rec.RemainingMs = max(e.rec.TimeoutMs, 1000)
+	case e.rec.EndAt != nil:
 		e.rec.RemainingMs = max(time.Until(*e.rec.EndAt).Milliseconds(), 1)
 	}
 	if e.timer != nil {
@@ -156,7 +167,7 @@ func (s *Service) Resume(ctx context.Context, projectID, id string) (_ Record, e
 	s.mu.Lock()
 	ag := e.agent
 	s.mu.Unlock()
-	if err := waitReady(ctx, ag, s.cfg.AgentReadyTimeout); err != nil {
+	if err := waitReady(ctx, ag, s.agentWait(time.Since(start))); err != nil {
 		// It runs but does not answer: pause it again so nothing is lost.
 		s.cp.Pause(context.WithoutCancel(ctx), id)
 		s.mu.Lock()

@@ -191,6 +191,7 @@ func (s *Service) prepareReady(ctx context.Context, tpl template.Template, sz Si
 			s.log.Error("destroy the ready-state sandbox", "sandbox", id, "err", err)
 		}
 	}()
+	booting := time.Now()
 	rsb, err := s.cfg.Runtime.Create(ctx, runtime.Spec{ID: id, Rootfs: tpl.Rootfs, AgentToken: token, Resources: sz.resources(),
 		Mounts: s.mounts(tpl.Name, nil)})
 	if err != nil {
@@ -200,7 +201,7 @@ func (s *Service) prepareReady(ctx context.Context, tpl template.Template, sz Si
 		return ReadyState{}, fmt.Errorf("start sandbox: %w", err)
 	}
 	ag, _ := newAgent(net.JoinHostPort(rsb.Addr.String(), strconv.Itoa(agent.Port)), token)
-	if err := waitReady(ctx, ag, s.cfg.AgentReadyTimeout); err != nil {
+	if err := waitReady(ctx, ag, s.agentWait(time.Since(booting))); err != nil {
 		return ReadyState{}, fmt.Errorf("sandbox agent did not come up: %w", err)
 	}
 	sc := startCtx{ag: ag, user: tpl.User, workdir: tpl.Workdir, env: mergeEnv(tpl.Env, nil)}

@@ -463,7 +463,7 @@ func (s *Service) start(ctx context.Context, rec Record, boot func(context.Conte
 	booted := time.Now()
 	rec.AgentAddr = net.JoinHostPort(rsb.Addr.String(), strconv.Itoa(agent.Port))
 	ag, conns := newAgent(rec.AgentAddr, bootToken)
-	if err := waitReady(ctx, ag, s.cfg.AgentReadyTimeout); err != nil {
+	if err := waitReady(ctx, ag, s.agentWait(booted.Sub(began))); err != nil {
 		return fail(fmt.Errorf("sandbox agent did not come up: %w", err))
 	}
 	s.log.Debug("sandbox up", "sandbox", rec.ID, "boot", booted.Sub(began), "agent", time.Since(booted), "agentVersion", ag.Version())
@@ -541,6 +541,14 @@ func (s *Service) attachVolume(ctx context.Context, rec *Record, ref string) ([]
 }
 
 // waitReady polls the agent's health until it answers or the time is up.
+// agentWait is how long a sandbox that took boot to create and start may
+// take for its agent to answer: AgentReadyTimeout, or three times boot when
+// the host is that loaded (a boot of seconds is a host whose CPUs are
+// taken, where the agent's own start is as slow).
+func (s *Service) agentWait(boot time.Duration) time.Duration {
+	return max(s.cfg.AgentReadyTimeout, 3*boot)
+}
+
 func waitReady(ctx context.Context, ag *agent.Client, limit time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
@@ -813,15 +821,12 @@ func (s *Service) armLocked(e *entry) {
 func (s *Service) expire(id string, e *entry) {
 	s.mu.Lock()
 	autoPause := !e.gone && e.rec.AutoPause && s.cp != nil
-	projectID, timeoutMs := e.rec.ProjectID, e.rec.TimeoutMs
+	projectID := e.rec.ProjectID
 	s.mu.Unlock()
 	if autoPause && s.due(e) {
 		s.log.Info("sandbox timed out: pausing it (autoPause)", "sandbox", id)
 		s.logs.event(id, "timed out: pausing")
-		err := s.Pause(context.Background(), projectID, id)
-		if err == nil {
-			err = s.SetTimeout(context.Background(), projectID, id, max(timeoutMs, 1000))
-		}
+		err := s.pause(context.Background(), projectID, id, true)
 		if err == nil || errors.Is(err, errdefs.ErrNotFound) {
 			return
 		}
