@@ -601,7 +601,10 @@ func mapStatus(s string) runtime.State {
 }
 
 func (r *Runtime) command(ctx context.Context, stdout *bytes.Buffer, args ...string) *exec.Cmd {
-	full := append([]string{"--root", r.cfg.RunscRoot, "--platform", r.cfg.Platform}, args...)
+	// --allow-suid: set-user-ID programs (sudo, ping, passwd) work as in
+	// any Linux, raising a user of the sandbox to the sandbox's root, who
+	// is gVisor's guest like every other user of it.
+	full := append([]string{"--root", r.cfg.RunscRoot, "--platform", r.cfg.Platform, "--allow-suid"}, args...)
 	cmd := exec.CommandContext(ctx, r.cfg.Runsc, full...)
 	// A runsc command dies with the server rather than finish a step that
 	// the next server's recovery already judged.

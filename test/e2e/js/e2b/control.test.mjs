@@ -189,11 +189,13 @@ test('a sandbox killed under a running command ends its wait at once, saying so'
   assert.ok(Date.now() - began < 20_000, `wait took ${Date.now() - began} ms`)
 })
 
-test("base is E2B's base: git and python for user", async () => {
+test("base is E2B's base: git, sudo without a password for user, python", async () => {
   await withSandbox(async (sbx) => {
-    const r = await sbx.commands.run('whoami; git --version; python --version')
-    const [me, git, python] = r.stdout.trim().split('\n')
+    // sudo needs set-user-ID programs honoured (runsc --allow-suid).
+    const r = await sbx.commands.run('whoami; sudo -n whoami; git --version; python --version')
+    const [me, root, git, python] = r.stdout.trim().split('\n')
     assert.equal(me, 'user')
+    assert.equal(root, 'root')
     assert.match(git, /^git version /)
     assert.match(python, /^Python 3\./)
   })
