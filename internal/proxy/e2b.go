@@ -3,9 +3,12 @@ package proxy
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
 )
 
 // Headers of E2B-addressed traffic.
@@ -90,7 +93,12 @@ func (p *proxy) serveE2B(w http.ResponseWriter, r *http.Request, id string, port
 	t, err := p.cfg.E2B.E2BTarget(id, port)
 	if err != nil {
 		p.cfg.Logger.Debug("e2b traffic refused", "sandbox", id, "port", port, "err", err)
-		e2bBadGateway(w, id, "The sandbox was not found or is not running.")
+		msg := "The sandbox is not running."
+		if errors.Is(err, errdefs.ErrNotFound) {
+			// E2B's exact words: its SDK's tests match on them.
+			msg = "The sandbox was not found"
+		}
+		e2bBadGateway(w, id, msg)
 		return "unavailable"
 	}
 	if t.TrafficToken != "" && !t.Envd && !equal(r.Header.Get(TrafficTokenHeader), t.TrafficToken) {

@@ -22,6 +22,8 @@ test('getHost(port) reaches a server in the sandbox; ports are public', async ()
     assert.equal(JSON.parse(closed.body).code, 502)
     const unknown = await get(host.replace(sbx.sandboxId, 'nosuchsandbox'))
     assert.equal(unknown.status, 502)
+    // E2B's own words, which its SDK's tests match.
+    assert.deepEqual(JSON.parse(unknown.body), { code: 502, sandboxId: 'nosuchsandbox', message: 'The sandbox was not found' })
     // Paused: 502, and traffic does not resume it.
     await sbx.pause()
     assert.equal((await get(host)).status, 502)
