@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -138,5 +140,53 @@ func TestEnvdDefaultUserCommandsAndPaths(t *testing.T) {
 	}
 	if res.Msg.Entry.Path != home {
 		t.Errorf("Stat(\".\") = %s, want the default user's home %s", res.Msg.Entry.Path, home)
+	}
+}
+
+// TestWriteAsUserMakesParents: a user's write under directories that do
+// not exist is made as envd makes it: the missing parents are created and
+// given to the user, even under a directory only root may write; a file
+// straight into such a directory is still refused.
+func TestWriteAsUserMakesParents(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: writes as another user, needs root")
+	}
+	name, _ := userWithHome(t)
+	acct, err := lookupAccount(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Config{Token: "test-token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A root-owned directory that others may enter but not write.
+	rootDir, err := os.MkdirTemp("/tmp", "lizard-parents-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(rootDir) })
+	if err := os.Chmod(rootDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	p := filepath.Join(rootDir, "0", "deeper", "file.txt")
+	if err := srv.putFile(acct, p, strings.NewReader("data"), nil); err != nil {
+		t.Fatalf("write %s as %s: %v", p, name, err)
+	}
+	for _, q := range []string{filepath.Dir(filepath.Dir(p)), filepath.Dir(p), p} {
+		fi, err := os.Lstat(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != acct.uid || st.Gid != acct.gid {
+			t.Errorf("%s is owned by %d:%d, want %s's %d:%d", q, st.Uid, st.Gid, name, acct.uid, acct.gid)
+		}
+	}
+	if b, err := os.ReadFile(p); err != nil || string(b) != "data" {
+		t.Errorf("read back %q %v", b, err)
+	}
+	if err := srv.putFile(acct, filepath.Join(rootDir, "direct.txt"), strings.NewReader("x"), nil); err == nil {
+		t.Errorf("a file straight into root's directory was written as %s", name)
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -198,7 +200,41 @@ func (s *Server) putFile(acct *account, p string, body io.Reader, md map[string]
 	if acct.isRoot() {
 		return writeFile(p, body, md)
 	}
+	if err := ensureParents(p, acct); err != nil {
+		return err
+	}
 	return s.writeFileAs(acct, p, body, md)
+}
+
+// ensureParents makes p's missing parent directories as the agent (root)
+// and gives each one it made to acct, as envd does: a user may write a
+// file under directories that do not exist yet, wherever they are (E2B's
+// tests write /<n>/file as user). What exists is left as it is, and the
+// file itself is still written as acct.
+func ensureParents(p string, acct *account) error {
+	var missing []string
+	for d := filepath.Dir(p); ; d = filepath.Dir(d) {
+		_, err := os.Lstat(d)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		missing = append(missing, d)
+		if d == filepath.Dir(d) {
+			break
+		}
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := os.Mkdir(missing[i], newDirMode); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		if err := os.Lchown(missing[i], int(acct.uid), int(acct.gid)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // writeFileAs streams body to a child writing p as acct.

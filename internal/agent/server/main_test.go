@@ -1,11 +1,13 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,7 +26,39 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == server.FileOpCommand {
 		os.Exit(server.FileOpMain(os.Args[2:]))
 	}
+	go clearPyenvLocks()
 	os.Exit(m.Run())
+}
+
+// clearPyenvLocks removes, while the tests run, a pyenv rehash lock that
+// no rehash holds. On hosts where root's shell profile runs `pyenv rehash`
+// (it sources pyenv's init), the tests' login shells run it too; one the
+// tests kill mid-rehash leaves the lock behind, and every later login shell
+// of root waits 60 s on it (the tests see no output and time out).
+func clearPyenvLocks() {
+	root := os.Getenv("PYENV_ROOT")
+	if root == "" {
+		root = "/root/.pyenv"
+	}
+	lock := filepath.Join(root, "shims", ".pyenv-shim")
+	for range time.Tick(time.Second) {
+		fi, err := os.Stat(lock)
+		if err != nil || time.Since(fi.ModTime()) < 3*time.Second || rehashing() {
+			continue
+		}
+		os.Remove(lock)
+	}
+}
+
+// rehashing reports whether a pyenv rehash runs on the host.
+func rehashing() bool {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, []byte("pyenv-rehash")) {
+			return true
+		}
+	}
+	return false
 }
 
 func requireRoot(t *testing.T) {
