@@ -336,7 +336,8 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("agent %s %s: %w: %w", method, path, err, errdefs.ErrUnavailable)
+		// The error names the agent's address: for the log only.
+		return nil, errdefs.WithCause(errdefs.ErrUnavailable, fmt.Sprintf("agent %s %s: the sandbox's agent did not answer", method, path), err)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		defer resp.Body.Close()

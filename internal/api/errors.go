@@ -24,44 +24,44 @@ type errorBody struct {
 	RetryAfterS int      `json:"retryAfterS,omitempty"`
 }
 
-// classes maps each error class to its status and default code, in the
-// order they are tried.
-var classes = []struct {
-	err    error
+// classes maps each error class to its status and default code (errdefs
+// decides which class an error of two is).
+var classes = map[error]struct {
 	status int
 	code   string
 }{
-	{errdefs.ErrInvalid, http.StatusBadRequest, "invalid_request"},
-	{errdefs.ErrUnauthenticated, http.StatusUnauthorized, "unauthenticated"},
-	{errdefs.ErrPermission, http.StatusForbidden, "permission_denied"},
-	{errdefs.ErrNotFound, http.StatusNotFound, "not_found"},
-	{errdefs.ErrConflict, http.StatusConflict, "conflict"},
-	{errdefs.ErrTooLarge, http.StatusRequestEntityTooLarge, "too_large"},
-	{errdefs.ErrQuota, http.StatusTooManyRequests, "quota_exceeded"},
-	{errdefs.ErrLimit, http.StatusTooManyRequests, "limit_exceeded"},
-	{errdefs.ErrCapacity, http.StatusServiceUnavailable, "capacity"},
-	{errdefs.ErrNoSpace, http.StatusInsufficientStorage, "insufficient_storage"},
-	{errdefs.ErrTimeout, http.StatusGatewayTimeout, "timeout"},
-	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
+	errdefs.ErrInvalid:         {http.StatusBadRequest, "invalid_request"},
+	errdefs.ErrUnauthenticated: {http.StatusUnauthorized, "unauthenticated"},
+	errdefs.ErrPermission:      {http.StatusForbidden, "permission_denied"},
+	errdefs.ErrNotFound:        {http.StatusNotFound, "not_found"},
+	errdefs.ErrConflict:        {http.StatusConflict, "conflict"},
+	errdefs.ErrTooLarge:        {http.StatusRequestEntityTooLarge, "too_large"},
+	errdefs.ErrQuota:           {http.StatusTooManyRequests, "quota_exceeded"},
+	errdefs.ErrLimit:           {http.StatusTooManyRequests, "limit_exceeded"},
+	errdefs.ErrCapacity:        {http.StatusServiceUnavailable, "capacity"},
+	errdefs.ErrNoSpace:         {http.StatusInsufficientStorage, "insufficient_storage"},
+	errdefs.ErrTimeout:         {http.StatusGatewayTimeout, "timeout"},
+	errdefs.ErrUnavailable:     {http.StatusServiceUnavailable, "unavailable"},
 }
 
 // retryAfterCapacity is the Retry-After (seconds) of a 503 capacity.
 const retryAfterCapacity = 5
 
-// statusOf is the one place where an error becomes an HTTP status and code.
-// Errors of no class are internal: the client gets a generic message and
-// the cause goes to the log.
+// statusOf is the one place where an error becomes an HTTP status, a code
+// and the message the client reads. That message is the error's text with
+// the causes marked errdefs.Detailed (a command's output, host paths) left
+// out; writeError logs the whole. Errors of no class are internal: the
+// client gets a generic message.
 func statusOf(err error) (status int, code, msg string) {
-	for _, c := range classes {
-		if errors.Is(err, c.err) {
-			code = c.code
-			if cc := errdefs.Code(err); cc != "" {
-				code = cc
-			}
-			return c.status, code, err.Error()
-		}
+	c, ok := classes[errdefs.Class(err)]
+	if !ok {
+		return http.StatusInternalServerError, "internal", "internal error"
 	}
-	return http.StatusInternalServerError, "internal", "internal error"
+	code = c.code
+	if cc := errdefs.Code(err); cc != "" {
+		code = cc
+	}
+	return c.status, code, errdefs.ClientMessage(err)
 }
 
 // StatusOf is statusOf for the E2B edge (internal/e2b), which answers in

@@ -42,7 +42,8 @@ func Unavailable(err error) error {
 			return err
 		}
 	}
-	return fmt.Errorf("cluster database: %v: %w", err, errdefs.ErrUnavailable)
+	// The database's error may name its host: for the log only.
+	return errdefs.WithCause(errdefs.ErrUnavailable, "the cluster database cannot serve this now; retry shortly", errors.New(err.Error()))
 }
 
 // unhealthy is the refusal of a write while this node's own lease has

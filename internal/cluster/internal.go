@@ -155,13 +155,13 @@ func InternalHandler(cfg InternalConfig) http.Handler {
 		serveLocalSnapshots(w, r, cfg.Local)
 	})
 	internal.HandleFunc("GET /internal/v1/volumes", func(w http.ResponseWriter, r *http.Request) {
-		serveLocalVolumes(w, r, cfg.Local)
+		serveLocalVolumes(w, r, cfg.Local, cfg.Logger)
 	})
 	internal.HandleFunc("POST /internal/v1/resume/{id}", func(w http.ResponseWriter, r *http.Request) {
-		serveResume(w, r, cfg.Resume)
+		serveResume(w, r, cfg.Resume, cfg.Logger)
 	})
 	internal.HandleFunc("POST /internal/v1/pools/{id}/{op}", func(w http.ResponseWriter, r *http.Request) {
-		servePool(w, r, cfg.Pools)
+		servePool(w, r, cfg.Pools, cfg.Logger)
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		node, kind, err := cfg.Signer.verify(r)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -14,7 +15,6 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/api"
-	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/volume"
@@ -205,7 +205,8 @@ func mayHoldLive(n store.Node) bool {
 
 // internalCall makes the /internal/v1 call method uri to node n within
 // timeout and decodes its JSON answer into v (nil: the answer is not
-// read). A 503 or a node that cannot be dialled is ErrUnavailable.
+// read). A refusal is the peer's error as it answered it (peerAnswer); a
+// node that cannot be dialled is ErrUnavailable.
 func (rt *Router) internalCall(ctx context.Context, method string, n store.Node, uri string, timeout time.Duration, v any) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -218,23 +219,18 @@ func (rt *Router) internalCall(ctx context.Context, method string, n store.Node,
 	if err != nil {
 		var op *net.OpError
 		if errors.As(err, &op) && op.Op == "dial" {
-			return errdefs.WithCode(codeNodeUnavailable, fmt.Errorf("node %s: %v: %w", n.Name, err, errdefs.ErrUnavailable))
+			return unreachable(n, err)
 		}
 		return fmt.Errorf("node %s: %w", n.Name, err)
 	}
 	defer resp.Body.Close()
-	switch resp.StatusCode {
-	case http.StatusOK:
-		if v == nil {
-			return nil
-		}
-		return json.NewDecoder(io.LimitReader(resp.Body, maxListBody)).Decode(v)
-	case http.StatusServiceUnavailable:
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxRefusal))
-		return errdefs.WithCode(codeNodeUnavailable, fmt.Errorf("node %s: %s: %w", n.Name, b, errdefs.ErrUnavailable))
+	if resp.StatusCode != http.StatusOK {
+		return peerAnswer(n, resp)
 	}
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxRefusal))
-	return fmt.Errorf("node %s: %s %s", n.Name, resp.Status, b)
+	if v == nil {
+		return nil
+	}
+	return json.NewDecoder(io.LimitReader(resp.Body, maxListBody)).Decode(v)
 }
 
 // The /internal/v1 list calls: this node's part of a project's list. The
@@ -257,10 +253,10 @@ func serveLocalSnapshots(w http.ResponseWriter, r *http.Request, l Local) {
 	api.WriteJSON(w, http.StatusOK, part)
 }
 
-func serveLocalVolumes(w http.ResponseWriter, r *http.Request, l Local) {
+func serveLocalVolumes(w http.ResponseWriter, r *http.Request, l Local, log *slog.Logger) {
 	vs, err := l.Volumes(r.Context(), r.URL.Query().Get("project"))
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
+		writePeerError(w, r, log, err)
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, vs)

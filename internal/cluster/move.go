@@ -2,13 +2,12 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
 
-	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -22,7 +21,7 @@ import (
 // ResumeElsewhere has another node resume orphaned sandbox id: the
 // candidates are those placement orders (ready, not draining, holding its
 // template) of this node's runsc build; one that answers 503 or cannot be
-// dialled is skipped.
+// dialled is skipped. Another refusal is the peer's error, of its class.
 func (rt *Router) ResumeElsewhere(ctx context.Context, id string) error {
 	o, err := rt.cfg.Directory.SandboxOwner(ctx, id)
 	if err != nil {
@@ -55,7 +54,7 @@ func (rt *Router) ResumeElsewhere(ctx context.Context, id string) error {
 			rt.log.Info("move: sandbox resumed on another node", "sandbox", id, "node", n.Name)
 			return nil
 		}
-		if !errors.Is(last, errdefs.ErrUnavailable) {
+		if !refused(last) {
 			return last
 		}
 		rt.log.Info("move: node refused; trying the next", "sandbox", id, "node", n.Name, "err", last)
@@ -63,22 +62,21 @@ func (rt *Router) ResumeElsewhere(ctx context.Context, id string) error {
 	return last
 }
 
-// resumeOn asks node n to resume orphaned sandbox id. A 503 or a node that
-// cannot be dialled is ErrUnavailable.
+// resumeOn asks node n to resume orphaned sandbox id; its refusal is the
+// error it answered (peerAnswer).
 func (rt *Router) resumeOn(ctx context.Context, n store.Node, id string) error {
 	return rt.internalCall(ctx, http.MethodPost, n, "/internal/v1/resume/"+url.PathEscape(id), createTimeout, nil)
 }
 
 // serveResume is POST /internal/v1/resume/{id}: resume the orphaned
 // sandbox here; errors as the API answers them.
-func serveResume(w http.ResponseWriter, r *http.Request, resume func(context.Context, string) error) {
+func serveResume(w http.ResponseWriter, r *http.Request, resume func(context.Context, string) error, log *slog.Logger) {
 	if resume == nil {
 		http.Error(w, "this node resumes no sandbox for its peers", http.StatusNotFound)
 		return
 	}
 	if err := resume(r.Context(), r.PathValue("id")); err != nil {
-		status, code, msg := api.StatusOf(err)
-		http.Error(w, code+": "+msg, status)
+		writePeerError(w, r, log, err)
 		return
 	}
 	w.WriteHeader(http.StatusOK)

@@ -142,7 +142,7 @@ func (rt *Router) Create(w http.ResponseWriter, r *http.Request, projectID strin
 	for _, n := range order {
 		if n.Name == rt.cfg.Self {
 			err := local()
-			if status, _, _ := api.StatusOf(err); err == nil || status != http.StatusServiceUnavailable {
+			if err == nil || !refused(err) {
 				return err
 			}
 			rt.log.Info("placement: this node refused; trying the next", "err", err)

@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"slices"
 	"time"
 
-	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -244,7 +244,7 @@ func (rt *Router) AdoptElsewhere(ctx context.Context, projectID, id string) (str
 			rt.log.Info("pools: warm pool handed over", "snapshot", id, "node", n.Name)
 			return n.Name, nil
 		}
-		if !errors.Is(last, errdefs.ErrUnavailable) {
+		if !refused(last) {
 			return "", last
 		}
 		rt.log.Info("pools: node refused the warm pool; trying the next", "snapshot", id, "node", n.Name, "err", last)
@@ -271,7 +271,7 @@ func (rt *Router) DropPool(ctx context.Context, node, id string) error {
 
 // servePool serves POST /internal/v1/pools/{id}/{op}: adopt or drop the
 // warm pool here for a peer; errors as the API answers them.
-func servePool(w http.ResponseWriter, r *http.Request, host PoolHost) {
+func servePool(w http.ResponseWriter, r *http.Request, host PoolHost, log *slog.Logger) {
 	if host == nil {
 		http.Error(w, "this node keeps no warm pools for its peers", http.StatusNotFound)
 		return
@@ -289,8 +289,7 @@ func servePool(w http.ResponseWriter, r *http.Request, host PoolHost) {
 		return
 	}
 	if err != nil {
-		status, code, msg := api.StatusOf(err)
-		http.Error(w, code+": "+msg, status)
+		writePeerError(w, r, log, err)
 		return
 	}
 	w.WriteHeader(http.StatusOK)

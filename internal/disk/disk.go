@@ -61,8 +61,8 @@ func (g *Guard) Check() error {
 	if err != nil || u.Free() >= g.MinFree {
 		return nil
 	}
-	return noSpace(fmt.Errorf("data directory %s: %.1f%% free (%d MiB), below the %.1f%% watermark: free some space (delete snapshots, volumes or sandboxes): %w",
-		g.Dir, u.Free()*100, u.Avail>>20, g.MinFree*100, errdefs.ErrNoSpace))
+	return noSpace(errdefs.WithCause(errdefs.ErrNoSpace, fmt.Sprintf("the data directory has %.1f%% free (%d MiB), below the %.1f%% watermark: free some space (delete snapshots, volumes or sandboxes)",
+		u.Free()*100, u.Avail>>20, g.MinFree*100), fmt.Errorf("data directory %s", g.Dir)))
 }
 
 // Classify turns err, a failed write under dir, into ErrNoSpace when it
@@ -74,10 +74,10 @@ func Classify(dir string, err error) error {
 		return err
 	}
 	if errors.Is(err, syscall.ENOSPC) {
-		return noSpace(fmt.Errorf("%v: %w", err, errdefs.ErrNoSpace))
+		return noSpace(errdefs.WithCause(errdefs.ErrNoSpace, "the server's disk is full", errors.New(err.Error())))
 	}
 	if u, serr := Stat(dir); serr == nil && u.Avail < FullBelow {
-		return noSpace(fmt.Errorf("%v (the disk of %s is full: %d MiB free): %w", err, dir, u.Avail>>20, errdefs.ErrNoSpace))
+		return noSpace(errdefs.WithCause(errdefs.ErrNoSpace, fmt.Sprintf("the server's disk is full (%d MiB free)", u.Avail>>20), fmt.Errorf("%v (the disk of %s)", err, dir)))
 	}
 	return err
 }

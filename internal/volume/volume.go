@@ -305,7 +305,8 @@ func (m *Manager) run(ctx context.Context, name string, args ...string) error {
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := m.cfg.Run(cmd); err != nil {
-		return fmt.Errorf("%s: %v: %s: %w", name, err, strings.TrimSpace(out.String()), errdefs.ErrUnavailable)
+		// The output names host paths: for the log only.
+		return errdefs.WithCause(errdefs.ErrUnavailable, name+" failed (its output is in the server log)", fmt.Errorf("%v: %s", err, strings.TrimSpace(out.String())))
 	}
 	return nil
 }

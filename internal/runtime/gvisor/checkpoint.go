@@ -182,7 +182,7 @@ func (r *Runtime) Snapshot(ctx context.Context, id, dir string) error {
 		return err
 	}
 	if _, err := os.Stat(dir); err == nil {
-		return fmt.Errorf("snapshot directory %s exists: %w", dir, errdefs.ErrConflict)
+		return errdefs.WithCause(errdefs.ErrConflict, "the snapshot's directory exists", fmt.Errorf("snapshot directory %s", dir))
 	}
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return err
@@ -206,7 +206,7 @@ func (r *Runtime) notRunning(ctx context.Context, id string, err error) error {
 // Restore implements runtime.Checkpointer.
 func (r *Runtime) Restore(ctx context.Context, spec runtime.Spec, dir string) (runtime.Sandbox, error) {
 	if _, err := os.Stat(filepath.Join(dir, "checkpoint.img")); err != nil {
-		return runtime.Sandbox{}, fmt.Errorf("image %s: %w", dir, errdefs.ErrNotFound)
+		return runtime.Sandbox{}, errdefs.WithCause(errdefs.ErrNotFound, "the checkpoint image is missing", fmt.Errorf("image %s: %w", dir, err))
 	}
 	if err := r.compatible(ctx, dir); err != nil {
 		return runtime.Sandbox{}, err

@@ -167,7 +167,7 @@ func (r *Runtime) compatible(ctx context.Context, image string) error {
 		return nil
 	}
 	return errdefs.WithCode("incompatible_checkpoint",
-		fmt.Errorf("checkpoint %s cannot be restored here: %s; the image is kept: %w", image, strings.Join(why, "; "), errdefs.ErrConflict))
+		errdefs.WithCause(errdefs.ErrConflict, "the checkpoint cannot be restored here: "+strings.Join(why, "; ")+"; the image is kept", fmt.Errorf("image %s", image)))
 }
 
 // RunscDigest is the SHA-256 of this server's runsc binary, as checkpoint

@@ -247,7 +247,7 @@ func (r *Runtime) make(ctx context.Context, spec runtime.Spec, image string) (sb
 		} else if !had {
 			cli = ""
 		} else if cli == "" {
-			return sb, fmt.Errorf("image %s was taken of a sandbox with the lizard CLI mounted, and this runtime has none to mount: %w", image, errdefs.ErrConflict)
+			return sb, errdefs.WithCause(errdefs.ErrConflict, "the image was taken of a sandbox with the lizard CLI mounted, and this runtime has none to mount", fmt.Errorf("image %s", image))
 		}
 	}
 	if err := writeJSON(filepath.Join(dir, "bundle", "config.json"), ociSpec(spec, r.cfg.AgentPath, cli, etc, r.cgroupPath(spec.ID), ep)); err != nil {
@@ -625,7 +625,8 @@ func (r *Runtime) runCmd(cmd *exec.Cmd) error {
 
 // runsc runs one runsc command; stdio, when given, becomes the stdout and
 // stderr of the command (and so of a container it creates). An error carries
-// what runsc printed: its stderr, or what it added to stdio.
+// what runsc printed (its stderr, or what it added to stdio) as its
+// errdefs.Detailed cause: for the log, not the client.
 func (r *Runtime) runsc(ctx context.Context, stdio *os.File, args ...string) error {
 	cmd := r.command(ctx, nil, args...)
 	var stderr bytes.Buffer
@@ -646,7 +647,9 @@ func (r *Runtime) runsc(ctx context.Context, stdio *os.File, args ...string) err
 		if stdio != nil {
 			msg = appended(stdio.Name(), from, 2048)
 		}
-		return fmt.Errorf("%w: %s: %w", err, msg, errdefs.ErrUnavailable)
+		// runsc's output names host paths: the client reads only that
+		// runsc failed.
+		return errdefs.WithCause(errdefs.ErrUnavailable, "runsc failed (its output is in the server log)", fmt.Errorf("%w: %s", err, msg))
 	}
 	return nil
 }
