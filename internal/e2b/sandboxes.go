@@ -39,6 +39,7 @@ type newSandbox struct {
 		AllowPublicTraffic *bool    `json:"allowPublicTraffic"`
 		AllowOut           []string `json:"allowOut"`
 		DenyOut            []string `json:"denyOut"`
+		MaskRequestHost    string   `json:"maskRequestHost"`
 	} `json:"network"`
 	Metadata     map[string]string `json:"metadata"`
 	EnvVars      map[string]string `json:"envVars"`
@@ -148,7 +149,7 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project)
 	}
 	allow := req.AllowInternetAccess
 	var allowed []string
-	private := false
+	private, mask := false, ""
 	if n := req.Network; n != nil {
 		if len(n.DenyOut) > 0 {
 			return invalid("network.denyOut: not supported by lizard: set allow_internet_access false and list what may be reached in network.allowOut")
@@ -160,6 +161,10 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project)
 			allowed = n.AllowOut
 		}
 		private = n.AllowPublicTraffic != nil && !*n.AllowPublicTraffic
+		mask = n.MaskRequestHost
+		if err := sandbox.CheckMaskHost("network.maskRequestHost", mask); err != nil {
+			return err
+		}
 	}
 	egress, err := network.ParseEgress(allow, allowed)
 	if err != nil {
@@ -175,7 +180,7 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project)
 		rec, err := s.sandboxes.Create(r.Context(), sandbox.CreateRequest{
 			ProjectID: p.ID, Template: tpl, Size: sandboxSize, TimeoutMs: timeout, Metadata: req.Metadata, Envs: req.EnvVars,
 			Egress: egress, E2B: true, Secure: secure(req.Secure), PrivateTraffic: private,
-			AutoPause: req.AutoPause != nil && *req.AutoPause,
+			AutoPause: req.AutoPause != nil && *req.AutoPause, MaskRequestHost: mask,
 		})
 		if err != nil {
 			return err

@@ -47,6 +47,9 @@ type E2BTarget struct {
 	// TrafficToken, when not "", must come in TrafficTokenHeader (not for
 	// envd, which has its own token).
 	TrafficToken string
+	// Host, when not "", is the Host header the request reaches the
+	// sandbox with (E2B's maskRequestHost), instead of its own.
+	Host string
 }
 
 type e2bKey struct{}
@@ -113,6 +116,9 @@ func (p *proxy) serveE2B(w http.ResponseWriter, r *http.Request, id string, port
 	ctx = context.WithValue(ctx, outcomeKey{}, &outcome)
 	ctx = context.WithValue(ctx, e2bKey{}, id)
 	ctx = context.WithValue(ctx, envdKey{}, t.Envd)
+	if t.Host != "" {
+		r.Host = t.Host
+	}
 	// The routing headers are the proxy's, not the app's.
 	r.Header.Del(E2BSandboxIDHeader)
 	r.Header.Del(E2BSandboxPortHeader)

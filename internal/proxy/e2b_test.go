@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +63,8 @@ func (f fakeE2B) E2BTarget(id string, port int) (E2BTarget, error) {
 		return E2BTarget{Addr: f.addr, Envd: port == 49983}, nil
 	case "priv":
 		return E2BTarget{Addr: f.addr, Envd: port == 49983, TrafficToken: "tt"}, nil
+	case "masked":
+		return E2BTarget{Addr: f.addr, Host: "localhost:" + strconv.Itoa(port)}, nil
 	case "closed":
 		return E2BTarget{Addr: "127.0.0.1:1"}, nil
 	case "paused":
@@ -103,6 +106,7 @@ func TestE2BRouting(t *testing.T) {
 		{"public port by header", "127.0.0.1:8081", route("pub", "3000"), 200, `envd="" agent="" traffic="" route=""`},
 		{"envd is marked, agent token stripped", "49983-pub.d.test", map[string]string{AgentTokenHeader: "x", EnvdHeader: "1"}, 200, `envd="1" agent=""`},
 		{"a client cannot claim envd", "3000-pub.d.test", map[string]string{EnvdHeader: "1"}, 200, `envd="" agent=""`},
+		{"maskRequestHost sets the Host the app sees", "3000-masked.d.test", nil, 200, `host=localhost:3000 `},
 		{"private without token", "3000-priv.d.test", nil, 403, `"code":403`},
 		{"private wrong token", "3000-priv.d.test", map[string]string{TrafficTokenHeader: "no"}, 403, `"code":403`},
 		{"private with token", "3000-priv.d.test", map[string]string{TrafficTokenHeader: "tt"}, 200, `traffic=""`},

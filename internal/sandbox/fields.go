@@ -2,7 +2,9 @@ package sandbox
 
 import (
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -99,4 +101,30 @@ func shorten(s string) string {
 
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf(format+": %w", append(args, errdefs.ErrInvalid)...)
+}
+
+// CheckMaskHost refuses an E2B maskRequestHost that is no Host header: it
+// must be a host name or address, with an optional port, where "${PORT}"
+// may stand for the port or part of a name (E2B's default is
+// "${PORT}-<sandbox>.e2b.app"). "" is none.
+func CheckMaskHost(field, mask string) error {
+	if mask == "" {
+		return nil
+	}
+	if len(mask) > 255 {
+		return invalidf("%s: %d bytes, at most 255", field, len(mask))
+	}
+	host := strings.ReplaceAll(mask, "${PORT}", "1")
+	if h, port, err := net.SplitHostPort(host); err == nil {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return invalidf("%s: %q: the port is not a number from 1 to 65535", field, shorten(mask))
+		}
+		host = h
+	}
+	if host == "" || strings.ContainsFunc(host, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == ':' || r == '_')
+	}) {
+		return invalidf("%s: %q is not a host[:port] (letters, digits, '.', '-', and ${PORT})", field, shorten(mask))
+	}
+	return nil
 }

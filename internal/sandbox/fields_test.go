@@ -95,3 +95,17 @@ func TestShorten(t *testing.T) {
 		t.Errorf("shorten: %q", got)
 	}
 }
+
+func TestCheckMaskHost(t *testing.T) {
+	for _, ok := range []string{"", "localhost", "localhost:${PORT}", "${PORT}-sbx.e2b.app", "example.com:8080", "10.0.0.1", "[::1]:80"} {
+		if err := CheckMaskHost("network.maskRequestHost", ok); err != nil {
+			t.Errorf("%q refused: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"a b", "host/path", "host:0", "host:x", ":80", "http://x", strings.Repeat("a", 256)} {
+		err := CheckMaskHost("network.maskRequestHost", bad)
+		if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "network.maskRequestHost") {
+			t.Errorf("%q: %v, want ErrInvalid naming the field", bad, err)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/lizard-build/lizard/internal/agent"
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -226,9 +227,13 @@ func (s *Service) E2BTarget(id string, port int) (proxy.E2BTarget, error) {
 	if err != nil {
 		return proxy.E2BTarget{}, fmt.Errorf("sandbox %q has no address: %w", id, errdefs.ErrUnavailable)
 	}
-	return proxy.E2BTarget{
+	t := proxy.E2BTarget{
 		Addr: net.JoinHostPort(host, strconv.Itoa(port)), Envd: port == agent.Port, TrafficToken: rec.TrafficToken,
-	}, nil
+	}
+	if rec.MaskHost != "" && !t.Envd {
+		t.Host = strings.ReplaceAll(rec.MaskHost, "${PORT}", strconv.Itoa(port))
+	}
+	return t, nil
 }
 
 var _ proxy.LoopbackDialer = (*Service)(nil)

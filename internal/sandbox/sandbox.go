@@ -250,6 +250,10 @@ type Record struct {
 	// network.allowPublicTraffic false); "" leaves them public to E2B
 	// clients. Lizard-addressed previews keep their own tokens.
 	TrafficToken string `json:"trafficToken,omitempty"`
+	// MaskHost, when set, is the Host header E2B-addressed requests to the
+	// sandbox's ports carry instead of the one they came with (E2B's
+	// network.maskRequestHost); "${PORT}" in it stands for the port.
+	MaskHost string `json:"maskRequestHost,omitempty"`
 	// AutoPause pauses the sandbox at its deadline instead of killing it
 	// (E2B's autoPause).
 	AutoPause bool `json:"autoPause,omitempty"`
@@ -292,6 +296,8 @@ type CreateRequest struct {
 	// envd access token, PrivateTraffic an E2B traffic access token;
 	// AutoPause pauses it at its deadline.
 	E2B, Secure, PrivateTraffic, AutoPause bool
+	// MaskRequestHost is Record.MaskHost (CheckMaskHost).
+	MaskRequestHost string
 }
 
 // Create starts a sandbox and returns once its agent answers.
@@ -317,10 +323,13 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Record, err 
 	if err := CheckMetadata("metadata", req.Metadata); err != nil {
 		return Record{}, err
 	}
+	if err := CheckMaskHost("network.maskRequestHost", req.MaskRequestHost); err != nil {
+		return Record{}, err
+	}
 	rec := s.newRecord(req.ProjectID, req.Template, size, req.TimeoutMs)
 	rec.Metadata, rec.Envs, rec.Egress = req.Metadata, mergeEnv(tpl.Env, req.Envs), req.Egress
 	rec.User, rec.Workdir, rec.Rootfs = tpl.User, tpl.Workdir, tpl.Rootfs
-	rec.E2B, rec.Secure, rec.AutoPause = req.E2B, req.Secure, req.AutoPause
+	rec.E2B, rec.Secure, rec.AutoPause, rec.MaskHost = req.E2B, req.Secure, req.AutoPause, req.MaskRequestHost
 	if req.Secure {
 		rec.EnvdToken = randomToken()
 	}

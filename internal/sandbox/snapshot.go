@@ -56,6 +56,8 @@ type Snapshot struct {
 	E2B            bool `json:"e2b,omitempty"`
 	Secure         bool `json:"secure,omitempty"`
 	PrivateTraffic bool `json:"privateTraffic,omitempty"`
+	// MaskHost is the source's E2B maskRequestHost (Record.MaskHost).
+	MaskHost string `json:"maskRequestHost,omitempty"`
 	// DurableAt is when the image was made durable in the object store
 	// (nil: only on this node's disk).
 	DurableAt *time.Time `json:"durableAt,omitempty"`
@@ -170,7 +172,7 @@ func (s *Service) save(ctx context.Context, e *entry, dirOf func(string) string,
 		TimeoutMs: rec.TimeoutMs, CreatedAt: time.Now().UTC(), AgentToken: rec.AgentToken,
 		Envs: rec.Envs, Metadata: rec.Metadata, Egress: rec.Egress, VolumeID: rec.VolumeID,
 		User: rec.User, Workdir: rec.Workdir, Rootfs: rec.Rootfs,
-		E2B: rec.E2B, Secure: rec.Secure, PrivateTraffic: rec.TrafficToken != "",
+		E2B: rec.E2B, Secure: rec.Secure, PrivateTraffic: rec.TrafficToken != "", MaskHost: rec.MaskHost,
 	}
 	start := time.Now()
 	if err := s.cp.Snapshot(ctx, rec.ID, dirOf(snap.ID)); err != nil {
@@ -393,7 +395,7 @@ func (s *Service) copyRecord(snap Snapshot, timeoutMs int64) Record {
 	rec := s.newRecord(snap.ProjectID, snap.Template, size, timeoutMs)
 	rec.Envs, rec.Metadata, rec.SnapshotID, rec.Egress = snap.Envs, snap.Metadata, snap.ID, snap.Egress
 	rec.User, rec.Workdir, rec.Rootfs = snap.User, snap.Workdir, snap.Rootfs
-	rec.E2B, rec.Secure = snap.E2B, snap.Secure
+	rec.E2B, rec.Secure, rec.MaskHost = snap.E2B, snap.Secure, snap.MaskHost
 	if snap.Secure {
 		rec.EnvdToken = randomToken()
 	}

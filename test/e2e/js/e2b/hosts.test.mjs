@@ -139,3 +139,25 @@ test('sandboxes of the Lizard API stay private to E2B addressing', async () => {
     await fetch(`${apiUrl}/api/sandboxes/${lz.sandboxId}`, { method: 'DELETE', headers: { 'X-API-Key': apiKey } })
   }
 })
+
+test('network.maskRequestHost is the Host the sandbox\'s server sees', async () => {
+  await withSandbox(async (sbx) => {
+    const server = `import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        b = self.headers.get("Host", "").encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(b))); self.end_headers(); self.wfile.write(b)
+http.server.HTTPServer(("0.0.0.0", 8005), H).serve_forever()
+`
+    await sbx.files.write('/tmp/host.py', server)
+    await sbx.commands.run('python3 /tmp/host.py', { background: true })
+    await sbx.commands.run('for i in $(seq 1 100); do curl -s -o /dev/null http://127.0.0.1:8005/ && exit 0; sleep 0.05; done; exit 1')
+    const res = await get(sbx.getHost(8005))
+    assert.equal(res.status, 200, res.body)
+    assert.equal(res.body, 'localhost:8005')
+  }, { network: { maskRequestHost: 'localhost:${PORT}' } })
+  // A mask that is no host is a 400 naming the field.
+  const bad = await api('POST', '/sandboxes', { templateID: 'base', network: { maskRequestHost: 'not a host' } })
+  assert.equal(bad.status, 400)
+  assert.match(bad.text, /network\.maskRequestHost/)
+})
