@@ -391,6 +391,9 @@ func (r *Runtime) Snapshot(ctx context.Context, id, dir string) (err error) {
 	if sb.state != runtime.StateRunning {
 		return fmt.Errorf("sandbox %q is %s: %w", id, sb.state, errdefs.ErrConflict)
 	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return fmt.Errorf("snapshot of %q: %w", id, err)
+	}
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("snapshot of %q: %s exists: %w", id, dir, errdefs.ErrConflict)
