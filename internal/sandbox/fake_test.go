@@ -411,4 +411,3 @@ func TestFakeWatch(t *testing.T) {
 		t.Fatalf("the live sandbox: %q", got)
 	}
 }
-
