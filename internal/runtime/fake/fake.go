@@ -208,17 +208,11 @@ func (r *Runtime) get(id string) (*sandbox, error) {
 func (r *Runtime) Start(ctx context.Context, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	sb, err := r.get(id)
-	if err != nil {
+	sb, err := r.moving(id, runtime.StateCreated, runtime.StateRunning)
+	if sb == nil {
 		return err
 	}
-	switch sb.state {
-	case runtime.StateRunning:
-		return nil
-	case runtime.StateCreated:
-		return r.serve(sb)
-	}
-	return fmt.Errorf("sandbox %q is %s: %w", id, sb.state, errdefs.ErrConflict)
+	return r.serve(sb)
 }
 
 // serve starts sb's agent; the caller holds r.mu.
@@ -310,21 +304,30 @@ func (r *Runtime) State(ctx context.Context, id string) (runtime.State, error) {
 	return sb.state, nil
 }
 
+// moving returns sandbox id when it is in state from, to be taken to state
+// to; nil and no error when it is there already, nil and an error when it
+// is missing or in another state. The caller holds r.mu.
+func (r *Runtime) moving(id string, from, to runtime.State) (*sandbox, error) {
+	sb, err := r.get(id)
+	switch {
+	case err != nil:
+		return nil, err
+	case sb.state == to:
+		return nil, nil
+	case sb.state != from:
+		return nil, fmt.Errorf("sandbox %q is %s: %w", id, sb.state, errdefs.ErrConflict)
+	}
+	return sb, nil
+}
+
 // Pause implements runtime.Checkpointer: it moves the home directory into
 // the pause image and kills the sandbox's processes.
 func (r *Runtime) Pause(ctx context.Context, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	sb, err := r.get(id)
-	if err != nil {
+	sb, err := r.moving(id, runtime.StateRunning, runtime.StatePaused)
+	if sb == nil {
 		return err
-	}
-	switch sb.state {
-	case runtime.StatePaused:
-		return nil
-	case runtime.StateRunning:
-	default:
-		return fmt.Errorf("sandbox %q is %s: %w", id, sb.state, errdefs.ErrConflict)
 	}
 	image := r.PauseImage(id)
 	if err := os.Mkdir(image, 0o755); err != nil {
@@ -352,16 +355,9 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 func (r *Runtime) Resume(ctx context.Context, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	sb, err := r.get(id)
-	if err != nil {
+	sb, err := r.moving(id, runtime.StatePaused, runtime.StateRunning)
+	if sb == nil {
 		return err
-	}
-	switch sb.state {
-	case runtime.StateRunning:
-		return nil
-	case runtime.StatePaused:
-	default:
-		return fmt.Errorf("sandbox %q is %s: %w", id, sb.state, errdefs.ErrConflict)
 	}
 	image := r.PauseImage(id)
 	sum, err := readTokenSum(image)
