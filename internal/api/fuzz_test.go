@@ -3,8 +3,6 @@ package api
 import (
 	"bytes"
 	"context"
-	"github.com/lizard-build/lizard/internal/apikey"
-	"github.com/lizard-build/lizard/internal/dashboard"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lizard-build/lizard/internal/apikey"
+	"github.com/lizard-build/lizard/internal/dashboard"
+	"github.com/lizard-build/lizard/internal/runtime/fake"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store/sqlite"
 	"github.com/lizard-build/lizard/internal/template"
@@ -74,12 +75,40 @@ var fuzzRoutes = []struct{ method, path string }{
 
 const fuzzKey = "lz_fuzz_key_0123456789abcdef"
 
-// newFuzzHandler is the API as the server wires it, over a real store, a
-// real template registry, volume manager and sandbox service in a
-// temporary directory. It holds no template, snapshot, volume or sandbox,
-// so every request ends in validation or a lookup and none reaches a
-// runtime: there is none, and the service needs no root.
+// fuzzTemplates is the registry with one more template, "fuzz", on an
+// empty root filesystem (the fake runtime only checks that it is there).
+type fuzzTemplates struct {
+	*template.Registry
+	rootfs string
+}
+
+func (t fuzzTemplates) Lookup(project, name string) (template.Template, error) {
+	if name == "fuzz" {
+		return template.Template{Name: "fuzz", Rootfs: t.rootfs}, nil
+	}
+	return t.Registry.Lookup(project, name)
+}
+
+func (t fuzzTemplates) LookupVersion(project, name, digest string) (template.Template, error) {
+	if name == "fuzz" {
+		return t.Lookup(project, name)
+	}
+	return t.Registry.LookupVersion(project, name, digest)
+}
+
+// newFuzzHandler is newFuzzAPI's handler.
 func newFuzzHandler(f testing.TB) http.Handler {
+	h, _ := newFuzzAPI(f)
+	return h
+}
+
+// newFuzzAPI is the API as the server wires it, over a real store, a real
+// template registry, volume manager and sandbox service in a temporary
+// directory, the service over the fake runtime (no root). The registry
+// holds no template; the service sees one more, "fuzz", and runs one
+// sandbox of it, whose id newFuzzAPI returns, so that requests for it
+// reach the handlers and the agent past validation and lookups.
+func newFuzzAPI(f testing.TB) (http.Handler, string) {
 	dir := f.TempDir()
 	st, err := sqlite.Open(filepath.Join(dir, "lizard.db"))
 	if err != nil {
@@ -105,22 +134,56 @@ func newFuzzHandler(f testing.TB) http.Handler {
 	}
 	f.Cleanup(func() { keys.Close() })
 	reg := template.NewRegistry(filepath.Join(dir, "templates"))
-	svc := sandbox.New(sandbox.Config{Store: st, Templates: reg, Volumes: vols, Logger: log,
-		SnapshotDir: filepath.Join(dir, "snapshots"), LogDir: filepath.Join(dir, "logs")})
+	rt, err := fake.New(fake.Config{Dir: filepath.Join(dir, "runtime"), Logger: log})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() {
+		list, _ := rt.List(context.Background())
+		for _, sb := range list {
+			rt.Destroy(context.Background(), sb.ID)
+		}
+	})
+	svc := sandbox.New(sandbox.Config{Runtime: rt, Store: st, Templates: fuzzTemplates{reg, f.TempDir()}, Volumes: vols, Logger: log,
+		SnapshotDir: filepath.Join(dir, "snapshots"), LogDir: filepath.Join(dir, "logs"), MaxSandboxes: 8})
+	if err := svc.Recover(ctx); err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(svc.Close)
+	live, err := svc.Create(ctx, sandbox.CreateRequest{ProjectID: p.ID, Template: "fuzz"})
+	if err != nil {
+		f.Fatal(err)
+	}
 	assets, err := dashboard.NewAssets()
 	if err != nil {
 		f.Fatal(err)
 	}
 	return Handler(Config{Keys: keys, Sandboxes: svc, Templates: reg, Volumes: vols,
 		Previews: PreviewURLs{Domain: "sandbox.localhost", Scheme: "http"}, Logger: log,
-		KeyStore: st, Sessions: dashboard.NewSessions(0, 0), Dashboard: assets})
+		KeyStore: st, Sessions: dashboard.NewSessions(0, 0), Dashboard: assets}), live.ID
+}
+
+// hostEffects says whether a request would run a command or change files
+// on the host: the fake runtime's sandboxes are the test's own user on
+// the host, so those are not fuzzed on a live sandbox (the validation in
+// front of them is, on other ids).
+func hostEffects(method, path, live string) bool {
+	if !strings.Contains(path, live) {
+		return false
+	}
+	for _, suffix := range []string{"/exec", "/processes", "/files", "/files/move", "/desktop"} {
+		if strings.HasSuffix(path, suffix) && method != "GET" {
+			return true
+		}
+	}
+	return false
 }
 
 // FuzzAPI sends arbitrary ids, queries, bodies and headers to the routes
 // and asserts that the API never panics or answers 5xx (a panic becomes a
 // 500), and that every refusal is a JSON error with a code and a message.
 func FuzzAPI(f *testing.F) {
-	h := newFuzzHandler(f)
+	h, live := newFuzzAPI(f)
 	route := func(method, path string) uint8 {
 		for i, r := range fuzzRoutes {
 			if r.method == method && r.path == path {
@@ -154,6 +217,28 @@ func FuzzAPI(f *testing.F) {
 	} {
 		f.Add(seed.route, "sb1", "path=/tmp&user=root&tail=5", []byte(seed.body), false)
 	}
+	// The live sandbox: its routes past lookups.
+	for _, seed := range []struct {
+		route       uint8
+		query, body string
+	}{
+		{route("GET", "/api/sandboxes/{id}"), "", ``},
+		{route("GET", "/api/sandboxes/{id}/files"), "path=/etc/hostname", ``},
+		{route("GET", "/api/sandboxes/{id}/files/list"), "path=/", ``},
+		{route("GET", "/api/sandboxes/{id}/files/stat"), "path=/tmp", ``},
+		{route("POST", "/api/sandboxes/{id}/files/watch"), "", `{"path":"/tmp","recursive":false}`},
+		{route("GET", "/api/sandboxes/{id}/processes"), "", ``},
+		{route("POST", "/api/sandboxes/{id}/processes/signal"), "", `{"pid":1,"signal":"SIGTERM"}`},
+		{route("GET", "/api/sandboxes/{id}/logs"), "tail=5", ``},
+		{route("POST", "/api/sandboxes/{id}/timeout"), "", `{"timeout":600}`},
+		{route("POST", "/api/sandboxes/{id}/snapshot"), "", `{"name":"s","poolSize":1}`},
+		{route("POST", "/api/sandboxes/{id}/fork"), "", `{"count":1}`},
+		{route("POST", "/api/sandboxes/{id}/pause"), "", ``},
+		{route("POST", "/api/sandboxes/{id}/resume"), "", ``},
+	} {
+		f.Add(seed.route, live, seed.query, []byte(seed.body), false)
+	}
+	f.Add(create, "", "", []byte(`{"template":"fuzz","timeoutMs":2000}`), false)
 	f.Add(uint8(0), "", "", []byte(`{}`), true)
 	f.Add(exec, "x", "", []byte(`{"cmd":"true"}`), true)
 	f.Add(uint8(200), "sandboxes/../projects", "a=%zz", []byte(`{}`), false)
@@ -168,6 +253,9 @@ func FuzzAPI(f *testing.F) {
 				t.Skip("volume creation and template builds are not fuzzed")
 			}
 		}
+		if hostEffects(method, path, live) {
+			t.Skip("commands and file changes would run on the host")
+		}
 		req := httptest.NewRequest(method, "/", bytes.NewReader(body))
 		req.URL.Path, req.URL.RawQuery = path, query
 		req.Header.Set("X-API-Key", fuzzKey)
@@ -175,7 +263,9 @@ func FuzzAPI(f *testing.F) {
 		if sse {
 			req.Header.Set("Accept", "text/event-stream")
 		}
-		ctx, cancel := context.WithCancel(req.Context())
+		// Streams (logs, watch events, exec) of the live sandbox end when
+		// their client goes: this one goes after 2 s.
+		ctx, cancel := context.WithTimeout(req.Context(), 2*time.Second)
 		defer cancel()
 		w := httptest.NewRecorder()
 		done := make(chan struct{})

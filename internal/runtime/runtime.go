@@ -65,8 +65,13 @@ const (
 type Sandbox struct {
 	ID    string
 	State State
-	// Addr is the sandbox's private address; the agent listens on it.
+	// Addr is the sandbox's private address: its servers' ports are
+	// reached on it.
 	Addr netip.Addr
+	// Agent is where the sandbox's agent listens (gVisor: Addr and
+	// agent.Port). It stays the same while the sandbox exists, across
+	// Stop, Pause and Resume.
+	Agent netip.AddrPort
 }
 
 // Runtime is an isolation backend. Implementations are safe for concurrent

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -200,7 +199,7 @@ func (s *Service) prepareReady(ctx context.Context, tpl template.Template, sz Si
 	if err := s.cfg.Runtime.Start(ctx, id); err != nil {
 		return ReadyState{}, fmt.Errorf("start sandbox: %w", err)
 	}
-	ag, _ := newAgent(net.JoinHostPort(rsb.Addr.String(), strconv.Itoa(agent.Port)), token)
+	ag, _ := newAgent(rsb.Agent.String(), token)
 	if err := waitReady(ctx, ag, s.agentWait(time.Since(booting))); err != nil {
 		return ReadyState{}, fmt.Errorf("sandbox agent did not come up: %w", err)
 	}

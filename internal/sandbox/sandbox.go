@@ -15,8 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -470,7 +468,7 @@ func (s *Service) start(ctx context.Context, rec Record, boot func(context.Conte
 		return fail(err)
 	}
 	booted := time.Now()
-	rec.AgentAddr = net.JoinHostPort(rsb.Addr.String(), strconv.Itoa(agent.Port))
+	rec.AgentAddr = rsb.Agent.String()
 	ag, conns := newAgent(rec.AgentAddr, bootToken)
 	if err := waitReady(ctx, ag, s.agentWait(booted.Sub(began))); err != nil {
 		return fail(fmt.Errorf("sandbox agent did not come up: %w", err))

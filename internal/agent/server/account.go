@@ -28,12 +28,35 @@ const defaultShell = "/bin/sh"
 // rootAccount stands in for root in images without /etc/passwd.
 var rootAccount = account{name: "root", home: "/root", shell: defaultShell}
 
+// accounts resolves user names. host, when not nil, is the account that
+// stands for root: the agent runs on the host as an ordinary process (see
+// Config.Home), not as a sandbox's PID 1.
+type accounts struct {
+	host *account
+}
+
+// hostAccount is the agent's own user with home as its home directory.
+func hostAccount(home string) (*account, error) {
+	u, err := user.Current()
+	if err != nil {
+		return nil, fmt.Errorf("looking up the agent's user: %w", err)
+	}
+	return &account{
+		name:   u.Username,
+		uid:    uint32(os.Geteuid()),
+		gid:    uint32(os.Getegid()),
+		groups: groupIDs(u, uint32(os.Getegid())),
+		home:   home,
+		shell:  defaultShell,
+	}, nil
+}
+
 // lookupAccount resolves a user name from the sandbox's /etc/passwd and
 // /etc/group; "" means root. The agent is built with CGO_ENABLED=0, so
 // os/user reads those files itself rather than asking NSS. A user the
 // sandbox does not have is invalid input.
-func lookupAccount(name string) (*account, error) {
-	a, err := findAccount(name)
+func (as accounts) lookupAccount(name string) (*account, error) {
+	a, err := as.findAccount(name)
 	if err == nil && a == nil {
 		return nil, errInvalid("unknown user %q: not in the sandbox's /etc/passwd", name)
 	}
@@ -43,9 +66,13 @@ func lookupAccount(name string) (*account, error) {
 // findAccount is lookupAccount for a user the sandbox may lack: nil and no
 // error when it has no such user. Root always exists (rootAccount stands
 // in when /etc/passwd cannot tell).
-func findAccount(name string) (*account, error) {
+func (as accounts) findAccount(name string) (*account, error) {
 	if name == "" {
 		name = "root"
+	}
+	if name == "root" && as.host != nil {
+		a := *as.host
+		return &a, nil
 	}
 	u, err := user.Lookup(name)
 	if err != nil {
@@ -118,8 +145,9 @@ func (a *account) credential() *syscall.Credential {
 	return &syscall.Credential{Uid: a.uid, Gid: a.gid, Groups: a.groups}
 }
 
-// isRoot says whether file operations for a can run in the agent itself.
-func (a *account) isRoot() bool { return a.uid == 0 }
+// isRoot says whether file operations for a can run in the agent itself:
+// a is root, or the agent's own user.
+func (a *account) isRoot() bool { return a.uid == 0 || a.credential() == nil }
 
 // mayList says whether a could list and enter the directory st describes,
 // judged by its owner, group and mode bits alone (no ACLs): the agent, as

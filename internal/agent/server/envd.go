@@ -34,6 +34,7 @@ type envd struct {
 	// fallback is the default user when the node names none, if the
 	// sandbox has it: envdUser (tests choose another); set once.
 	fallback string
+	accts    accounts // the server's; set once
 
 	mu        sync.RWMutex
 	secure    bool
@@ -59,7 +60,7 @@ const keepaliveHeader = "Keepalive-Ping-Interval"
 const envdUser = "user"
 
 func (s *Server) newEnvd() *envd {
-	e := &envd{keepalive: defaultKeepalive, fallback: envdUser}
+	e := &envd{keepalive: defaultKeepalive, fallback: envdUser, accts: s.accts}
 	mux := http.NewServeMux()
 	mux.Handle(processconnect.NewProcessHandler(&envdProcess{s: s, e: e}))
 	mux.Handle(filesystemconnect.NewFilesystemHandler(&envdFS{s: s, e: e}))
@@ -210,7 +211,7 @@ func (e *envd) account(h http.Header, name string) (*account, error) {
 	if name == "" {
 		return e.defaultAccount()
 	}
-	return lookupAccount(name)
+	return e.accts.lookupAccount(name)
 }
 
 // defaultAccount is who requests naming no user act as, as in E2B's envd:
@@ -221,13 +222,13 @@ func (e *envd) defaultAccount() (*account, error) {
 	name := e.user
 	e.mu.RUnlock()
 	if name != "" {
-		return lookupAccount(name)
+		return e.accts.lookupAccount(name)
 	}
-	a, err := findAccount(e.fallback)
+	a, err := e.accts.findAccount(e.fallback)
 	if err != nil || a != nil {
 		return a, err
 	}
-	return lookupAccount("root")
+	return e.accts.lookupAccount("root")
 }
 
 // resolve makes p absolute: relative paths are the user's home's.

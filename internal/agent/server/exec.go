@@ -52,7 +52,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, maxExecBody, &req); err != nil {
 		return err
 	}
-	spec, err := prepareExec(req)
+	spec, err := prepareExec(req, s.accts)
 	var se *startError
 	if errors.As(err, &se) {
 		writeStartFailure(w, se)
@@ -76,14 +76,14 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 
 // prepareExec validates req and resolves user, environment, working
 // directory and executable.
-func prepareExec(req agent.ExecRequest) (*execSpec, error) {
+func prepareExec(req agent.ExecRequest, accts accounts) (*execSpec, error) {
 	if err := validateCmd(req); err != nil {
 		return nil, err
 	}
 	if req.TimeoutMs < 0 {
 		return nil, errInvalid("timeoutMs %d is negative", req.TimeoutMs)
 	}
-	acct, err := lookupAccount(req.User)
+	acct, err := accts.lookupAccount(req.User)
 	if err != nil {
 		return nil, err
 	}

@@ -20,13 +20,13 @@ const maxMoveBody = 64 << 10
 // in a __fileop child running as that user (see FileOpCommand).
 
 // fileRequest reads the path and user query parameters.
-func fileRequest(r *http.Request) (string, *account, error) {
+func (s *Server) fileRequest(r *http.Request) (string, *account, error) {
 	q := r.URL.Query()
 	p, err := cleanPath("path", q.Get("path"))
 	if err != nil {
 		return "", nil, err
 	}
-	acct, err := lookupAccount(q.Get("user"))
+	acct, err := s.accts.lookupAccount(q.Get("user"))
 	if err != nil {
 		return "", nil, err
 	}
@@ -56,7 +56,7 @@ func (s *Server) fileOpFor(acct *account, op fileOp) (fileResult, error) {
 }
 
 func (s *Server) statFile(w http.ResponseWriter, r *http.Request) error {
-	p, acct, err := fileRequest(r)
+	p, acct, err := s.fileRequest(r)
 	if err != nil {
 		return err
 	}
@@ -69,7 +69,7 @@ func (s *Server) statFile(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) error {
-	p, acct, err := fileRequest(r)
+	p, acct, err := s.fileRequest(r)
 	if err != nil {
 		return err
 	}
@@ -85,7 +85,7 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) error {
-	p, acct, err := fileRequest(r)
+	p, acct, err := s.fileRequest(r)
 	if err != nil {
 		return err
 	}
@@ -109,7 +109,7 @@ func (s *Server) moveFile(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	acct, err := lookupAccount(req.User)
+	acct, err := s.accts.lookupAccount(req.User)
 	if err != nil {
 		return err
 	}
@@ -121,7 +121,7 @@ func (s *Server) moveFile(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) readFile(w http.ResponseWriter, r *http.Request) error {
-	p, acct, err := fileRequest(r)
+	p, acct, err := s.fileRequest(r)
 	if err != nil {
 		return err
 	}
@@ -182,7 +182,7 @@ func abortDownload() {
 }
 
 func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
-	p, acct, err := fileRequest(r)
+	p, acct, err := s.fileRequest(r)
 	if err != nil {
 		return err
 	}

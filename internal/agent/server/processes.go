@@ -28,20 +28,30 @@ var allowedSignals = map[string]syscall.Signal{
 // protocol's order.
 const allowedSignalNames = "SIGTERM, SIGKILL, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2"
 
-// procTable holds the exec-started processes whose main pid is alive.
+// procTable holds the exec-started processes whose main pid is alive and,
+// on a server on the host, the process groups they lead, alive or not (for
+// Kill; a sandbox's agent has no use for them).
 type procTable struct {
-	mu sync.Mutex
-	m  map[int]agent.Process
+	mu      sync.Mutex
+	m       map[int]agent.Process
+	leaders map[int]bool
 }
 
-func newProcTable() *procTable {
-	return &procTable{m: make(map[int]agent.Process)}
+func newProcTable(onHost bool) *procTable {
+	t := &procTable{m: make(map[int]agent.Process)}
+	if onHost {
+		t.leaders = make(map[int]bool)
+	}
+	return t
 }
 
 func (t *procTable) add(p agent.Process) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.m[p.Pid] = p
+	if t.leaders != nil {
+		t.leaders[p.Pid] = true
+	}
 }
 
 func (t *procTable) remove(pid int) {
@@ -107,4 +117,35 @@ func (s *Server) signalPID(pid int, sig syscall.Signal) error {
 		return errNotFound("process %d is not running (not in the process table)", pid)
 	}
 	return nil
+}
+
+// Kill kills every process the server started and what they started, as
+// the end of a sandbox does when the agent is its PID 1. It is for a server
+// on the host (see Config.Home), which has no sandbox to end; on others it
+// does nothing. A process that
+// left its group and its parent (setsid, then orphaned) escapes it. The
+// server goes on serving.
+func (s *Server) Kill() {
+	s.procs.mu.Lock()
+	leaders := s.procs.leaders
+	if leaders != nil {
+		s.procs.leaders = make(map[int]bool)
+	}
+	s.procs.mu.Unlock()
+	// A group id stays allocated while the group has a member and a
+	// registered pid is not reaped, so neither number can have been
+	// reused; a dead leader of an empty group is skipped.
+	live := map[int]bool{}
+	for _, p := range readProcs() {
+		if leaders[p.pgrp] {
+			live[p.pgrp] = true
+		}
+	}
+	for pid := range leaders {
+		if live[pid] {
+			killTree(pid)
+			continue
+		}
+		s.reaper.ifAlive(pid, func() { killTree(pid) })
+	}
 }

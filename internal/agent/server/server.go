@@ -30,14 +30,22 @@ type Config struct {
 	// Addr is the TCP address Run listens on, e.g. ":49983".
 	Addr string
 	// Token is the per-sandbox secret every request must carry; it must not
-	// be empty.
+	// be empty unless TokenSum is set.
 	Token string
+	// TokenSum, if not zero, is the SHA-256 of the token, in place of Token:
+	// a copy of a server (Server.TokenSum) answers to the same token.
+	TokenSum [sha256.Size]byte
 	// Logger receives the agent's log; nil discards it.
 	Logger *slog.Logger
 	// EnvdTokenFile, if not "", is where a secure envd's access token is
 	// kept for the sandbox's other servers (agent.EnvdTokenFile in a
 	// sandbox; tests leave the host's /run alone).
 	EnvdTokenFile string
+	// Home, if not "", makes the server stand in for a sandbox as an
+	// ordinary process on the host (package runtime/fake): what asks for
+	// root runs as the server's own user, with Home as its home and default
+	// working directory. Other users are the host's.
+	Home string
 }
 
 // Server is the agent's HTTP API. It is an http.Handler.
@@ -53,6 +61,7 @@ type Server struct {
 	bg       *bgLog
 	envd     *envd
 	handler  http.Handler
+	accts    accounts
 }
 
 // shutdownGrace bounds how long Run waits for open requests (exec streams
@@ -62,8 +71,12 @@ const shutdownGrace = 5 * time.Second
 // New returns a Server. It starts the process reaper of this process (once
 // per process, shared by every Server).
 func New(cfg Config) (*Server, error) {
-	if cfg.Token == "" {
-		return nil, errors.New("agent token is empty")
+	sum := cfg.TokenSum
+	if sum == ([sha256.Size]byte{}) {
+		if cfg.Token == "" {
+			return nil, errors.New("agent token is empty")
+		}
+		sum = sha256.Sum256([]byte(cfg.Token))
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -73,13 +86,20 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting reaper: %w", err)
 	}
+	var accts accounts
+	if cfg.Home != "" {
+		if accts.host, err = hostAccount(cfg.Home); err != nil {
+			return nil, err
+		}
+	}
 	s := &Server{
+		accts: accts,
 		// Comparing hashes keeps the comparison constant-time even in the
 		// token's length.
-		tokenSum: sha256.Sum256([]byte(cfg.Token)),
+		tokenSum: sum,
 		log:      log,
 		reaper:   r,
-		procs:    newProcTable(),
+		procs:    newProcTable(cfg.Home != ""),
 		ios:      newIOTable(),
 		watches:  newWatchHub(log),
 		bg:       &bgLog{},
@@ -278,6 +298,13 @@ func (s *Server) setToken(w http.ResponseWriter, r *http.Request) error {
 	s.tokenMu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// TokenSum is the SHA-256 of the token the server answers to now.
+func (s *Server) TokenSum() [sha256.Size]byte {
+	s.tokenMu.RLock()
+	defer s.tokenMu.RUnlock()
+	return s.tokenSum
 }
 
 func (s *Server) health(w http.ResponseWriter, _ *http.Request) error {

@@ -117,7 +117,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	acct, err := lookupAccount(req.User)
+	acct, err := s.accts.lookupAccount(req.User)
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lizard-build/lizard/internal/agent"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/reaper"
@@ -262,13 +264,13 @@ func (r *Runtime) make(ctx context.Context, spec runtime.Spec, image string) (sb
 		if err := r.restore(ctx, st, image, console); err != nil {
 			return sb, err
 		}
-		return runtime.Sandbox{ID: spec.ID, State: runtime.StateRunning, Addr: ep.Addr}, nil
+		return runtime.Sandbox{ID: spec.ID, State: runtime.StateRunning, Addr: ep.Addr, Agent: agentAt(ep.Addr)}, nil
 	}
 	args := append(r.overlayFlag(st), "create", "--bundle", filepath.Join(dir, "bundle"), spec.ID)
 	if err := r.runsc(ctx, console, args...); err != nil {
 		return sb, fmt.Errorf("runsc create: %w", err)
 	}
-	return runtime.Sandbox{ID: spec.ID, State: runtime.StateCreated, Addr: ep.Addr}, nil
+	return runtime.Sandbox{ID: spec.ID, State: runtime.StateCreated, Addr: ep.Addr, Agent: agentAt(ep.Addr)}, nil
 }
 
 // overlayFlag is the sandbox's writable layer: gVisor's overlay, backed by a
@@ -395,7 +397,7 @@ func (r *Runtime) List(ctx context.Context) ([]runtime.Sandbox, error) {
 		var st state
 		sb := runtime.Sandbox{ID: e.Name(), State: runtime.StateStopped}
 		if err := readJSON(filepath.Join(r.dir(e.Name()), "state.json"), &st); err == nil {
-			sb.Addr = st.Endpoint.Addr
+			sb.Addr, sb.Agent = st.Endpoint.Addr, agentAt(st.Endpoint.Addr)
 			if err := r.cfg.Network.Attach(st.Endpoint, st.Egress); err != nil {
 				r.cfg.Logger.Error("re-apply network policy", "sandbox", e.Name(), "err", err)
 			}
@@ -770,4 +772,9 @@ func appended(path string, from, n int64) string {
 		b = b[int64(len(b))-n:]
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// agentAt is where the agent of the sandbox at addr listens.
+func agentAt(addr netip.Addr) netip.AddrPort {
+	return netip.AddrPortFrom(addr, agent.Port)
 }

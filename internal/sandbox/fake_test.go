@@ -1,0 +1,413 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/agent"
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/runtime"
+	"github.com/lizard-build/lizard/internal/runtime/fake"
+	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/store/sqlite"
+	"github.com/lizard-build/lizard/internal/template"
+)
+
+// Tests of the service over the fake runtime (package runtime/fake): no
+// root. Commands run on the host as the test's user, in each sandbox's own
+// home directory.
+
+// dirTemplates has one template, "base", whose rootfs is an empty
+// directory (the fake only checks that it exists).
+type dirTemplates struct{ rootfs string }
+
+func (d dirTemplates) Lookup(project, name string) (template.Template, error) {
+	if name != "base" {
+		return template.Template{}, errdefs.ErrNotFound
+	}
+	return template.Template{Name: "base", Rootfs: d.rootfs}, nil
+}
+
+func (d dirTemplates) LookupVersion(project, name, digest string) (template.Template, error) {
+	return d.Lookup(project, name)
+}
+
+// fakeEnv is what a service over the fake stands on; a second service
+// over the same env is the server restarted.
+type fakeEnv struct {
+	rt   *fake.Runtime
+	st   *sqlite.Store
+	p    store.Project
+	tpls dirTemplates
+	snap string
+}
+
+func newFakeEnv(t *testing.T) *fakeEnv {
+	t.Helper()
+	rt, err := fake.New(fake.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, p := projectStore(t)
+	env := &fakeEnv{rt: rt, st: st, p: p, tpls: dirTemplates{rootfs: t.TempDir()}, snap: t.TempDir()}
+	t.Cleanup(func() {
+		list, _ := rt.List(context.Background())
+		for _, sb := range list {
+			rt.Destroy(context.Background(), sb.ID)
+		}
+	})
+	return env
+}
+
+// service starts a service over env, recovered, closed at the test's end.
+func (env *fakeEnv) service(t *testing.T, edit func(*Config)) *Service {
+	t.Helper()
+	cfg := Config{
+		Runtime: env.rt, Store: env.st, Templates: env.tpls, SnapshotDir: env.snap,
+		Logger:            slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		AgentReadyTimeout: 10 * time.Second, RecoverProbeTimeout: 2 * time.Second,
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	s := New(cfg)
+	if err := s.Recover(context.Background()); err != nil {
+		t.Fatalf("Recover: %v", err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// testWriter sends the service's log to the test's.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
+
+func (env *fakeEnv) create(t *testing.T, s *Service, req CreateRequest) Record {
+	t.Helper()
+	req.ProjectID = env.p.ID
+	rec, err := s.Create(context.Background(), req)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	return rec
+}
+
+// run runs script in sandbox id through the service and the agent and
+// returns its stdout.
+func (env *fakeEnv) run(t *testing.T, s *Service, id, script string) string {
+	t.Helper()
+	var out strings.Builder
+	code := -1
+	err := s.Exec(context.Background(), env.p.ID, id, ExecRequest{Cmd: []string{script}, Shell: true}, func(ev agent.Event) error {
+		if ev.Line != nil && ev.Stream == "stdout" {
+			out.WriteString(*ev.Line + "\n")
+		}
+		if ev.ExitCode != nil {
+			code = *ev.ExitCode
+		}
+		return nil
+	})
+	if err != nil || code != 0 {
+		t.Fatalf("exec %q in %s: exit %d, %v (out %q)", script, id, code, err, out.String())
+	}
+	return out.String()
+}
+
+func (env *fakeEnv) runtimeState(t *testing.T, id string) runtime.State {
+	t.Helper()
+	st, err := env.rt.State(context.Background(), id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return ""
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// eventually polls cond for up to 10 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func (env *fakeEnv) gone(s *Service, id string) func() bool {
+	return func() bool {
+		_, err := s.Get(env.p.ID, id)
+		st, _ := env.rt.State(context.Background(), id)
+		return errors.Is(err, errdefs.ErrNotFound) && st == ""
+	}
+}
+
+func TestFakeCreateExecKill(t *testing.T) {
+	env := newFakeEnv(t)
+	s := env.service(t, nil)
+	rec := env.create(t, s, CreateRequest{Envs: map[string]string{"GREETING": "hi"}})
+	if rec.Status != StatusRunning || env.runtimeState(t, rec.ID) != runtime.StateRunning {
+		t.Fatalf("created: status %q, runtime %q", rec.Status, env.runtimeState(t, rec.ID))
+	}
+	if got := env.run(t, s, rec.ID, `echo "$GREETING"; echo made > "$HOME/f"; cat "$HOME/f"`); got != "hi\nmade\n" {
+		t.Fatalf("exec: %q", got)
+	}
+	// The agent the service reaches serves files too.
+	ag, _, err := s.Agent(env.p.ID, rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := env.run(t, s, rec.ID, "pwd"); strings.TrimSpace(got) == "" {
+		t.Fatalf("no working directory")
+	}
+	if _, err := ag.Stat(context.Background(), "/", ""); err != nil {
+		t.Fatalf("stat through the agent: %v", err)
+	}
+	if err := s.Kill(context.Background(), env.p.ID, rec.ID); err != nil {
+		t.Fatalf("Kill: %v", err)
+	}
+	if !env.gone(s, rec.ID)() {
+		t.Fatalf("killed sandbox still there")
+	}
+	if err := s.Kill(context.Background(), env.p.ID, rec.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("second Kill: %v, want ErrNotFound", err)
+	}
+}
+
+// TestFakeDeadlines: at its deadline a sandbox is killed, or paused when
+// made with AutoPause.
+func TestFakeDeadlines(t *testing.T) {
+	env := newFakeEnv(t)
+	s := env.service(t, nil)
+	killed := env.create(t, s, CreateRequest{TimeoutMs: 300})
+	paused := env.create(t, s, CreateRequest{TimeoutMs: 300, AutoPause: true})
+	kept := env.create(t, s, CreateRequest{})
+	eventually(t, "the deadline to kill", env.gone(s, killed.ID))
+	eventually(t, "the deadline to pause", func() bool {
+		rec, err := s.Get(env.p.ID, paused.ID)
+		return err == nil && rec.Status == StatusPaused && env.runtimeState(t, paused.ID) == runtime.StatePaused
+	})
+	if rec, err := s.Get(env.p.ID, kept.ID); err != nil || rec.Status != StatusRunning {
+		t.Fatalf("sandbox without a deadline: %+v, %v", rec, err)
+	}
+	// SetTimeout moves a deadline.
+	if err := s.SetTimeout(context.Background(), env.p.ID, kept.ID, 1000); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the new deadline", env.gone(s, kept.ID))
+}
+
+// TestFakeAdmission: parallel creates against a cap: exactly the cap get
+// in, the others get a capacity error and leave nothing behind.
+func TestFakeAdmission(t *testing.T) {
+	const limit, n = 3, 8
+	env := newFakeEnv(t)
+	s := env.service(t, func(c *Config) { c.MaxSandboxes = limit })
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = s.Create(context.Background(), CreateRequest{ProjectID: env.p.ID})
+		}()
+	}
+	wg.Wait()
+	ok := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case !errors.Is(err, errdefs.ErrCapacity):
+			t.Errorf("refused create: %v, want ErrCapacity", err)
+		}
+	}
+	if ok != limit {
+		t.Fatalf("%d creates succeeded, want %d", ok, limit)
+	}
+	if got := len(s.List(env.p.ID)); got != limit {
+		t.Fatalf("%d sandboxes listed, want %d", got, limit)
+	}
+	if list, _ := env.rt.List(context.Background()); len(list) != limit {
+		t.Fatalf("the runtime holds %d sandboxes, want %d", len(list), limit)
+	}
+}
+
+func TestFakePauseResume(t *testing.T) {
+	env := newFakeEnv(t)
+	s := env.service(t, nil)
+	rec := env.create(t, s, CreateRequest{})
+	env.run(t, s, rec.ID, `echo kept > "$HOME/f"`)
+	ctx := context.Background()
+	if err := s.Pause(ctx, env.p.ID, rec.ID); err != nil {
+		t.Fatalf("Pause: %v", err)
+	}
+	if got, _ := s.Get(env.p.ID, rec.ID); got.Status != StatusPaused || env.runtimeState(t, rec.ID) != runtime.StatePaused {
+		t.Fatalf("after Pause: status %q, runtime %q", got.Status, env.runtimeState(t, rec.ID))
+	}
+	if err := s.Exec(ctx, env.p.ID, rec.ID, ExecRequest{Cmd: []string{"true"}}, func(agent.Event) error { return nil }); err == nil {
+		t.Fatalf("exec in a paused sandbox succeeded")
+	}
+	if _, err := s.Resume(ctx, env.p.ID, rec.ID); err != nil {
+		t.Fatalf("Resume: %v", err)
+	}
+	if got := env.run(t, s, rec.ID, `cat "$HOME/f"`); got != "kept\n" {
+		t.Fatalf("after Resume: %q", got)
+	}
+}
+
+func TestFakeSnapshotRestoreFork(t *testing.T) {
+	env := newFakeEnv(t)
+	s := env.service(t, nil)
+	ctx := context.Background()
+	src := env.create(t, s, CreateRequest{})
+	env.run(t, s, src.ID, `echo from-source > "$HOME/f"`)
+	snap, err := s.TakeSnapshot(ctx, env.p.ID, src.ID, "snap", 0)
+	if err != nil {
+		t.Fatalf("TakeSnapshot: %v", err)
+	}
+	env.run(t, s, src.ID, `echo later > "$HOME/f"`)
+	copy, err := s.Restore(ctx, env.p.ID, snap.ID, 0)
+	if err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if copy.ID == src.ID || copy.AgentToken == src.AgentToken {
+		t.Fatalf("the copy shares the source's id or token")
+	}
+	if got := env.run(t, s, copy.ID, `cat "$HOME/f"`); got != "from-source\n" {
+		t.Fatalf("restored copy: %q", got)
+	}
+	forks, err := s.Fork(ctx, env.p.ID, src.ID, 2, 0)
+	if err != nil {
+		t.Fatalf("Fork: %v", err)
+	}
+	if len(forks) != 2 {
+		t.Fatalf("%d forks, want 2", len(forks))
+	}
+	for _, f := range forks {
+		if f.Err != nil {
+			t.Fatalf("fork: %v", f.Err)
+		}
+		if got := env.run(t, s, f.Sandbox.ID, `cat "$HOME/f"; echo mine > "$HOME/f"`); got != "later\n" {
+			t.Fatalf("fork %s: %q", f.Sandbox.ID, got)
+		}
+	}
+	if got := env.run(t, s, src.ID, `cat "$HOME/f"`); got != "later\n" {
+		t.Fatalf("a fork's write reached the source: %q", got)
+	}
+	if err := s.DeleteSnapshot(ctx, env.p.ID, snap.ID); err != nil {
+		t.Fatalf("DeleteSnapshot: %v", err)
+	}
+}
+
+// TestFakeWarmPool: a snapshot's pool is filled, a restore claims a copy
+// and the pool refills, a smaller pool size trims it.
+func TestFakeWarmPool(t *testing.T) {
+	env := newFakeEnv(t)
+	s := env.service(t, nil)
+	ctx := context.Background()
+	src := env.create(t, s, CreateRequest{})
+	env.run(t, s, src.ID, `echo pooled > "$HOME/f"`)
+	snap, err := s.TakeSnapshot(ctx, env.p.ID, src.ID, "pool", 2)
+	if err != nil {
+		t.Fatalf("TakeSnapshot: %v", err)
+	}
+	ready := func(n int) func() bool {
+		return func() bool {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return len(s.pooledLocked(snap.ID)) == n
+		}
+	}
+	eventually(t, "the pool to fill", ready(2))
+	s.mu.Lock()
+	pooled := map[string]bool{}
+	for _, e := range s.pooledLocked(snap.ID) {
+		pooled[e.rec.ID] = true
+	}
+	s.mu.Unlock()
+	got, err := s.Restore(ctx, env.p.ID, snap.ID, 0)
+	if err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if !pooled[got.ID] {
+		t.Fatalf("the restore made %s instead of claiming one of %v", got.ID, pooled)
+	}
+	if out := env.run(t, s, got.ID, `cat "$HOME/f"`); out != "pooled\n" {
+		t.Fatalf("claimed copy: %q", out)
+	}
+	eventually(t, "the pool to refill", ready(2))
+	one := 1
+	if _, err := s.UpdateSnapshot(ctx, env.p.ID, snap.ID, &one, nil); err != nil {
+		t.Fatalf("UpdateSnapshot: %v", err)
+	}
+	eventually(t, "the pool to trim", ready(1))
+	// Trimmed copies are gone from the runtime too: the source, the claimed
+	// copy and one pooled copy are left.
+	eventually(t, "the runtime to hold three sandboxes", func() bool {
+		list, _ := env.rt.List(ctx)
+		return len(list) == 3
+	})
+}
+
+// TestFakeRecover: after a restart the service keeps a sandbox that still
+// runs (and reaches its agent) and frees one that died meanwhile.
+func TestFakeRecover(t *testing.T) {
+	env := newFakeEnv(t)
+	first := env.service(t, nil)
+	live := env.create(t, first, CreateRequest{})
+	dead := env.create(t, first, CreateRequest{})
+	env.run(t, first, live.ID, `echo before > "$HOME/f"`)
+	first.Close()
+	if err := env.rt.Crash(dead.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	second := env.service(t, nil)
+	// Recovery probes the agent of a running sandbox in the background.
+	eventually(t, "the live sandbox to be reattached", func() bool {
+		_, _, err := second.Agent(env.p.ID, live.ID)
+		return err == nil
+	})
+	if got := env.run(t, second, live.ID, `cat "$HOME/f"`); got != "before\n" {
+		t.Fatalf("recovered sandbox: %q", got)
+	}
+	eventually(t, "the dead sandbox to be freed", env.gone(second, dead.ID))
+	if err := second.Kill(context.Background(), env.p.ID, live.ID); err != nil {
+		t.Fatalf("Kill of the recovered sandbox: %v", err)
+	}
+}
+
+// TestFakeWatch: a sandbox whose processes die behind the service's back
+// is noticed and freed; the others are left alone.
+func TestFakeWatch(t *testing.T) {
+	env := newFakeEnv(t)
+	s := env.service(t, nil)
+	dies := env.create(t, s, CreateRequest{})
+	lives := env.create(t, s, CreateRequest{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Watch(ctx, 50*time.Millisecond); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if err := env.rt.Crash(dies.ID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the watch to free the dead sandbox", env.gone(s, dies.ID))
+	if rec, err := s.Get(env.p.ID, lives.ID); err != nil || rec.Status != StatusRunning {
+		t.Fatalf("the live sandbox: %+v, %v", rec, err)
+	}
+	if got := env.run(t, s, lives.ID, "echo ok"); got != "ok\n" {
+		t.Fatalf("the live sandbox: %q", got)
+	}
+}
