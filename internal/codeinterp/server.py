@@ -76,6 +76,8 @@ MIME_FIELDS = {
 
 FIELD_MIMES = {field: mime for mime, field in MIME_FIELDS.items()}
 
+ANSI_COLOR = re.compile(r"\x1b\[[0-9;]*m")
+
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # Run silently in every new Python kernel: matplotlib figures become inline
@@ -990,7 +992,7 @@ class Execute(Handler):
 class LizardExecute(Execute):
     """/execute of the Lizard SDK's protocol: stdout and stderr carry data;
     a result is one item per MIME type of its bundle ({mime, data}); an
-    error is {name, message, traceback}; done carries the execution count."""
+    error is {name, message, traceback (without colors)}; done carries the execution count."""
 
     def lines(self, ev):
         t = ev["type"]
@@ -1003,8 +1005,9 @@ class LizardExecute(Execute):
             return [{"type": "result", "mime": FIELD_MIMES.get(k, k), "data": v}
                     for k, v in ev.items() if k not in ("type", "is_main_result") and v is not None]
         if t == "error":
+            # Plain text: IPython's colors are for a terminal.
             return [{"type": "error", "name": ev.get("name", ""), "message": ev.get("value", ""),
-                     "traceback": ev.get("traceback", "")}]
+                     "traceback": ANSI_COLOR.sub("", ev.get("traceback", ""))}]
         if t == "unexpected_end_of_execution":
             return [{"type": "error", "name": "UnexpectedEndOfExecution", "message": ev.get("message", ""),
                      "traceback": ""}, {"type": "done", "execution_count": getattr(self, "count", 0)}]

@@ -32,6 +32,11 @@ func TestCodeInterpPythonSDK(t *testing.T) {
 	writeSelfSigned(t, certFile, keyFile, "api."+domain, "*.sandbox."+domain)
 	s := startServer(t, "", "--tls-cert", certFile, "--tls-key", keyFile,
 		"--domain", "sandbox."+domain, "--api-host", "api."+domain, "--code-interpreter-public")
+	// The client waits 5 s for a create (httpx's default); the first
+	// create of the template on a server makes its ready state, which
+	// takes longer: made here first, as README tells operators.
+	warm, _ := s.createdAt(t, "code-interpreter-v1", "")
+	s.do("DELETE", "/api/sandboxes/"+warm, nil, nil)
 	_, port, _ := strings.Cut(s.proxy, ":")
 	if _, err := strconv.Atoi(port); err != nil {
 		t.Fatalf("proxy address %q", s.proxy)

@@ -12,7 +12,10 @@ def check(cond, what, got=None):
         sys.exit("FAIL: %s: %r" % (what, got))
 
 
-with CodeSandbox.create() as sbx:
+# 0.1.1's CodeSandbox.create() without a template asks for "base" (it
+# reads Sandbox's _default_template, not its own _DEFAULT_TEMPLATE), which
+# has no code interpreter: name the template, as its users must.
+with CodeSandbox.create("code-interpreter-v1") as sbx:
     # State kept between calls; stdout and the value of the last line.
     sbx.run_code("x = 20")
     e = sbx.run_code("print('hello')\nx * 2 + 2")
