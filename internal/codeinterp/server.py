@@ -523,6 +523,12 @@ class JupyterContext(Context):
                 log.warning("shutdown kernel %s: %s", self.id, e)
             self.km = None
 
+    async def chdir(self, cwd):
+        async with self.lock:
+            if not await self.run_silent("__import__('os').chdir(%r)" % cwd):
+                raise RuntimeError("changing the kernel's directory failed")
+            self.cwd = cwd
+
     async def run_silent(self, code):
         """Runs code without output or history; reports whether it succeeded."""
         msg_id = self.kc.execute(code, silent=True, store_history=False, allow_stdin=False)
@@ -790,6 +796,7 @@ class Interpreter:
         self.defaults = {}
         self.ready = False
         self.starting = {}
+        self.spare = None
 
     def language(self, name):
         lang = LANGUAGE_ALIASES.get((name or "python").lower(), (name or "python").lower())
@@ -806,11 +813,41 @@ class Interpreter:
         cwd = cwd or self.default_cwd
         if not os.path.isabs(cwd) or not os.path.isdir(cwd):
             raise HTTPError(400, "cwd %r is not an existing absolute directory" % cwd)
-        kind = JupyterContext if language in KERNELS else ProcessContext
-        ctx = kind(language, cwd, self.sockdir)
-        await ctx.start()
+        ctx = await self.take_spare() if language == "python" else None
+        if ctx is not None:
+            if cwd != ctx.cwd:
+                await ctx.chdir(cwd)
+        else:
+            kind = JupyterContext if language in KERNELS else ProcessContext
+            ctx = kind(language, cwd, self.sockdir)
+            await ctx.start()
         self.contexts[ctx.id] = ctx
         return ctx
+
+    def keep_spare(self):
+        """Starts a Python kernel for the next context, unless one is
+        there or starting: a kernel takes seconds to start and load its
+        libraries, which the next create then does not wait for (clients
+        give a create a few seconds). The ready state has it started."""
+        if "python" in self.languages and self.spare is None:
+            async def start():
+                ctx = JupyterContext("python", self.default_cwd, self.sockdir)
+                await ctx.start()
+                return ctx
+            self.spare = asyncio.ensure_future(start())
+
+    async def take_spare(self):
+        """The spare Python context (None when there is none or its start
+        failed), and a new spare starting."""
+        fut, self.spare = self.spare, None
+        self.keep_spare()
+        if fut is None:
+            return None
+        try:
+            return await fut
+        except Exception as e:
+            log.warning("spare kernel: %s", e)
+            return None
 
     async def default(self, language):
         ctx = self.contexts.get(self.defaults.get(language))
@@ -865,6 +902,10 @@ class Interpreter:
             return ""
 
     async def close(self):
+        if self.spare is not None:
+            self.spare.cancel()
+            if self.spare.done() and not self.spare.cancelled() and self.spare.exception() is None:
+                await self.spare.result().stop()
         for ctx in list(self.contexts.values()):
             await ctx.stop()
 
@@ -1130,6 +1171,9 @@ async def main():
         # started at once; Python's kernel first, as it takes longest.
         await asyncio.gather(*(interp.default(lang) for lang in
                                sorted(interp.languages, key=lambda l: l != "python")))
+        interp.keep_spare()
+        if interp.spare is not None:
+            await asyncio.wait([interp.spare])
         interp.ready = True
         log.info("ready")
         await stop.wait()
