@@ -824,6 +824,30 @@ class Interpreter:
         self.contexts[ctx.id] = ctx
         return ctx
 
+    async def restart(self, ctx_id):
+        """Restarts a context. It answers once the context is held: the new
+        kernel or runner comes up after (a Python one is the spare kernel,
+        when ready), and the context's next execution waits for it, since
+        clients give a restart only a few seconds."""
+        ctx = self.get(ctx_id)
+        await ctx.lock.acquire()
+
+        async def swap():
+            try:
+                spare = await self.take_spare() if isinstance(ctx, JupyterContext) else None
+                if spare is not None and spare.cwd != ctx.cwd:
+                    await spare.chdir(ctx.cwd)
+                await ctx.stop()
+                if spare is None:
+                    await ctx.start()
+                else:
+                    ctx.km, ctx.kc, ctx.base_env = spare.km, spare.kc, {}
+            except Exception:
+                log.exception("restart of context %s", ctx.id)
+            finally:
+                ctx.lock.release()
+        asyncio.ensure_future(swap())
+
     def keep_spare(self):
         """Starts a Python kernel for the next context, unless one is
         there or starting: a kernel takes seconds to start and load its
@@ -1082,7 +1106,7 @@ class ContextOne(Handler):
 class ContextRestart(Handler):
     async def post(self, ctx_id):
         async def restart():
-            await self.interp.get(ctx_id).restart()
+            await self.interp.restart(ctx_id)
             self.set_status(204)
             self.finish()
         await self.guarded(restart)
