@@ -2,7 +2,8 @@
 # Installs what lizard needs on a Debian 12 (bookworm) host, idempotently:
 # Debian packages (debootstrap, networking tools, sqlite3, PostgreSQL 15
 # for the store's and the end-to-end tests on PostgreSQL, Chromium for the
-# browser test, a static busybox for the tests' OCI image, Node.js when it
+# browser test, a static busybox for the tests' OCI image, httpx for the
+# Python SDK's end-to-end test, Node.js when it
 # is missing) and runsc, the gVisor runtime, built from source with Go.
 #
 #   CACHE          where runsc builds and templates live (/var/cache/lizard)
@@ -28,7 +29,7 @@ exec 9>"$CACHE/.deps.lock"
 flock 9
 
 # ---- Debian packages ----
-pkgs=(debootstrap iproute2 nftables iptables ca-certificates sqlite3 postgresql-15 chromium curl busybox-static tmux)
+pkgs=(debootstrap iproute2 nftables iptables ca-certificates sqlite3 postgresql-15 chromium curl busybox-static tmux python3-httpx)
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 

@@ -74,6 +74,8 @@ type serveConfig struct {
 	cluster                                    clusterFlags
 	objectStore                                string
 	region                                     string
+	apiHost                                    string
+	codeInterpreterPublic                      bool
 }
 
 // The default rate limit is far above what a client that waits for its
@@ -105,6 +107,10 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs.StringVar(&c.proxyListen, "proxy-listen", "127.0.0.1:8081", "preview proxy listen address")
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "TLS certificate for the preview proxy (with --tls-key: preview URLs are https)")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "TLS key for the preview proxy")
+	fs.StringVar(&c.apiHost, "api-host", "", "a host name (e.g. api.example.com) whose requests to --proxy-listen are the API's: the API and the previews "+
+		"on one (TLS) listener, where the Lizard SDKs look for them (API at api.D, previews at <sandbox>-<port>.sandbox.D with --domain sandbox.D)")
+	fs.BoolVar(&c.codeInterpreterPublic, "code-interpreter-public", false, "serve port 8080 of code-interpreter-v1 sandboxes (the Lizard Python SDK's CodeSandbox) "+
+		"through the proxy without a token, as that client sends none: anyone who learns such a sandbox's id can run code in it (docs/SECURITY.md)")
 	fs.StringVar(&c.dnsUpstream, "dns-upstream", "", "where the sandboxes' DNS resolver forwards (host:port; default: the host's first nameserver)")
 	fs.IntVar(&c.maxVolumeGB, "max-volume-gb", 50, "largest volume size in GB")
 	fs.IntVar(&c.templateCacheGB, "template-cache-gb", 50, "with --object-store: most GB of template versions fetched from other nodes kept on this node "+
@@ -507,9 +513,13 @@ func serve(ctx context.Context, args []string) error {
 			Disk: guard, KeyStore: st, Sessions: sessions, Dashboard: assets, Cluster: apiCluster, SandboxURL: netm.APIURL()}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
+	var public proxy.PublicPorts
+	if c.codeInterpreterPublic {
+		public = codeInterpreterPorts{svc}
+	}
 	psrv := &http.Server{
 		Handler: proxy.Handler(proxy.Config{Domain: c.domain, TLS: useTLS, Previews: svc, E2B: svc, Loopback: svc, Dialer: svc, Logger: log.With("component", "proxy"), Metrics: mets,
-			Cluster: previewCluster}),
+			Cluster: previewCluster, Public: public, APIHost: c.apiHost, API: srv.Handler}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	msrv := &http.Server{Handler: mets.Handler(), ReadHeaderTimeout: 10 * time.Second}
@@ -551,6 +561,19 @@ func serve(ctx context.Context, args []string) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return errors.Join(srv.Shutdown(sctx), psrv.Shutdown(sctx), msrv.Shutdown(sctx), isrv.Shutdown(sctx))
+}
+
+// codeInterpreterPorts makes the Lizard SDK's code-interpreter port of
+// code-interpreter-v1 sandboxes public (--code-interpreter-public): its
+// client sends no token. The server there still asks for a secure E2B
+// sandbox's envd token.
+type codeInterpreterPorts struct{ svc *sandbox.Service }
+
+func (c codeInterpreterPorts) PublicAddr(id string, port int) (string, error) {
+	if port != codeinterp.LizardPort {
+		return "", fmt.Errorf("port %d is not public: %w", port, errdefs.ErrNotFound)
+	}
+	return c.svc.CodeInterpreterAddr(id, port)
 }
 
 // readyChecks are what GET /readyz checks: the store answers, runsc and

@@ -1,6 +1,7 @@
-// Package codeinterp ships the code-interpreter server of E2B's
-// code-interpreter API (port 49999: /execute, /contexts) that sandboxes of
-// the template code-interpreter-v1 run.
+// Package codeinterp ships the code-interpreter server that sandboxes of
+// the template code-interpreter-v1 run: E2B's code-interpreter API on port
+// 49999 and the Lizard SDK's on port 8080, one process and one set of
+// contexts.
 //
 // The server is a Python program (server.py: asyncio, tornado and
 // jupyter_client, all in the interpreter template) embedded in the lizard
@@ -22,6 +23,11 @@ import (
 
 // Port is where the server listens inside the sandbox (E2B's JUPYTER_PORT).
 const Port = 49999
+
+// LizardPort is where the same server speaks the Lizard SDK's
+// code-interpreter protocol (CodeSandbox of the Python SDK: /execute
+// streaming stdout, stderr, result, error and done items, /contexts).
+const LizardPort = 8080
 
 // SandboxPath is where the program appears inside a code-interpreter-v1
 // sandbox.
@@ -49,7 +55,7 @@ func Revision() string {
 
 // StartCommand is the start command of a template that serves the API.
 func StartCommand() []string {
-	return []string{"python3", SandboxPath, "--port", strconv.Itoa(Port), "--token-file", TokenFile}
+	return []string{"python3", SandboxPath, "--port", strconv.Itoa(Port), "--lizard-port", strconv.Itoa(LizardPort), "--token-file", TokenFile}
 }
 
 // ReadyCommand exits 0 once the server and its default Python kernel are

@@ -74,6 +74,10 @@ MIME_FIELDS = {
     "e2b/chart": "chart",
 }
 
+FIELD_MIMES = {field: mime for mime, field in MIME_FIELDS.items()}
+
+ANSI_COLOR = re.compile(r"\x1b\[[0-9;]*m")
+
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # Run silently in every new Python kernel: matplotlib figures become inline
@@ -136,6 +140,20 @@ def _lizard_setup():
                 os.environ[k] = v
     m.set_env, m.restore_env = set_env, restore_env
     sys.modules["_lizard_ci"] = m
+    # PIL images: saving one to a file shows it too, and show() shows it
+    # here (there is no viewer in a sandbox); both become a PNG result.
+    try:
+        from IPython.display import display
+        from PIL import Image
+        save = Image.Image.save
+        def save_and_show(self, fp, *args, **kwargs):
+            if isinstance(fp, (str, os.PathLike)):
+                display(self)
+            return save(self, fp, *args, **kwargs)
+        Image.Image.save = save_and_show
+        Image.Image.show = lambda self, *args, **kwargs: display(self)
+    except Exception:
+        pass
     for name in ("numpy", "pandas", "matplotlib.pyplot"):
         try:
             __import__(name)
@@ -147,18 +165,23 @@ del _lizard_setup
 
 # The chart of a matplotlib figure, as @e2b/code-interpreter's Result.chart
 # reads it: {type, title, elements, ...} for one axes (line, scatter, bar,
-# pie; anything else is "unknown"), a "superchart" of them for several.
-# PYTHON_SETUP defines it in the kernel's _lizard_ci module, outside the
-# user's namespace.
+# pie, box_and_whisker; anything else is "unknown"), a "superchart" of them
+# for several. Absent titles, labels and units are null; datetime axes give
+# ISO strings; an axis whose ticks are 0..n-1 labelled otherwise is
+# "categorical". PYTHON_SETUP defines it in the kernel's _lizard_ci module,
+# outside the user's namespace.
 PYTHON_CHART = r"""
 def _lizard_chart(fig):
-    import datetime
+    import datetime, math, re
     import matplotlib.dates as mdates
     from matplotlib.collections import PathCollection
     from matplotlib.container import BarContainer
-    from matplotlib.patches import Wedge
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import PathPatch, Rectangle, Wedge
 
     def plain(v):
+        if hasattr(v, "dtype") and str(v.dtype).startswith("datetime64"):
+            return str(v.astype("datetime64[s]"))
         if hasattr(v, "item"):
             v = v.item()
         if isinstance(v, (datetime.date, datetime.datetime)):
@@ -167,78 +190,173 @@ def _lizard_chart(fig):
             return None
         return v
 
-    def text(t):
-        return t.get_text() if t is not None else ""
+    def rounded(v, digits=10):
+        # Float noise goes (a wedge's 323.9999914 is 324 to 6 digits).
+        v = float(v)
+        return v if not math.isfinite(v) or v == 0 else float("%.*g" % (digits, v))
 
-    def axis2d(ax, kind):
-        out = {"type": kind, "title": ax.get_title(), "x_label": ax.get_xlabel(),
-               "y_label": ax.get_ylabel(), "elements": []}
+    def none_if_empty(s):
+        return s if s else None
+
+    def unit(label):
+        m = re.search(r"\s\(([^)]*)\)|\[([^\]]*)\]", label or "")
+        return (m.group(1) if m.group(1) is not None else m.group(2)) if m else None
+
+    def is_dates(axis):
+        conv = axis.get_converter() if hasattr(axis, "get_converter") else axis.converter
+        return isinstance(conv, mdates.DateConverter) or type(conv).__name__ in (
+            "_SwitchableDateConverter", "ConciseDateConverter")
+
+    def base(ax, kind):
+        return {"type": kind, "title": none_if_empty(ax.get_title()), "elements": []}
+
+    def planar(ax, kind):
+        out = base(ax, kind)
+        for a in ("x", "y"):
+            label = none_if_empty(getattr(ax, "get_%slabel" % a)())
+            out[a + "_label"], out[a + "_unit"] = label, unit(label)
+        return out
+
+    def swap(out):
+        for f in ("label", "unit"):
+            out["x_" + f], out["y_" + f] = out["y_" + f], out["x_" + f]
+
+    def with_ticks(ax, out):
         for a in ("x", "y"):
             axis = getattr(ax, a + "axis")
-            scale = axis.get_scale()
-            conv = axis.get_converter() if hasattr(axis, "get_converter") else axis.converter
-            dates = isinstance(conv, mdates.DateConverter) or type(conv).__name__ == "_SwitchableDateConverter"
-            ticks = [plain(t) for t in axis.get_ticklocs()]
-            if dates:
-                scale = "datetime"
-                ticks = [mdates.num2date(t).isoformat() for t in ticks]
-            out[a + "_scale"] = scale
-            out[a + "_ticks"] = ticks
-            out[a + "_tick_labels"] = [text(t) for t in axis.get_ticklabels()]
-        return out, out["x_scale"] == "datetime"
+            labels = [t.get_text() for t in axis.get_ticklabels()]
+            locs = list(axis.get_ticklocs())
+            if is_dates(axis):
+                ticks, scale = [mdates.num2date(t).isoformat() for t in locs], "datetime"
+            else:
+                ticks = [float(t) if isinstance(plain(t), (int, float)) else plain(t) for t in locs]
+                scale = axis.get_scale()
+                if scale == "linear" and ticks and labels and all(
+                        t == i and l != str(i) for i, (t, l) in enumerate(zip(ticks, labels))):
+                    scale = "categorical"
+            out[a + "_ticks"], out[a + "_tick_labels"], out[a + "_scale"] = ticks, labels, scale
+        return out
 
-    def points(xs, ys, dates):
-        conv = (lambda x: mdates.num2date(x).isoformat()) if dates else plain
-        return [[conv(x), plain(y)] for x, y in zip(xs, ys)]
+    def straight(line):
+        # Two points on a horizontal or vertical: a grid or reference line.
+        xs, ys = line.get_xdata(), line.get_ydata()
+        return len(xs) == 2 and len(ys) == 2 and (xs[0] == xs[1] or ys[0] == ys[1])
+
+    def points(xs, ys):
+        return [[plain(x), plain(y)] for x, y in zip(xs, ys)]
+
+    def line_chart(ax):
+        out = with_ticks(ax, planar(ax, "line"))
+        for l in ax.get_lines():
+            if straight(l):
+                continue
+            label = l.get_label()
+            m = re.fullmatch(r"_child(\d+)", label)
+            out["elements"].append({"label": "Line %s" % m.group(1) if m else label,
+                                    "points": points(l.get_xdata(), l.get_ydata())})
+        return out
+
+    def scatter_chart(ax):
+        out = with_ticks(ax, planar(ax, "scatter"))
+        for c in ax.collections:
+            offs = c.get_offsets()
+            out["elements"].append({"label": c.get_label(), "points": points(offs[:, 0], offs[:, 1])})
+        return out
+
+    def pie_chart(ax):
+        out = base(ax, "pie")
+        for w in ax.patches:
+            out["elements"].append({"label": w.get_label(), "angle": abs(rounded(w.theta2 - w.theta1, 6)),
+                                    "radius": plain(w.r)})
+        return out
+
+    def bar_chart(ax):
+        out = planar(ax, "bar")
+        horizontal = False
+        for i, c in enumerate(c for c in ax.containers if isinstance(c, BarContainer)):
+            horizontal = getattr(c, "orientation", "vertical") == "horizontal"
+            axis = ax.yaxis if horizontal else ax.xaxis
+            labels = {round(t, 6): l.get_text() for t, l in zip(axis.get_ticklocs(), axis.get_ticklabels())}
+            group = c.get_label()
+            m = re.fullmatch(r"_container(\d+)", group or "")
+            group = "Group %s" % m.group(1) if m else (group or "Group %d" % i)
+            for r in c.patches:
+                at = r.get_y() + r.get_height() / 2 if horizontal else r.get_x() + r.get_width() / 2
+                label = labels.get(round(at, 6)) or str(plain(at))
+                out["elements"].append({"label": label, "group": group,
+                                        "value": plain(r.get_width() if horizontal else r.get_height())})
+        if horizontal:
+            swap(out)
+        return out
+
+    def box_chart(ax):
+        # Boxes (patch_artist=True) span the quartiles; in the same band of
+        # the category axis are the median (a line across the box), the
+        # whiskers (lines from the box out to min and max) and the fliers
+        # (a line of markers only).
+        out = planar(ax, "box_and_whisker")
+        boxes = []
+        for p in ax.patches:
+            v = p.get_path().vertices
+            boxes.append((min(v[:, 0]), max(v[:, 0]), min(v[:, 1]), max(v[:, 1])))
+        if not boxes:
+            return out
+        widths = {rounded(b[1] - b[0]) for b in boxes}
+        heights = {rounded(b[3] - b[2]) for b in boxes}
+        vertical = len(widths) == 1 or len(heights) != 1
+        axis = ax.xaxis if vertical else ax.yaxis
+        ticks = {round(t, 6): l.get_text() for t, l in zip(axis.get_ticklocs(), axis.get_ticklabels())}
+        for x0, x1, y0, y1 in boxes:
+            lo, hi, q1, q3 = (x0, x1, y0, y1) if vertical else (y0, y1, x0, x1)
+            e = {"label": ticks.get(round((lo + hi) / 2, 6), str(plain((lo + hi) / 2))),
+                 "min": rounded(q1), "first_quartile": rounded(q1), "median": rounded(q1),
+                 "third_quartile": rounded(q3), "max": rounded(q3), "outliers": []}
+            for l in ax.get_lines():
+                band, vals = (l.get_xdata(), l.get_ydata()) if vertical else (l.get_ydata(), l.get_xdata())
+                band = [float(b) for b in band]
+                vals = [rounded(v) for v in vals]
+                if not band or not all(lo - 1e-9 <= b <= hi + 1e-9 for b in band):
+                    continue
+                if l.get_linestyle() in ("None", "none", "", " "):
+                    e["outliers"].extend(vals)
+                elif len(vals) == 2 and vals[0] == vals[1] and rounded(q1) <= vals[0] <= rounded(q3):
+                    if len(set(band)) == 2 and min(band) <= lo + 1e-9 and max(band) >= hi - 1e-9:
+                        e["median"] = vals[0]
+                elif len(vals) == 2 and len(set(band)) == 1:
+                    if max(vals) <= rounded(q1):
+                        e["min"] = min(vals)
+                    elif min(vals) >= rounded(q3):
+                        e["max"] = max(vals)
+            out["elements"].append(e)
+        if not vertical:
+            swap(out)
+        return out
 
     def one(ax):
-        wedges = [p for p in ax.patches if isinstance(p, Wedge)]
-        if wedges:
-            return {"type": "pie", "title": ax.get_title(), "elements": [
-                {"label": w.get_label(), "angle": plain(abs(w.theta2 - w.theta1)), "radius": plain(w.r)}
-                for w in wedges]}
-        bars = [c for c in ax.containers if isinstance(c, BarContainer)]
-        if bars:
-            out, _ = axis2d(ax, "bar")
-            vertical = getattr(bars[0], "orientation", "vertical") != "horizontal"
-            labels = {round(t, 6): l for t, l in zip(
-                (ax.get_xticks() if vertical else ax.get_yticks()),
-                out["x_tick_labels" if vertical else "y_tick_labels"])}
-            for i, c in enumerate(bars):
-                group = c.get_label()
-                if not group or group.startswith("_"):
-                    group = str(i)
-                for r in c.patches:
-                    at = r.get_x() + r.get_width() / 2 if vertical else r.get_y() + r.get_height() / 2
-                    value = r.get_height() if vertical else r.get_width()
-                    label = labels.get(round(at, 6)) or str(plain(at))
-                    out["elements"].append({"label": label, "value": plain(value), "group": group})
-            return out
-        lines = [l for l in ax.get_lines() if not l.get_label().startswith("_child") or len(l.get_xdata())]
-        scatters = [c for c in ax.collections if isinstance(c, PathCollection)]
-        if scatters and not lines:
-            out, dates = axis2d(ax, "scatter")
-            for i, c in enumerate(scatters):
-                offs = c.get_offsets()
-                out["elements"].append({"label": c.get_label() if not c.get_label().startswith("_") else str(i),
-                                        "points": points(offs[:, 0], offs[:, 1], dates)})
-            return out
-        if lines:
-            out, dates = axis2d(ax, "line")
-            for i, l in enumerate(lines):
-                label = l.get_label()
-                out["elements"].append({"label": label if not label.startswith("_") else str(i),
-                                        "points": points(l.get_xdata(), l.get_ydata(), dates)})
-            return out
-        return {"type": "unknown", "title": ax.get_title(), "elements": []}
+        # Limits (and so ticks) are computed lazily: bring them up to date
+        # with the data, as drawing would.
+        ax.get_xlim(), ax.get_ylim()
+        artists = ax.lines + ax.patches + ax.collections + ax.images + ax.tables + ax.artists
+        if all(isinstance(a, Line2D) for a in artists):
+            return line_chart(ax)
+        if all(isinstance(a, (PathPatch, Line2D)) for a in artists):
+            return box_chart(ax)
+        artists = [a for a in artists if not (isinstance(a, Line2D) and straight(a))]
+        if all(isinstance(a, PathCollection) for a in artists):
+            return scatter_chart(ax)
+        if all(isinstance(a, Wedge) for a in artists):
+            return pie_chart(ax)
+        if all(isinstance(a, Rectangle) for a in artists):
+            return bar_chart(ax)
+        return base(ax, "unknown")
 
-    axes = [ax for ax in fig.get_axes() if ax.get_visible()]
-    if not axes:
+    axes = fig.get_axes()
+    if not any(ax.has_data() for ax in axes):
         return None
     if len(axes) == 1:
         return one(axes[0])
     title = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) is not None else ""
-    return {"type": "superchart", "title": title, "elements": [one(ax) for ax in axes]}
+    return {"type": "superchart", "title": none_if_empty(title), "elements": [one(ax) for ax in axes]}
 """
 
 # The runner of a JavaScript context: a node process that reads one JSON
@@ -255,8 +373,26 @@ const end = (nonce, outcome) => {
   process.stderr.write('\0LZ:' + nonce + '\n')
   process.stdout.write('\0LZ:' + nonce + ':' + JSON.stringify(outcome) + '\n')
 }
+// A cell is a script, where import declarations are a syntax error: each
+// becomes assignments of a dynamic import's bindings to globals (sloppy
+// mode), so the names outlive the cell like a kernel's would. The cell then
+// has an await, and runs as an async function's body.
+globalThis.__lzImport = (m) => import(m)
+globalThis.__lzDefault = (ns) => ('default' in ns ? ns.default : ns)
+const importDecl = /^[ \t]*import[ \t]+(?:([\w$]+)[ \t]*,?[ \t]*)?(\*[ \t]*as[ \t]+[\w$]+|\{[^}]*\})?[ \t]*(?:from[ \t]*)?(['"][^'"\n]+['"])[ \t]*;?/gm
+const rewriteImports = (code) => code.replace(importDecl, (all, def, rest, spec) => {
+  if (!def && !rest && /\bfrom\b/.test(all)) return all
+  const ns = '(await __lzImport(' + spec + '))'
+  const out = []
+  if (def) out.push(def + ' = __lzDefault' + ns)
+  if (rest && rest[0] === '*') out.push(rest.replace(/^\*\s*as\s+/, '') + ' = ' + ns)
+  else if (rest) out.push('({' + rest.slice(1, -1).replace(/\bas\b/g, ':') + '} = ' + ns + ')')
+  if (!out.length) out.push(ns)
+  return out.join('; ') + ';'
+})
 let base = {}
 const run = async (req) => {
+  req.code = rewriteImports(req.code)
   // The sandbox's environment stays; a call's own goes over it for the call.
   for (const k of Object.keys(base)) if (!(k in req.base)) delete process.env[k]
   Object.assign(process.env, req.base)
@@ -280,7 +416,7 @@ const run = async (req) => {
       value = vm.runInThisContext(src, { filename: 'cell', breakOnSigint: true })
     }
     if (value instanceof Promise) value = await value
-    return { result: value === undefined ? null : { text: typeof value === 'string' ? util.inspect(value) : util.inspect(value, { depth: 4 }) } }
+    return { result: value === undefined ? null : { 'text/plain': typeof value === 'string' ? util.inspect(value) : util.inspect(value, { depth: 4 }) } }
   } catch (e) {
     const err = e instanceof Error ? e : new Error(String(e))
     return { error: { name: err.name || 'Error', value: err.message || String(e), traceback: err.stack || String(e) } }
@@ -315,8 +451,16 @@ def available_languages():
 
 
 def to_result(content, main):
+    return result_event(content.get("data", {}), main)
+
+
+def result_event(data, main):
+    """The NDJSON event of a display bundle. The text of a string's repr
+    loses its quotes, as E2B's server gives it ('a' is a)."""
     out = {"type": "result", "is_main_result": main}
-    for mime, value in content.get("data", {}).items():
+    for mime, value in data.items():
+        if mime == "text/plain" and isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
         out[MIME_FIELDS.get(mime, mime)] = value
     return out
 
@@ -378,6 +522,12 @@ class JupyterContext(Context):
             except Exception as e:
                 log.warning("shutdown kernel %s: %s", self.id, e)
             self.km = None
+
+    async def chdir(self, cwd):
+        async with self.lock:
+            if not await self.run_silent("__import__('os').chdir(%r)" % cwd):
+                raise RuntimeError("changing the kernel's directory failed")
+            self.cwd = cwd
 
     async def run_silent(self, code):
         """Runs code without output or history; reports whether it succeeded."""
@@ -542,12 +692,16 @@ class ProcessContext(Context):
         # eval'd in this shell (cd, variables and functions persist); with
         # assignments before it, eval sees them only for this call. stdin
         # is not the code's: it is ours.
+        # A cell that exits the shell (exit 42) still ends with its marker:
+        # the EXIT trap writes it, saying the runner ended.
         lines += [
+            "__lz_end() { printf '\\0LZ:%s\\n' \"$1\" >&2; printf '\\0LZ:%s:{\"exit\": %d, \"ended\": %s}\\n' \"$1\" \"$2\" \"$3\"; }",
             "__lz_code=$(cat <<'%s'" % delim, code, delim, ")",
+            "trap '__lz_end %s $? true' EXIT" % nonce,
             "{ %s eval \"$__lz_code\"; } </dev/null" % prefix,
             "__lz_rc=$?",
-            "printf '\\0LZ:%s\\n' >&2" % nonce,
-            "printf '\\0LZ:%s:{\"exit\": %%d}\\n' \"$__lz_rc\"" % nonce,
+            "trap - EXIT",
+            "__lz_end %s $__lz_rc false" % nonce,
         ]
         return ("\n".join(lines) + "\n").encode()
 
@@ -588,15 +742,18 @@ class ProcessContext(Context):
             finally:
                 watch.cancel()
             o = json.loads(outcome.lstrip(b":") or b"{}")
+            if o.get("ended"):
+                # The next execution starts a fresh runner.
+                await self.stop()
             if gone():
                 return
             if o.get("result"):
-                await emit({"type": "result", "is_main_result": True, **o["result"]})
+                await emit(result_event(o["result"], True))
             if o.get("error"):
                 await emit({"type": "error", **o["error"]})
             if o.get("exit"):
                 await emit({"type": "error", "name": "ExitError", "value": "exit status %d" % o["exit"],
-                            "traceback": ""})
+                            "traceback": "", "exit_code": o["exit"]})
 
     async def interrupt_when(self, gone):
         """Interrupts the execution once the client has left (SIGINT to the
@@ -639,6 +796,7 @@ class Interpreter:
         self.defaults = {}
         self.ready = False
         self.starting = {}
+        self.spare = None
 
     def language(self, name):
         lang = LANGUAGE_ALIASES.get((name or "python").lower(), (name or "python").lower())
@@ -655,11 +813,65 @@ class Interpreter:
         cwd = cwd or self.default_cwd
         if not os.path.isabs(cwd) or not os.path.isdir(cwd):
             raise HTTPError(400, "cwd %r is not an existing absolute directory" % cwd)
-        kind = JupyterContext if language in KERNELS else ProcessContext
-        ctx = kind(language, cwd, self.sockdir)
-        await ctx.start()
+        ctx = await self.take_spare() if language == "python" else None
+        if ctx is not None:
+            if cwd != ctx.cwd:
+                await ctx.chdir(cwd)
+        else:
+            kind = JupyterContext if language in KERNELS else ProcessContext
+            ctx = kind(language, cwd, self.sockdir)
+            await ctx.start()
         self.contexts[ctx.id] = ctx
         return ctx
+
+    async def restart(self, ctx_id):
+        """Restarts a context. It answers once the context is held: the new
+        kernel or runner comes up after (a Python one is the spare kernel,
+        when ready), and the context's next execution waits for it, since
+        clients give a restart only a few seconds."""
+        ctx = self.get(ctx_id)
+        await ctx.lock.acquire()
+
+        async def swap():
+            try:
+                spare = await self.take_spare() if isinstance(ctx, JupyterContext) else None
+                if spare is not None and spare.cwd != ctx.cwd:
+                    await spare.chdir(ctx.cwd)
+                await ctx.stop()
+                if spare is None:
+                    await ctx.start()
+                else:
+                    ctx.km, ctx.kc, ctx.base_env = spare.km, spare.kc, {}
+            except Exception:
+                log.exception("restart of context %s", ctx.id)
+            finally:
+                ctx.lock.release()
+        asyncio.ensure_future(swap())
+
+    def keep_spare(self):
+        """Starts a Python kernel for the next context, unless one is
+        there or starting: a kernel takes seconds to start and load its
+        libraries, which the next create then does not wait for (clients
+        give a create a few seconds). The ready state has it started."""
+        if "python" in self.languages and self.spare is None:
+            async def start():
+                ctx = JupyterContext("python", self.default_cwd, self.sockdir)
+                await ctx.start()
+                return ctx
+            self.spare = asyncio.ensure_future(start())
+
+    async def take_spare(self):
+        """The spare Python context (None when there is none or its start
+        failed), and a new spare starting."""
+        fut, self.spare = self.spare, None
+        self.keep_spare()
+        if fut is None:
+            return None
+        try:
+            return await fut
+        except Exception as e:
+            log.warning("spare kernel: %s", e)
+            return None
 
     async def default(self, language):
         ctx = self.contexts.get(self.defaults.get(language))
@@ -714,6 +926,10 @@ class Interpreter:
             return ""
 
     async def close(self):
+        if self.spare is not None:
+            self.spare.cancel()
+            if self.spare.done() and not self.spare.cancelled() and self.spare.exception() is None:
+                await self.spare.result().stop()
         for ctx in list(self.contexts.values()):
             await ctx.stop()
 
@@ -732,6 +948,13 @@ class Handler(tornado.web.RequestHandler):
         if not isinstance(b, dict):
             raise HTTPError(400, "body must be a JSON object")
         return b
+
+    def check_token(self):
+        """Once a token file exists (a secure E2B sandbox), executions need
+        its token as X-Access-Token."""
+        want = self.interp.token()
+        if want and not hmac.compare_digest(self.request.headers.get("X-Access-Token", "").encode(), want.encode()):
+            raise HTTPError(401, "invalid or missing X-Access-Token")
 
     def fail(self, status, message):
         self.set_status(status)
@@ -779,9 +1002,7 @@ class Execute(Handler):
         await self.guarded(self.run)
 
     async def run(self):
-        want = self.interp.token()
-        if want and not hmac.compare_digest(self.request.headers.get("X-Access-Token", "").encode(), want.encode()):
-            raise HTTPError(401, "invalid or missing X-Access-Token")
+        self.check_token()
         b = self.body()
         code = b.get("code")
         if not isinstance(code, str):
@@ -813,7 +1034,8 @@ class Execute(Handler):
         self.set_header("X-Accel-Buffering", "no")
 
         async def emit(ev):
-            self.write(json.dumps(ev) + "\n")
+            for line in self.lines(ev):
+                self.write(json.dumps(line) + "\n")
             await self.flush()
 
         try:
@@ -826,6 +1048,37 @@ class Execute(Handler):
         if not self.closed:
             await emit({"type": "end_of_execution"})
             self.finish()
+
+    def lines(self, ev):
+        """The NDJSON lines of one event: E2B's are the events themselves."""
+        return [ev]
+
+
+class LizardExecute(Execute):
+    """/execute of the Lizard SDK's protocol: stdout and stderr carry data;
+    a result is one item per MIME type of its bundle ({mime, data}); an
+    error is {name, message, traceback (without colors)}; done carries the execution count."""
+
+    def lines(self, ev):
+        t = ev["type"]
+        if t in ("stdout", "stderr"):
+            return [{"type": t, "data": ev["text"]}]
+        if t == "number_of_executions":
+            self.count = ev.get("execution_count") or 0
+            return []
+        if t == "result":
+            return [{"type": "result", "mime": FIELD_MIMES.get(k, k), "data": v}
+                    for k, v in ev.items() if k not in ("type", "is_main_result") and v is not None]
+        if t == "error":
+            # Plain text: IPython's colors are for a terminal.
+            return [{"type": "error", "name": ev.get("name", ""), "message": ev.get("value", ""),
+                     "traceback": ANSI_COLOR.sub("", ev.get("traceback", ""))}]
+        if t == "unexpected_end_of_execution":
+            return [{"type": "error", "name": "UnexpectedEndOfExecution", "message": ev.get("message", ""),
+                     "traceback": ""}, {"type": "done", "execution_count": getattr(self, "count", 0)}]
+        if t == "end_of_execution":
+            return [{"type": "done", "execution_count": getattr(self, "count", 0)}]
+        return []
 
 
 class Contexts(Handler):
@@ -853,7 +1106,7 @@ class ContextOne(Handler):
 class ContextRestart(Handler):
     async def post(self, ctx_id):
         async def restart():
-            await self.interp.get(ctx_id).restart()
+            await self.interp.restart(ctx_id)
             self.set_status(204)
             self.finish()
         await self.guarded(restart)
@@ -870,10 +1123,48 @@ def app(interp):
     ])
 
 
+class TokenRequired:
+    """A handler that needs the token once there is one, for all methods."""
+
+    def prepare(self):
+        try:
+            self.check_token()
+        except HTTPError as e:
+            self.fail(e.status, e.message)
+
+
+class LizardContexts(TokenRequired, Contexts):
+    pass
+
+
+class LizardContextOne(TokenRequired, ContextOne):
+    pass
+
+
+class LizardContextRestart(TokenRequired, ContextRestart):
+    pass
+
+
+def lizard_app(interp):
+    """The Lizard SDK's protocol, on the same contexts as app's. Its
+    /contexts too need the token once there is one: its client sends none,
+    and a secure E2B sandbox's ports are public to whoever knows its id."""
+    a = {"interp": interp}
+    return tornado.web.Application([
+        (r"/health", Health, a),
+        (r"/execute", LizardExecute, a),
+        (r"/contexts", LizardContexts, a),
+        (r"/contexts/([^/]+)", LizardContextOne, a),
+        (r"/contexts/([^/]+)/restart", LizardContextRestart, a),
+    ])
+
+
 async def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--listen", default="0.0.0.0")
     p.add_argument("--port", type=int, default=49999)
+    p.add_argument("--lizard-port", type=int, default=0,
+                   help="also serve the Lizard SDK's protocol (CodeSandbox) here; 0: not")
     p.add_argument("--cwd", default="/home/user", help="default context's working directory (else /)")
     p.add_argument("--token-file", default="/run/lizard/envd-token",
                    help="X-Access-Token /execute requires, once this file exists")
@@ -887,19 +1178,32 @@ async def main():
     server = tornado.httpserver.HTTPServer(app(interp), idle_connection_timeout=3600)
     server.listen(args.port, address=args.listen)
     log.info("listening on %s:%d (languages: %s)", args.listen, args.port, ", ".join(sorted(interp.languages)))
+    servers = [server]
+    if args.lizard_port:
+        lz = tornado.httpserver.HTTPServer(lizard_app(interp), idle_connection_timeout=3600)
+        lz.listen(args.lizard_port, address=args.listen)
+        servers.append(lz)
+        log.info("Lizard SDK protocol on %s:%d", args.listen, args.lizard_port)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for s in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(s, stop.set)
     try:
-        if "python" in interp.languages:
-            await interp.default("python")
+        # Every language has its default context from the start (E2B's
+        # server lists python and javascript ones before any execution),
+        # started at once; Python's kernel first, as it takes longest.
+        await asyncio.gather(*(interp.default(lang) for lang in
+                               sorted(interp.languages, key=lambda l: l != "python")))
+        interp.keep_spare()
+        if interp.spare is not None:
+            await asyncio.wait([interp.spare])
         interp.ready = True
         log.info("ready")
         await stop.wait()
     finally:
-        server.stop()
+        for srv in servers:
+            srv.stop()
         await interp.close()
 
 

@@ -100,6 +100,25 @@ type Config struct {
 	// Cluster sends the previews of sandboxes on other nodes to their
 	// node in cluster mode; nil: every sandbox is this server's.
 	Cluster Forwarder
+	// Public admits requests to the ports it names without a token; nil:
+	// every port needs its token.
+	Public PublicPorts
+	// APIHost, when not "", is a host name (without port) whose requests
+	// API answers: the API and the previews on one listener, as a client
+	// that derives preview hosts from the API's (api.D, then
+	// <sandbox>-<port>.sandbox.D) reaches them.
+	APIHost string
+	API     http.Handler
+}
+
+// PublicPorts names the ports of sandboxes that are served to anyone,
+// without a token (a server setting decides which, if any).
+type PublicPorts interface {
+	// PublicAddr returns the host:port that serves port of a running
+	// sandbox when that port is public. It has no side effects: a paused
+	// sandbox is errdefs.ErrUnavailable and stays paused; a port that is
+	// not public, or an unknown sandbox, is errdefs.ErrNotFound.
+	PublicAddr(sandboxID string, port int) (string, error)
 }
 
 // Forwarder answers previews of sandboxes that live on another node.
@@ -253,6 +272,12 @@ func Handler(cfg Config) http.Handler {
 }
 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// The API's own requests are the API's (which counts them), not
+	// previews.
+	if p.cfg.APIHost != "" && p.cfg.API != nil && hostName(r.Host) == strings.ToLower(p.cfg.APIHost) {
+		p.cfg.API.ServeHTTP(w, r)
+		return
+	}
 	if p.cfg.Metrics == nil {
 		p.serve(w, r)
 		return
@@ -288,6 +313,11 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request) string {
 		}
 	}
 	fromQuery := r.URL.Query().Get(TokenQuery)
+	if (!admitted(r, fromQuery, want) || !known) && hostErr == nil && p.cfg.Public != nil {
+		if outcome, ok := p.servePublic(w, r, id, port); ok {
+			return outcome
+		}
+	}
 	if !admitted(r, fromQuery, want) || !known {
 		p.cfg.Logger.Debug("preview refused", "host", r.Host, "known", known)
 		unauthorized(w)
@@ -324,6 +354,33 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request) string {
 	ctx := context.WithValue(context.WithValue(r.Context(), addrKey{}, target{id, addr, p.runOf(id)}), outcomeKey{}, &outcome)
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
 	return outcome
+}
+
+// servePublic forwards a request to a public port (Config.Public), which
+// needs no token; nothing is resumed for it. It answers nothing, and
+// reports false, for a port that is not public.
+func (p *proxy) servePublic(w http.ResponseWriter, r *http.Request, id string, port int) (string, bool) {
+	addr, err := p.cfg.Public.PublicAddr(id, port)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return "", false
+	}
+	if err != nil {
+		p.cfg.Logger.Debug("public port unavailable", "sandbox", id, "port", port, "err", err)
+		http.Error(w, msgUnavailable, http.StatusServiceUnavailable)
+		return "unavailable", true
+	}
+	outcome := "forwarded"
+	ctx := context.WithValue(context.WithValue(r.Context(), addrKey{}, target{id, addr, p.runOf(id)}), outcomeKey{}, &outcome)
+	p.rp.ServeHTTP(w, r.WithContext(ctx))
+	return outcome, true
+}
+
+// hostName is a Host header's name, lowercase, without port or final dot.
+func hostName(host string) string {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	return strings.ToLower(strings.TrimSuffix(host, "."))
 }
 
 // forward sends the request to the sandbox's node when that is another
@@ -428,10 +485,7 @@ func ParseHost(host, domain string) (id string, port int, err error) {
 
 // previewLabel is the one label a preview host has before the domain.
 func previewLabel(host, domain string) (string, error) {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	host = hostName(host)
 	label, ok := strings.CutSuffix(host, "."+strings.ToLower(domain))
 	if !ok || strings.Contains(label, ".") {
 		return "", fmt.Errorf("%q is not a preview host of %s: %w", host, domain, errdefs.ErrNotFound)

@@ -306,3 +306,58 @@ func TestPoolPerRun(t *testing.T) {
 		t.Fatalf("%d upstream connections after the run changed, want 2 (a fresh one)", n)
 	}
 }
+
+// fakePublic makes port 8080 of "sb" public, and of "paused" too, which
+// is not running.
+type fakePublic struct{ addr string }
+
+func (f fakePublic) PublicAddr(id string, port int) (string, error) {
+	switch {
+	case port != 8080:
+		return "", errdefs.ErrNotFound
+	case id == "sb":
+		return f.addr, nil
+	case id == "paused":
+		return "", fmt.Errorf("sandbox %q is paused: %w", id, errdefs.ErrUnavailable)
+	}
+	return "", errdefs.ErrNotFound
+}
+
+// TestPublicPortsAndAPIHost: a public port is served without a token (and
+// a paused sandbox is not resumed for it), other ports still need theirs;
+// the API host goes to the API handler, with its path and host.
+func TestPublicPortsAndAPIHost(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("app " + r.URL.Path))
+	}))
+	defer up.Close()
+	f := &fakePreviews{addr: strings.TrimPrefix(up.URL, "http://")}
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("api " + r.Host + r.URL.Path)) })
+	h := Handler(Config{Domain: "sandbox.d.test", Previews: f, Public: fakePublic{addr: f.addr}, APIHost: "api.d.test", API: api})
+	do := func(host string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "http://"+host+"/p", nil))
+		return rec
+	}
+	for _, c := range []struct {
+		host string
+		code int
+		body string
+	}{
+		{"sb-8080.sandbox.d.test", 200, "app /p"},
+		{"sb-8080.sandbox.d.test:8443", 200, "app /p"},
+		{"sb-80.sandbox.d.test", 401, ""},
+		{"other-8080.sandbox.d.test", 401, ""},
+		{"paused-8080.sandbox.d.test", 503, ""},
+		{"API.d.test:8443", 200, "api API.d.test:8443/p"},
+		{"api.sandbox.d.test", 401, ""},
+	} {
+		r := do(c.host)
+		if r.Code != c.code || (c.body != "" && r.Body.String() != c.body) {
+			t.Errorf("%s: %d %q, want %d %q", c.host, r.Code, r.Body, c.code, c.body)
+		}
+	}
+	if f.addrCalls != 0 {
+		t.Errorf("a public port asked the previews for an address (would resume) %d times", f.addrCalls)
+	}
+}

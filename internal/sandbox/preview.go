@@ -14,6 +14,7 @@ import (
 	"github.com/lizard-build/lizard/internal/agent"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/proxy"
+	"github.com/lizard-build/lizard/internal/template"
 )
 
 var _ proxy.Previews = (*Service)(nil)
@@ -156,6 +157,27 @@ func (s *Service) PreviewAddr(ctx context.Context, id string, port int) (string,
 		if rec, err = s.Resume(ctx, rec.ProjectID, id); err != nil {
 			return "", err
 		}
+	}
+	host, _, err := net.SplitHostPort(rec.AgentAddr)
+	if err != nil {
+		return "", fmt.Errorf("sandbox %q has no address: %w", id, errdefs.ErrUnavailable)
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port)), nil
+}
+
+// CodeInterpreterAddr returns the address of port of a running sandbox
+// of a template that runs the code-interpreter server
+// (template.NeedsCodeInterpreter), for the proxy's public ports. It only
+// reads the live table: a sandbox that is not running is
+// errdefs.ErrUnavailable (nothing is resumed); an unknown one, or one of
+// another template, is errdefs.ErrNotFound.
+func (s *Service) CodeInterpreterAddr(id string, port int) (string, error) {
+	rec, ok := s.live(id)
+	if !ok || !template.NeedsCodeInterpreter(rec.Template) {
+		return "", notFound(id)
+	}
+	if rec.Status != StatusRunning {
+		return "", fmt.Errorf("sandbox %q is %s: %w", id, rec.Status, errdefs.ErrUnavailable)
 	}
 	host, _, err := net.SplitHostPort(rec.AgentAddr)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -186,32 +187,37 @@ func TestCodeInterpreter(t *testing.T) {
 
 	t.Run("env_vars hold for one execution", func(t *testing.T) {
 		code := "import os; os.environ.get('LIZARD_CI_VAR', 'unset')"
-		if txt, _ := mainText(c.execute(t, map[string]any{"code": code, "env_vars": map[string]string{"LIZARD_CI_VAR": "set"}})); txt != "'set'" {
+		if txt, _ := mainText(c.execute(t, map[string]any{"code": code, "env_vars": map[string]string{"LIZARD_CI_VAR": "set"}})); txt != "set" {
 			t.Fatalf("with env_vars: %q", txt)
 		}
-		if txt, _ := mainText(c.execute(t, map[string]any{"code": code})); txt != "'unset'" {
+		if txt, _ := mainText(c.execute(t, map[string]any{"code": code})); txt != "unset" {
 			t.Fatalf("after: %q", txt)
 		}
 	})
 
 	t.Run("contexts: create, list, own state, restart, remove", func(t *testing.T) {
-		if n := len(c.contexts(t)); n != 1 {
-			t.Fatalf("%d contexts at first, want the default one", n)
+		// A default context per language from the start.
+		var langs []string
+		for _, ctx := range c.contexts(t) {
+			langs = append(langs, ctx.Language)
+		}
+		if slices.Sort(langs); !slices.Equal(langs, []string{"bash", "javascript", "python"}) {
+			t.Fatalf("contexts at first: %q, want the default one of each language", langs)
 		}
 		resp, _ := c.call(t, "POST", "/contexts", map[string]any{"language": "python", "cwd": "/tmp"})
 		var ctx ciContext
 		if body := readAll(t, resp); resp.StatusCode != 200 || json.Unmarshal([]byte(body), &ctx) != nil || ctx.ID == "" || ctx.Cwd != "/tmp" || ctx.Language != "python" {
 			t.Fatalf("create context: %d %s", resp.StatusCode, body)
 		}
-		if txt, _ := mainText(c.execute(t, map[string]any{"code": "import os; os.getcwd()", "context_id": ctx.ID})); txt != "'/tmp'" {
+		if txt, _ := mainText(c.execute(t, map[string]any{"code": "import os; os.getcwd()", "context_id": ctx.ID})); txt != "/tmp" {
 			t.Fatalf("cwd in the context: %q", txt)
 		}
 		if evs := c.execute(t, map[string]any{"code": "x", "context_id": ctx.ID}); evs[len(evs)-2].Name != "NameError" {
 			t.Fatalf("the new context sees the default's x: %+v", evs)
 		}
 		c.execute(t, map[string]any{"code": "y = 7", "context_id": ctx.ID})
-		if got := c.contexts(t); len(got) != 2 {
-			t.Fatalf("contexts %+v, want 2", got)
+		if got := c.contexts(t); len(got) != 4 {
+			t.Fatalf("contexts %+v, want 4", got)
 		}
 		if resp, _ := c.call(t, "POST", "/contexts/"+ctx.ID+"/restart", nil); resp.StatusCode/100 != 2 {
 			t.Fatalf("restart: %d %s", resp.StatusCode, readAll(t, resp))
@@ -222,7 +228,7 @@ func TestCodeInterpreter(t *testing.T) {
 		if resp, _ := c.call(t, "DELETE", "/contexts/"+ctx.ID, nil); resp.StatusCode/100 != 2 {
 			t.Fatalf("remove: %d %s", resp.StatusCode, readAll(t, resp))
 		}
-		if got := c.contexts(t); len(got) != 1 {
+		if got := c.contexts(t); len(got) != 3 {
 			t.Fatalf("contexts after remove %+v", got)
 		}
 		if resp, _ := c.call(t, "POST", "/execute", map[string]any{"code": "1", "context_id": ctx.ID}); resp.StatusCode != 404 {
@@ -311,7 +317,7 @@ func TestCodeInterpreter(t *testing.T) {
 		if body := readAll(t, resp); resp.StatusCode != 200 || !strings.Contains(body, `"text": "4"`) {
 			t.Fatalf("execute with the token: %d %s", resp.StatusCode, body)
 		}
-		if got := c.contexts(t); len(got) != 1 {
+		if got := c.contexts(t); len(got) != 3 {
 			t.Fatalf("contexts %+v", got)
 		}
 	})

@@ -53,14 +53,16 @@ func TestPreviewTLS(t *testing.T) {
 	s.waitNoLeaks(t)
 }
 
-func writeSelfSigned(t *testing.T, certFile, keyFile, host string) {
+// writeSelfSigned writes a certificate for hosts (the first is its common
+// name) and its key.
+func writeSelfSigned(t *testing.T, certFile, keyFile string, hosts ...string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: hosts[0]}, DNSNames: hosts,
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)

@@ -58,14 +58,14 @@ test('runCode keeps state, streams output, returns results, charts and errors; c
 
     // Environment variables for one call.
     const envs = await sbx.runCode("import os; os.environ.get('CI_VAR', 'unset')", { envs: { CI_VAR: 'set' } })
-    assert.equal(envs.text, "'set'")
-    assert.equal((await sbx.runCode("import os; os.environ.get('CI_VAR', 'unset')")).text, "'unset'")
+    assert.equal(envs.text, 'set')
+    assert.equal((await sbx.runCode("import os; os.environ.get('CI_VAR', 'unset')")).text, 'unset')
 
     // Contexts: own state and cwd, listed, restarted, removed.
     const ctx = await sbx.createCodeContext({ cwd: '/tmp' })
     assert.equal(ctx.language, 'python')
     assert.equal(ctx.cwd, '/tmp')
-    assert.equal((await sbx.runCode('import os; os.getcwd()', { context: ctx })).text, "'/tmp'")
+    assert.equal((await sbx.runCode('import os; os.getcwd()', { context: ctx })).text, '/tmp')
     assert.equal((await sbx.runCode('x', { context: ctx })).error.name, 'NameError')
     await sbx.runCode('y = 1', { context: ctx })
     assert.ok((await sbx.listCodeContexts()).some((c) => c.id === ctx.id))
@@ -85,7 +85,7 @@ test('runCode keeps state, streams output, returns results, charts and errors; c
 test('JavaScript and bash contexts; the sandbox\'s envs reach every context', async () => {
   const sbx = await Sandbox.create({ timeoutMs: 300_000, envs: { SBX_VAR: 'from-create' } })
   try {
-    assert.equal((await sbx.runCode("import os; os.environ.get('SBX_VAR')")).text, "'from-create'")
+    assert.equal((await sbx.runCode("import os; os.environ.get('SBX_VAR')")).text, 'from-create')
 
     // JavaScript (node): state across calls, output, the last value, envs.
     const js = await sbx.runCode('let a = 40; console.log("hi"); a + 2', { language: 'js' })
@@ -93,7 +93,7 @@ test('JavaScript and bash contexts; the sandbox\'s envs reach every context', as
     assert.equal(js.text, '42')
     assert.equal(js.logs.stdout.join(''), 'hi\n')
     const jsEnv = await sbx.runCode('a + process.env.SBX_VAR + process.env.CALL', { language: 'javascript', envs: { CALL: '!' } })
-    assert.equal(jsEnv.text, "'40from-create!'")
+    assert.equal(jsEnv.text, '40from-create!')
     assert.equal((await sbx.runCode('process.env.CALL', { language: 'javascript' })).text, undefined)
     const jsErr = await sbx.runCode('throw new TypeError("boom")', { language: 'javascript' })
     assert.equal(jsErr.error.name, 'TypeError')
@@ -143,5 +143,78 @@ test('a secure sandbox: /execute needs its envd access token, /contexts does not
     assert.equal(ctxs.status, 200)
   } finally {
     await api('DELETE', `/sandboxes/${sandboxID}`)
+  }
+})
+
+// What E2B's own suites expect of results, in our words: strings without
+// their repr's quotes, a default context per language, a new context in
+// the user's home with the sandbox's envs, bash's exit as an error,
+// import declarations in JavaScript cells, PIL images and charts as E2B's
+// server extracts them.
+test('results, contexts and charts as E2B gives them', async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 300_000, envs: { FROM_CREATE: 'yes' } })
+  try {
+    assert.equal((await sbx.runCode("'abc'")).text, 'abc')
+    assert.equal((await sbx.runCode('"double"')).text, 'double')
+    assert.equal((await sbx.runCode(`"it's"`)).text, "it's")
+
+    const langs = (await sbx.listCodeContexts()).map((c) => c.language)
+    for (const l of ['python', 'javascript', 'bash']) assert.ok(langs.includes(l), `default contexts ${langs}`)
+
+    const ctx = await sbx.createCodeContext()
+    assert.equal(ctx.cwd, '/home/user')
+    assert.equal((await sbx.runCode('import os; os.getcwd()', { context: ctx })).text, '/home/user')
+    assert.equal((await sbx.runCode("import os; os.getenv('FROM_CREATE')", { context: ctx })).text, 'yes')
+    assert.equal((await sbx.runCode('!pwd', { context: ctx })).logs.stdout.join('').trim(), '/home/user')
+
+    // Several Python contexts made at once all come up, each its own.
+    const many = await Promise.all([1, 2, 3, 4].map(() => sbx.createCodeContext({ language: 'python' })))
+    assert.equal(new Set(many.map((c) => c.id)).size, 4)
+    const seen = await Promise.all(many.map((c, i) => sbx.runCode(`n = ${i}\nn * 10`, { context: c })))
+    assert.deepEqual(seen.map((e) => e.text), ['0', '10', '20', '30'])
+
+    // exit in a bash cell ends that cell with its status, not the runner.
+    const exited = await sbx.runCode('echo before; exit 42', { language: 'bash' })
+    assert.equal(exited.error?.name, 'ExitError', JSON.stringify(exited.toJSON()))
+    assert.equal(exited.error.value, 'exit status 42')
+    assert.equal(exited.logs.stdout.join(''), 'before\n')
+    assert.equal((await sbx.runCode('echo after', { language: 'bash' })).logs.stdout.join(''), 'after\n')
+
+    const esm = await sbx.runCode("import { readFileSync } from 'fs'\nimport path, { join as j } from 'path'\nconsole.log(typeof readFileSync, typeof path.join, j('a', 'b'))", { language: 'js' })
+    assert.equal(esm.error, undefined, JSON.stringify(esm.toJSON()))
+    assert.equal(esm.logs.stdout.join(''), 'function function a/b\n')
+    assert.equal((await sbx.runCode('typeof readFileSync', { language: 'js' })).text, 'function')
+
+    const pil = await sbx.runCode("from PIL import Image\nImage.new('RGB', (8, 8), 'red').save('/tmp/red.png')")
+    assert.ok(pil.results.some((r) => r.png), JSON.stringify(pil.toJSON()))
+
+    const chartOf = async (code) => {
+      const e = await sbx.runCode(code)
+      const r = e.results.find((r) => r.chart)
+      assert.ok(r, JSON.stringify(e.toJSON()))
+      return r.chart
+    }
+    const dates = await chartOf("import datetime, matplotlib.pyplot as plt\nd = [datetime.date(2024, 1, 1) + datetime.timedelta(days=i) for i in range(5)]\nplt.plot(d, [1, 3, 2, 5, 4])\nplt.xlabel('Day (utc)')\nplt.show()")
+    assert.equal(dates.type, 'line')
+    assert.equal(dates.title, null)
+    assert.equal(dates.x_scale, 'datetime')
+    assert.equal(dates.x_unit, 'utc')
+    assert.equal(dates.y_label, null)
+    assert.equal(dates.y_unit, null)
+    assert.ok(dates.x_ticks.every((t) => typeof t === 'string' && !Number.isNaN(Date.parse(t))), JSON.stringify(dates.x_ticks))
+    assert.deepEqual(dates.elements[0].points[0], ['2024-01-01', 1])
+    const cats = await chartOf("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], ['low', 'mid', 'high'])\nplt.show()")
+    assert.equal(cats.y_scale, 'categorical')
+    assert.equal(cats.x_scale, 'linear')
+    const pie = await chartOf("import matplotlib.pyplot as plt\nplt.pie([3, 1], labels=['most', 'rest'], startangle=90)\nplt.title('share')\nplt.show()")
+    assert.equal(pie.type, 'pie')
+    assert.deepEqual(pie.elements.map((e) => [e.label, e.angle]), [['most', 270], ['rest', 90]])
+    const box = await chartOf("import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.boxplot([[1, 2, 3, 4, 5], [2, 4, 6, 8, 30]], patch_artist=True)\nax.set_xticks([1, 2], ['p', 'q'])\nax.set_ylabel('Time [ms]')\nplt.show()")
+    assert.equal(box.type, 'box_and_whisker')
+    assert.equal(box.y_unit, 'ms')
+    assert.deepEqual(box.elements.map((e) => [e.label, e.min, e.first_quartile, e.median, e.third_quartile, e.max, e.outliers]),
+      [['p', 1, 2, 3, 4, 5, []], ['q', 2, 4, 6, 8, 8, [30]]])
+  } finally {
+    await sbx.kill()
   }
 })
