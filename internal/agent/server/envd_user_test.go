@@ -152,11 +152,11 @@ func TestWriteAsUserMakesParents(t *testing.T) {
 		t.Skip("skipping: writes as another user, needs root")
 	}
 	name, _ := userWithHome(t)
-	acct, err := lookupAccount(name)
+	srv, err := New(Config{Token: "test-token"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Token: "test-token"})
+	acct, err := srv.accts.lookupAccount(name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -200,8 +200,10 @@ func (s *Server) putFile(acct *account, p string, body io.Reader, md map[string]
 	if acct.isRoot() {
 		return writeFile(p, body, md)
 	}
-	if err := ensureParents(p, acct); err != nil {
-		return err
+	if os.Geteuid() == 0 {
+		if err := ensureParents(p, acct); err != nil {
+			return err
+		}
 	}
 	return s.writeFileAs(acct, p, body, md)
 }

@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -30,11 +29,13 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// clearPyenvLocks removes, while the tests run, a pyenv rehash lock that
-// no rehash holds. On hosts where root's shell profile runs `pyenv rehash`
-// (it sources pyenv's init), the tests' login shells run it too; one the
-// tests kill mid-rehash leaves the lock behind, and every later login shell
-// of root waits 60 s on it (the tests see no output and time out).
+// clearPyenvLocks removes, while the tests run, a pyenv rehash lock older
+// than 5 s. On hosts where root's shell profile runs `pyenv rehash` (it
+// sources pyenv's init), the tests' login shells run it too; one the tests
+// kill mid-rehash leaves the lock behind, and every later login shell of
+// root waits 60 s on it (the tests see no output and time out). A rehash
+// holds it for well under a second; the shells waiting on a stale one are
+// rehashes too, so its age is what tells.
 func clearPyenvLocks() {
 	root := os.Getenv("PYENV_ROOT")
 	if root == "" {
@@ -42,23 +43,10 @@ func clearPyenvLocks() {
 	}
 	lock := filepath.Join(root, "shims", ".pyenv-shim")
 	for range time.Tick(time.Second) {
-		fi, err := os.Stat(lock)
-		if err != nil || time.Since(fi.ModTime()) < 3*time.Second || rehashing() {
-			continue
-		}
-		os.Remove(lock)
-	}
-}
-
-// rehashing reports whether a pyenv rehash runs on the host.
-func rehashing() bool {
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, p := range procs {
-		if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, []byte("pyenv-rehash")) {
-			return true
+		if fi, err := os.Stat(lock); err == nil && time.Since(fi.ModTime()) > 5*time.Second {
+			os.Remove(lock)
 		}
 	}
-	return false
 }
 
 func requireRoot(t *testing.T) {
