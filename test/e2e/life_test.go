@@ -174,12 +174,12 @@ func TestDeleteAborted(t *testing.T) {
 	s.waitNoLeaks(t)
 }
 
-// TestCreateWaves: 300 nano sandboxes made in waves of 30, each deleted after
+// TestCreateWaves: 150 nano sandboxes made in waves of 30, each deleted after
 // its first command, while the death watcher looks every 100 ms: none is
 // lost, every first command runs, and no sandbox is declared dead.
 func TestCreateWaves(t *testing.T) {
 	s := startServer(t, "", "--watch-interval", "100ms")
-	const waves, perWave = 10, 30
+	const waves, perWave = 5, 30
 	for w := range waves {
 		errs := make([]error, perWave)
 		var wg sync.WaitGroup
