@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -38,6 +39,18 @@ type E2BTargets interface {
 	E2BTarget(sandboxID string, port int) (E2BTarget, error)
 }
 
+// E2BSigned is implemented by E2BTargets that can tell which sandbox an
+// E2B signed file URL is for when the URL names none: with E2B_SANDBOX_URL
+// the SDK puts downloadUrl and uploadUrl on the proxy's own address, with
+// no sandbox id in the host and no routing headers (a browser or curl
+// sends none). The signature is made with the sandbox's envd access
+// token, so it names one sandbox.
+type E2BSigned interface {
+	// E2BSignedFile returns the sandbox and envd port of the signed
+	// request to /files with query q for operation ("read" or "write").
+	E2BSignedFile(q url.Values, operation string) (sandboxID string, envdPort int, ok bool)
+}
+
 // E2BTarget is where an E2B-addressed request goes.
 type E2BTarget struct {
 	Addr string // host:port
@@ -69,6 +82,24 @@ func e2bAddress(r *http.Request, domain string) (id string, port int, ok bool) {
 		return "", 0, false
 	}
 	return id, port, true
+}
+
+// signedFile finds the sandbox of an E2B signed file URL that came to the
+// proxy's own address with nothing naming its sandbox (E2BSigned).
+func signedFile(r *http.Request, targets E2BTargets) (id string, port int, ok bool) {
+	s, isSigned := targets.(E2BSigned)
+	if !isSigned || r.URL.Path != "/files" {
+		return "", 0, false
+	}
+	q := r.URL.Query()
+	if !strings.HasPrefix(q.Get("signature"), "v1_") {
+		return "", 0, false
+	}
+	op := map[string]string{http.MethodGet: "read", http.MethodPost: "write"}[r.Method]
+	if op == "" {
+		return "", 0, false
+	}
+	return s.E2BSignedFile(q, op)
 }
 
 // ParseE2BHost splits "<port>-<sandbox>.<domain>[:listen port]" into the

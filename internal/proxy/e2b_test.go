@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -73,6 +74,14 @@ func (f fakeE2B) E2BTarget(id string, port int) (E2BTarget, error) {
 	return E2BTarget{}, errdefs.ErrNotFound
 }
 
+// E2BSignedFile: "v1_pub" signs reads of pub's files.
+func (f fakeE2B) E2BSignedFile(q url.Values, operation string) (string, int, bool) {
+	if q.Get("signature") == "v1_pub" && operation == "read" {
+		return "pub", 49983, true
+	}
+	return "", 0, false
+}
+
 // TestE2BRouting: E2B-addressed requests by host and by header, public and
 // private ports, envd's marking, and the 502s.
 func TestE2BRouting(t *testing.T) {
@@ -83,8 +92,13 @@ func TestE2BRouting(t *testing.T) {
 	defer up.Close()
 	prev := &fakePreviews{addr: strings.TrimPrefix(up.URL, "http://")}
 	h := Handler(Config{Domain: "d.test", Previews: prev, E2B: fakeE2B{addr: strings.TrimPrefix(up.URL, "http://")}})
+	// host may carry a path and query ("host/files?…"); "/" otherwise.
 	do := func(host string, hdr map[string]string) *httptest.ResponseRecorder {
-		req := httptest.NewRequest("GET", "http://"+host+"/", nil)
+		target := "http://" + host
+		if !strings.Contains(host, "/") {
+			target += "/"
+		}
+		req := httptest.NewRequest("GET", target, nil)
 		for k, v := range hdr {
 			req.Header.Set(k, v)
 		}
@@ -107,6 +121,8 @@ func TestE2BRouting(t *testing.T) {
 		{"envd is marked, agent token stripped", "49983-pub.d.test", map[string]string{AgentTokenHeader: "x", EnvdHeader: "1"}, 200, `envd="1" agent=""`},
 		{"a client cannot claim envd", "3000-pub.d.test", map[string]string{EnvdHeader: "1"}, 200, `envd="" agent=""`},
 		{"maskRequestHost sets the Host the app sees", "3000-masked.d.test", nil, 200, `host=localhost:3000 `},
+		{"a signed file URL on the proxy's address goes to its sandbox's envd", "127.0.0.1:8081/files?path=a&signature=v1_pub", nil, 200, `envd="1"`},
+		{"a signature no sandbox made is lizard's 401", "127.0.0.1:8081/files?path=a&signature=v1_other", nil, 401, ""},
 		{"private without token", "3000-priv.d.test", nil, 403, `"code":403`},
 		{"private wrong token", "3000-priv.d.test", map[string]string{TrafficTokenHeader: "no"}, 403, `"code":403`},
 		{"private with token", "3000-priv.d.test", map[string]string{TrafficTokenHeader: "tt"}, 200, `traffic=""`},

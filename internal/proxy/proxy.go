@@ -299,6 +299,9 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request) string {
 			}
 			return p.serveE2B(w, r, id, port)
 		}
+		if id, port, ok := signedFile(r, p.cfg.E2B); ok {
+			return p.serveE2B(w, r, id, port)
+		}
 	}
 	if hostErr == nil {
 		if outcome, ok := p.forward(w, r, id); ok {

@@ -3,10 +3,12 @@ package sandbox
 import (
 	"context"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/base64"
 	"fmt"
 	"maps"
 	"net"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -256,6 +258,29 @@ func (s *Service) E2BTarget(id string, port int) (proxy.E2BTarget, error) {
 		t.Host = strings.ReplaceAll(rec.MaskHost, "${PORT}", strconv.Itoa(port))
 	}
 	return t, nil
+}
+
+var _ proxy.E2BSigned = (*Service)(nil)
+
+// E2BSignedFile implements proxy.E2BSigned: the running E2B sandbox whose
+// envd access token made the signature in q, found by making it with each
+// secure sandbox's token (constant-time compared). Whether the signature
+// has expired is envd's to say, as for any signed URL.
+func (s *Service) E2BSignedFile(q url.Values, operation string) (string, int, bool) {
+	sig := []byte(q.Get("signature"))
+	path, user, exp := q.Get("path"), q.Get("username"), q.Get("signature_expiration")
+	s.mu.Lock()
+	var found string
+	for id, e := range s.sandboxes {
+		if e.gone || !e.rec.E2B || e.rec.EnvdToken == "" || e.rec.Status != StatusRunning {
+			continue
+		}
+		if subtle.ConstantTimeCompare(sig, []byte(agent.FileSignature(path, operation, user, e.rec.EnvdToken, exp))) == 1 {
+			found = id
+		}
+	}
+	s.mu.Unlock()
+	return found, agent.Port, found != ""
 }
 
 var _ proxy.LoopbackDialer = (*Service)(nil)

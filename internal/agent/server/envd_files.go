@@ -2,9 +2,7 @@ package server
 
 import (
 	"compress/gzip"
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/base64"
 	"errors"
 	"io"
 	"mime"
@@ -14,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/lizard-build/lizard/internal/agent"
 )
 
 // envdEntry is one written file in POST /files's answer, with the
@@ -53,8 +53,8 @@ func (e *envd) checkSignature(r *http.Request, path, operation string) error {
 	if !secure {
 		return nil
 	}
-	raw := path + ":" + operation + ":" + q.Get("username") + ":" + token
-	if exp := q.Get("signature_expiration"); exp != "" {
+	exp := q.Get("signature_expiration")
+	if exp != "" {
 		n, err := strconv.ParseInt(exp, 10, 64)
 		if err != nil {
 			return &apiError{http.StatusBadRequest, codeInvalid, "signature_expiration is not a unix time in seconds"}
@@ -62,10 +62,8 @@ func (e *envd) checkSignature(r *http.Request, path, operation string) error {
 		if time.Now().Unix() > n {
 			return &apiError{http.StatusUnauthorized, codeUnauthenticated, "the signature has expired"}
 		}
-		raw += ":" + exp
 	}
-	sum := sha256.Sum256([]byte(raw))
-	want := "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
+	want := agent.FileSignature(path, operation, q.Get("username"), token, exp)
 	if subtle.ConstantTimeCompare([]byte(q.Get("signature")), []byte(want)) != 1 {
 		return &apiError{http.StatusUnauthorized, codeUnauthenticated, "invalid signature for " + operation + " of " + path}
 	}

@@ -268,6 +268,18 @@ test('files: signed upload and download URLs of a secure sandbox', async () => {
     const got = await fetch(down, { headers: envdRouting(sbx) })
     assert.equal(got.status, 200)
     assert.equal(await got.text(), 'signed!')
+    // As a browser or curl fetches them, with nothing naming the sandbox:
+    // the proxy finds it by the signature.
+    const plain = await fetch(down)
+    assert.equal(plain.status, 200)
+    assert.equal(await plain.text(), 'signed!')
+    const form2 = new FormData()
+    form2.append('file', new Blob(['plain!']), path)
+    assert.equal((await fetch(await sbx.uploadUrl(path), { method: 'POST', body: form2 })).status, 200)
+    assert.equal(await (await fetch(await sbx.downloadUrl(path))).text(), 'plain!')
+    const forged = new URL(down)
+    forged.searchParams.set('signature', 'v1_forged')
+    assert.equal((await fetch(forged)).status, 401)
     const bad = new URL(down)
     bad.searchParams.set('signature', 'v1_forged')
     assert.equal((await fetch(bad, { headers: envdRouting(sbx) })).status, 401)
