@@ -3,8 +3,10 @@
 // enforces their deadlines, runs commands and file operations through each
 // sandbox's agent, pauses, snapshots, restores and forks them when the
 // runtime is a runtime.Checkpointer, and after a restart reattaches to the
-// sandboxes that survived or cleans up those that did not. The API package is
-// its only caller; it knows nothing of HTTP.
+// sandboxes that survived or cleans up those that did not. Its callers are
+// the two APIs (internal/api, internal/e2b), the preview proxy (through the
+// interfaces internal/proxy declares), cluster mode (internal/cluster) and
+// cmd/lizard, which wires them; it knows nothing of HTTP.
 package sandbox
 
 import (
