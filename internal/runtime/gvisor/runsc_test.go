@@ -41,7 +41,9 @@ func TestRunscFailureKeepsOutputInLog(t *testing.T) {
 // client, not where its image is on this host.
 func TestCompatibleHidesImagePath(t *testing.T) {
 	r := &Runtime{}
-	r.build.once.Do(func() { r.build.m = Manifest{RunscVersion: "runsc version release-20250101.0", RunscDigest: "sha256:aa"} })
+	r.build.once.Do(func() {
+		r.build.m = Manifest{RunscVersion: "runsc version release-20250101.0", RunscDigest: "sha256:aa"}
+	})
 	dir := t.TempDir()
 	if err := writeJSON(filepath.Join(dir, manifestFile), Manifest{RunscVersion: "runsc version release-20240101.0", RunscDigest: "sha256:bb"}); err != nil {
 		t.Fatal(err)
