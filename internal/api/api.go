@@ -20,7 +20,6 @@ import (
 	"github.com/lizard-build/lizard/internal/disk"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/metrics"
-	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -44,7 +43,7 @@ type Limiter interface {
 type Config struct {
 	Keys      Keys
 	Limiter   Limiter // nil: no rate limit
-	Sandboxes *sandbox.Service
+	Sandboxes Sandboxes
 	Templates Templates
 	Previews  PreviewURLs
 	Volumes   Volumes
@@ -103,7 +102,7 @@ const (
 type server struct {
 	keys      Keys
 	limiter   Limiter
-	sandboxes *sandbox.Service
+	sandboxes Sandboxes
 	templates Templates
 	previews  PreviewURLs
 	volumes   Volumes

@@ -42,10 +42,19 @@ type Templates interface {
 	ListFor(project string) ([]template.Template, error)
 }
 
+// Sandboxes is what the control plane calls of the sandbox service
+// (*sandbox.Service): E2B's sandbox calls map one to one onto these.
+type Sandboxes interface {
+	api.Lifecycle
+	api.Usages
+}
+
+var _ Sandboxes = (*sandbox.Service)(nil)
+
 // Config wires the control plane.
 type Config struct {
 	Auth      api.Auth
-	Sandboxes *sandbox.Service
+	Sandboxes Sandboxes
 	Templates Templates
 	// Domain is what responses give as the sandboxes' domain: the SDK
 	// reaches port P of sandbox S at P-S.<Domain> (the preview proxy's
@@ -60,7 +69,7 @@ type Config struct {
 
 type server struct {
 	auth      api.Auth
-	sandboxes *sandbox.Service
+	sandboxes Sandboxes
 	templates Templates
 	domain    string
 	log       *slog.Logger

@@ -1,0 +1,79 @@
+package api
+
+import (
+	"context"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/agent"
+	"github.com/lizard-build/lizard/internal/sandbox"
+)
+
+// What the API calls of the sandbox service (*sandbox.Service), by
+// concern. The E2B edge (internal/e2b) calls Lifecycle and Usages too.
+
+// Lifecycle makes, finds, ends and pauses sandboxes.
+type Lifecycle interface {
+	Create(ctx context.Context, req sandbox.CreateRequest) (sandbox.Record, error)
+	Get(projectID, id string) (sandbox.Record, error)
+	List(projectID string) []sandbox.Record
+	Kill(ctx context.Context, projectID, id string) error
+	SetTimeout(ctx context.Context, projectID, id string, timeoutMs int64) error
+	Pause(ctx context.Context, projectID, id string) error
+	Resume(ctx context.Context, projectID, id string) (sandbox.Record, error)
+	Fork(ctx context.Context, projectID, id string, count int, timeoutMs int64) ([]sandbox.ForkResult, error)
+}
+
+// Usages are a sandbox's samples of CPU, memory, disk and network use.
+type Usages interface {
+	Usage(projectID, id string, start, end time.Time) ([]sandbox.UsageSample, error)
+	LatestUsage(id string) (sandbox.UsageSample, bool)
+}
+
+// Agents runs commands and file operations in a running sandbox.
+type Agents interface {
+	Agent(projectID, id string) (*agent.Client, sandbox.Record, error)
+	Exec(ctx context.Context, projectID, id string, req sandbox.ExecRequest, onEvent func(agent.Event) error) error
+	StartProcess(ctx context.Context, projectID, id string, req agent.StartRequest) (*agent.Client, int, error)
+}
+
+// Snapshots takes, lists, changes, restores and deletes snapshots.
+type Snapshots interface {
+	TakeSnapshot(ctx context.Context, projectID, id, name string, poolSize int) (sandbox.SnapshotInfo, error)
+	Snapshots(projectID string) []sandbox.SnapshotInfo
+	GetSnapshot(projectID, id string) (sandbox.SnapshotInfo, error)
+	UpdateSnapshot(ctx context.Context, projectID, id string, poolSize *int, poolPaused *bool) (sandbox.SnapshotInfo, error)
+	DeleteSnapshot(ctx context.Context, projectID, id string) error
+	Restore(ctx context.Context, projectID, snapID string, timeoutMs int64) (sandbox.Record, error)
+}
+
+// Ports opens and closes a sandbox's ports to previews.
+type Ports interface {
+	Expose(ctx context.Context, projectID, id string, port int, opts ...sandbox.ExposeOption) (string, error)
+	Unexpose(ctx context.Context, projectID, id string, port int) error
+}
+
+// Desktops starts, reads and stops a sandbox's desktop.
+type Desktops interface {
+	DesktopState(ctx context.Context, projectID, id string) (sandbox.Desktop, error)
+	StartDesktop(ctx context.Context, projectID, id string, size sandbox.DesktopSize) (sandbox.Desktop, error)
+	StopDesktop(ctx context.Context, projectID, id string) error
+}
+
+// Logs reads and follows a sandbox's log.
+type Logs interface {
+	LogTail(ctx context.Context, projectID, id string, tail int) ([]sandbox.LogLine, error)
+	Logs(ctx context.Context, projectID, id string, tail int, fn func(sandbox.LogLine) error) error
+}
+
+// Sandboxes is all of the above: what Config.Sandboxes must be.
+type Sandboxes interface {
+	Lifecycle
+	Usages
+	Agents
+	Snapshots
+	Ports
+	Desktops
+	Logs
+}
+
+var _ Sandboxes = (*sandbox.Service)(nil)
