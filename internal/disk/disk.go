@@ -74,10 +74,10 @@ func Classify(dir string, err error) error {
 		return err
 	}
 	if errors.Is(err, syscall.ENOSPC) {
-		return noSpace(errdefs.WithCause(errdefs.ErrNoSpace, "the server's disk is full", errors.New(err.Error())))
+		return noSpace(errdefs.WithCause(errdefs.ErrNoSpace, "no space left on device: the server's disk is full", errors.New(err.Error())))
 	}
 	if u, serr := Stat(dir); serr == nil && u.Avail < FullBelow {
-		return noSpace(errdefs.WithCause(errdefs.ErrNoSpace, fmt.Sprintf("the server's disk is full (%d MiB free)", u.Avail>>20), fmt.Errorf("%v (the disk of %s)", err, dir)))
+		return noSpace(errdefs.WithCause(errdefs.ErrNoSpace, fmt.Sprintf("no space left on device: the server's disk is full (%d MiB free)", u.Avail>>20), fmt.Errorf("%v (the disk of %s)", err, dir)))
 	}
 	return err
 }
