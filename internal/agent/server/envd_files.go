@@ -60,7 +60,8 @@ func (e *envd) checkSignature(r *http.Request, path, operation string) error {
 			return &apiError{http.StatusBadRequest, codeInvalid, "signature_expiration is not a unix time in seconds"}
 		}
 		if time.Now().Unix() > n {
-			return &apiError{http.StatusUnauthorized, codeUnauthenticated, "the signature has expired"}
+			// E2B envd's words, which its SDK's tests match.
+			return &apiError{http.StatusUnauthorized, codeUnauthenticated, "signature is already expired"}
 		}
 	}
 	want := agent.FileSignature(path, operation, q.Get("username"), token, exp)

@@ -281,6 +281,10 @@ test('files: signed upload and download URLs of a secure sandbox', async () => {
     const forged = new URL(down)
     forged.searchParams.set('signature', 'v1_forged')
     assert.equal((await fetch(forged)).status, 401)
+    // An expired one, in E2B envd's words.
+    const expired = await fetch(await sbx.downloadUrl(path, { useSignatureExpiration: -10 }))
+    assert.equal(expired.status, 401)
+    assert.deepEqual(await expired.json(), { code: 401, message: 'signature is already expired' })
     const bad = new URL(down)
     bad.searchParams.set('signature', 'v1_forged')
     assert.equal((await fetch(bad, { headers: envdRouting(sbx) })).status, 401)
