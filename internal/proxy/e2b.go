@@ -95,11 +95,13 @@ func signedFile(r *http.Request, targets E2BTargets) (id string, port int, ok bo
 	if !strings.HasPrefix(q.Get("signature"), "v1_") {
 		return "", 0, false
 	}
-	op := map[string]string{http.MethodGet: "read", http.MethodPost: "write"}[r.Method]
-	if op == "" {
-		return "", 0, false
+	switch r.Method {
+	case http.MethodGet:
+		return s.E2BSignedFile(q, "read")
+	case http.MethodPost:
+		return s.E2BSignedFile(q, "write")
 	}
-	return s.E2BSignedFile(q, op)
+	return "", 0, false
 }
 
 // ParseE2BHost splits "<port>-<sandbox>.<domain>[:listen port]" into the

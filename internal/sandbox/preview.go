@@ -160,11 +160,7 @@ func (s *Service) PreviewAddr(ctx context.Context, id string, port int) (string,
 			return "", err
 		}
 	}
-	host, _, err := net.SplitHostPort(rec.AgentAddr)
-	if err != nil {
-		return "", fmt.Errorf("sandbox %q has no address: %w", id, errdefs.ErrUnavailable)
-	}
-	return net.JoinHostPort(host, strconv.Itoa(port)), nil
+	return rec.portAddr(port)
 }
 
 // CodeInterpreterAddr returns the address of port of a running sandbox
@@ -181,9 +177,14 @@ func (s *Service) CodeInterpreterAddr(id string, port int) (string, error) {
 	if rec.Status != StatusRunning {
 		return "", fmt.Errorf("sandbox %q is %s: %w", id, rec.Status, errdefs.ErrUnavailable)
 	}
-	host, _, err := net.SplitHostPort(rec.AgentAddr)
+	return rec.portAddr(port)
+}
+
+// portAddr is the address of port of the sandbox: its agent's host.
+func (r Record) portAddr(port int) (string, error) {
+	host, _, err := net.SplitHostPort(r.AgentAddr)
 	if err != nil {
-		return "", fmt.Errorf("sandbox %q has no address: %w", id, errdefs.ErrUnavailable)
+		return "", fmt.Errorf("sandbox %q has no address: %w", r.ID, errdefs.ErrUnavailable)
 	}
 	return net.JoinHostPort(host, strconv.Itoa(port)), nil
 }
@@ -247,13 +248,11 @@ func (s *Service) E2BTarget(id string, port int) (proxy.E2BTarget, error) {
 	if rec.Status != StatusRunning {
 		return proxy.E2BTarget{}, fmt.Errorf("sandbox %q is %s: %w", id, rec.Status, errdefs.ErrUnavailable)
 	}
-	host, _, err := net.SplitHostPort(rec.AgentAddr)
+	addr, err := rec.portAddr(port)
 	if err != nil {
-		return proxy.E2BTarget{}, fmt.Errorf("sandbox %q has no address: %w", id, errdefs.ErrUnavailable)
+		return proxy.E2BTarget{}, err
 	}
-	t := proxy.E2BTarget{
-		Addr: net.JoinHostPort(host, strconv.Itoa(port)), Envd: port == agent.Port, TrafficToken: rec.TrafficToken,
-	}
+	t := proxy.E2BTarget{Addr: addr, Envd: port == agent.Port, TrafficToken: rec.TrafficToken}
 	if rec.MaskHost != "" && !t.Envd {
 		t.Host = strings.ReplaceAll(rec.MaskHost, "${PORT}", strconv.Itoa(port))
 	}

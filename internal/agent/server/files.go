@@ -228,11 +228,21 @@ func ensureParents(p string, acct *account) error {
 			break
 		}
 	}
+	var made []string
 	for i := len(missing) - 1; i >= 0; i-- {
-		if err := os.Mkdir(missing[i], newDirMode); err != nil && !errors.Is(err, fs.ErrExist) {
-			return err
+		err := os.Mkdir(missing[i], newDirMode)
+		if err == nil {
+			made = append(made, missing[i])
+			err = os.Lchown(missing[i], int(acct.uid), int(acct.gid))
+		} else if errors.Is(err, fs.ErrExist) {
+			continue
 		}
-		if err := os.Lchown(missing[i], int(acct.uid), int(acct.gid)); err != nil {
+		if err != nil {
+			// Nothing half-made stays: what this call made goes, deepest
+			// first.
+			for j := len(made) - 1; j >= 0; j-- {
+				os.Remove(made[j])
+			}
 			return err
 		}
 	}
