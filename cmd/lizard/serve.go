@@ -38,6 +38,8 @@ import (
 	"github.com/lizard-build/lizard/internal/runtime"
 	"github.com/lizard-build/lizard/internal/runtime/gvisor"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/desktop"
+	"github.com/lizard-build/lizard/internal/sandbox/preview"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
 	"github.com/lizard-build/lizard/internal/tmpldist"
@@ -502,10 +504,13 @@ func serve(ctx context.Context, args []string) error {
 		e2bDomain = net.JoinHostPort(c.domain, previews.Port)
 	}
 	apiCluster, previewCluster := routing.hooks()
+	// The sandbox service's features, each a package over its core.
+	ports := preview.New(svc)
+	desktops := desktop.New(svc, ports)
 	e2bAPI := e2b.Handler(e2b.Config{Auth: api.Auth{Keys: apiKeys, Limiter: limiter}, Sandboxes: svc, Templates: tmpls,
 		Domain: e2bDomain, Logger: log.With("component", "e2b"), Cluster: apiCluster})
 	srv := &http.Server{
-		Handler: api.Handler(api.Config{E2B: e2bAPI, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Templates: tmpls, Previews: previews, Volumes: vols,
+		Handler: api.Handler(api.Config{E2B: e2bAPI, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Ports: ports, Desktops: desktops, Templates: tmpls, Previews: previews, Volumes: vols,
 			Builder: &templateBuilder{reg: reg, dist: tmpls, runtime: rt, run: reap.Run, dns: c.dnsUpstream, build: buildOpts, sandboxes: svc, metrics: mets,
 				log: log.With("component", "template")},
 			MaxBuildContext: c.maxBuildContext, Logger: log.With("component", "api"),
@@ -515,10 +520,10 @@ func serve(ctx context.Context, args []string) error {
 	}
 	var public proxy.PublicPorts
 	if c.codeInterpreterPublic {
-		public = codeInterpreterPorts{svc}
+		public = codeInterpreterPorts{ports}
 	}
 	psrv := &http.Server{
-		Handler: proxy.Handler(proxy.Config{Domain: c.domain, TLS: useTLS, Previews: svc, E2B: svc, Loopback: svc, Dialer: svc, Logger: log.With("component", "proxy"), Metrics: mets,
+		Handler: proxy.Handler(proxy.Config{Domain: c.domain, TLS: useTLS, Previews: ports, E2B: ports, Loopback: svc, Dialer: svc, Runs: svc, Logger: log.With("component", "proxy"), Metrics: mets,
 			Cluster: previewCluster, Public: public, APIHost: c.apiHost, API: srv.Handler}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
@@ -567,13 +572,13 @@ func serve(ctx context.Context, args []string) error {
 // code-interpreter-v1 sandboxes public (--code-interpreter-public): its
 // client sends no token. The server there still asks for a secure E2B
 // sandbox's envd token.
-type codeInterpreterPorts struct{ svc *sandbox.Service }
+type codeInterpreterPorts struct{ ports *preview.Service }
 
 func (c codeInterpreterPorts) PublicAddr(id string, port int) (string, error) {
 	if port != codeinterp.LizardPort {
 		return "", fmt.Errorf("port %d is not public: %w", port, errdefs.ErrNotFound)
 	}
-	return c.svc.CodeInterpreterAddr(id, port)
+	return c.ports.CodeInterpreterAddr(id, port)
 }
 
 // readyChecks are what GET /readyz checks: the store answers, runsc and

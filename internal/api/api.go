@@ -44,6 +44,11 @@ type Config struct {
 	Keys      Keys
 	Limiter   Limiter // nil: no rate limit
 	Sandboxes Sandboxes
+	// Ports publishes sandbox ports on the preview proxy and Desktops
+	// drives desktops (internal/sandbox/preview, desktop); nil: their
+	// routes answer 404.
+	Ports     Ports
+	Desktops  Desktops
 	Templates Templates
 	Previews  PreviewURLs
 	Volumes   Volumes
@@ -104,7 +109,6 @@ type server struct {
 	limiter   Limiter
 	sandboxes Sandboxes
 	templates Templates
-	previews  PreviewURLs
 	volumes   Volumes
 	builder   TemplateBuilder
 	maxBuild  int64
@@ -124,7 +128,7 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, templates: cfg.Templates, previews: cfg.Previews, volumes: cfg.Volumes, builder: cfg.Builder, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready, maxBuild: cfg.MaxBuildContext, disk: cfg.Disk,
+	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, templates: cfg.Templates, volumes: cfg.Volumes, builder: cfg.Builder, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready, maxBuild: cfg.MaxBuildContext, disk: cfg.Disk,
 		keyStore: cfg.KeyStore, sessions: cfg.Sessions, cluster: cfg.Cluster, sandboxURL: cfg.SandboxURL}
 	if s.maxBuild <= 0 {
 		s.maxBuild = DefaultMaxBuildContext
@@ -146,8 +150,11 @@ func Handler(cfg Config) http.Handler {
 	route("POST /api/sandboxes/{id}/pause", s.pauseSandbox)
 	route("POST /api/sandboxes/{id}/resume", s.resumeSandbox)
 	route("POST /api/sandboxes/{id}/fork", s.forkSandbox)
-	route("POST /api/sandboxes/{id}/expose/{port}", s.exposePort)
-	route("DELETE /api/sandboxes/{id}/expose/{port}", s.unexposePort)
+	if cfg.Ports != nil {
+		ports := portRoutes{ports: cfg.Ports, urls: cfg.Previews}
+		route("POST /api/sandboxes/{id}/expose/{port}", ports.expose)
+		route("DELETE /api/sandboxes/{id}/expose/{port}", ports.unexpose)
+	}
 
 	route("POST /api/sandboxes/{id}/snapshot", s.takeSnapshot)
 	route("GET /api/projects/{pid}/snapshots", s.listProjectSnapshots)
@@ -164,9 +171,12 @@ func Handler(cfg Config) http.Handler {
 	route("PATCH /api/projects/{pid}/volumes/{vid}", s.resizeVolume)
 	route("DELETE /api/projects/{pid}/volumes/{vid}", s.deleteVolume)
 
-	route("POST /api/sandboxes/{id}/desktop", s.startDesktop)
-	route("GET /api/sandboxes/{id}/desktop", s.getDesktop)
-	route("DELETE /api/sandboxes/{id}/desktop", s.stopDesktop)
+	if cfg.Desktops != nil {
+		desktops := desktopRoutes{desktops: cfg.Desktops, urls: cfg.Previews}
+		route("POST /api/sandboxes/{id}/desktop", desktops.start)
+		route("GET /api/sandboxes/{id}/desktop", desktops.get)
+		route("DELETE /api/sandboxes/{id}/desktop", desktops.stop)
+	}
 
 	route("GET /api/sandboxes/{id}/logs", s.sandboxLogs)
 	route("POST /api/sandboxes/{id}/exec", s.exec)

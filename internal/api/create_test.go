@@ -15,6 +15,8 @@ import (
 	"github.com/lizard-build/lizard/internal/apikey"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/desktop"
+	"github.com/lizard-build/lizard/internal/sandbox/preview"
 	"github.com/lizard-build/lizard/internal/store/sqlite"
 	"github.com/lizard-build/lizard/internal/template"
 )
@@ -101,7 +103,8 @@ func newTokenHandler(t *testing.T, sandboxURL string) http.Handler {
 	t.Cleanup(func() { keys.Close() })
 	reg := template.NewRegistry(filepath.Join(dir, "templates"))
 	svc := sandbox.New(sandbox.Config{Store: st, Templates: reg, Logger: log, SnapshotDir: filepath.Join(dir, "snapshots")})
-	return Handler(Config{Keys: keys, Sandboxes: svc, Templates: reg, Logger: log, KeyStore: st, SandboxURL: sandboxURL,
+	ports := preview.New(svc)
+	return Handler(Config{Keys: keys, Sandboxes: svc, Ports: ports, Desktops: desktop.New(svc, ports), Templates: reg, Logger: log, KeyStore: st, SandboxURL: sandboxURL,
 		ServeMetrics: true, Metrics: metrics.New()})
 }
 

@@ -5,7 +5,7 @@ import (
 	"net/url"
 
 	"github.com/lizard-build/lizard/internal/proxy"
-	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/desktop"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -19,9 +19,15 @@ type desktopReply struct {
 	ViewOnlyURL string `json:"viewOnlyUrl"`
 }
 
-// startDesktop starts the sandbox's desktop (a running one keeps its size)
+// desktopRoutes serve /api/sandboxes/{id}/desktop.
+type desktopRoutes struct {
+	desktops Desktops
+	urls     PreviewURLs
+}
+
+// start starts the sandbox's desktop (a running one keeps its size)
 // and answers its URLs.
-func (s *server) startDesktop(w http.ResponseWriter, r *http.Request, p store.Project) error {
+func (s desktopRoutes) start(w http.ResponseWriter, r *http.Request, p store.Project) error {
 	var req struct {
 		Width  int `json:"width"`
 		Height int `json:"height"`
@@ -29,43 +35,43 @@ func (s *server) startDesktop(w http.ResponseWriter, r *http.Request, p store.Pr
 	if err := decode(w, r, maxBody, &req); err != nil {
 		return err
 	}
-	size, err := sandbox.ValidDesktopSize(req.Width, req.Height)
+	size, err := desktop.ValidSize(req.Width, req.Height)
 	if err != nil {
 		return err
 	}
-	d, err := s.sandboxes.StartDesktop(r.Context(), p.ID, r.PathValue("id"), size)
+	d, err := s.desktops.Start(r.Context(), p.ID, r.PathValue("id"), size)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, s.desktopReply(r.PathValue("id"), d))
+	writeJSON(w, http.StatusOK, s.reply(r.PathValue("id"), d))
 	return nil
 }
 
-func (s *server) getDesktop(w http.ResponseWriter, r *http.Request, p store.Project) error {
-	d, err := s.sandboxes.DesktopState(r.Context(), p.ID, r.PathValue("id"))
+func (s desktopRoutes) get(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	d, err := s.desktops.State(r.Context(), p.ID, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, s.desktopReply(r.PathValue("id"), d))
+	writeJSON(w, http.StatusOK, s.reply(r.PathValue("id"), d))
 	return nil
 }
 
-func (s *server) stopDesktop(w http.ResponseWriter, r *http.Request, p store.Project) error {
-	if err := s.sandboxes.StopDesktop(r.Context(), p.ID, r.PathValue("id")); err != nil {
+func (s desktopRoutes) stop(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	if err := s.desktops.Stop(r.Context(), p.ID, r.PathValue("id")); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
-func (s *server) desktopReply(id string, d sandbox.Desktop) desktopReply {
+func (s desktopRoutes) reply(id string, d desktop.Desktop) desktopReply {
 	out := desktopReply{Running: d.Running}
 	if d.Size != nil {
 		out.Width, out.Height = &d.Size.Width, &d.Size.Height
 	}
 	if d.Token != "" && d.ViewOnlyToken != "" {
-		out.URL = s.noVNCURL(id, sandbox.DesktopPort, d.Token, false)
-		out.ViewOnlyURL = s.noVNCURL(id, sandbox.DesktopViewOnlyPort, d.ViewOnlyToken, true)
+		out.URL = s.noVNCURL(id, desktop.Port, d.Token, false)
+		out.ViewOnlyURL = s.noVNCURL(id, desktop.ViewOnlyPort, d.ViewOnlyToken, true)
 	}
 	return out
 }
@@ -75,7 +81,7 @@ func (s *server) desktopReply(id string, d sandbox.Desktop) desktopReply {
 // screen to the window, and reconnects after a drop. The token in the
 // query becomes the host's cookie at the proxy, which the page's WebSocket
 // then carries.
-func (s *server) noVNCURL(id string, port int, token string, viewOnly bool) string {
+func (s desktopRoutes) noVNCURL(id string, port int, token string, viewOnly bool) string {
 	q := url.Values{
 		"autoconnect":    {"1"},
 		"resize":         {"scale"},
@@ -87,6 +93,6 @@ func (s *server) noVNCURL(id string, port int, token string, viewOnly bool) stri
 		// Only cosmetic: the server behind this port ignores input anyway.
 		q.Set("view_only", "1")
 	}
-	u := url.URL{Scheme: s.previews.Scheme, Host: s.previews.host(id, port), Path: "/vnc.html", RawQuery: q.Encode()}
+	u := url.URL{Scheme: s.urls.Scheme, Host: s.urls.host(id, port), Path: "/vnc.html", RawQuery: q.Encode()}
 	return u.String()
 }

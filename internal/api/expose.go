@@ -42,30 +42,36 @@ func pathPort(r *http.Request) (int, error) {
 	return port, nil
 }
 
-// exposePort publishes a port and answers what a client needs to reach it:
+// portRoutes serve /api/sandboxes/{id}/expose/{port}.
+type portRoutes struct {
+	ports Ports
+	urls  PreviewURLs
+}
+
+// expose publishes a port and answers what a client needs to reach it:
 // the hostname, a browser URL carrying the token, and the token.
-func (s *server) exposePort(w http.ResponseWriter, r *http.Request, p store.Project) error {
+func (s portRoutes) expose(w http.ResponseWriter, r *http.Request, p store.Project) error {
 	port, err := pathPort(r)
 	if err != nil {
 		return err
 	}
 	id := r.PathValue("id")
-	token, err := s.sandboxes.Expose(r.Context(), p.ID, id, port)
+	token, err := s.ports.Expose(r.Context(), p.ID, id, port)
 	if err != nil {
 		return err
 	}
-	host := s.previews.host(id, port)
-	u := url.URL{Scheme: s.previews.Scheme, Host: host, Path: "/", RawQuery: url.Values{proxy.TokenQuery: {token}}.Encode()}
+	host := s.urls.host(id, port)
+	u := url.URL{Scheme: s.urls.Scheme, Host: host, Path: "/", RawQuery: url.Values{proxy.TokenQuery: {token}}.Encode()}
 	writeJSON(w, http.StatusOK, exposeReply{Hostname: host, URL: u.String(), Port: port, AccessToken: token})
 	return nil
 }
 
-func (s *server) unexposePort(w http.ResponseWriter, r *http.Request, p store.Project) error {
+func (s portRoutes) unexpose(w http.ResponseWriter, r *http.Request, p store.Project) error {
 	port, err := pathPort(r)
 	if err != nil {
 		return err
 	}
-	if err := s.sandboxes.Unexpose(r.Context(), p.ID, r.PathValue("id"), port); err != nil {
+	if err := s.ports.Unexpose(r.Context(), p.ID, r.PathValue("id"), port); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

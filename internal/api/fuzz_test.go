@@ -16,6 +16,8 @@ import (
 	"github.com/lizard-build/lizard/internal/dashboard"
 	"github.com/lizard-build/lizard/internal/runtime/fake"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/desktop"
+	"github.com/lizard-build/lizard/internal/sandbox/preview"
 	"github.com/lizard-build/lizard/internal/store/sqlite"
 	"github.com/lizard-build/lizard/internal/template"
 	"github.com/lizard-build/lizard/internal/volume"
@@ -158,7 +160,8 @@ func newFuzzAPI(f testing.TB) (http.Handler, string) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	return Handler(Config{Keys: keys, Sandboxes: svc, Templates: reg, Volumes: vols,
+	ports := preview.New(svc)
+	return Handler(Config{Keys: keys, Sandboxes: svc, Ports: ports, Desktops: desktop.New(svc, ports), Templates: reg, Volumes: vols,
 		Previews: PreviewURLs{Domain: "sandbox.localhost", Scheme: "http"}, Logger: log,
 		KeyStore: st, Sessions: dashboard.NewSessions(0, 0), Dashboard: assets}), live.ID
 }

@@ -6,10 +6,12 @@ import (
 
 	"github.com/lizard-build/lizard/internal/agent"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/desktop"
+	"github.com/lizard-build/lizard/internal/sandbox/preview"
 )
 
-// What the API calls of the sandbox service (*sandbox.Service), by
-// concern. The E2B edge (internal/e2b) calls Lifecycle and Usages too.
+// What the API calls of the sandbox service (*sandbox.Service) and its
+// feature packages, by concern. The E2B edge (internal/e2b) calls Lifecycle and Usages too.
 
 // Lifecycle makes, finds, ends and pauses sandboxes.
 type Lifecycle interface {
@@ -46,17 +48,18 @@ type Snapshots interface {
 	Restore(ctx context.Context, projectID, snapID string, timeoutMs int64) (sandbox.Record, error)
 }
 
-// Ports opens and closes a sandbox's ports to previews.
+// Ports opens and closes a sandbox's ports to previews
+// (*preview.Service).
 type Ports interface {
-	Expose(ctx context.Context, projectID, id string, port int, opts ...sandbox.ExposeOption) (string, error)
+	Expose(ctx context.Context, projectID, id string, port int, opts ...preview.ExposeOption) (string, error)
 	Unexpose(ctx context.Context, projectID, id string, port int) error
 }
 
-// Desktops starts, reads and stops a sandbox's desktop.
+// Desktops starts, reads and stops a sandbox's desktop (*desktop.Service).
 type Desktops interface {
-	DesktopState(ctx context.Context, projectID, id string) (sandbox.Desktop, error)
-	StartDesktop(ctx context.Context, projectID, id string, size sandbox.DesktopSize) (sandbox.Desktop, error)
-	StopDesktop(ctx context.Context, projectID, id string) error
+	State(ctx context.Context, projectID, id string) (desktop.Desktop, error)
+	Start(ctx context.Context, projectID, id string, size desktop.Size) (desktop.Desktop, error)
+	Stop(ctx context.Context, projectID, id string) error
 }
 
 // Logs reads and follows a sandbox's log.
@@ -65,15 +68,18 @@ type Logs interface {
 	Logs(ctx context.Context, projectID, id string, tail int, fn func(sandbox.LogLine) error) error
 }
 
-// Sandboxes is all of the above: what Config.Sandboxes must be.
+// Sandboxes is what Config.Sandboxes must be: the core's concerns above.
+// Ports and Desktops are the feature packages', in Config of their own.
 type Sandboxes interface {
 	Lifecycle
 	Usages
 	Agents
 	Snapshots
-	Ports
-	Desktops
 	Logs
 }
 
-var _ Sandboxes = (*sandbox.Service)(nil)
+var (
+	_ Sandboxes = (*sandbox.Service)(nil)
+	_ Ports     = (*preview.Service)(nil)
+	_ Desktops  = (*desktop.Service)(nil)
+)

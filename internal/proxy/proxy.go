@@ -53,8 +53,8 @@ type Previews interface {
 	PreviewAddr(ctx context.Context, sandboxID string, port int) (string, error)
 }
 
-// Runs is implemented by a Previews or E2BTargets whose sandboxes pause
-// and resume in place: a run names one life of a sandbox's network stack.
+// Runs names the runs of sandboxes that pause and resume in place (see
+// Config.Runs): a run names one life of a sandbox's network stack.
 // A sandbox restored from a checkpoint answers the connections of its
 // earlier life with a reset, so the proxy pools connections per run and
 // never sends a request on one pooled before a pause.
@@ -94,6 +94,9 @@ type Config struct {
 	// paused: a dead sandbox resets nothing, and a request in flight would
 	// otherwise hang; cut, it ends and the client sees the sandbox gone.
 	Dialer SandboxDialer
+	// Runs, when not nil, tells each sandbox's current run, which names
+	// the pool of connections to it; nil: one pool per sandbox.
+	Runs   Runs
 	Logger *slog.Logger
 	// Metrics counts requests and bytes; nil counts nothing.
 	Metrics Recorder
@@ -156,12 +159,10 @@ type target struct{ sandbox, addr, run string }
 
 // runOf is the current run of sandbox id, when the service tells.
 func (p *proxy) runOf(id string) string {
-	for _, src := range []any{p.cfg.Previews, p.cfg.E2B} {
-		if r, ok := src.(Runs); ok {
-			return r.SandboxRun(id)
-		}
+	if p.cfg.Runs == nil {
+		return ""
 	}
-	return ""
+	return p.cfg.Runs.SandboxRun(id)
 }
 
 // dial connects to the address of the request's target; the address in

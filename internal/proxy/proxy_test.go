@@ -284,7 +284,7 @@ func TestPoolPerRun(t *testing.T) {
 	up.Start()
 	defer up.Close()
 	f := &runPreviews{fakePreviews: fakePreviews{addr: strings.TrimPrefix(up.URL, "http://")}, run: "1"}
-	h := Handler(Config{Domain: "d.test", Previews: f})
+	h := Handler(Config{Domain: "d.test", Previews: f, Runs: f})
 	get := func() {
 		t.Helper()
 		req := httptest.NewRequest("GET", "http://sb-80.d.test/", nil)

@@ -3,7 +3,6 @@ package sandbox
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -12,65 +11,25 @@ import (
 	"github.com/lizard-build/lizard/internal/agent"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/runtime"
-	"github.com/lizard-build/lizard/internal/runtime/fake"
-	"github.com/lizard-build/lizard/internal/store"
-	"github.com/lizard-build/lizard/internal/store/sqlite"
-	"github.com/lizard-build/lizard/internal/template"
+	"github.com/lizard-build/lizard/internal/sandbox/sandboxtest"
 )
 
 // Tests of the service over the fake runtime (package runtime/fake): no
 // root. Commands run on the host as the test's user, in each sandbox's own
 // home directory.
 
-// dirTemplates has one template, "base", whose rootfs is an empty
-// directory (the fake only checks that it exists).
-type dirTemplates struct{ rootfs string }
-
-func (d dirTemplates) Lookup(project, name string) (template.Template, error) {
-	if name != "base" {
-		return template.Template{}, errdefs.ErrNotFound
-	}
-	return template.Template{Name: "base", Rootfs: d.rootfs}, nil
-}
-
-func (d dirTemplates) LookupVersion(project, name, digest string) (template.Template, error) {
-	return d.Lookup(project, name)
-}
-
 // fakeEnv is what a service over the fake stands on; a second service
 // over the same env is the server restarted.
-type fakeEnv struct {
-	rt   *fake.Runtime
-	st   *sqlite.Store
-	p    store.Project
-	tpls dirTemplates
-	snap string
-}
+type fakeEnv struct{ *sandboxtest.Env }
 
-func newFakeEnv(t *testing.T) *fakeEnv {
-	t.Helper()
-	rt, err := fake.New(fake.Config{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, p := projectStore(t)
-	env := &fakeEnv{rt: rt, st: st, p: p, tpls: dirTemplates{rootfs: t.TempDir()}, snap: t.TempDir()}
-	t.Cleanup(func() {
-		list, _ := rt.List(context.Background())
-		for _, sb := range list {
-			rt.Destroy(context.Background(), sb.ID)
-		}
-	})
-	return env
-}
+func newFakeEnv(t *testing.T) *fakeEnv { return &fakeEnv{sandboxtest.NewEnv(t)} }
 
 // service starts a service over env, recovered, closed at the test's end.
 func (env *fakeEnv) service(t *testing.T, edit func(*Config)) *Service {
 	t.Helper()
 	cfg := Config{
-		Runtime: env.rt, Store: env.st, Templates: env.tpls, SnapshotDir: env.snap,
-		Logger:            slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		AgentReadyTimeout: 10 * time.Second, RecoverProbeTimeout: 2 * time.Second,
+		Runtime: env.Runtime, Store: env.Store, Templates: env.Templates, SnapshotDir: env.SnapshotDir,
+		Logger: sandboxtest.Logger(t), AgentReadyTimeout: 10 * time.Second, RecoverProbeTimeout: 2 * time.Second,
 	}
 	if edit != nil {
 		edit(&cfg)
@@ -83,17 +42,9 @@ func (env *fakeEnv) service(t *testing.T, edit func(*Config)) *Service {
 	return s
 }
 
-// testWriter sends the service's log to the test's.
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(b []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(b)))
-	return len(b), nil
-}
-
 func (env *fakeEnv) create(t *testing.T, s *Service, req CreateRequest) Record {
 	t.Helper()
-	req.ProjectID = env.p.ID
+	req.ProjectID = env.Project.ID
 	rec, err := s.Create(context.Background(), req)
 	if err != nil {
 		t.Fatalf("Create: %v", err)
@@ -107,7 +58,7 @@ func (env *fakeEnv) run(t *testing.T, s *Service, id, script string) string {
 	t.Helper()
 	var out strings.Builder
 	code := -1
-	err := s.Exec(context.Background(), env.p.ID, id, ExecRequest{Cmd: []string{script}, Shell: true}, func(ev agent.Event) error {
+	err := s.Exec(context.Background(), env.Project.ID, id, ExecRequest{Cmd: []string{script}, Shell: true}, func(ev agent.Event) error {
 		if ev.Line != nil && ev.Stream == "stdout" {
 			out.WriteString(*ev.Line + "\n")
 		}
@@ -124,7 +75,7 @@ func (env *fakeEnv) run(t *testing.T, s *Service, id, script string) string {
 
 func (env *fakeEnv) runtimeState(t *testing.T, id string) runtime.State {
 	t.Helper()
-	st, err := env.rt.State(context.Background(), id)
+	st, err := env.Runtime.State(context.Background(), id)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return ""
 	}
@@ -134,21 +85,10 @@ func (env *fakeEnv) runtimeState(t *testing.T, id string) runtime.State {
 	return st
 }
 
-// eventually polls cond for up to 10 s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
-
 func (env *fakeEnv) gone(s *Service, id string) func() bool {
 	return func() bool {
-		_, err := s.Get(env.p.ID, id)
-		st, _ := env.rt.State(context.Background(), id)
+		_, err := s.Get(env.Project.ID, id)
+		st, _ := env.Runtime.State(context.Background(), id)
 		return errors.Is(err, errdefs.ErrNotFound) && st == ""
 	}
 }
@@ -164,7 +104,7 @@ func TestFakeCreateExecKill(t *testing.T) {
 		t.Fatalf("exec: %q", got)
 	}
 	// The agent the service reaches serves files too.
-	ag, _, err := s.Agent(env.p.ID, rec.ID)
+	ag, _, err := s.Agent(env.Project.ID, rec.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,13 +114,13 @@ func TestFakeCreateExecKill(t *testing.T) {
 	if _, err := ag.Stat(context.Background(), "/", ""); err != nil {
 		t.Fatalf("stat through the agent: %v", err)
 	}
-	if err := s.Kill(context.Background(), env.p.ID, rec.ID); err != nil {
+	if err := s.Kill(context.Background(), env.Project.ID, rec.ID); err != nil {
 		t.Fatalf("Kill: %v", err)
 	}
 	if !env.gone(s, rec.ID)() {
 		t.Fatalf("killed sandbox still there")
 	}
-	if err := s.Kill(context.Background(), env.p.ID, rec.ID); !errors.Is(err, errdefs.ErrNotFound) {
+	if err := s.Kill(context.Background(), env.Project.ID, rec.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("second Kill: %v, want ErrNotFound", err)
 	}
 }
@@ -193,19 +133,19 @@ func TestFakeDeadlines(t *testing.T) {
 	killed := env.create(t, s, CreateRequest{TimeoutMs: 300})
 	paused := env.create(t, s, CreateRequest{TimeoutMs: 300, AutoPause: true})
 	kept := env.create(t, s, CreateRequest{})
-	eventually(t, "the deadline to kill", env.gone(s, killed.ID))
-	eventually(t, "the deadline to pause", func() bool {
-		rec, err := s.Get(env.p.ID, paused.ID)
+	sandboxtest.Eventually(t, "the deadline to kill", env.gone(s, killed.ID))
+	sandboxtest.Eventually(t, "the deadline to pause", func() bool {
+		rec, err := s.Get(env.Project.ID, paused.ID)
 		return err == nil && rec.Status == StatusPaused && env.runtimeState(t, paused.ID) == runtime.StatePaused
 	})
-	if rec, err := s.Get(env.p.ID, kept.ID); err != nil || rec.Status != StatusRunning {
+	if rec, err := s.Get(env.Project.ID, kept.ID); err != nil || rec.Status != StatusRunning {
 		t.Fatalf("sandbox without a deadline: %+v, %v", rec, err)
 	}
 	// SetTimeout moves a deadline.
-	if err := s.SetTimeout(context.Background(), env.p.ID, kept.ID, 1000); err != nil {
+	if err := s.SetTimeout(context.Background(), env.Project.ID, kept.ID, 1000); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the new deadline", env.gone(s, kept.ID))
+	sandboxtest.Eventually(t, "the new deadline", env.gone(s, kept.ID))
 }
 
 // TestFakeAdmission: parallel creates against a cap: exactly the cap get
@@ -220,7 +160,7 @@ func TestFakeAdmission(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = s.Create(context.Background(), CreateRequest{ProjectID: env.p.ID})
+			_, errs[i] = s.Create(context.Background(), CreateRequest{ProjectID: env.Project.ID})
 		}()
 	}
 	wg.Wait()
@@ -236,10 +176,10 @@ func TestFakeAdmission(t *testing.T) {
 	if ok != limit {
 		t.Fatalf("%d creates succeeded, want %d", ok, limit)
 	}
-	if got := len(s.List(env.p.ID)); got != limit {
+	if got := len(s.List(env.Project.ID)); got != limit {
 		t.Fatalf("%d sandboxes listed, want %d", got, limit)
 	}
-	if list, _ := env.rt.List(context.Background()); len(list) != limit {
+	if list, _ := env.Runtime.List(context.Background()); len(list) != limit {
 		t.Fatalf("the runtime holds %d sandboxes, want %d", len(list), limit)
 	}
 }
@@ -250,16 +190,16 @@ func TestFakePauseResume(t *testing.T) {
 	rec := env.create(t, s, CreateRequest{})
 	env.run(t, s, rec.ID, `echo kept > "$HOME/f"`)
 	ctx := context.Background()
-	if err := s.Pause(ctx, env.p.ID, rec.ID); err != nil {
+	if err := s.Pause(ctx, env.Project.ID, rec.ID); err != nil {
 		t.Fatalf("Pause: %v", err)
 	}
-	if got, _ := s.Get(env.p.ID, rec.ID); got.Status != StatusPaused || env.runtimeState(t, rec.ID) != runtime.StatePaused {
+	if got, _ := s.Get(env.Project.ID, rec.ID); got.Status != StatusPaused || env.runtimeState(t, rec.ID) != runtime.StatePaused {
 		t.Fatalf("after Pause: status %q, runtime %q", got.Status, env.runtimeState(t, rec.ID))
 	}
-	if err := s.Exec(ctx, env.p.ID, rec.ID, ExecRequest{Cmd: []string{"true"}}, func(agent.Event) error { return nil }); err == nil {
+	if err := s.Exec(ctx, env.Project.ID, rec.ID, ExecRequest{Cmd: []string{"true"}}, func(agent.Event) error { return nil }); err == nil {
 		t.Fatalf("exec in a paused sandbox succeeded")
 	}
-	if _, err := s.Resume(ctx, env.p.ID, rec.ID); err != nil {
+	if _, err := s.Resume(ctx, env.Project.ID, rec.ID); err != nil {
 		t.Fatalf("Resume: %v", err)
 	}
 	if got := env.run(t, s, rec.ID, `cat "$HOME/f"`); got != "kept\n" {
@@ -273,12 +213,12 @@ func TestFakeSnapshotRestoreFork(t *testing.T) {
 	ctx := context.Background()
 	src := env.create(t, s, CreateRequest{})
 	env.run(t, s, src.ID, `echo from-source > "$HOME/f"`)
-	snap, err := s.TakeSnapshot(ctx, env.p.ID, src.ID, "snap", 0)
+	snap, err := s.TakeSnapshot(ctx, env.Project.ID, src.ID, "snap", 0)
 	if err != nil {
 		t.Fatalf("TakeSnapshot: %v", err)
 	}
 	env.run(t, s, src.ID, `echo later > "$HOME/f"`)
-	copy, err := s.Restore(ctx, env.p.ID, snap.ID, 0)
+	copy, err := s.Restore(ctx, env.Project.ID, snap.ID, 0)
 	if err != nil {
 		t.Fatalf("Restore: %v", err)
 	}
@@ -288,7 +228,7 @@ func TestFakeSnapshotRestoreFork(t *testing.T) {
 	if got := env.run(t, s, copy.ID, `cat "$HOME/f"`); got != "from-source\n" {
 		t.Fatalf("restored copy: %q", got)
 	}
-	forks, err := s.Fork(ctx, env.p.ID, src.ID, 2, 0)
+	forks, err := s.Fork(ctx, env.Project.ID, src.ID, 2, 0)
 	if err != nil {
 		t.Fatalf("Fork: %v", err)
 	}
@@ -306,7 +246,7 @@ func TestFakeSnapshotRestoreFork(t *testing.T) {
 	if got := env.run(t, s, src.ID, `cat "$HOME/f"`); got != "later\n" {
 		t.Fatalf("a fork's write reached the source: %q", got)
 	}
-	if err := s.DeleteSnapshot(ctx, env.p.ID, snap.ID); err != nil {
+	if err := s.DeleteSnapshot(ctx, env.Project.ID, snap.ID); err != nil {
 		t.Fatalf("DeleteSnapshot: %v", err)
 	}
 }
@@ -319,7 +259,7 @@ func TestFakeWarmPool(t *testing.T) {
 	ctx := context.Background()
 	src := env.create(t, s, CreateRequest{})
 	env.run(t, s, src.ID, `echo pooled > "$HOME/f"`)
-	snap, err := s.TakeSnapshot(ctx, env.p.ID, src.ID, "pool", 2)
+	snap, err := s.TakeSnapshot(ctx, env.Project.ID, src.ID, "pool", 2)
 	if err != nil {
 		t.Fatalf("TakeSnapshot: %v", err)
 	}
@@ -330,14 +270,14 @@ func TestFakeWarmPool(t *testing.T) {
 			return len(s.pooledLocked(snap.ID)) == n
 		}
 	}
-	eventually(t, "the pool to fill", ready(2))
+	sandboxtest.Eventually(t, "the pool to fill", ready(2))
 	s.mu.Lock()
 	pooled := map[string]bool{}
 	for _, e := range s.pooledLocked(snap.ID) {
 		pooled[e.rec.ID] = true
 	}
 	s.mu.Unlock()
-	got, err := s.Restore(ctx, env.p.ID, snap.ID, 0)
+	got, err := s.Restore(ctx, env.Project.ID, snap.ID, 0)
 	if err != nil {
 		t.Fatalf("Restore: %v", err)
 	}
@@ -347,16 +287,16 @@ func TestFakeWarmPool(t *testing.T) {
 	if out := env.run(t, s, got.ID, `cat "$HOME/f"`); out != "pooled\n" {
 		t.Fatalf("claimed copy: %q", out)
 	}
-	eventually(t, "the pool to refill", ready(2))
+	sandboxtest.Eventually(t, "the pool to refill", ready(2))
 	one := 1
-	if _, err := s.UpdateSnapshot(ctx, env.p.ID, snap.ID, &one, nil); err != nil {
+	if _, err := s.UpdateSnapshot(ctx, env.Project.ID, snap.ID, &one, nil); err != nil {
 		t.Fatalf("UpdateSnapshot: %v", err)
 	}
-	eventually(t, "the pool to trim", ready(1))
+	sandboxtest.Eventually(t, "the pool to trim", ready(1))
 	// Trimmed copies are gone from the runtime too: the source, the claimed
 	// copy and one pooled copy are left.
-	eventually(t, "the runtime to hold three sandboxes", func() bool {
-		list, _ := env.rt.List(ctx)
+	sandboxtest.Eventually(t, "the runtime to hold three sandboxes", func() bool {
+		list, _ := env.Runtime.List(ctx)
 		return len(list) == 3
 	})
 }
@@ -370,21 +310,21 @@ func TestFakeRecover(t *testing.T) {
 	dead := env.create(t, first, CreateRequest{})
 	env.run(t, first, live.ID, `echo before > "$HOME/f"`)
 	first.Close()
-	if err := env.rt.Crash(dead.ID); err != nil {
+	if err := env.Runtime.Crash(dead.ID); err != nil {
 		t.Fatal(err)
 	}
 
 	second := env.service(t, nil)
 	// Recovery probes the agent of a running sandbox in the background.
-	eventually(t, "the live sandbox to be reattached", func() bool {
-		_, _, err := second.Agent(env.p.ID, live.ID)
+	sandboxtest.Eventually(t, "the live sandbox to be reattached", func() bool {
+		_, _, err := second.Agent(env.Project.ID, live.ID)
 		return err == nil
 	})
 	if got := env.run(t, second, live.ID, `cat "$HOME/f"`); got != "before\n" {
 		t.Fatalf("recovered sandbox: %q", got)
 	}
-	eventually(t, "the dead sandbox to be freed", env.gone(second, dead.ID))
-	if err := second.Kill(context.Background(), env.p.ID, live.ID); err != nil {
+	sandboxtest.Eventually(t, "the dead sandbox to be freed", env.gone(second, dead.ID))
+	if err := second.Kill(context.Background(), env.Project.ID, live.ID); err != nil {
 		t.Fatalf("Kill of the recovered sandbox: %v", err)
 	}
 }
@@ -400,14 +340,100 @@ func TestFakeWatch(t *testing.T) {
 	done := make(chan struct{})
 	go func() { s.Watch(ctx, 50*time.Millisecond); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	if err := env.rt.Crash(dies.ID); err != nil {
+	if err := env.Runtime.Crash(dies.ID); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the watch to free the dead sandbox", env.gone(s, dies.ID))
-	if rec, err := s.Get(env.p.ID, lives.ID); err != nil || rec.Status != StatusRunning {
+	sandboxtest.Eventually(t, "the watch to free the dead sandbox", env.gone(s, dies.ID))
+	if rec, err := s.Get(env.Project.ID, lives.ID); err != nil || rec.Status != StatusRunning {
 		t.Fatalf("the live sandbox: %+v, %v", rec, err)
 	}
 	if got := env.run(t, s, lives.ID, "echo ok"); got != "ok\n" {
 		t.Fatalf("the live sandbox: %q", got)
+	}
+}
+
+// TestFakeAutoPauseKeepsTimeout: a sandbox paused by its deadline
+// (autoPause) gets its whole timeout for its next run, not the moment it
+// had left; a resume runs it that long.
+func TestFakeAutoPauseKeepsTimeout(t *testing.T) {
+	env := newFakeEnv(t)
+	s := env.service(t, nil)
+	rec := env.create(t, s, CreateRequest{TimeoutMs: 1500, AutoPause: true})
+	sandboxtest.Eventually(t, "the deadline to pause", func() bool {
+		got, err := s.Get(env.Project.ID, rec.ID)
+		return err == nil && got.Status == StatusPaused
+	})
+	got, _ := s.Get(env.Project.ID, rec.ID)
+	if got.RemainingMs != 1500 {
+		t.Fatalf("after the autoPause: remainingMs %d, want the whole 1500", got.RemainingMs)
+	}
+	resumed, err := s.Resume(context.Background(), env.Project.ID, rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resumed.EndAt == nil || time.Until(*resumed.EndAt) < time.Second {
+		t.Fatalf("resumed with endAt %v: want about 1.5 s from now", resumed.EndAt)
+	}
+}
+
+// TestFakeUpdate: the feature packages' seam. A change is kept and
+// persisted (a restarted service has it); a failing fn changes nothing;
+// the copy fn gets is its own; another project's or a killed sandbox is
+// not found.
+func TestFakeUpdate(t *testing.T) {
+	env := newFakeEnv(t)
+	s := env.service(t, nil)
+	ctx := context.Background()
+	rec := env.create(t, s, CreateRequest{Metadata: map[string]string{"k": "v"}})
+	got, err := s.Update(ctx, env.Project.ID, rec.ID, func(r *Record) error {
+		r.Ports = append(r.Ports, 3000)
+		r.Metadata["k"] = "changed in the copy"
+		return nil
+	})
+	if err != nil || len(got.Ports) != 1 || got.Ports[0] != 3000 {
+		t.Fatalf("Update: %+v %v", got.Ports, err)
+	}
+	boom := errors.New("boom")
+	if _, err := s.Update(ctx, env.Project.ID, rec.ID, func(r *Record) error {
+		r.Ports = nil
+		return boom
+	}); !errors.Is(err, boom) {
+		t.Fatalf("a failing fn: %v, want its error", err)
+	}
+	live, ok := s.Live(rec.ID)
+	if !ok || len(live.Ports) != 1 || live.Metadata["k"] != "changed in the copy" {
+		t.Fatalf("after a failing fn: %+v %v, want the first change kept", live, ok)
+	}
+	live.Ports[0] = 1
+	if again, _ := s.Live(rec.ID); again.Ports[0] != 3000 {
+		t.Fatalf("changing Live's copy changed the table")
+	}
+	if _, err := s.Update(ctx, "prj_other", rec.ID, func(*Record) error { return nil }); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("another project's: %v, want ErrNotFound", err)
+	}
+	n := 0
+	s.EachLive(func(r Record) {
+		if r.ID == rec.ID {
+			n++
+		}
+	})
+	if n != 1 {
+		t.Fatalf("EachLive saw the sandbox %d times", n)
+	}
+
+	s.Close()
+	restarted := env.service(t, nil)
+	sandboxtest.Eventually(t, "the restarted service to reattach it", func() bool {
+		got, err := restarted.Get(env.Project.ID, rec.ID)
+		return err == nil && got.Status == StatusRunning
+	})
+	if after, err := restarted.Get(env.Project.ID, rec.ID); err != nil || len(after.Ports) != 1 || after.Ports[0] != 3000 {
+		t.Fatalf("after a restart: %+v %v, want the change persisted", after.Ports, err)
+	}
+	if err := restarted.Kill(ctx, env.Project.ID, rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := restarted.Update(ctx, env.Project.ID, rec.ID, func(*Record) error { return nil }); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("a killed sandbox: %v, want ErrNotFound", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/agent"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/sandbox/sandboxtest"
 )
 
 // TestFakeLogs: a sandbox's log holds its lifecycle and what its commands
@@ -24,7 +25,7 @@ func TestFakeLogs(t *testing.T) {
 	ctx := context.Background()
 	rec := env.create(t, s, CreateRequest{})
 	env.run(t, s, rec.ID, "echo first-line; echo second-line")
-	lines, err := s.LogTail(ctx, env.p.ID, rec.ID, 100)
+	lines, err := s.LogTail(ctx, env.Project.ID, rec.ID, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +37,7 @@ func TestFakeLogs(t *testing.T) {
 	if !strings.Contains(joined, "stdout:first-line") || !strings.Contains(joined, "stdout:second-line") || !strings.Contains(joined, "lifecycle:") {
 		t.Fatalf("log tail:\n%s", joined)
 	}
-	if last, _ := s.LogTail(ctx, env.p.ID, rec.ID, 1); len(last) != 1 || last[0].Message != lines[len(lines)-1].Message {
+	if last, _ := s.LogTail(ctx, env.Project.ID, rec.ID, 1); len(last) != 1 || last[0].Message != lines[len(lines)-1].Message {
 		t.Fatalf("tail 1: %+v, want the last line %+v", last, lines[len(lines)-1])
 	}
 	if _, err := s.LogTail(ctx, "prj_other", rec.ID, 10); !errors.Is(err, errdefs.ErrNotFound) {
@@ -48,7 +49,7 @@ func TestFakeLogs(t *testing.T) {
 	got := make(chan string, 100)
 	done := make(chan error, 1)
 	go func() {
-		done <- s.Logs(ctx, env.p.ID, rec.ID, 0, func(l LogLine) error {
+		done <- s.Logs(ctx, env.Project.ID, rec.ID, 0, func(l LogLine) error {
 			got <- l.Message
 			return nil
 		})
@@ -63,7 +64,7 @@ func TestFakeLogs(t *testing.T) {
 			t.Fatal("the followed line never came")
 		}
 	}
-	if err := s.Kill(ctx, env.p.ID, rec.ID); err != nil {
+	if err := s.Kill(ctx, env.Project.ID, rec.ID); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -82,7 +83,7 @@ func TestFakeStartProcessAndLoopback(t *testing.T) {
 	s := env.service(t, nil)
 	ctx := context.Background()
 	rec := env.create(t, s, CreateRequest{})
-	ag, pid, err := s.StartProcess(ctx, env.p.ID, rec.ID, agent.StartRequest{ExecRequest: agent.ExecRequest{Cmd: []string{"echo started; exit 3"}, Shell: true}})
+	ag, pid, err := s.StartProcess(ctx, env.Project.ID, rec.ID, agent.StartRequest{ExecRequest: agent.ExecRequest{Cmd: []string{"echo started; exit 3"}, Shell: true}})
 	if err != nil || pid <= 0 {
 		t.Fatalf("StartProcess: pid %d, %v", pid, err)
 	}
@@ -126,7 +127,7 @@ func TestFakeStartProcessAndLoopback(t *testing.T) {
 	if string(b) != "from-loopback" {
 		t.Fatalf("through the loopback dial: %q", b)
 	}
-	if err := s.Pause(ctx, env.p.ID, rec.ID); err != nil {
+	if err := s.Pause(ctx, env.Project.ID, rec.ID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.DialLoopback(ctx, rec.ID, port); !errors.Is(err, errdefs.ErrUnavailable) {
@@ -142,14 +143,14 @@ func TestFakeSnapshotListAndDestroyLost(t *testing.T) {
 	ctx := context.Background()
 	a := env.create(t, s, CreateRequest{})
 	b := env.create(t, s, CreateRequest{})
-	snap, err := s.TakeSnapshot(ctx, env.p.ID, a.ID, "listed", 0)
+	snap, err := s.TakeSnapshot(ctx, env.Project.ID, a.ID, "listed", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if list := s.Snapshots(env.p.ID); len(list) != 1 || list[0].ID != snap.ID {
+	if list := s.Snapshots(env.Project.ID); len(list) != 1 || list[0].ID != snap.ID {
 		t.Fatalf("Snapshots: %+v, want %s", list, snap.ID)
 	}
-	if got, err := s.GetSnapshot(env.p.ID, snap.ID); err != nil || got.Name != "listed" {
+	if got, err := s.GetSnapshot(env.Project.ID, snap.ID); err != nil || got.Name != "listed" {
 		t.Fatalf("GetSnapshot: %+v %v", got, err)
 	}
 	if _, err := s.GetSnapshot("prj_other", snap.ID); !errors.Is(err, errdefs.ErrNotFound) {
@@ -162,8 +163,8 @@ func TestFakeSnapshotListAndDestroyLost(t *testing.T) {
 	if len(lost) != 1 || lost[0] != b.ID {
 		t.Fatalf("DestroyLost: %v, want [%s]", lost, b.ID)
 	}
-	eventually(t, "the lost sandbox to go", env.gone(s, b.ID))
-	if _, err := s.Get(env.p.ID, a.ID); err != nil {
+	sandboxtest.Eventually(t, "the lost sandbox to go", env.gone(s, b.ID))
+	if _, err := s.Get(env.Project.ID, a.ID); err != nil {
 		t.Fatalf("the kept sandbox: %v", err)
 	}
 }

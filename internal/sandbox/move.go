@@ -247,7 +247,7 @@ func (s *Service) release(ctx context.Context, id string) error {
 		durable := e != nil && !e.gone && e.rec.Status == StatusPaused && e.rec.DurableAt != nil
 		s.mu.Unlock()
 		if e == nil {
-			return notFound(id)
+			return NotFound(id)
 		}
 		if durable {
 			break
@@ -262,7 +262,7 @@ func (s *Service) release(ctx context.Context, id string) error {
 	e := s.sandboxes[id]
 	s.mu.Unlock()
 	if e == nil {
-		return notFound(id)
+		return NotFound(id)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,8 +15,8 @@ import (
 
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/runtime"
+	"github.com/lizard-build/lizard/internal/sandbox/sandboxtest"
 	"github.com/lizard-build/lizard/internal/store"
-	"github.com/lizard-build/lizard/internal/store/sqlite"
 )
 
 // stateRuntime is a runtime that holds sandboxes made by an earlier server:
@@ -118,7 +117,7 @@ func newFakeAgent(t *testing.T) *fakeAgent {
 // destroyed; an unresponsive one can still be killed.
 func TestRecoverUnresponsive(t *testing.T) {
 	ctx := context.Background()
-	st, p := projectStore(t)
+	st, p := sandboxtest.ProjectStore(t)
 	rt := &stateRuntime{state: map[string]runtime.State{}}
 	slow, frozen, quick := newFakeAgent(t), newFakeAgent(t), newFakeAgent(t)
 	quick.answering.Store(true)
@@ -193,8 +192,9 @@ func TestRecoverUnresponsive(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrUnavailable) || errdefs.Code(err) != "unresponsive" {
 		t.Fatalf("exec of an unresponsive sandbox: %v (code %q)", err, errdefs.Code(err))
 	}
-	if _, err := s.Expose(ctx, p.ID, "slow", 8000); errdefs.Code(err) != "unresponsive" {
-		t.Fatalf("expose on an unresponsive sandbox: %v", err)
+	// A feature's change of the record waits for the sandbox to answer.
+	if _, err := s.Update(ctx, p.ID, "slow", func(*Record) error { return nil }); errdefs.Code(err) != "unresponsive" {
+		t.Fatalf("update of an unresponsive sandbox: %v", err)
 	}
 	if _, err := s.Get("other-project", "slow"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("another project sees it: %v", err)
@@ -235,7 +235,7 @@ func TestRecoverUnresponsive(t *testing.T) {
 // later reports stopped is destroyed by the next probe.
 func TestRecoverUnresponsiveStops(t *testing.T) {
 	ctx := context.Background()
-	st, p := projectStore(t)
+	st, p := sandboxtest.ProjectStore(t)
 	rt := &stateRuntime{state: map[string]runtime.State{"dies": runtime.StateRunning}}
 	ag := newFakeAgent(t)
 	rec := Record{ID: "dies", ProjectID: p.ID, Template: "base", Status: StatusRunning,
@@ -268,19 +268,4 @@ func TestRecoverUnresponsiveStops(t *testing.T) {
 	if _, err := s.Get(p.ID, "dies"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("after its destroy: %v", err)
 	}
-}
-
-// projectStore is a SQLite store of the test's own with one project.
-func projectStore(t *testing.T) (*sqlite.Store, store.Project) {
-	t.Helper()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "lizard.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	p, err := st.CreateProject(context.Background(), "p", "p")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st, p
 }

@@ -163,17 +163,15 @@ type Service struct {
 	poolPeers PoolPeers
 }
 
-// entry is one live sandbox. desktop serializes its desktop's starts and
-// stops, mu its lifecycle operations; the fields below mu are guarded by
-// Service.mu.
+// entry is one live sandbox. mu serializes its lifecycle operations; the
+// fields below mu are guarded by Service.mu.
 type entry struct {
-	desktop sync.Mutex
-	mu      sync.Mutex
-	rec     Record
-	agent   *agent.Client
-	conns   *agentConns
-	timer   *time.Timer
-	gone    bool
+	mu    sync.Mutex
+	rec   Record
+	agent *agent.Client
+	conns *agentConns
+	timer *time.Timer
+	gone  bool
 	// since is when the sandbox last came up in the runtime (made,
 	// reattached, resumed): Watch judges it only on evidence taken after.
 	since time.Time
@@ -257,6 +255,13 @@ type Record struct {
 	// AutoPause pauses the sandbox at its deadline instead of killing it
 	// (E2B's autoPause).
 	AutoPause bool `json:"autoPause,omitempty"`
+}
+
+// DesktopSize is a desktop's screen size in pixels (internal/sandbox/desktop
+// keeps the last one started in Record.Desktop).
+type DesktopSize struct {
+	Width  int `json:"width"`
+	Height int `json:"height"`
 }
 
 // New builds the service. Call Recover before serving.
@@ -680,7 +685,7 @@ func (s *Service) Kill(ctx context.Context, projectID, id string) (err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !s.take(e) {
-		return notFound(id)
+		return NotFound(id)
 	}
 	s.log.Info("sandbox killed", "sandbox", id)
 	s.logs.event(id, "killed")
@@ -737,7 +742,7 @@ func (s *Service) lookup(projectID, id string) (*entry, error) {
 			}
 			return nil, recoveringErr(id)
 		}
-		return nil, notFound(id)
+		return nil, NotFound(id)
 	}
 	return e, nil
 }
@@ -756,12 +761,14 @@ func (s *Service) lockLive(projectID, id string) (*entry, error) {
 	if e.gone {
 		s.mu.Unlock()
 		e.mu.Unlock()
-		return nil, notFound(id)
+		return nil, NotFound(id)
 	}
 	return e, nil
 }
 
-func notFound(id string) error {
+// NotFound is the error of a sandbox id that is not there (or not the
+// project's).
+func NotFound(id string) error {
 	return errdefs.WithCode("sandbox_not_found", fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound))
 }
 

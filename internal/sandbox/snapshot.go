@@ -161,7 +161,7 @@ func (s *Service) save(ctx context.Context, e *entry, dirOf func(string) string,
 	rec, gone := e.rec, e.gone
 	s.mu.Unlock()
 	if gone {
-		return Snapshot{}, notFound(rec.ID)
+		return Snapshot{}, NotFound(rec.ID)
 	}
 	if rec.Status != StatusRunning {
 		return Snapshot{}, fmt.Errorf("sandbox %q is %s; only a running sandbox can be snapshotted: %w", rec.ID, rec.Status, errdefs.ErrConflict)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/sandbox/sandboxtest"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
 )
@@ -152,7 +153,7 @@ func TestHereRootfs(t *testing.T) {
 // version, or of the older layout, name none.
 func TestTemplateVersionsUsed(t *testing.T) {
 	ctx := context.Background()
-	st, p := projectStore(t)
+	st, p := sandboxtest.ProjectStore(t)
 	hexA, hexB := strings.Repeat("0a", 32), strings.Repeat("0b", 32)
 	spec := func(rootfs string) json.RawMessage {
 		b, _ := json.Marshal(map[string]string{"rootfs": rootfs})

@@ -1,4 +1,4 @@
-package sandbox
+package preview
 
 import (
 	"context"
@@ -7,27 +7,62 @@ import (
 	"net/url"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/lizard-build/lizard/internal/agent"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/sandboxtest"
 )
 
-// TestFakePreviews: an exposed port has a token and an address the proxy
+// Tests over the fake runtime (sandboxtest): no root.
+
+func newCore(t *testing.T) (*sandboxtest.Env, *sandbox.Service) {
+	t.Helper()
+	env := sandboxtest.NewEnv(t)
+	core := sandbox.New(sandbox.Config{Runtime: env.Runtime, Store: env.Store, Templates: env.Templates,
+		SnapshotDir: env.SnapshotDir, Logger: sandboxtest.Logger(t)})
+	if err := core.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(core.Close)
+	return env, core
+}
+
+func create(t *testing.T, env *sandboxtest.Env, core *sandbox.Service, req sandbox.CreateRequest) sandbox.Record {
+	t.Helper()
+	req.ProjectID = env.Project.ID
+	rec, err := core.Create(context.Background(), req)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	return rec
+}
+
+func TestTokenOf(t *testing.T) {
+	r := sandbox.Record{PreviewToken: "sandbox", PortTokens: map[int]string{6081: "view"}}
+	if got := tokenOf(r, 6081); got != "view" {
+		t.Errorf("port with its own token: %q", got)
+	}
+	if got := tokenOf(r, 3000); got != "sandbox" {
+		t.Errorf("other port: %q", got)
+	}
+}
+
+// TestPreviews: an exposed port has a token and an address the proxy
 // dials; closing it, or a pause, takes them away; a paused sandbox's
 // preview resumes it.
-func TestFakePreviews(t *testing.T) {
-	env := newFakeEnv(t)
-	s := env.service(t, nil)
-	rec := env.create(t, s, CreateRequest{})
+func TestPreviews(t *testing.T) {
+	env, core := newCore(t)
+	s := New(core)
+	rec := create(t, env, core, sandbox.CreateRequest{})
 	ctx := context.Background()
-	if _, err := s.Expose(ctx, env.p.ID, rec.ID, 0); !errors.Is(err, errdefs.ErrInvalid) {
+	if _, err := s.Expose(ctx, env.Project.ID, rec.ID, 0); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Fatalf("Expose port 0: %v, want ErrInvalid", err)
 	}
 	if _, err := s.PreviewToken(rec.ID, 8000); err == nil {
 		t.Fatalf("a port never exposed has a token")
 	}
-	if _, err := s.Expose(ctx, env.p.ID, rec.ID, 8000); err != nil {
+	if _, err := s.Expose(ctx, env.Project.ID, rec.ID, 8000); err != nil {
 		t.Fatalf("Expose: %v", err)
 	}
 	tok, err := s.PreviewToken(rec.ID, 8000)
@@ -36,7 +71,7 @@ func TestFakePreviews(t *testing.T) {
 	}
 	addr, err := s.PreviewAddr(ctx, rec.ID, 8000)
 	host, port, _ := net.SplitHostPort(addr)
-	if err != nil || port != "8000" || host != env.agentHost(t, s, rec.ID) {
+	if err != nil || port != "8000" || host != agentHost(t, core, rec.ID) {
 		t.Fatalf("PreviewAddr: %q %v, want the sandbox's address, port 8000", addr, err)
 	}
 	// Another project cannot close it.
@@ -44,16 +79,16 @@ func TestFakePreviews(t *testing.T) {
 		t.Fatalf("Unexpose from another project: %v, want ErrNotFound", err)
 	}
 	// A paused sandbox's preview resumes it.
-	if err := s.Pause(ctx, env.p.ID, rec.ID); err != nil {
+	if err := core.Pause(ctx, env.Project.ID, rec.ID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.PreviewAddr(ctx, rec.ID, 8000); err != nil {
 		t.Fatalf("PreviewAddr of a paused sandbox: %v", err)
 	}
-	if got, _ := s.Get(env.p.ID, rec.ID); got.Status != StatusRunning {
+	if got, _ := core.Get(env.Project.ID, rec.ID); got.Status != sandbox.StatusRunning {
 		t.Fatalf("after a preview of the paused sandbox: %s, want running", got.Status)
 	}
-	if err := s.Unexpose(ctx, env.p.ID, rec.ID, 8000); err != nil {
+	if err := s.Unexpose(ctx, env.Project.ID, rec.ID, 8000); err != nil {
 		t.Fatalf("Unexpose: %v", err)
 	}
 	if _, err := s.PreviewToken(rec.ID, 8000); err == nil {
@@ -62,9 +97,9 @@ func TestFakePreviews(t *testing.T) {
 }
 
 // agentHost is the host part of a sandbox's agent address.
-func (env *fakeEnv) agentHost(t *testing.T, s *Service, id string) string {
+func agentHost(t *testing.T, core *sandbox.Service, id string) string {
 	t.Helper()
-	rec, ok := s.live(id)
+	rec, ok := core.Live(id)
 	if !ok {
 		t.Fatalf("%s is not live", id)
 	}
@@ -75,25 +110,25 @@ func (env *fakeEnv) agentHost(t *testing.T, s *Service, id string) string {
 	return host
 }
 
-// TestFakeE2BTargets: where E2B-addressed traffic goes — envd's port
+// TestE2BTargets: where E2B-addressed traffic goes — envd's port
 // marked, maskRequestHost with its port, a traffic token for private
 // sandboxes — what is refused (a Lizard sandbox, a paused one), and the
 // sandbox of a signed file URL found by its signature.
-func TestFakeE2BTargets(t *testing.T) {
-	env := newFakeEnv(t)
-	s := env.service(t, nil)
+func TestE2BTargets(t *testing.T) {
+	env, core := newCore(t)
+	s := New(core)
 	ctx := context.Background()
-	lizard := env.create(t, s, CreateRequest{})
-	e2b := env.create(t, s, CreateRequest{E2B: true, Secure: true, PrivateTraffic: true, MaskRequestHost: "localhost:${PORT}"})
-	other := env.create(t, s, CreateRequest{E2B: true, Secure: true})
-	if _, err := s.Create(ctx, CreateRequest{ProjectID: env.p.ID, E2B: true, MaskRequestHost: "not a host"}); !errors.Is(err, errdefs.ErrInvalid) {
+	lizard := create(t, env, core, sandbox.CreateRequest{})
+	e2b := create(t, env, core, sandbox.CreateRequest{E2B: true, Secure: true, PrivateTraffic: true, MaskRequestHost: "localhost:${PORT}"})
+	other := create(t, env, core, sandbox.CreateRequest{E2B: true, Secure: true})
+	if _, err := core.Create(ctx, sandbox.CreateRequest{ProjectID: env.Project.ID, E2B: true, MaskRequestHost: "not a host"}); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Fatalf("a bad mask: %v, want ErrInvalid", err)
 	}
 
 	if _, err := s.E2BTarget(lizard.ID, 3000); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("a Lizard sandbox by E2B addressing: %v, want ErrNotFound", err)
 	}
-	host := env.agentHost(t, s, e2b.ID)
+	host := agentHost(t, core, e2b.ID)
 	app, err := s.E2BTarget(e2b.ID, 3000)
 	if err != nil || app.Addr != net.JoinHostPort(host, "3000") || app.Envd || app.Host != "localhost:3000" || app.TrafficToken == "" {
 		t.Fatalf("E2BTarget port 3000: %+v %v", app, err)
@@ -103,7 +138,7 @@ func TestFakeE2BTargets(t *testing.T) {
 		t.Fatalf("E2BTarget envd: %+v %v (envd keeps its Host: the mask is for the app's ports)", envd, err)
 	}
 
-	got, _ := s.Get(env.p.ID, e2b.ID)
+	got, _ := core.Get(env.Project.ID, e2b.ID)
 	sign := func(token, exp string) url.Values {
 		return url.Values{"path": {"/home/user/f"}, "username": {"user"}, "signature_expiration": {exp},
 			"signature": {agent.FileSignature("/home/user/f", "read", "user", token, exp)}}
@@ -119,11 +154,11 @@ func TestFakeE2BTargets(t *testing.T) {
 	}
 	// A copy restored from a snapshot keeps the mask, with tokens of its
 	// own.
-	snap, err := s.TakeSnapshot(ctx, env.p.ID, e2b.ID, "masked", 0)
+	snap, err := core.TakeSnapshot(ctx, env.Project.ID, e2b.ID, "masked", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	copied, err := s.Restore(ctx, env.p.ID, snap.ID, 0)
+	copied, err := core.Restore(ctx, env.Project.ID, snap.ID, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +166,7 @@ func TestFakeE2BTargets(t *testing.T) {
 		t.Fatalf("the restored copy: %+v %v, want the mask and a traffic token of its own", c, err)
 	}
 
-	if err := s.Pause(ctx, env.p.ID, e2b.ID); err != nil {
+	if err := core.Pause(ctx, env.Project.ID, e2b.ID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.E2BTarget(e2b.ID, 3000); !errors.Is(err, errdefs.ErrUnavailable) {
@@ -140,36 +175,12 @@ func TestFakeE2BTargets(t *testing.T) {
 	if _, _, ok := s.E2BSignedFile(sign(got.EnvdToken, "123"), "read"); ok {
 		t.Fatalf("a paused sandbox's signed URL was routed")
 	}
-	if got, _ := s.Get(env.p.ID, e2b.ID); got.Status != StatusPaused {
+	if got, _ := core.Get(env.Project.ID, e2b.ID); got.Status != sandbox.StatusPaused {
 		t.Fatalf("E2B traffic resumed it: %s", got.Status)
 	}
 	for _, port := range []int{0, 70000} {
 		if _, err := s.E2BTarget(other.ID, port); !errors.Is(err, errdefs.ErrNotFound) {
 			t.Fatalf("port %s: %v, want ErrNotFound", strconv.Itoa(port), err)
 		}
-	}
-}
-
-// TestFakeAutoPauseKeepsTimeout: a sandbox paused by its deadline
-// (autoPause) gets its whole timeout for its next run, not the moment it
-// had left; a resume runs it that long.
-func TestFakeAutoPauseKeepsTimeout(t *testing.T) {
-	env := newFakeEnv(t)
-	s := env.service(t, nil)
-	rec := env.create(t, s, CreateRequest{TimeoutMs: 1500, AutoPause: true})
-	eventually(t, "the deadline to pause", func() bool {
-		got, err := s.Get(env.p.ID, rec.ID)
-		return err == nil && got.Status == StatusPaused
-	})
-	got, _ := s.Get(env.p.ID, rec.ID)
-	if got.RemainingMs != 1500 {
-		t.Fatalf("after the autoPause: remainingMs %d, want the whole 1500", got.RemainingMs)
-	}
-	resumed, err := s.Resume(context.Background(), env.p.ID, rec.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resumed.EndAt == nil || time.Until(*resumed.EndAt) < time.Second {
-		t.Fatalf("resumed with endAt %v: want about 1.5 s from now", resumed.EndAt)
 	}
 }
