@@ -40,6 +40,7 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/desktop"
 	"github.com/lizard-build/lizard/internal/sandbox/preview"
+	sandboxusage "github.com/lizard-build/lizard/internal/sandbox/usage"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
 	"github.com/lizard-build/lizard/internal/tmpldist"
@@ -118,7 +119,7 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs.IntVar(&c.templateCacheGB, "template-cache-gb", 50, "with --object-store: most GB of template versions fetched from other nodes kept on this node "+
 		"(least recently used go first; never one a sandbox, paused sandbox or snapshot here uses); 0: no limit")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve GET /metrics here instead of on --listen (host:port)")
-	fs.DurationVar(&c.usageInterval, "usage-interval", sandbox.DefaultUsageInterval, "how often each sandbox's CPU, memory, disk and network use is sampled")
+	fs.DurationVar(&c.usageInterval, "usage-interval", sandboxusage.DefaultInterval, "how often each sandbox's CPU, memory, disk and network use is sampled")
 	fs.DurationVar(&c.recoverProbeTimeout, "recover-probe-timeout", sandbox.DefaultRecoverProbeTimeout, "how long recovery waits for a running sandbox's agent after a restart before it shows the sandbox as unresponsive (it is kept and probed again, never destroyed for it)")
 	fs.IntVar(&c.maxSandboxes, "max-sandboxes", sandbox.DefaultMaxSandboxes, "most sandboxes running at once (warm pool copies included)")
 	fs.Float64Var(&c.rateLimit, "rate-limit", defaultRateLimit, "API requests a second allowed per API key on average (0: no limit)")
@@ -403,7 +404,9 @@ func serve(ctx context.Context, args []string) error {
 	}
 	step("sandbox service and recovery start")
 	go svc.Watch(ctx, c.watchInterval)
-	go svc.SampleUsage(ctx, c.usageInterval)
+	usages := sandboxusage.New(svc, rt, log.With("component", "usage"))
+	go usages.Run(ctx, c.usageInterval)
+	go svc.ProbeAgents(ctx, c.usageInterval)
 	if err := mets.Register(metrics.NewStateCollector(metrics.StateConfig{Inventory: svc, Reservations: svc, DataDir: c.dataDir, MaxSandboxes: c.maxSandboxes})); err != nil {
 		return err
 	}
@@ -444,7 +447,7 @@ func serve(ctx context.Context, args []string) error {
 	// In cluster mode, requests for what another node holds go there.
 	var routing *clusterRouting
 	if cm != nil {
-		if routing, err = newClusterRouting(cm.member.Self(), cm.secret, cm.db, svc, vols, images != nil, log.With("component", "route")); err != nil {
+		if routing, err = newClusterRouting(cm.member.Self(), cm.secret, cm.db, svc, usages, vols, images != nil, log.With("component", "route")); err != nil {
 			return err
 		}
 		cm.routing.Store(routing)
@@ -507,10 +510,10 @@ func serve(ctx context.Context, args []string) error {
 	// The sandbox service's features, each a package over its core.
 	ports := preview.New(svc)
 	desktops := desktop.New(svc, ports)
-	e2bAPI := e2b.Handler(e2b.Config{Auth: api.Auth{Keys: apiKeys, Limiter: limiter}, Sandboxes: svc, Templates: tmpls,
+	e2bAPI := e2b.Handler(e2b.Config{Auth: api.Auth{Keys: apiKeys, Limiter: limiter}, Sandboxes: svc, Usage: usages, Templates: tmpls,
 		Domain: e2bDomain, Logger: log.With("component", "e2b"), Cluster: apiCluster})
 	srv := &http.Server{
-		Handler: api.Handler(api.Config{E2B: e2bAPI, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Ports: ports, Desktops: desktops, Templates: tmpls, Previews: previews, Volumes: vols,
+		Handler: api.Handler(api.Config{E2B: e2bAPI, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Usage: usages, Ports: ports, Desktops: desktops, Templates: tmpls, Previews: previews, Volumes: vols,
 			Builder: &templateBuilder{reg: reg, dist: tmpls, runtime: rt, run: reap.Run, dns: c.dnsUpstream, build: buildOpts, sandboxes: svc, metrics: mets,
 				log: log.With("component", "template")},
 			MaxBuildContext: c.maxBuildContext, Logger: log.With("component", "api"),

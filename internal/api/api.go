@@ -44,6 +44,8 @@ type Config struct {
 	Keys      Keys
 	Limiter   Limiter // nil: no rate limit
 	Sandboxes Sandboxes
+	// Usage answers sandboxes' usage samples (internal/sandbox/usage).
+	Usage Usages
 	// Ports publishes sandbox ports on the preview proxy and Desktops
 	// drives desktops (internal/sandbox/preview, desktop); nil: their
 	// routes answer 404.
@@ -108,6 +110,7 @@ type server struct {
 	keys      Keys
 	limiter   Limiter
 	sandboxes Sandboxes
+	usage     Usages
 	templates Templates
 	volumes   Volumes
 	builder   TemplateBuilder
@@ -128,7 +131,7 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, templates: cfg.Templates, volumes: cfg.Volumes, builder: cfg.Builder, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready, maxBuild: cfg.MaxBuildContext, disk: cfg.Disk,
+	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, usage: cfg.Usage, templates: cfg.Templates, volumes: cfg.Volumes, builder: cfg.Builder, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready, maxBuild: cfg.MaxBuildContext, disk: cfg.Disk,
 		keyStore: cfg.KeyStore, sessions: cfg.Sessions, cluster: cfg.Cluster, sandboxURL: cfg.SandboxURL}
 	if s.maxBuild <= 0 {
 		s.maxBuild = DefaultMaxBuildContext

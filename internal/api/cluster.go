@@ -6,6 +6,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/usage"
 	"github.com/lizard-build/lizard/internal/volume"
 )
 
@@ -95,7 +96,7 @@ type Placement struct {
 type NodeSandbox struct {
 	Node   string
 	Record sandbox.Record
-	Usage  *sandbox.UsageSample
+	Usage  *usage.Sample
 }
 
 // forward routes r to another node in cluster mode when what it names is

@@ -18,6 +18,7 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/desktop"
 	"github.com/lizard-build/lizard/internal/sandbox/preview"
+	"github.com/lizard-build/lizard/internal/sandbox/usage"
 	"github.com/lizard-build/lizard/internal/store/sqlite"
 	"github.com/lizard-build/lizard/internal/template"
 	"github.com/lizard-build/lizard/internal/volume"
@@ -161,7 +162,7 @@ func newFuzzAPI(f testing.TB) (http.Handler, string) {
 		f.Fatal(err)
 	}
 	ports := preview.New(svc)
-	return Handler(Config{Keys: keys, Sandboxes: svc, Ports: ports, Desktops: desktop.New(svc, ports), Templates: reg, Volumes: vols,
+	return Handler(Config{Keys: keys, Sandboxes: svc, Usage: usage.New(svc, rt, log), Ports: ports, Desktops: desktop.New(svc, ports), Templates: reg, Volumes: vols,
 		Previews: PreviewURLs{Domain: "sandbox.localhost", Scheme: "http"}, Logger: log,
 		KeyStore: st, Sessions: dashboard.NewSessions(0, 0), Dashboard: assets}), live.ID
 }

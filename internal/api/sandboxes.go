@@ -240,7 +240,7 @@ func (s *server) getSandbox(w http.ResponseWriter, r *http.Request, p store.Proj
 		return err
 	}
 	info := s.localInfo(rec)
-	if u, ok := s.sandboxes.LatestUsage(rec.ID); ok {
+	if u, ok := s.usage.LatestUsage(rec.ID); ok {
 		pt := pointOf(u)
 		info.Metrics = &pt
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/desktop"
 	"github.com/lizard-build/lizard/internal/sandbox/preview"
+	"github.com/lizard-build/lizard/internal/sandbox/usage"
 )
 
 // What the API calls of the sandbox service (*sandbox.Service) and its
@@ -27,8 +28,8 @@ type Lifecycle interface {
 
 // Usages are a sandbox's samples of CPU, memory, disk and network use.
 type Usages interface {
-	Usage(projectID, id string, start, end time.Time) ([]sandbox.UsageSample, error)
-	LatestUsage(id string) (sandbox.UsageSample, bool)
+	Usage(projectID, id string, start, end time.Time) ([]usage.Sample, error)
+	LatestUsage(id string) (usage.Sample, bool)
 }
 
 // Agents runs commands and file operations in a running sandbox.
@@ -69,10 +70,10 @@ type Logs interface {
 }
 
 // Sandboxes is what Config.Sandboxes must be: the core's concerns above.
-// Ports and Desktops are the feature packages', in Config of their own.
+// Usages, Ports and Desktops are the feature packages', in Config fields
+// of their own.
 type Sandboxes interface {
 	Lifecycle
-	Usages
 	Agents
 	Snapshots
 	Logs
@@ -80,6 +81,7 @@ type Sandboxes interface {
 
 var (
 	_ Sandboxes = (*sandbox.Service)(nil)
+	_ Usages    = (*usage.Sampler)(nil)
 	_ Ports     = (*preview.Service)(nil)
 	_ Desktops  = (*desktop.Service)(nil)
 )

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
-	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/usage"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -26,7 +26,7 @@ type usagePoint struct {
 	NetTxBytes    uint64  `json:"netTxBytes"`
 }
 
-func pointOf(u sandbox.UsageSample) usagePoint {
+func pointOf(u usage.Sample) usagePoint {
 	return usagePoint{
 		Timestamp: u.Time.UTC().Format(time.RFC3339), TimestampUnix: u.Time.Unix(),
 		CPUCount: u.CPUCount, CPUUsedPct: u.CPUUsedPct, MemUsed: u.MemUsed, MemTotal: u.MemTotal,
@@ -41,7 +41,7 @@ func (s *server) sandboxMetrics(w http.ResponseWriter, r *http.Request, p store.
 	if err != nil {
 		return err
 	}
-	samples, err := s.sandboxes.Usage(p.ID, r.PathValue("id"), start, end)
+	samples, err := s.usage.Usage(p.ID, r.PathValue("id"), start, end)
 	if err != nil {
 		return err
 	}
@@ -54,7 +54,7 @@ func (s *server) sandboxMetrics(w http.ResponseWriter, r *http.Request, p store.
 }
 
 // UsageWindow reads the query parameters start and end (unix seconds, both
-// optional) of a usage request: the window for sandbox.Service.Usage, end
+// optional) of a usage request: the window for usage.Sampler.Usage, end
 // covering the whole second it names. internal/e2b reads E2B's the same way.
 func UsageWindow(r *http.Request) (start, end time.Time, err error) {
 	if start, err = unixParam(r, "start"); err != nil {

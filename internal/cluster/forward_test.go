@@ -26,6 +26,7 @@ import (
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/usage"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/volume"
 )
@@ -663,7 +664,7 @@ func TestListsMergeNodes(t *testing.T) {
 func TestInternalListsOverHTTPDecode(t *testing.T) {
 	// The JSON of a sandbox survives the hop.
 	rec := sandbox.Record{ID: "s1", ProjectID: "p1", Template: "base", Status: "running", Metadata: map[string]string{"a": "b"}, E2B: true}
-	u := sandbox.UsageSample{DiskTotal: 5 << 30}
+	u := usage.Sample{DiskTotal: 5 << 30}
 	b := peer(t, "b", nil, nil, &fakeLocal{sandboxes: []api.NodeSandbox{{Node: "b", Record: rec, Usage: &u}}})
 	rt := newTestRouter(t, "a", &fakeCluster{nodes: []store.Node{readyNode("b", addrOf(b))}}, nil, nil)
 	var part []api.NodeSandbox

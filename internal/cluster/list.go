@@ -16,6 +16,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/usage"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/volume"
 )
@@ -42,8 +43,10 @@ type LocalService struct {
 	Service interface {
 		List(projectID string) []sandbox.Record
 		Snapshots(projectID string) []sandbox.SnapshotInfo
-		LatestUsage(id string) (sandbox.UsageSample, bool)
 		Holds(id string) bool
+	}
+	Usage interface {
+		LatestUsage(id string) (usage.Sample, bool)
 	}
 	VolumeManager interface {
 		List(ctx context.Context, projectID string) ([]volume.Volume, error)
@@ -57,7 +60,7 @@ func (l LocalService) Sandboxes(projectID string) []api.NodeSandbox {
 	out := make([]api.NodeSandbox, len(recs))
 	for i, rec := range recs {
 		out[i] = api.NodeSandbox{Node: l.Node, Record: rec}
-		if u, ok := l.Service.LatestUsage(rec.ID); ok {
+		if u, ok := l.Usage.LatestUsage(rec.ID); ok {
 			out[i].Usage = &u
 		}
 	}

@@ -46,7 +46,6 @@ type Templates interface {
 // (*sandbox.Service): E2B's sandbox calls map one to one onto these.
 type Sandboxes interface {
 	api.Lifecycle
-	api.Usages
 }
 
 var _ Sandboxes = (*sandbox.Service)(nil)
@@ -55,6 +54,9 @@ var _ Sandboxes = (*sandbox.Service)(nil)
 type Config struct {
 	Auth      api.Auth
 	Sandboxes Sandboxes
+	// Usage answers the metrics routes and the lists' disk sizes
+	// (*usage.Sampler).
+	Usage     api.Usages
 	Templates Templates
 	// Domain is what responses give as the sandboxes' domain: the SDK
 	// reaches port P of sandbox S at P-S.<Domain> (the preview proxy's
@@ -70,6 +72,7 @@ type Config struct {
 type server struct {
 	auth      api.Auth
 	sandboxes Sandboxes
+	usage     api.Usages
 	templates Templates
 	domain    string
 	log       *slog.Logger
@@ -84,7 +87,7 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &server{auth: cfg.Auth, sandboxes: cfg.Sandboxes, templates: cfg.Templates, domain: cfg.Domain, log: cfg.Logger, cluster: cfg.Cluster}
+	s := &server{auth: cfg.Auth, sandboxes: cfg.Sandboxes, usage: cfg.Usage, templates: cfg.Templates, domain: cfg.Domain, log: cfg.Logger, cluster: cfg.Cluster}
 	mux := http.NewServeMux()
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request, store.Project) error) {
 		mux.Handle(pattern, s.authed(h))

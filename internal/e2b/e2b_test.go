@@ -19,6 +19,7 @@ import (
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/apikey"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/usage"
 	"github.com/lizard-build/lizard/internal/store/sqlite"
 	"github.com/lizard-build/lizard/internal/template"
 )
@@ -58,8 +59,9 @@ func newTestHandlerWith(tb testing.TB, tmpls Templates) http.Handler {
 	if tmpls == nil {
 		tmpls = reg
 	}
-	e2b := Handler(Config{Auth: api.Auth{Keys: keys}, Sandboxes: svc, Templates: tmpls, Domain: "sandbox.localhost:8081", Logger: log})
-	return api.Handler(api.Config{E2B: e2b, Keys: keys, Sandboxes: svc, Templates: reg, Logger: log})
+	usages := usage.New(svc, nil, log)
+	e2b := Handler(Config{Auth: api.Auth{Keys: keys}, Sandboxes: svc, Usage: usages, Templates: tmpls, Domain: "sandbox.localhost:8081", Logger: log})
+	return api.Handler(api.Config{E2B: e2b, Keys: keys, Sandboxes: svc, Usage: usages, Templates: reg, Logger: log})
 }
 
 func send(h http.Handler, key, method, target, body string) *httptest.ResponseRecorder {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/usage"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -192,7 +193,7 @@ func (s *server) list(w http.ResponseWriter, r *http.Request, p store.Project) e
 		return err
 	}
 	all := s.sandboxes.List(p.ID)
-	usage := s.latestUsage
+	usageOf := s.latestUsage
 	if s.cluster != nil {
 		// Every node's sandboxes, each with its node's latest sample.
 		ns, err := s.cluster.Sandboxes(r.Context(), p.ID)
@@ -200,11 +201,11 @@ func (s *server) list(w http.ResponseWriter, r *http.Request, p store.Project) e
 			return err
 		}
 		all = make([]sandbox.Record, len(ns))
-		samples := make(map[string]*sandbox.UsageSample, len(ns))
+		samples := make(map[string]*usage.Sample, len(ns))
 		for i, n := range ns {
 			all[i], samples[n.Record.ID] = n.Record, n.Usage
 		}
-		usage = func(id string) *sandbox.UsageSample { return samples[id] }
+		usageOf = func(id string) *usage.Sample { return samples[id] }
 	}
 	recs, next := lq.page(all)
 	if next != "" {
@@ -212,7 +213,7 @@ func (s *server) list(w http.ResponseWriter, r *http.Request, p store.Project) e
 	}
 	out := make([]detail, len(recs))
 	for i, rec := range recs {
-		out[i] = listed(rec, usage(rec.ID))
+		out[i] = listed(rec, usageOf(rec.ID))
 	}
 	api.WriteJSON(w, http.StatusOK, out)
 	return nil
@@ -242,7 +243,7 @@ func (s *server) metrics(w http.ResponseWriter, r *http.Request, p store.Project
 	if err != nil {
 		return err
 	}
-	samples, err := s.sandboxes.Usage(p.ID, rec.ID, start, end)
+	samples, err := s.usage.Usage(p.ID, rec.ID, start, end)
 	if err != nil {
 		return err
 	}

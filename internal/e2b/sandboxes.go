@@ -10,6 +10,7 @@ import (
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/usage"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -324,8 +325,8 @@ type lifecycle struct {
 
 // latestUsage is the latest usage sample of a sandbox of this node; nil
 // before the first.
-func (s *server) latestUsage(id string) *sandbox.UsageSample {
-	if u, ok := s.sandboxes.LatestUsage(id); ok {
+func (s *server) latestUsage(id string) *usage.Sample {
+	if u, ok := s.usage.LatestUsage(id); ok {
 		return &u
 	}
 	return nil
@@ -333,7 +334,7 @@ func (s *server) latestUsage(id string) *sandbox.UsageSample {
 
 // listed is rec as E2B lists it; its disk size is what the latest usage
 // sample u saw of the sandbox's disk limit (0 before the first).
-func listed(rec sandbox.Record, u *sandbox.UsageSample) detail {
+func listed(rec sandbox.Record, u *usage.Sample) detail {
 	var disk int64
 	if u != nil {
 		disk = u.DiskTotal >> 20

@@ -1,7 +1,10 @@
 package sandbox
 
 import (
+	"context"
 	"time"
+
+	"github.com/lizard-build/lizard/internal/agent"
 
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/template"
@@ -34,6 +37,40 @@ const (
 func (s *Service) observe(op string, start time.Time, err *error) {
 	if s.cfg.Observer != nil {
 		s.cfg.Observer.Operation(op, time.Since(start), *err)
+	}
+}
+
+// ProbeAgents times a health call to the agent of every running sandbox
+// each interval until ctx is done, for the Observer's AgentRoundTrip; it
+// returns at once without an Observer.
+func (s *Service) ProbeAgents(ctx context.Context, interval time.Duration) {
+	if s.cfg.Observer == nil {
+		return
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		var agents []*agent.Client
+		s.mu.Lock()
+		for _, e := range s.sandboxes {
+			if !e.gone && e.rec.Status == StatusRunning && e.agent != nil {
+				agents = append(agents, e.agent)
+			}
+		}
+		s.mu.Unlock()
+		for _, ag := range agents {
+			hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			start := time.Now()
+			if _, err := ag.Health(hctx); err == nil {
+				s.cfg.Observer.AgentRoundTrip(time.Since(start))
+			}
+			cancel()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }
 

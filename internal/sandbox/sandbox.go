@@ -151,7 +151,6 @@ type Service struct {
 	scanning     bool                // PrepareTemplates is under way
 	closed       bool
 	bg           sync.WaitGroup
-	usage        usageRings // what SampleUsage saw of each sandbox
 	// bgCtx is the context of background work; Close cancels it.
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
