@@ -91,7 +91,7 @@ func (s *Service) adopt(ctx context.Context, rec Record) (Record, error) {
 	os.RemoveAll(dir) // a download an earlier attempt left
 	defer os.RemoveAll(dir)
 	start := time.Now()
-	if err := s.materialize(ctx, PauseImageName(id), dir); err != nil {
+	if err := s.images.Materialize(ctx, PauseImageName(id), dir); err != nil {
 		return Record{}, fmt.Errorf("resume sandbox %q: %w", id, err)
 	}
 	// Its volume, released by the node it left (synced, still attached to
@@ -134,7 +134,7 @@ func (s *Service) adopt(ctx context.Context, rec Record) (Record, error) {
 		return Record{}, fmt.Errorf("resume sandbox %q: %w", id, err)
 	}
 	// Its image is in use no more: so go the objects that kept it.
-	s.dropDurable(PauseImageName(id))
+	s.images.Drop(PauseImageName(id))
 	s.log.Info("sandbox resumed from another node", "sandbox", id, "took", time.Since(start))
 	s.logs.event(id, "resumed on this node from the object store")
 	return rec, nil
@@ -147,7 +147,7 @@ func (s *Service) killOrphan(ctx context.Context, rec Record) error {
 	if err := s.persist(ctx, rec); err != nil {
 		return fmt.Errorf("kill sandbox %q: %w", rec.ID, err)
 	}
-	s.dropDurable(PauseImageName(rec.ID))
+	s.images.Drop(PauseImageName(rec.ID))
 	if rec.VolumeID != "" && s.cfg.Volumes != nil {
 		// Released with it by the node it left: free again.
 		if err := s.cfg.Volumes.Detach(ctx, rec.ID); err != nil {
@@ -292,7 +292,7 @@ func (s *Service) release(ctx context.Context, id string) error {
 			s.log.Error("remove a moved sandbox's local copy", "sandbox", id, "err", err)
 		}
 		s.logs.remove(id)
-		s.stopUpload(PauseImageName(id))
+		s.images.StopUpload(PauseImageName(id))
 	}
 	s.log.Info("sandbox released to another node", "sandbox", id)
 	return nil
@@ -345,7 +345,7 @@ func (s *Service) restoreForeign(ctx context.Context, snap Snapshot, timeoutMs i
 	}
 	defer os.RemoveAll(dir)
 	img := filepath.Join(dir, "image")
-	if err := s.materialize(ctx, SnapshotImageName(snap.ID), img); err != nil {
+	if err := s.images.Materialize(ctx, SnapshotImageName(snap.ID), img); err != nil {
 		return Record{}, fmt.Errorf("restore snapshot %s: %w", snap.ID, err)
 	}
 	s.log.Info("restoring a snapshot of another node", "snapshot", snap.ID)

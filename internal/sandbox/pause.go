@@ -152,9 +152,9 @@ func (s *Service) Resume(ctx context.Context, projectID, id string) (_ Record, e
 	s.mu.Unlock()
 	s.setStatus(e, StatusResuming, "")
 	// The upload reads the image that the resume consumes.
-	s.stopUpload(PauseImageName(id))
+	s.images.StopUpload(PauseImageName(id))
 	if dir := s.pauseImage(id); dir != "" {
-		err = s.materialize(ctx, PauseImageName(id), dir)
+		err = s.images.Materialize(ctx, PauseImageName(id), dir)
 	}
 	if err == nil {
 		err = s.cp.Resume(ctx, id)
@@ -174,7 +174,7 @@ func (s *Service) Resume(ctx context.Context, projectID, id string) (_ Record, e
 		e.rec.DurableAt = nil
 		s.mu.Unlock()
 		s.setStatus(e, StatusPaused, "")
-		s.dropDurable(PauseImageName(id))
+		s.images.Drop(PauseImageName(id))
 		s.makePauseDurable(e, id)
 		return Record{}, fmt.Errorf("resume sandbox %q: agent did not answer: %w", id, err)
 	}
@@ -191,7 +191,7 @@ func (s *Service) Resume(ctx context.Context, projectID, id string) (_ Record, e
 	rec := e.rec
 	s.mu.Unlock()
 	// Its image is gone: so go the objects that kept it.
-	s.dropDurable(PauseImageName(id))
+	s.images.Drop(PauseImageName(id))
 	s.log.Info("sandbox resumed", "sandbox", id, "took", time.Since(start))
 	s.logs.event(id, "resumed")
 	return rec, s.persist(context.WithoutCancel(ctx), rec)

@@ -102,7 +102,7 @@ func (s *Service) AdoptPool(ctx context.Context, projectID, id, from string) err
 		if err := os.MkdirAll(s.cfg.SnapshotDir, 0o700); err != nil {
 			return err
 		}
-		if err := s.materialize(ctx, SnapshotImageName(id), s.snapshotDir(id)); err != nil {
+		if err := s.images.Materialize(ctx, SnapshotImageName(id), s.snapshotDir(id)); err != nil {
 			return fmt.Errorf("adopt the pool of snapshot %s: %w", id, err)
 		}
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/runtime"
+	"github.com/lizard-build/lizard/internal/sandbox/images"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
 	"github.com/lizard-build/lizard/internal/volume"
@@ -154,10 +155,9 @@ type Service struct {
 	// bgCtx is the context of background work; Close cancels it.
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
-	// imageJobs holds the last background job on each image in the object
-	// store, by name (guarded by mu); matMu serializes downloads of images.
-	imageJobs map[string]*imageJob
-	matMu     sync.Mutex
+	// images runs the uploads, removals and downloads of images in the
+	// object store (internal/sandbox/images).
+	images *images.Jobs
 	// poolPeers reaches other nodes' warm pools (pools.go; guarded by mu).
 	poolPeers PoolPeers
 }
@@ -282,7 +282,7 @@ func New(cfg Config) *Service {
 	return &Service{cfg: cfg, log: cfg.Logger, cp: cp, logs: newLogs(cfg.LogDir, cfg.LogMaxBytes), sandboxes: map[string]*entry{},
 		snapshots: map[string]*snapEntry{}, readyJobs: map[readyKey]*readyJob{}, readyFailed: map[readyKey]time.Time{}, launching: map[string]string{}, pinned: map[string]int{},
 		pending: map[string]reservation{}, snapPending: map[string]int{}, recovering: map[string]Record{}, unresponsive: map[string]*stalled{}, moving: map[string]struct{}{}, bgCtx: bgCtx, bgCancel: bgCancel,
-		imageJobs: map[string]*imageJob{}}
+		images: images.New(cfg.Images, cfg.Logger)}
 }
 
 // CreateRequest is a validated create.
@@ -804,9 +804,9 @@ func (s *Service) destroyKeeping(ctx context.Context, id string, keepImage bool)
 	}
 	s.logs.remove(id)
 	if keepImage {
-		s.stopUpload(PauseImageName(id))
+		s.images.StopUpload(PauseImageName(id))
 	} else {
-		s.dropDurable(PauseImageName(id))
+		s.images.Drop(PauseImageName(id))
 	}
 	if s.cfg.Volumes != nil {
 		if err := s.cfg.Volumes.Detach(ctx, id); err != nil {
@@ -902,6 +902,9 @@ func (s *Service) Close() {
 	}
 	s.mu.Unlock()
 	s.bgCancel()
+	// Before the wait: background work may be waiting for an upload
+	// (StopUpload), which only a cancel ends.
+	s.images.Close()
 	s.bg.Wait()
 }
 

@@ -301,7 +301,7 @@ func (s *Service) DeleteSnapshot(ctx context.Context, projectID, id string) erro
 	delete(s.snapshots, id)
 	s.mu.Unlock()
 	s.trimPool(ctx, se)
-	s.dropDurable(SnapshotImageName(id))
+	s.images.Drop(SnapshotImageName(id))
 	if err := s.cfg.Store.DeleteSnapshot(ctx, id); err != nil {
 		return err
 	}
@@ -418,7 +418,7 @@ func (s *Service) restoreCopy(ctx context.Context, rec Record, snap Snapshot, di
 	if dir == s.snapshotDir(snap.ID) {
 		// Not on this node's disk (lost, or taken on another node): from
 		// the object store.
-		if err := s.materialize(ctx, SnapshotImageName(snap.ID), dir); err != nil {
+		if err := s.images.Materialize(ctx, SnapshotImageName(snap.ID), dir); err != nil {
 			return Record{}, fmt.Errorf("restore snapshot %s: %w", snap.ID, err)
 		}
 	}

@@ -1,8 +1,10 @@
-package sandbox
+package images
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -68,11 +70,11 @@ func (f *fakeImages) Sweep(ctx context.Context) error { return nil }
 // newer manifest.
 func TestImageJobsInOrder(t *testing.T) {
 	f := &fakeImages{durable: map[string]bool{"sandboxes/x": true}, holdStat: make(chan struct{})}
-	s := New(Config{Images: f})
+	s := New(f, nil)
 	defer s.Close()
 	durableAt := make(chan time.Time, 1)
-	s.dropDurable("sandboxes/x") // held in Stat
-	s.makeDurable("sandboxes/x", t.TempDir(), func(at time.Time) { durableAt <- at })
+	s.Drop("sandboxes/x") // held in Stat
+	s.MakeDurable("sandboxes/x", t.TempDir(), func(at time.Time) { durableAt <- at })
 	time.Sleep(50 * time.Millisecond) // give a wrong order the chance to show
 	close(f.holdStat)
 	select {
@@ -88,5 +90,66 @@ func TestImageJobsInOrder(t *testing.T) {
 	}
 	if !f.durable["sandboxes/x"] {
 		t.Fatal("the new upload's image was deleted")
+	}
+}
+
+// failing is a store whose uploads always fail.
+type failing struct{ fakeImages }
+
+func (f *failing) Upload(ctx context.Context, name, dir string) (durable.Manifest, error) {
+	f.note("upload " + name)
+	return durable.Manifest{}, errors.New("store down")
+}
+
+// TestMaterializeAndClose: a local image is not downloaded; a missing one
+// that was never durable is image_lost; without a store nothing is done;
+// Close ends an upload that retries against a failing store, and later
+// calls start no job.
+func TestMaterializeAndClose(t *testing.T) {
+	f := &fakeImages{durable: map[string]bool{}}
+	j := New(f, nil)
+	local := t.TempDir()
+	if err := j.Materialize(context.Background(), "snapshots/here", local); err != nil {
+		t.Fatalf("a local image: %v", err)
+	}
+	missing := filepath.Join(t.TempDir(), "gone")
+	err := j.Materialize(context.Background(), "snapshots/gone", missing)
+	if !errors.Is(err, errdefs.ErrConflict) || errdefs.Code(err) != "image_lost" {
+		t.Fatalf("a missing image never made durable: %v, want image_lost", err)
+	}
+	j.Close()
+	if err := New(nil, nil).Materialize(context.Background(), "snapshots/gone", missing); err != nil {
+		t.Fatalf("without a store: %v, want nil (the runtime reports it)", err)
+	}
+
+	down := &failing{fakeImages{durable: map[string]bool{}}}
+	j = New(down, nil)
+	j.MakeDurable("sandboxes/y", t.TempDir(), func(time.Time) { t.Error("an upload that failed was called durable") })
+	eventually := time.Now().Add(10 * time.Second)
+	for {
+		down.mu.Lock()
+		n := len(down.calls)
+		down.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(eventually) {
+			t.Fatal("the upload never ran")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	closed := make(chan struct{})
+	go func() { j.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end a retrying upload")
+	}
+	j.MakeDurable("sandboxes/z", t.TempDir(), func(time.Time) {})
+	j.Drop("sandboxes/z")
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if len(j.jobs) != 0 {
+		t.Fatalf("jobs started after Close: %d", len(j.jobs))
 	}
 }
