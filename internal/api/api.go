@@ -111,15 +111,10 @@ type server struct {
 	limiter   Limiter
 	sandboxes Sandboxes
 	usage     Usages
-	templates Templates
-	volumes   Volumes
-	builder   TemplateBuilder
-	maxBuild  int64
 	log       *slog.Logger
 	disk      *disk.Guard
 	metrics   *metrics.Metrics
 	ready     []ReadyCheck
-	keyStore  KeyStore
 	sessions  Sessions
 	cluster   Cluster
 	// sandboxURL: see Config.SandboxURL.
@@ -131,11 +126,20 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, usage: cfg.Usage, templates: cfg.Templates, volumes: cfg.Volumes, builder: cfg.Builder, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready, maxBuild: cfg.MaxBuildContext, disk: cfg.Disk,
-		keyStore: cfg.KeyStore, sessions: cfg.Sessions, cluster: cfg.Cluster, sandboxURL: cfg.SandboxURL}
-	if s.maxBuild <= 0 {
-		s.maxBuild = DefaultMaxBuildContext
+	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, usage: cfg.Usage, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready, disk: cfg.Disk,
+		sessions: cfg.Sessions, cluster: cfg.Cluster, sandboxURL: cfg.SandboxURL}
+	maxBuild := cfg.MaxBuildContext
+	if maxBuild <= 0 {
+		maxBuild = DefaultMaxBuildContext
 	}
+	// Handler groups: each holds only what its routes call.
+	usageR := usageRoutes{usage: cfg.Usage}
+	logR := logRoutes{logs: cfg.Sandboxes, log: cfg.Logger}
+	snapR := snapshotRoutes{snapshots: cfg.Sandboxes, cluster: cfg.Cluster}
+	volR := volumeRoutes{volumes: cfg.Volumes, cluster: cfg.Cluster}
+	tplR := templateRoutes{templates: cfg.Templates}
+	buildR := buildRoutes{builder: cfg.Builder, maxBuild: maxBuild}
+	keyR := keyRoutes{keyStore: cfg.KeyStore, keys: cfg.Keys, log: cfg.Logger}
 	mux := http.NewServeMux()
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request, store.Project) error) {
 		mux.Handle(pattern, s.authed(h))
@@ -147,7 +151,7 @@ func Handler(cfg Config) http.Handler {
 	route("GET /api/sandboxes", s.listSandboxes)
 	route("GET /api/projects/{pid}/sandboxes", s.listProjectSandboxes)
 	route("GET /api/sandboxes/{id}", s.getSandbox)
-	route("GET /api/sandboxes/{id}/metrics", s.sandboxMetrics)
+	route("GET /api/sandboxes/{id}/metrics", usageR.sandboxMetrics)
 	route("DELETE /api/sandboxes/{id}", s.killSandbox)
 	route("POST /api/sandboxes/{id}/timeout", s.setTimeout)
 	route("POST /api/sandboxes/{id}/pause", s.pauseSandbox)
@@ -159,20 +163,20 @@ func Handler(cfg Config) http.Handler {
 		route("DELETE /api/sandboxes/{id}/expose/{port}", ports.unexpose)
 	}
 
-	route("POST /api/sandboxes/{id}/snapshot", s.takeSnapshot)
-	route("GET /api/projects/{pid}/snapshots", s.listProjectSnapshots)
-	route("GET /api/sandbox-snapshots", s.listSnapshots)
-	route("GET /api/sandbox-snapshots/{sid}", s.getSnapshot)
-	route("PATCH /api/sandbox-snapshots/{sid}", s.updateSnapshot)
-	route("DELETE /api/sandbox-snapshots/{sid}", s.deleteSnapshot)
-	route("POST /api/sandbox-snapshots/{sid}/pause", s.pauseSnapshotPool)
-	route("POST /api/sandbox-snapshots/{sid}/resume", s.resumeSnapshotPool)
+	route("POST /api/sandboxes/{id}/snapshot", snapR.takeSnapshot)
+	route("GET /api/projects/{pid}/snapshots", snapR.listProjectSnapshots)
+	route("GET /api/sandbox-snapshots", snapR.listSnapshots)
+	route("GET /api/sandbox-snapshots/{sid}", snapR.getSnapshot)
+	route("PATCH /api/sandbox-snapshots/{sid}", snapR.updateSnapshot)
+	route("DELETE /api/sandbox-snapshots/{sid}", snapR.deleteSnapshot)
+	route("POST /api/sandbox-snapshots/{sid}/pause", snapR.pauseSnapshotPool)
+	route("POST /api/sandbox-snapshots/{sid}/resume", snapR.resumeSnapshotPool)
 
-	route("POST /api/projects/{pid}/volumes", s.createVolume)
-	route("GET /api/projects/{pid}/volumes", s.listVolumes)
-	route("GET /api/projects/{pid}/volumes/{vid}", s.getVolume)
-	route("PATCH /api/projects/{pid}/volumes/{vid}", s.resizeVolume)
-	route("DELETE /api/projects/{pid}/volumes/{vid}", s.deleteVolume)
+	route("POST /api/projects/{pid}/volumes", volR.createVolume)
+	route("GET /api/projects/{pid}/volumes", volR.listVolumes)
+	route("GET /api/projects/{pid}/volumes/{vid}", volR.getVolume)
+	route("PATCH /api/projects/{pid}/volumes/{vid}", volR.resizeVolume)
+	route("DELETE /api/projects/{pid}/volumes/{vid}", volR.deleteVolume)
 
 	if cfg.Desktops != nil {
 		desktops := desktopRoutes{desktops: cfg.Desktops, urls: cfg.Previews}
@@ -181,7 +185,7 @@ func Handler(cfg Config) http.Handler {
 		route("DELETE /api/sandboxes/{id}/desktop", desktops.stop)
 	}
 
-	route("GET /api/sandboxes/{id}/logs", s.sandboxLogs)
+	route("GET /api/sandboxes/{id}/logs", logR.sandboxLogs)
 	route("POST /api/sandboxes/{id}/exec", s.exec)
 	route("GET /api/sandboxes/{id}/processes", s.listProcesses)
 	route("POST /api/sandboxes/{id}/processes/signal", s.signalProcess)
@@ -197,14 +201,14 @@ func Handler(cfg Config) http.Handler {
 	route("GET /api/sandboxes/{id}/files/watch/events", s.watchEvents)
 	route("DELETE /api/sandboxes/{id}/files/watch", s.unwatchFiles)
 
-	route("GET /api/templates", s.listTemplates)
-	route("POST /api/templates", s.buildTemplate)
-	route("DELETE /api/templates/{name}", s.deleteTemplate)
+	route("GET /api/templates", tplR.listTemplates)
+	route("POST /api/templates", buildR.buildTemplate)
+	route("DELETE /api/templates/{name}", tplR.deleteTemplate)
 
 	if cfg.KeyStore != nil {
-		route("GET /api/keys", s.listKeys)
-		route("POST /api/keys", s.createKey)
-		route("DELETE /api/keys/{kid}", s.revokeKey)
+		route("GET /api/keys", keyR.listKeys)
+		route("POST /api/keys", keyR.createKey)
+		route("DELETE /api/keys/{kid}", keyR.revokeKey)
 	}
 	if cfg.Sessions != nil && cfg.Dashboard != nil {
 		mux.HandleFunc("POST /dashboard/login", s.login)

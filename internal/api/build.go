@@ -44,11 +44,17 @@ type buildRequest struct {
 	ReadyCmd   string            `json:"readyCmd"`
 }
 
+// buildRoutes serve POST /api/templates.
+type buildRoutes struct {
+	builder  TemplateBuilder
+	maxBuild int64
+}
+
 // buildTemplate builds a template from a Dockerfile, as `lizard template
 // build -f` does. With Accept: text/event-stream the build's progress
 // streams as events ({"line"}), then {"template"} or {"error"}; otherwise
 // the answer is the template once built.
-func (s *server) buildTemplate(w http.ResponseWriter, r *http.Request, p store.Project) error {
+func (s buildRoutes) buildTemplate(w http.ResponseWriter, r *http.Request, p store.Project) error {
 	if s.builder == nil {
 		return errdefs.WithCode("feature_unavailable", fmt.Errorf("this server cannot build templates: %w", errdefs.ErrInvalid))
 	}

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"time"
@@ -48,9 +49,16 @@ func keyInfoOf(k store.Key, current string) keyInfo {
 		LastUsedAt: ts(k.LastUsed), RevokedAt: ts(k.RevokedAt), Current: k.ID == current}
 }
 
+// keyRoutes serve /api/keys.
+type keyRoutes struct {
+	keyStore KeyStore
+	keys     Keys
+	log      *slog.Logger
+}
+
 // listKeys is GET /api/keys: the keys of the caller's project, revoked
 // ones included, oldest first. Secrets are never listed.
-func (s *server) listKeys(w http.ResponseWriter, r *http.Request, p store.Project) error {
+func (s keyRoutes) listKeys(w http.ResponseWriter, r *http.Request, p store.Project) error {
 	keys, err := s.keyStore.Keys(r.Context(), p.ID)
 	if err != nil {
 		return err
@@ -65,7 +73,7 @@ func (s *server) listKeys(w http.ResponseWriter, r *http.Request, p store.Projec
 
 // createKey is POST /api/keys: a new key of the caller's project. The
 // answer is the only time its secret is shown.
-func (s *server) createKey(w http.ResponseWriter, r *http.Request, p store.Project) error {
+func (s keyRoutes) createKey(w http.ResponseWriter, r *http.Request, p store.Project) error {
 	if err := decode(w, r, maxBody, &struct{}{}); err != nil {
 		return err
 	}
@@ -83,7 +91,7 @@ func (s *server) createKey(w http.ResponseWriter, r *http.Request, p store.Proje
 // revokeKey is DELETE /api/keys/{kid}: the key is refused from the next
 // request on (sessions signed in with it end). Another project's key is
 // not found; revoking a revoked key is a no-op.
-func (s *server) revokeKey(w http.ResponseWriter, r *http.Request, p store.Project) error {
+func (s keyRoutes) revokeKey(w http.ResponseWriter, r *http.Request, p store.Project) error {
 	id := r.PathValue("kid")
 	keys, err := s.keyStore.Keys(r.Context(), p.ID)
 	if err != nil {
@@ -102,7 +110,7 @@ func (s *server) revokeKey(w http.ResponseWriter, r *http.Request, p store.Proje
 
 // reloadKeys makes the key view follow a change now; if that fails the
 // next poll does it.
-func (s *server) reloadKeys(ctx context.Context) {
+func (s keyRoutes) reloadKeys(ctx context.Context) {
 	if rl, ok := s.keys.(reloader); ok {
 		if err := rl.Reload(ctx); err != nil {
 			s.log.Warn("reload API keys", "err", err)

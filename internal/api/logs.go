@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 
@@ -11,10 +12,16 @@ import (
 	"github.com/lizard-build/lizard/internal/store"
 )
 
+// logRoutes serve GET /api/sandboxes/{id}/logs.
+type logRoutes struct {
+	logs Logs
+	log  *slog.Logger
+}
+
 // sandboxLogs streams the sandbox's log as Server-Sent Events: the last
 // tail lines first, then each new one, until the client goes or the
 // sandbox does; with follow=false the stream ends after the tail.
-func (s *server) sandboxLogs(w http.ResponseWriter, r *http.Request, p store.Project) error {
+func (s logRoutes) sandboxLogs(w http.ResponseWriter, r *http.Request, p store.Project) error {
 	tail := 0
 	if t := r.URL.Query().Get("tail"); t != "" {
 		n, err := strconv.Atoi(t)
@@ -24,7 +31,7 @@ func (s *server) sandboxLogs(w http.ResponseWriter, r *http.Request, p store.Pro
 		tail = n
 	}
 	id := r.PathValue("id")
-	if _, err := s.sandboxes.Get(p.ID, id); err != nil {
+	if _, err := s.logs.Get(p.ID, id); err != nil {
 		return err
 	}
 	if tail < 0 || tail > sandbox.MaxLogTail {
@@ -34,7 +41,7 @@ func (s *server) sandboxLogs(w http.ResponseWriter, r *http.Request, p store.Pro
 	follow := r.URL.Query().Get("follow") != "false"
 	if !follow {
 		var err error
-		if lines, err = s.sandboxes.LogTail(r.Context(), p.ID, id, tail); err != nil {
+		if lines, err = s.logs.LogTail(r.Context(), p.ID, id, tail); err != nil {
 			return err
 		}
 	}
@@ -64,7 +71,7 @@ func (s *server) sandboxLogs(w http.ResponseWriter, r *http.Request, p store.Pro
 		}
 		return nil
 	}
-	err := s.sandboxes.Logs(r.Context(), p.ID, id, tail, send)
+	err := s.logs.Logs(r.Context(), p.ID, id, tail, send)
 	if err != nil {
 		s.log.Debug("log stream ended", "sandbox", id, "err", err)
 	}

@@ -65,6 +65,8 @@ type Desktops interface {
 
 // Logs reads and follows a sandbox's log.
 type Logs interface {
+	// Get answers whether the sandbox is there before a stream begins.
+	Get(projectID, id string) (sandbox.Record, error)
 	LogTail(ctx context.Context, projectID, id string, tail int) ([]sandbox.LogLine, error)
 	Logs(ctx context.Context, projectID, id string, tail int, fn func(sandbox.LogLine) error) error
 }

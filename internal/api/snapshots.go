@@ -48,7 +48,13 @@ func snapshotOf(sn sandbox.SnapshotInfo) snapshotInfo {
 	return info
 }
 
-func (s *server) takeSnapshot(w http.ResponseWriter, r *http.Request, p store.Project) error {
+// snapshotRoutes serve the snapshot routes.
+type snapshotRoutes struct {
+	snapshots Snapshots
+	cluster   Cluster
+}
+
+func (s snapshotRoutes) takeSnapshot(w http.ResponseWriter, r *http.Request, p store.Project) error {
 	var req struct {
 		Name     string `json:"name"`
 		PoolSize *int   `json:"poolSize"`
@@ -60,7 +66,7 @@ func (s *server) takeSnapshot(w http.ResponseWriter, r *http.Request, p store.Pr
 	if req.PoolSize != nil {
 		pool = *req.PoolSize
 	}
-	sn, err := s.sandboxes.TakeSnapshot(r.Context(), p.ID, r.PathValue("id"), req.Name, pool)
+	sn, err := s.snapshots.TakeSnapshot(r.Context(), p.ID, r.PathValue("id"), req.Name, pool)
 	if err != nil {
 		return err
 	}
@@ -68,7 +74,7 @@ func (s *server) takeSnapshot(w http.ResponseWriter, r *http.Request, p store.Pr
 	return nil
 }
 
-func (s *server) listSnapshots(w http.ResponseWriter, r *http.Request, p store.Project) error {
+func (s snapshotRoutes) listSnapshots(w http.ResponseWriter, r *http.Request, p store.Project) error {
 	var all []sandbox.SnapshotInfo
 	if s.cluster != nil {
 		var err error
@@ -76,7 +82,7 @@ func (s *server) listSnapshots(w http.ResponseWriter, r *http.Request, p store.P
 			return err
 		}
 	} else {
-		all = s.sandboxes.Snapshots(p.ID)
+		all = s.snapshots.Snapshots(p.ID)
 	}
 	out := []snapshotInfo{}
 	for _, sn := range all {
@@ -86,15 +92,15 @@ func (s *server) listSnapshots(w http.ResponseWriter, r *http.Request, p store.P
 	return nil
 }
 
-func (s *server) listProjectSnapshots(w http.ResponseWriter, r *http.Request, p store.Project) error {
+func (s snapshotRoutes) listProjectSnapshots(w http.ResponseWriter, r *http.Request, p store.Project) error {
 	if err := sameProject(p, r.PathValue("pid")); err != nil {
 		return err
 	}
 	return s.listSnapshots(w, r, p)
 }
 
-func (s *server) getSnapshot(w http.ResponseWriter, r *http.Request, p store.Project) error {
-	sn, err := s.sandboxes.GetSnapshot(p.ID, r.PathValue("sid"))
+func (s snapshotRoutes) getSnapshot(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	sn, err := s.snapshots.GetSnapshot(p.ID, r.PathValue("sid"))
 	if err != nil {
 		return err
 	}
@@ -104,7 +110,7 @@ func (s *server) getSnapshot(w http.ResponseWriter, r *http.Request, p store.Pro
 
 // updateSnapshot changes poolSize; scope is accepted and changes nothing
 // (every snapshot restores only in its own project).
-func (s *server) updateSnapshot(w http.ResponseWriter, r *http.Request, p store.Project) error {
+func (s snapshotRoutes) updateSnapshot(w http.ResponseWriter, r *http.Request, p store.Project) error {
 	var req struct {
 		PoolSize *int    `json:"poolSize"`
 		Scope    *string `json:"scope"`
@@ -112,7 +118,7 @@ func (s *server) updateSnapshot(w http.ResponseWriter, r *http.Request, p store.
 	if err := decode(w, r, maxBody, &req); err != nil {
 		return err
 	}
-	sn, err := s.sandboxes.UpdateSnapshot(r.Context(), p.ID, r.PathValue("sid"), req.PoolSize, nil)
+	sn, err := s.snapshots.UpdateSnapshot(r.Context(), p.ID, r.PathValue("sid"), req.PoolSize, nil)
 	if err != nil {
 		return err
 	}
@@ -120,8 +126,8 @@ func (s *server) updateSnapshot(w http.ResponseWriter, r *http.Request, p store.
 	return nil
 }
 
-func (s *server) setPool(w http.ResponseWriter, r *http.Request, p store.Project, paused bool) error {
-	sn, err := s.sandboxes.UpdateSnapshot(r.Context(), p.ID, r.PathValue("sid"), nil, &paused)
+func (s snapshotRoutes) setPool(w http.ResponseWriter, r *http.Request, p store.Project, paused bool) error {
+	sn, err := s.snapshots.UpdateSnapshot(r.Context(), p.ID, r.PathValue("sid"), nil, &paused)
 	if err != nil {
 		return err
 	}
@@ -130,17 +136,17 @@ func (s *server) setPool(w http.ResponseWriter, r *http.Request, p store.Project
 }
 
 // pauseSnapshotPool releases the warm copies; the saved state stays.
-func (s *server) pauseSnapshotPool(w http.ResponseWriter, r *http.Request, p store.Project) error {
+func (s snapshotRoutes) pauseSnapshotPool(w http.ResponseWriter, r *http.Request, p store.Project) error {
 	return s.setPool(w, r, p, true)
 }
 
 // resumeSnapshotPool refills the warm pool.
-func (s *server) resumeSnapshotPool(w http.ResponseWriter, r *http.Request, p store.Project) error {
+func (s snapshotRoutes) resumeSnapshotPool(w http.ResponseWriter, r *http.Request, p store.Project) error {
 	return s.setPool(w, r, p, false)
 }
 
-func (s *server) deleteSnapshot(w http.ResponseWriter, r *http.Request, p store.Project) error {
-	if err := s.sandboxes.DeleteSnapshot(r.Context(), p.ID, r.PathValue("sid")); err != nil {
+func (s snapshotRoutes) deleteSnapshot(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	if err := s.snapshots.DeleteSnapshot(r.Context(), p.ID, r.PathValue("sid")); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -61,11 +61,16 @@ func templateOf(t template.Template) templateInfo {
 	return info
 }
 
+// templateRoutes serve GET /api/templates and DELETE /api/templates/{name}.
+type templateRoutes struct {
+	templates Templates
+}
+
 // listTemplates answers every built template (status "ready") and every
 // built-in template not built yet (status "not_built", which sandboxes
 // cannot boot from until an operator builds it), sorted by name: the
 // built-in templates and the caller's project's own.
-func (s *server) listTemplates(w http.ResponseWriter, r *http.Request, p store.Project) error {
+func (s templateRoutes) listTemplates(w http.ResponseWriter, r *http.Request, p store.Project) error {
 	if s.templates == nil {
 		return fmt.Errorf("this server has no template registry: %w", errdefs.ErrUnavailable)
 	}
@@ -96,7 +101,7 @@ func (s *server) listTemplates(w http.ResponseWriter, r *http.Request, p store.P
 
 // deleteTemplate removes one of the caller's templates. Sandboxes and
 // snapshots of it keep running on the version they started with.
-func (s *server) deleteTemplate(w http.ResponseWriter, r *http.Request, p store.Project) error {
+func (s templateRoutes) deleteTemplate(w http.ResponseWriter, r *http.Request, p store.Project) error {
 	if s.templates == nil {
 		return fmt.Errorf("this server has no template registry: %w", errdefs.ErrUnavailable)
 	}

@@ -34,9 +34,14 @@ func pointOf(u usage.Sample) usagePoint {
 	}
 }
 
+// usageRoutes serve GET /api/sandboxes/{id}/metrics.
+type usageRoutes struct {
+	usage Usages
+}
+
 // sandboxMetrics is GET /api/sandboxes/{id}/metrics?start=&end= (unix
 // seconds, both optional): the samples of the last hour, oldest first.
-func (s *server) sandboxMetrics(w http.ResponseWriter, r *http.Request, p store.Project) error {
+func (s usageRoutes) sandboxMetrics(w http.ResponseWriter, r *http.Request, p store.Project) error {
 	start, end, err := UsageWindow(r)
 	if err != nil {
 		return err

@@ -51,7 +51,13 @@ func volumeOf(v volume.Volume) volumeInfo {
 	return info
 }
 
-func (s *server) createVolume(w http.ResponseWriter, r *http.Request, p store.Project) error {
+// volumeRoutes serve /api/projects/{pid}/volumes.
+type volumeRoutes struct {
+	volumes Volumes
+	cluster Cluster
+}
+
+func (s volumeRoutes) createVolume(w http.ResponseWriter, r *http.Request, p store.Project) error {
 	if err := sameProject(p, r.PathValue("pid")); err != nil {
 		return err
 	}
@@ -92,7 +98,7 @@ func (s *server) createVolume(w http.ResponseWriter, r *http.Request, p store.Pr
 	return create()
 }
 
-func (s *server) listVolumes(w http.ResponseWriter, r *http.Request, p store.Project) error {
+func (s volumeRoutes) listVolumes(w http.ResponseWriter, r *http.Request, p store.Project) error {
 	if err := sameProject(p, r.PathValue("pid")); err != nil {
 		return err
 	}
@@ -112,7 +118,7 @@ func (s *server) listVolumes(w http.ResponseWriter, r *http.Request, p store.Pro
 	return nil
 }
 
-func (s *server) getVolume(w http.ResponseWriter, r *http.Request, p store.Project) error {
+func (s volumeRoutes) getVolume(w http.ResponseWriter, r *http.Request, p store.Project) error {
 	if err := sameProject(p, r.PathValue("pid")); err != nil {
 		return err
 	}
@@ -124,7 +130,7 @@ func (s *server) getVolume(w http.ResponseWriter, r *http.Request, p store.Proje
 	return nil
 }
 
-func (s *server) resizeVolume(w http.ResponseWriter, r *http.Request, p store.Project) error {
+func (s volumeRoutes) resizeVolume(w http.ResponseWriter, r *http.Request, p store.Project) error {
 	if err := sameProject(p, r.PathValue("pid")); err != nil {
 		return err
 	}
@@ -142,7 +148,7 @@ func (s *server) resizeVolume(w http.ResponseWriter, r *http.Request, p store.Pr
 	return nil
 }
 
-func (s *server) deleteVolume(w http.ResponseWriter, r *http.Request, p store.Project) error {
+func (s volumeRoutes) deleteVolume(w http.ResponseWriter, r *http.Request, p store.Project) error {
 	if err := sameProject(p, r.PathValue("pid")); err != nil {
 		return err
 	}
