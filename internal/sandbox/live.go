@@ -64,6 +64,7 @@ func (r Record) clone() Record {
 	r.Envs = maps.Clone(r.Envs)
 	r.Ports = slices.Clone(r.Ports)
 	r.PortTokens = maps.Clone(r.PortTokens)
+	r.Egress.Allowed = slices.Clone(r.Egress.Allowed)
 	if r.Desktop != nil {
 		d := *r.Desktop
 		r.Desktop = &d

@@ -128,9 +128,8 @@ func ValidSize(width, height int) (Size, error) {
 // Start starts the sandbox's desktop at size (if it is not running: a
 // running desktop keeps its size) and publishes its pages.
 func (s *Service) Start(ctx context.Context, projectID, id string, size Size) (Desktop, error) {
-	if _, err := s.core.Get(projectID, id); err != nil {
-		return Desktop{}, err
-	}
+	// The first lizard-desktop call answers for an unknown sandbox, or
+	// another project's: Exec finds it as the project's or not at all.
 	defer s.lock(id)()
 	running, got, err := s.lizardDesktop(ctx, projectID, id, "start", strconv.Itoa(size.Width), strconv.Itoa(size.Height))
 	if err != nil {
@@ -159,9 +158,6 @@ func (s *Service) Start(ctx context.Context, projectID, id string, size Size) (D
 // State answers whether the desktop runs, and its size and tokens, without
 // starting it.
 func (s *Service) State(ctx context.Context, projectID, id string) (Desktop, error) {
-	if _, err := s.core.Get(projectID, id); err != nil {
-		return Desktop{}, err
-	}
 	defer s.lock(id)()
 	running, got, err := s.lizardDesktop(ctx, projectID, id, "status")
 	if err != nil {
@@ -185,9 +181,6 @@ func (s *Service) State(ctx context.Context, projectID, id string) (Desktop, err
 // Stop takes the desktop's pages off the proxy and stops it. The tokens
 // are kept: the next start has the same URLs.
 func (s *Service) Stop(ctx context.Context, projectID, id string) error {
-	if _, err := s.core.Get(projectID, id); err != nil {
-		return err
-	}
 	defer s.lock(id)()
 	// A template without a desktop fails here, before anything changes.
 	if _, _, err := s.lizardDesktop(ctx, projectID, id, "status"); err != nil {
