@@ -47,8 +47,7 @@ type Config struct {
 	// Usage answers sandboxes' usage samples (internal/sandbox/usage).
 	Usage Usages
 	// Ports publishes sandbox ports on the preview proxy and Desktops
-	// drives desktops (internal/sandbox/preview, desktop); nil: their
-	// routes answer 404.
+	// drives desktops (internal/sandbox/preview, desktop).
 	Ports     Ports
 	Desktops  Desktops
 	Templates Templates
@@ -134,6 +133,8 @@ func Handler(cfg Config) http.Handler {
 	}
 	// Handler groups: each holds only what its routes call.
 	usageR := usageRoutes{usage: cfg.Usage}
+	portR := portRoutes{ports: cfg.Ports, urls: cfg.Previews}
+	deskR := desktopRoutes{desktops: cfg.Desktops, urls: cfg.Previews}
 	logR := logRoutes{logs: cfg.Sandboxes, log: cfg.Logger}
 	snapR := snapshotRoutes{snapshots: cfg.Sandboxes, cluster: cfg.Cluster}
 	volR := volumeRoutes{volumes: cfg.Volumes, cluster: cfg.Cluster}
@@ -157,11 +158,8 @@ func Handler(cfg Config) http.Handler {
 	route("POST /api/sandboxes/{id}/pause", s.pauseSandbox)
 	route("POST /api/sandboxes/{id}/resume", s.resumeSandbox)
 	route("POST /api/sandboxes/{id}/fork", s.forkSandbox)
-	if cfg.Ports != nil {
-		ports := portRoutes{ports: cfg.Ports, urls: cfg.Previews}
-		route("POST /api/sandboxes/{id}/expose/{port}", ports.expose)
-		route("DELETE /api/sandboxes/{id}/expose/{port}", ports.unexpose)
-	}
+	route("POST /api/sandboxes/{id}/expose/{port}", portR.expose)
+	route("DELETE /api/sandboxes/{id}/expose/{port}", portR.unexpose)
 
 	route("POST /api/sandboxes/{id}/snapshot", snapR.takeSnapshot)
 	route("GET /api/projects/{pid}/snapshots", snapR.listProjectSnapshots)
@@ -178,12 +176,9 @@ func Handler(cfg Config) http.Handler {
 	route("PATCH /api/projects/{pid}/volumes/{vid}", volR.resizeVolume)
 	route("DELETE /api/projects/{pid}/volumes/{vid}", volR.deleteVolume)
 
-	if cfg.Desktops != nil {
-		desktops := desktopRoutes{desktops: cfg.Desktops, urls: cfg.Previews}
-		route("POST /api/sandboxes/{id}/desktop", desktops.start)
-		route("GET /api/sandboxes/{id}/desktop", desktops.get)
-		route("DELETE /api/sandboxes/{id}/desktop", desktops.stop)
-	}
+	route("POST /api/sandboxes/{id}/desktop", deskR.start)
+	route("GET /api/sandboxes/{id}/desktop", deskR.get)
+	route("DELETE /api/sandboxes/{id}/desktop", deskR.stop)
 
 	route("GET /api/sandboxes/{id}/logs", logR.sandboxLogs)
 	route("POST /api/sandboxes/{id}/exec", s.exec)
