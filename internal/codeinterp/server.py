@@ -15,16 +15,18 @@ Routes:
   DELETE /contexts/{id}
 
 Only /execute checks X-Access-Token, and only once a token file exists.
-Python runs on Jupyter kernels, reached over ZeroMQ's ipc transport (Unix
-sockets); JavaScript (node) and bash run in runners of our own, a node or
-bash process per context driven over its stdin (ProcessContext), since the
-template has no Jupyter kernel for them. Each is started once and kept:
+Python and R run on Jupyter kernels (ipykernel, IRkernel), reached over
+ZeroMQ's ipc transport (Unix sockets); JavaScript and TypeScript (node),
+Java (JShell) and bash run in runners of our own, a process per context
+driven over its stdin (ProcessContext), since Debian has no Jupyter kernel
+for them. Each is started once and kept:
 nothing is imported per request. The sandbox's environment variables
 (envd's GET /envs) reach every context before each execution.
 """
 
 import argparse
 import asyncio
+import base64
 import datetime
 import hmac
 import json
@@ -46,13 +48,23 @@ from jupyter_client.manager import AsyncKernelManager
 
 log = logging.getLogger("code-interpreter")
 
-# E2B language names -> Jupyter kernel spec names. Only kernels the image has
-# are offered; see available_languages.
-KERNELS = {"python": "python3"}
-# Languages run by a runner of our own -> the program it needs.
-RUNNERS = {"javascript": "node", "bash": "bash"}
+# E2B language names -> Jupyter kernel spec names (R's is IRkernel's, from
+# Debian's r-cran-irkernel). Only kernels the image has are offered; see
+# available_languages.
+KERNELS = {"python": "python3", "r": "ir"}
+# Languages run by a runner of our own -> the file the runner needs:
+# TypeScript is transpiled by Debian's node-typescript and run by the
+# JavaScript runner; Java runs in JShell (jdk.jshell, in a JDK).
+RUNNERS = {"javascript": "node", "bash": "bash", "typescript": "/usr/share/nodejs/typescript/package.json",
+           "java": "jshell"}
+# The languages whose default context starts with the server, as E2B's
+# server has python and javascript ones before any execution; the others
+# (an R kernel or a JVM costs memory in every sandbox) start at their first
+# use.
+EAGER = ("python", "javascript", "bash")
 LANGUAGE_ALIASES = {"python3": "python", "py": "python",
                     "js": "javascript", "node": "javascript", "nodejs": "javascript",
+                    "ts": "typescript",
                     "sh": "bash", "shell": "bash"}
 # Where the envd of the sandbox answers GET /envs (the agent, on its port).
 ENVD_ENVS_URL = "http://127.0.0.1:49983/envs"
@@ -390,8 +402,21 @@ const rewriteImports = (code) => code.replace(importDecl, (all, def, rest, spec)
   if (!out.length) out.push(ns)
   return out.join('; ') + ';'
 })
+// A TypeScript cell is transpiled to JavaScript first (types dropped, no
+// type checking), by Debian's node-typescript, loaded at the first one.
+let ts
+const transpile = (code) => {
+  if (!ts) { try { ts = require('typescript') } catch { ts = require('/usr/share/nodejs/typescript') } }
+  const out = ts.transpileModule(code, { compilerOptions: { target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.ESNext } })
+  return out.outputText.replace(/^export \{\};?[ \t]*$/m, '')
+}
 let base = {}
 const run = async (req) => {
+  try {
+    if (req.ts) req.code = transpile(req.code)
+  } catch (e) {
+    return { error: { name: 'TranspileError', value: String(e && e.message || e), traceback: String(e && e.stack || e) } }
+  }
   req.code = rewriteImports(req.code)
   // The sandbox's environment stays; a call's own goes over it for the call.
   for (const k of Object.keys(base)) if (!(k in req.base)) delete process.env[k]
@@ -432,6 +457,140 @@ readline.createInterface({ input: process.stdin }).on('line', (line) => {
 """
 
 
+# The Java runner (ProcessContext): JShell evaluating cells in its own JVM.
+JAVA_RUNNER = r"""
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Base64;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.stream.Collectors;
+
+import jdk.jshell.Diag;
+import jdk.jshell.EvalException;
+import jdk.jshell.JShell;
+import jdk.jshell.Snippet;
+import jdk.jshell.SnippetEvent;
+import jdk.jshell.SourceCodeAnalysis;
+import jdk.jshell.UnresolvedReferenceException;
+
+// The Java runner of a code-interpreter context: one JShell, evaluating in
+// this JVM (the local execution engine), so each cell sees what the last
+// one declared. A request is a line of base64 tokens: nonce, code, the
+// number of the sandbox's variables and their names and values, then the
+// same for the call's own. Both are system properties while the cell runs;
+// the call's are put back afterwards.
+public class LizardRunner {
+    static final Base64.Decoder B64 = Base64.getDecoder();
+    static Map<String, String> base = new HashMap<>();
+
+    public static void main(String[] args) throws Exception {
+        JShell js = JShell.builder().executionEngine("local").build();
+        SourceCodeAnalysis sca = js.sourceCodeAnalysis();
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        String line;
+        while ((line = in.readLine()) != null) {
+            String[] t = line.split(" ", -1);
+            int i = 0;
+            String nonce = t[i++];
+            String code = text(t[i++]);
+            Map<String, String> b = new HashMap<>();
+            for (int n = Integer.parseInt(t[i++]); n > 0; n--, i += 2) b.put(text(t[i]), text(t[i + 1]));
+            Map<String, String> call = new HashMap<>();
+            for (int n = Integer.parseInt(t[i++]); n > 0; n--, i += 2) call.put(text(t[i]), text(t[i + 1]));
+            for (String k : base.keySet()) if (!b.containsKey(k)) System.clearProperty(k);
+            b.forEach(System::setProperty);
+            base = b;
+            Map<String, String> saved = new HashMap<>();
+            call.forEach((k, v) -> saved.put(k, System.setProperty(k, v)));
+            String outcome;
+            try {
+                outcome = run(js, sca, code);
+            } finally {
+                saved.forEach((k, v) -> {
+                    if (v == null) System.clearProperty(k);
+                    else System.setProperty(k, v);
+                });
+            }
+            System.out.flush();
+            System.err.flush();
+            System.err.print("\0LZ:" + nonce + "\n");
+            System.err.flush();
+            System.out.print("\0LZ:" + nonce + ":" + outcome + "\n");
+            System.out.flush();
+        }
+    }
+
+    static String text(String b64) {
+        return new String(B64.decode(b64), StandardCharsets.UTF_8);
+    }
+
+    // run evaluates the cell's snippets in order; the value of the last, if
+    // it is an expression, is the result. The first that fails ends the cell.
+    static String run(JShell js, SourceCodeAnalysis sca, String code) {
+        String rest = code;
+        String value = null;
+        while (!rest.isBlank()) {
+            SourceCodeAnalysis.CompletionInfo ci = sca.analyzeCompletion(rest);
+            String src;
+            if (ci.completeness().isComplete()) {
+                src = ci.source();
+                rest = ci.remaining();
+            } else {
+                src = rest;
+                rest = "";
+            }
+            value = null;
+            for (SnippetEvent e : js.eval(src)) {
+                if (e.causeSnippet() != null) continue;
+                if (e.exception() != null) return error(e.exception());
+                if (e.status() == Snippet.Status.REJECTED) {
+                    String msg = js.diagnostics(e.snippet()).map(d -> d.getMessage(null)).collect(Collectors.joining("\n"));
+                    return "{\"error\": {\"name\": \"CompilationError\", \"value\": " + quote(msg) + ", \"traceback\": " + quote(msg + "\n" + e.snippet().source()) + "}}";
+                }
+                Snippet.SubKind sk = e.snippet().subKind();
+                if (sk == Snippet.SubKind.TEMP_VAR_EXPRESSION_SUBKIND || sk == Snippet.SubKind.VAR_VALUE_SUBKIND
+                        || sk == Snippet.SubKind.ASSIGNMENT_SUBKIND || sk == Snippet.SubKind.OTHER_EXPRESSION_SUBKIND) {
+                    value = e.value();
+                }
+            }
+        }
+        if (value == null) return "{}";
+        return "{\"result\": {\"text/plain\": " + quote(value) + "}}";
+    }
+
+    static String error(Throwable x) {
+        String name = x.getClass().getSimpleName();
+        if (x instanceof EvalException) name = ((EvalException) x).getExceptionClassName();
+        String msg = x.getMessage() == null ? "" : x.getMessage();
+        if (x instanceof UnresolvedReferenceException) msg = "unresolved reference: " + ((UnresolvedReferenceException) x).getSnippet().source();
+        StringBuilder tb = new StringBuilder(name + ": " + msg);
+        for (StackTraceElement s : x.getStackTrace()) tb.append("\n\tat ").append(s);
+        return "{\"error\": {\"name\": " + quote(name) + ", \"value\": " + quote(msg) + ", \"traceback\": " + quote(tb.toString()) + "}}";
+    }
+
+    static String quote(String s) {
+        StringBuilder b = new StringBuilder("\"");
+        for (char c : s.toCharArray()) {
+            switch (c) {
+                case '"': b.append("\\\""); break;
+                case '\\': b.append("\\\\"); break;
+                case '\n': b.append("\\n"); break;
+                case '\r': b.append("\\r"); break;
+                case '\t': b.append("\\t"); break;
+                default:
+                    if (c < 0x20) b.append(String.format("\\u%04x", (int) c));
+                    else b.append(c);
+            }
+        }
+        return b.append('"').toString();
+    }
+}
+"""
+
 class HTTPError(Exception):
     def __init__(self, status, message):
         super().__init__(message)
@@ -447,7 +606,8 @@ def available_languages():
     from jupyter_client.kernelspec import KernelSpecManager
     specs = KernelSpecManager().find_kernel_specs()
     langs = {lang for lang, spec in KERNELS.items() if spec in specs}
-    return langs | {lang for lang, prog in RUNNERS.items() if shutil.which(prog)}
+    return langs | {lang for lang, need in RUNNERS.items()
+                    if (os.path.exists(need) if os.path.isabs(need) else shutil.which(need))}
 
 
 def to_result(content, main):
@@ -572,12 +732,13 @@ class JupyterContext(Context):
         async with self.lock:
             if self.kc is None:
                 raise HTTPError(503, "context %s is not running" % self.id)
+            dialect = DIALECTS[self.language]
             if base_env != self.base_env:
-                if not await self.run_silent("__import__('_lizard_ci').set_base_env(%r)" % (base_env,)):
+                if not await self.run_silent(dialect.set_base_env(self.base_env, base_env)):
                     raise RuntimeError("setting the sandbox's environment failed")
                 self.base_env = base_env
             if env:
-                await self.run_silent("__import__('_lizard_ci').set_env(%r)" % (env,))
+                await self.run_silent(dialect.set_env(env))
             try:
                 msg_id = self.kc.execute(code, store_history=True, allow_stdin=False)
                 async for msg in self.messages(msg_id, gone):
@@ -586,7 +747,63 @@ class JupyterContext(Context):
                         await emit(out)
             finally:
                 if env:
-                    await self.run_silent("__import__('_lizard_ci').restore_env()")
+                    await self.run_silent(dialect.restore_env())
+
+
+class PythonDialect:
+    """The code that sets a Python kernel's environment (the _lizard_ci
+    helpers PYTHON_SETUP defines)."""
+
+    @staticmethod
+    def set_base_env(old, env):
+        return "__import__('_lizard_ci').set_base_env(%r)" % (env,)
+
+    @staticmethod
+    def set_env(env):
+        return "__import__('_lizard_ci').set_env(%r)" % (env,)
+
+    @staticmethod
+    def restore_env():
+        return "__import__('_lizard_ci').restore_env()"
+
+
+def r_string(s):
+    """s as an R string literal: R reads JSON's escapes (all but \\/, which
+    json.dumps does not write)."""
+    return json.dumps(s, ensure_ascii=False)
+
+
+class RDialect:
+    """The same for an R kernel: Sys.setenv and Sys.unsetenv, with a call's
+    previous values kept in the option lizard.saved."""
+
+    @staticmethod
+    def setenv(env):
+        return "Sys.setenv(%s)" % ", ".join("%s = %s" % (r_string(k), r_string(v)) for k, v in env.items())
+
+    @classmethod
+    def set_base_env(cls, old, env):
+        gone = [k for k in old if k not in env]
+        code = ["invisible(NULL)"]
+        if gone:
+            code.append("Sys.unsetenv(c(%s))" % ", ".join(map(r_string, gone)))
+        if env:
+            code.append(cls.setenv(env))
+        return "; ".join(code)
+
+    @classmethod
+    def set_env(cls, env):
+        keys = ", ".join(map(r_string, env))
+        return "options(lizard.saved = Sys.getenv(c(%s), unset = NA, names = TRUE)); %s" % (keys, cls.setenv(env))
+
+    @staticmethod
+    def restore_env():
+        return ("local({s <- getOption('lizard.saved'); for (k in names(s)) "
+                "if (is.na(s[[k]])) Sys.unsetenv(k) else do.call(Sys.setenv, setNames(list(s[[k]]), k)); "
+                "options(lizard.saved = NULL)})")
+
+
+DIALECTS = {"python": PythonDialect, "r": RDialect}
 
 
 class MarkedStream:
@@ -643,8 +860,8 @@ class MarkedStream:
 
 
 class ProcessContext(Context):
-    """A JavaScript or bash context of our own: one node or bash process,
-    kept for the context's life, that runs each execution in the same
+    """A JavaScript, TypeScript, Java or bash context of our own: one node,
+    JVM or bash process, kept for the context's life, that runs each execution in the same
     global state. An execution's output is what the process writes to its
     stdout and stderr until its end marker (MarkedStream)."""
 
@@ -656,8 +873,17 @@ class ProcessContext(Context):
 
     async def start(self):
         self.base_env = {}
-        if self.language == "javascript":
+        if self.language in ("javascript", "typescript"):
             argv = ["node", "-e", JS_RUNNER]
+        elif self.language == "java":
+            # The source-file launcher compiles the runner as it starts.
+            src = os.path.join(self.sockdir, "LizardRunner.java")
+            if not os.path.exists(src):
+                tmp = src + ".%s.tmp" % uuid.uuid4().hex
+                with open(tmp, "w") as f:
+                    f.write(JAVA_RUNNER)
+                os.replace(tmp, src)
+            argv = ["java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", src]
         else:
             argv = ["bash", "--noprofile", "--norc"]
         self.proc = await asyncio.create_subprocess_exec(
@@ -677,9 +903,20 @@ class ProcessContext(Context):
         self.proc = None
 
     def request(self, code, base_env, env, nonce):
-        if self.language == "javascript":
+        if self.language in ("javascript", "typescript"):
             # The sandbox's environment stays; a call's goes after it.
-            return (json.dumps({"code": code, "env": env, "base": base_env, "nonce": nonce}) + "\n").encode()
+            return (json.dumps({"code": code, "env": env, "base": base_env, "nonce": nonce,
+                                "ts": self.language == "typescript"}) + "\n").encode()
+        if self.language == "java":
+            def b64(t):
+                return base64.b64encode(t.encode()).decode()
+            tokens = [nonce, b64(code), str(len(base_env))]
+            for k, v in base_env.items():
+                tokens += [b64(k), b64(v)]
+            tokens.append(str(len(env)))
+            for k, v in env.items():
+                tokens += [b64(k), b64(v)]
+            return (" ".join(tokens) + "\n").encode()
         lines = []
         for k in self.base_env:
             if k not in base_env:
@@ -800,10 +1037,6 @@ class Interpreter:
 
     def language(self, name):
         lang = LANGUAGE_ALIASES.get((name or "python").lower(), (name or "python").lower())
-        if lang in ("typescript", "ts"):
-            raise HTTPError(400, "language %r is not supported here: the JavaScript context runs "
-                            "plain JavaScript on node, without TypeScript (supported: %s)"
-                            % (name, ", ".join(sorted(self.languages))))
         if lang not in self.languages:
             raise HTTPError(400, "language %r is not supported here (supported: %s)"
                             % (name, ", ".join(sorted(self.languages))))
@@ -1190,11 +1423,9 @@ async def main():
     for s in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(s, stop.set)
     try:
-        # Every language has its default context from the start (E2B's
-        # server lists python and javascript ones before any execution),
+        # The EAGER languages have their default context from the start,
         # started at once; Python's kernel first, as it takes longest.
-        await asyncio.gather(*(interp.default(lang) for lang in
-                               sorted(interp.languages, key=lambda l: l != "python")))
+        await asyncio.gather(*(interp.default(lang) for lang in EAGER if lang in interp.languages))
         interp.keep_spare()
         if interp.spare is not None:
             await asyncio.wait([interp.spare])

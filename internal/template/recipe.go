@@ -101,18 +101,25 @@ var builtins = map[string]recipe{
 		[]string{"node", "--version"},
 		[]string{"npm", "--version"},
 	),
-	// interpreter is what the SDKs' CodeSandbox boots: their runner starts
+	// interpreter is what the SDKs' CodeSandbox boots, with the languages
+	// of E2B's code interpreter: the server (internal/codeinterp) starts
 	// ipykernel for python (matplotlib figures come back inline through
-	// matplotlib-inline) and runs javascript with node and bash with bash.
+	// matplotlib-inline) and IRkernel for r, runs javascript with node,
+	// typescript with node after node-typescript's transpiler, java in
+	// JShell and bash with bash.
 	"interpreter": debian(
 		[]string{
 			"python3", "python3-pip", "python3-ipykernel", "python3-jupyter-client",
 			"python3-matplotlib-inline", "python3-numpy", "python3-pandas",
-			"python3-matplotlib", "nodejs", "bash",
+			"python3-matplotlib", "nodejs", "node-typescript", "bash",
+			"r-cran-irkernel", "openjdk-17-jdk-headless",
 		},
 		[]postStep{allowPip, aggBackend},
 		[]string{"python3", "-c", "import ipykernel, jupyter_client, matplotlib_inline, numpy, pandas, matplotlib.pyplot"},
-		[]string{"node", "--version"},
+		[]string{"node", "-e", "require('/usr/share/nodejs/typescript')"},
+		[]string{"test", "-f", "/usr/share/jupyter/kernels/ir/kernel.json"},
+		[]string{"R", "--slave", "-e", "library(IRkernel)"},
+		[]string{"jshell", "--version"},
 	),
 	// desktop is what the SDKs' sandbox.desktop drives: an X display with
 	// Chromium, watched and driven through noVNC (recipe_desktop.go).

@@ -76,7 +76,7 @@ test('runCode keeps state, streams output, returns results, charts and errors; c
     await assert.rejects(sbx.runCode('1', { context: ctx }), (e) => e.name === 'NotFoundError')
 
     // A language the template has no kernel for is refused, not a 500.
-    await assert.rejects(sbx.runCode('1', { language: 'r' }), /400/)
+    await assert.rejects(sbx.runCode('1', { language: 'cobol' }), /400/)
   } finally {
     await sbx.kill()
   }
@@ -113,9 +113,6 @@ test('JavaScript and bash contexts; the sandbox\'s envs reach every context', as
     const ctx = await sbx.createCodeContext({ language: 'bash', cwd: '/tmp' })
     assert.equal(ctx.language, 'bash')
     assert.equal((await sbx.runCode('pwd; echo ${X-unset}', { context: ctx })).logs.stdout.join(''), '/tmp\nunset\n')
-
-    // TypeScript is not run (node has no TypeScript here): a clear 400.
-    await assert.rejects(sbx.runCode('1', { language: 'typescript' }), /400/)
   } finally {
     await sbx.kill()
   }
@@ -214,6 +211,58 @@ test('results, contexts and charts as E2B gives them', async () => {
     assert.equal(box.y_unit, 'ms')
     assert.deepEqual(box.elements.map((e) => [e.label, e.min, e.first_quartile, e.median, e.third_quartile, e.max, e.outliers]),
       [['p', 1, 2, 3, 4, 5, []], ['q', 2, 4, 6, 8, 8, [30]]])
+  } finally {
+    await sbx.kill()
+  }
+})
+
+// The other languages of E2B's code interpreter: R on IRkernel, Java in
+// JShell, TypeScript transpiled for node. Each keeps its state, starts in
+// the user's home, sees the sandbox's envs (Java as system properties) and
+// a call's own for that call, and reports an error as an error.
+test('R, Java and TypeScript contexts', async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 300_000, envs: { SBX_VAR: 'from-create' } })
+  try {
+    const text = (e) => e.results[0]?.text?.trim()
+
+    // R: a value keeps R's print form, quotes included.
+    assert.equal(text(await sbx.runCode('getwd()', { language: 'r' })), '[1] "/home/user"')
+    await sbx.runCode('x <- 20', { language: 'r' })
+    assert.equal(text(await sbx.runCode('x * 2 + 2', { language: 'r' })), '[1] 42')
+    assert.equal(text(await sbx.runCode('Sys.getenv("SBX_VAR")', { language: 'r' })), '[1] "from-create"')
+    assert.equal(text(await sbx.runCode('Sys.getenv("CALL")', { language: 'r', envs: { CALL: 'it\'s "quoted"' } })), '[1] "it\'s \\"quoted\\""')
+    assert.equal(text(await sbx.runCode('Sys.getenv("CALL", unset = "gone")', { language: 'r' })), '[1] "gone"')
+    const rOut = await sbx.runCode('cat("hi\\n")', { language: 'r' })
+    assert.equal(rOut.logs.stdout.join(''), 'hi\n')
+    const rErr = await sbx.runCode('stop("boom")', { language: 'r' })
+    assert.match(rErr.error?.value ?? '', /boom/, JSON.stringify(rErr.toJSON()))
+
+    // Java: statements, declarations kept, the last expression's value.
+    assert.equal(text(await sbx.runCode('System.getProperty("user.dir")', { language: 'java' })), '/home/user')
+    const j = await sbx.runCode('int n = 40;\nSystem.out.println("hi " + n);\nn + 2', { language: 'java' })
+    assert.equal(j.logs.stdout.join(''), 'hi 40\n')
+    assert.equal(text(j), '42')
+    assert.equal(text(await sbx.runCode('n * 10', { language: 'java' })), '400')
+    assert.equal(text(await sbx.runCode('System.getProperty("SBX_VAR")', { language: 'java' })), 'from-create')
+    assert.equal(text(await sbx.runCode('System.getProperty("CALL")', { language: 'java', envs: { CALL: 'c' } })), 'c')
+    assert.equal(text(await sbx.runCode('System.getProperty("CALL", "gone")', { language: 'java' })), 'gone')
+    const jErr = await sbx.runCode('Integer.parseInt("z")', { language: 'java' })
+    assert.equal(jErr.error?.name, 'java.lang.NumberFormatException', JSON.stringify(jErr.toJSON()))
+    const jBad = await sbx.runCode('undefinedName + 1', { language: 'java' })
+    assert.equal(jBad.error?.name, 'CompilationError', JSON.stringify(jBad.toJSON()))
+    assert.match(jBad.error.value, /cannot find symbol/)
+
+    // TypeScript: types are dropped, the rest runs as JavaScript.
+    const ts = await sbx.runCode('const message: string = "Hello World!"; console.log(message)', { language: 'ts' })
+    assert.deepEqual(ts.logs.stdout, ['Hello World!\n'])
+    assert.equal((await sbx.runCode('process.cwd()', { language: 'typescript' })).text, '/home/user')
+    assert.equal((await sbx.runCode('interface P { n: number }\nconst p: P = { n: 2 }\nawait Promise.resolve(p.n * 21)', { language: 'ts' })).text, '42')
+    assert.equal((await sbx.runCode('process.env.SBX_VAR', { language: 'ts' })).text, 'from-create')
+
+    const ctx = await sbx.createCodeContext({ language: 'r', cwd: '/tmp' })
+    assert.equal(ctx.language, 'r')
+    assert.equal(text(await sbx.runCode('getwd()', { context: ctx })), '[1] "/tmp"')
+    assert.equal((await sbx.runCode('exists("x")', { context: ctx })).results[0]?.text, '[1] FALSE')
   } finally {
     await sbx.kill()
   }
