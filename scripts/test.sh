@@ -74,6 +74,14 @@ echo "[test] LIZARD_TEST_SLOWNESS=$LIZARD_TEST_SLOWNESS: the tests' waits are th
 go_timeout=$(awk -v f="$LIZARD_TEST_SLOWNESS" 'BEGIN { printf "%dm", 60 * f }')
 pg_timeout=$(awk -v f="$LIZARD_TEST_SLOWNESS" 'BEGIN { printf "%dm", 20 * f }')
 
+# -p 1 also makes go build one package at a time: build every test binary
+# first with all cores, so that the run below finds them in the build cache
+# and only links and runs them.
+echo "[test] building the test binaries"
+testbins=$(mktemp -d)
+go test -c -o "$testbins/" ./... > /dev/null 2>&1 || echo "[test] building the test binaries failed; go test reports why"
+rm -rf "$testbins"
+
 echo "[test] go test ./... (LIZARD_TEMPLATE_DIR=${LIZARD_TEMPLATE_DIR:-} LIZARD_RUNSC=${LIZARD_RUNSC:-}; log: $log)"
 # shellcheck disable=SC2086 # GO_TEST_FLAGS is a list of flags
 go test -count=1 -p 1 -timeout "$go_timeout" ${GO_TEST_FLAGS:-} ./... 2>&1 | tee -a "$log"

@@ -29,7 +29,7 @@ const usage = `usage:
   lizard keys ls --project P [--data-dir DIR | --database URL]
   lizard keys revoke ID [--data-dir DIR | --database URL]
   lizard nodes ls|drain NODE [--undo]|remove NODE --database URL   (cluster mode)
-  lizard template build NAME [--if-missing] [--debian-mirror URL] [--template-dir DIR]
+  lizard template build NAME [--if-missing] [--seed-max-age D] [--debian-mirror URL] [--template-dir DIR]
   lizard template build NAME -f DOCKERFILE [CONTEXT] [--project P] [--build-arg K=V]... [--runsc PATH]
         [--registry-allow HOST[:PORT]]... [--registry-auth FILE] [--build-bridge BR] [--build-subnet CIDR]
         [--template-dir DIR] [--data-dir DIR | --database URL]
@@ -171,6 +171,7 @@ func templates(ctx context.Context, args []string) error {
 	var bf buildFlags
 	bf.register(fs)
 	ifMissing := fs.Bool("if-missing", false, "build only when not built yet")
+	seedAge := fs.Duration("seed-max-age", time.Hour, "start a built-in build from the debootstrapped tree an earlier build left if younger than this (0: debootstrap every time)")
 	dockerfile := fs.String("f", "", "build from this Dockerfile (context: CONTEXT, default the Dockerfile's directory)")
 	runsc := fs.String("runsc", "", "runsc binary for RUN steps (default: $LIZARD_RUNSC, else runsc in PATH)")
 	readyCmd := fs.String("ready-cmd", "", "shell command that passes once the start command (CMD) is ready; replaces the Dockerfile's HEALTHCHECK")
@@ -182,6 +183,7 @@ func templates(ctx context.Context, args []string) error {
 	}
 	reg := template.NewRegistry(*dir)
 	reg.Mirror = bf.mirror
+	reg.SeedMaxAge = *seedAge
 	// projectReg is the registry of --project's own templates.
 	projectReg := func() (*template.Registry, error) {
 		st, err := openStore(ctx, *dataDir, *database)

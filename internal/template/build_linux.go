@@ -84,7 +84,7 @@ func (r *Registry) build(ctx context.Context, name string, progress io.Writer, i
 		}
 	}
 	rep.printf("building %s (%s, debootstrap --variant=%s) from %s", name, rec.Suite, rec.Variant, mirror)
-	if err := runDebootstrap(ctx, r.RunCommand, deb, rec, rootfs, mirror, lock.f, rep); err != nil {
+	if err := r.debootstrap(ctx, deb, rec, rootfs, mirror, lock.f, rep); err != nil {
 		return Template{}, fmt.Errorf("build template %q: %w", name, err)
 	}
 
@@ -372,12 +372,14 @@ func (r *Registry) removeTree(path string) error {
 }
 
 // removable reports whether removeTree may remove path: <dir>/.build-*,
-// <dir>/.old-* or <dir>/.v/<name>@*.
+// <dir>/.old-*, <dir>/.v/<name>@* or an entry of <dir>/.seeds.
 func (r *Registry) removable(path string) bool {
 	base := filepath.Base(path)
 	switch filepath.Dir(path) {
 	case r.dir:
 		return strings.HasPrefix(base, ".build-") || strings.HasPrefix(base, ".old-")
+	case filepath.Join(r.dir, seedsDir):
+		return true
 	case filepath.Join(r.dir, versionsDir):
 		name, _, ok := strings.Cut(base, "@")
 		return ok && validName(name)

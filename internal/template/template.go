@@ -176,6 +176,12 @@ type Registry struct {
 	// server passes its reaper's Run, so that its child subreaper does
 	// not take their exit statuses.
 	RunCommand RunFunc
+	// SeedMaxAge, when positive, lets a build of a built-in template start
+	// from the debootstrapped tree an earlier build left (seed_linux.go)
+	// if that tree is younger than this, instead of running debootstrap
+	// again: every built-in recipe debootstraps the same suite and
+	// packages, so `make templates` runs it once, not once per template.
+	SeedMaxAge time.Duration
 
 	// Of a project's registry (see Project): the top registry, holding
 	// the built-in templates, and the project.
