@@ -103,6 +103,11 @@ type Runtime interface {
 // memory, running processes, open files and its writable layer — and bring
 // it back, in place or as new sandboxes. The sandbox service finds it by type
 // assertion.
+// ImageFile is the file of a Checkpointer's image directory (Snapshot's
+// dir) that holds the checkpoint itself: a directory without it is not an
+// image (a Snapshot that crashed half-way), and is never restored.
+const ImageFile = "checkpoint.img"
+
 type Checkpointer interface {
 	// Pause checkpoints the running sandbox to the backend's own storage and
 	// frees its processes and memory; List then reports it paused. A failed

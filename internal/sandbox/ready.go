@@ -101,7 +101,7 @@ func (s *Service) readyState(k readyKey) (ReadyState, string, bool) {
 	if err != nil || json.Unmarshal(b, &st) != nil || st.AgentToken == "" {
 		return ReadyState{}, "", false
 	}
-	if _, err := os.Stat(filepath.Join(dir, "checkpoint.img")); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, runtime.ImageFile)); err != nil {
 		return ReadyState{}, "", false
 	}
 	return st, dir, true

@@ -531,7 +531,7 @@ func (s *Service) recoverSnapshots(ctx context.Context) error {
 			s.mu.Unlock()
 			continue
 		}
-		if _, err := os.Stat(filepath.Join(s.snapshotDir(snap.ID), "checkpoint.img")); err != nil && (snap.DurableAt == nil || s.cfg.Images == nil) {
+		if _, err := os.Stat(filepath.Join(s.snapshotDir(snap.ID), runtime.ImageFile)); err != nil && (snap.DurableAt == nil || s.cfg.Images == nil) {
 			s.log.Warn("recover: snapshot image missing, removing the snapshot", "snapshot", snap.ID)
 			s.cfg.Store.DeleteSnapshot(ctx, r.ID)
 			continue

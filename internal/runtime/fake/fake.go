@@ -114,7 +114,8 @@ func (r *Runtime) dir(id string) string  { return filepath.Join(r.cfg.Dir, id) }
 func (r *Runtime) home(id string) string { return filepath.Join(r.dir(id), "home") }
 
 // PauseImage implements runtime.PauseImager: the image holds the home
-// directory (home/) and the agent's token (token.sum).
+// directory (home/) and, written last, the agent's token's digest as its
+// runtime.ImageFile.
 func (r *Runtime) PauseImage(id string) string { return filepath.Join(r.dir(id), "paused") }
 
 func validID(id string) bool {
@@ -334,12 +335,14 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 		return fmt.Errorf("sandbox %q: pause image: %w", id, err)
 	}
 	sb.halt(runtime.StatePaused)
-	err = writeTokenSum(image, sb.tokenSum)
+	err = os.Rename(r.home(id), filepath.Join(image, "home"))
 	if err == nil {
-		err = os.Rename(r.home(id), filepath.Join(image, "home"))
+		if err = writeTokenSum(image, sb.tokenSum); err != nil {
+			err = errors.Join(err, os.Rename(filepath.Join(image, "home"), r.home(id)))
+		}
 	}
 	if err != nil {
-		// A failed Pause leaves it running.
+		// A failed Pause leaves it running, with its files.
 		os.RemoveAll(image)
 		if serr := r.serve(sb); serr != nil {
 			return errors.Join(err, serr)
@@ -401,10 +404,10 @@ func (r *Runtime) Snapshot(ctx context.Context, id, dir string) (err error) {
 			os.RemoveAll(dir)
 		}
 	}()
-	if err := writeTokenSum(dir, sb.srv.TokenSum()); err != nil {
+	if err := copyTree(r.home(id), filepath.Join(dir, "home")); err != nil {
 		return fmt.Errorf("snapshot of %q: %w", id, err)
 	}
-	if err := copyTree(r.home(id), filepath.Join(dir, "home")); err != nil {
+	if err := writeTokenSum(dir, sb.srv.TokenSum()); err != nil {
 		return fmt.Errorf("snapshot of %q: %w", id, err)
 	}
 	return nil
@@ -458,20 +461,20 @@ func (r *Runtime) Leaks(id string) []string {
 }
 
 func writeTokenSum(dir string, sum [sha256.Size]byte) error {
-	return os.WriteFile(filepath.Join(dir, "token.sum"), []byte(hex.EncodeToString(sum[:])), 0o600)
+	return os.WriteFile(filepath.Join(dir, runtime.ImageFile), []byte(hex.EncodeToString(sum[:])), 0o600)
 }
 
 func readTokenSum(dir string) ([sha256.Size]byte, error) {
 	var sum [sha256.Size]byte
-	b, err := os.ReadFile(filepath.Join(dir, "token.sum"))
+	b, err := os.ReadFile(filepath.Join(dir, runtime.ImageFile))
 	if errors.Is(err, fs.ErrNotExist) {
-		return sum, fmt.Errorf("no token.sum: %w", errdefs.ErrNotFound)
+		return sum, fmt.Errorf("no %s: %w", runtime.ImageFile, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return sum, err
 	}
 	if n, err := hex.Decode(sum[:], b); err != nil || n != len(sum) {
-		return sum, fmt.Errorf("token.sum is not a SHA-256: %w", errdefs.ErrInvalid)
+		return sum, fmt.Errorf("%s is not a SHA-256: %w", runtime.ImageFile, errdefs.ErrInvalid)
 	}
 	return sum, nil
 }

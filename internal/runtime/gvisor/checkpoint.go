@@ -205,7 +205,7 @@ func (r *Runtime) notRunning(ctx context.Context, id string, err error) error {
 
 // Restore implements runtime.Checkpointer.
 func (r *Runtime) Restore(ctx context.Context, spec runtime.Spec, dir string) (runtime.Sandbox, error) {
-	if _, err := os.Stat(filepath.Join(dir, "checkpoint.img")); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, runtime.ImageFile)); err != nil {
 		return runtime.Sandbox{}, errdefs.WithCause(errdefs.ErrNotFound, "the checkpoint image is missing", fmt.Errorf("image %s: %w", dir, err))
 	}
 	if err := r.compatible(ctx, dir); err != nil {

@@ -434,6 +434,10 @@ func testSnapshotRestore(t *testing.T, rt runtime.Runtime, cp runtime.Checkpoint
 	if got := state(t, rt, src); got != runtime.StateRunning {
 		t.Fatalf("source after Snapshot: %q, want running", got)
 	}
+	// The sandbox service tells a finished image by this file.
+	if _, err := os.Stat(filepath.Join(image, runtime.ImageFile)); err != nil {
+		t.Fatalf("the image has no %s: %v", runtime.ImageFile, err)
+	}
 	if err := cp.Snapshot(ctx, src, image); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("Snapshot into an existing dir: %v, want ErrConflict", err)
 	}
