@@ -49,9 +49,10 @@ const (
 	// the background.
 	readyRetryAfter = 10 * time.Minute
 	// startLog and startExit are where a start command's output and exit
-	// status go, in the sandbox.
-	startLog  = "/tmp/lizard-start.log"
-	startExit = "/tmp/.lizard-start.exit"
+	// status go, in the sandbox's temporary directory (shell words: /tmp
+	// unless the template sets TMPDIR).
+	startLog  = `"${TMPDIR:-/tmp}/lizard-start.log"`
+	startExit = `"${TMPDIR:-/tmp}/.lizard-start.exit"`
 )
 
 // ReadyState is a template's saved ready state (ready.json).
@@ -326,7 +327,7 @@ func startArgv(argv []string) []string {
 
 // exited reports the start command's exit status once it has ended.
 func (c startCtx) exited(ctx context.Context) (string, bool) {
-	code, out, err := c.run(ctx, []string{"cat", startExit}, "", 10_000)
+	code, out, err := c.run(ctx, []string{"/bin/sh", "-c", "cat " + startExit}, "", 10_000)
 	// The shell creates the file before it writes the status: empty is
 	// not ended yet.
 	status := strings.TrimSpace(out)
@@ -338,7 +339,7 @@ func (c startCtx) exited(ctx context.Context) (string, bool) {
 
 // lastLines is the end of the start command's output.
 func (c startCtx) lastLines(ctx context.Context, n int) string {
-	_, out, _ := c.run(ctx, []string{"tail", "-n", strconv.Itoa(n), startLog}, "", 10_000)
+	_, out, _ := c.run(ctx, []string{"/bin/sh", "-c", "tail -n " + strconv.Itoa(n) + " " + startLog}, "", 10_000)
 	return strings.TrimRight(out, "\n")
 }
 

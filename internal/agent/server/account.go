@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"os/user"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,6 +22,9 @@ type account struct {
 	groups []uint32
 	home   string
 	shell  string
+	// tmp, if not "", is the account's TMPDIR: on the host (hostAccount),
+	// the sandbox's own temporary directory, as /tmp is in a sandbox.
+	tmp string
 }
 
 const defaultShell = "/bin/sh"
@@ -35,11 +39,17 @@ type accounts struct {
 	host *account
 }
 
-// hostAccount is the agent's own user with home as its home directory.
+// hostAccount is the agent's own user with home as its home directory and
+// home/.tmp as its TMPDIR (made if missing), since the host's /tmp is not
+// the sandbox's.
 func hostAccount(home string) (*account, error) {
 	u, err := user.Current()
 	if err != nil {
 		return nil, fmt.Errorf("looking up the agent's user: %w", err)
+	}
+	tmp := filepath.Join(home, ".tmp")
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return nil, fmt.Errorf("the sandbox's temporary directory: %w", err)
 	}
 	return &account{
 		name:   u.Username,
@@ -48,6 +58,7 @@ func hostAccount(home string) (*account, error) {
 		groups: groupIDs(u, uint32(os.Getegid())),
 		home:   home,
 		shell:  defaultShell,
+		tmp:    tmp,
 	}, nil
 }
 

@@ -147,6 +147,9 @@ func buildEnv(acct *account, extra map[string]string) ([]string, string, error) 
 		"LANG":    "C.UTF-8",
 		"TERM":    "xterm",
 	}
+	if acct.tmp != "" {
+		env["TMPDIR"] = acct.tmp
+	}
 	for k, v := range extra {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			return nil, "", errInvalid("env name %q is not valid (empty, or holds '=' or NUL)", k)

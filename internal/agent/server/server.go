@@ -44,7 +44,8 @@ type Config struct {
 	// Home, if not "", makes the server stand in for a sandbox as an
 	// ordinary process on the host (package runtime/fake): what asks for
 	// root runs as the server's own user, with Home as its home and default
-	// working directory. Other users are the host's.
+	// working directory and Home/.tmp as its TMPDIR (the host's /tmp is
+	// not the sandbox's). Other users are the host's.
 	Home string
 }
 
