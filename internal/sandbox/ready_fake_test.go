@@ -7,9 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/runtime"
 	"github.com/lizard-build/lizard/internal/sandbox/sandboxtest"
 	"github.com/lizard-build/lizard/internal/template"
@@ -32,23 +30,17 @@ func (d readyTemplates) LookupVersion(project, name, digest string) (template.Te
 	return d.Lookup(project, name)
 }
 
-// TestFakeReadyStates: a template with a start command gets a ready state
-// (the command started, waited for with its ready command, checkpointed),
-// made once however often it is asked for; a create starts from a copy of
-// it; a state whose restore fails is dropped and the create boots and
-// starts the command itself; a start command that exits before it is ready
-// is an error naming its status and output; PrepareTemplates makes the
-// missing states and removes those of templates that are gone.
+// TestFakeReadyStates: the core over package ready. PrepareReady makes a
+// template's state once; a create starts from a copy of it; a state whose
+// restore fails is dropped and the create boots and starts the command
+// itself (package ready's own tests cover the preparation).
 func TestFakeReadyStates(t *testing.T) {
 	env := newFakeEnv(t)
 	served := template.Template{Name: "served", Version: "v1", Rootfs: env.Templates.Rootfs,
 		StartCommand: []string{"sh", "-c", `echo started >> "$HOME/starts"; echo serving; exec sleep 600`},
 		ReadyCommand: []string{"sh", "-c", `test -s "$HOME/starts"`}}
-	failing := template.Template{Name: "failing", Version: "v1", Rootfs: env.Templates.Rootfs,
-		StartCommand: []string{"sh", "-c", "echo no config >&2; exit 3"},
-		ReadyCommand: []string{"false"}}
 	readyDir := t.TempDir()
-	tpls := readyTemplates{env.Templates, map[string]template.Template{"served": served, "failing": failing}}
+	tpls := readyTemplates{env.Templates, map[string]template.Template{"served": served}}
 	s := env.service(t, func(c *Config) { c.ReadyDir, c.Templates, c.LogDir = readyDir, tpls, t.TempDir() })
 	ctx := context.Background()
 
@@ -63,7 +55,7 @@ func TestFakeReadyStates(t *testing.T) {
 	if !strings.Contains(progress.String(), "ready state: saved") {
 		t.Fatalf("progress:\n%s", progress.String())
 	}
-	_, dir, ok := s.readyState(keyOf(served, DefaultSize))
+	_, dir, ok := s.ready.Lookup(served, DefaultSize)
 	if !ok {
 		t.Fatal("no ready state after PrepareReady")
 	}
@@ -106,36 +98,9 @@ func TestFakeReadyStates(t *testing.T) {
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		// It may have been made again in the background already: then it
 		// is a new, complete one.
-		if st2, _, ok := s.readyState(keyOf(served, DefaultSize)); !ok || st2.AgentToken == st.AgentToken {
+		if st2, _, ok := s.ready.Lookup(served, DefaultSize); !ok || st2.AgentToken == st.AgentToken {
 			t.Fatalf("the broken state is still there (%v)", err)
 		}
-	}
-
-	// A start command that exits first.
-	_, err = s.PrepareReady(ctx, failing, "", nil)
-	if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "status 3") || !strings.Contains(err.Error(), "no config") {
-		t.Fatalf("PrepareReady of a command that exits: %v", err)
-	}
-	if _, _, ok := s.readyState(keyOf(failing, DefaultSize)); ok {
-		t.Fatal("a ready state for a command that failed")
-	}
-
-	// PrepareTemplates: the states of templates no longer listed go, those
-	// missing are made.
-	stale := filepath.Join(readyDir, "gone")
-	if err := os.MkdirAll(filepath.Join(stale, "v0", DefaultSize), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	old := time.Now().Add(-time.Hour)
-	os.Chtimes(stale, old, old)
-	os.RemoveAll(filepath.Join(readyDir, served.Key()))
-	s.PrepareTemplates(func() ([]template.Template, error) { return []template.Template{served}, nil })
-	sandboxtest.Eventually(t, "PrepareTemplates to make the state again", func() bool {
-		_, _, ok := s.readyState(keyOf(served, DefaultSize))
-		return ok
-	})
-	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("the state of a template that is gone is still there: %v", err)
 	}
 }
 

@@ -28,6 +28,7 @@ import (
 	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/runtime"
 	"github.com/lizard-build/lizard/internal/sandbox/images"
+	"github.com/lizard-build/lizard/internal/sandbox/ready"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
 	"github.com/lizard-build/lizard/internal/volume"
@@ -138,8 +139,6 @@ type Service struct {
 	mu          sync.Mutex
 	sandboxes   map[string]*entry
 	snapshots   map[string]*snapEntry
-	readyJobs   map[readyKey]*readyJob
-	readyFailed map[readyKey]time.Time // when a preparation last failed
 	launching   map[string]string      // sandbox id → rootfs, while being made
 	pinned      map[string]int         // template version directories being brought here (hereRootfs)
 	pending     map[string]reservation // sandbox id → its admission, while being made
@@ -149,7 +148,6 @@ type Service struct {
 	// answer the first probe: kept, probed again (recover.go).
 	unresponsive map[string]*stalled
 	moving       map[string]struct{} // orphaned sandboxes being resumed here (move.go)
-	scanning     bool                // PrepareTemplates is under way
 	closed       bool
 	bg           sync.WaitGroup
 	// bgCtx is the context of background work; Close cancels it.
@@ -158,6 +156,9 @@ type Service struct {
 	// images runs the uploads, removals and downloads of images in the
 	// object store (internal/sandbox/images).
 	images *images.Jobs
+	// ready holds the ready states (package ready); nil when the runtime
+	// cannot checkpoint or ReadyDir is "".
+	ready *ready.States
 	// poolPeers reaches other nodes' warm pools (pools.go; guarded by mu).
 	poolPeers PoolPeers
 }
@@ -279,10 +280,12 @@ func New(cfg Config) *Service {
 	}
 	cp, _ := cfg.Runtime.(runtime.Checkpointer)
 	bgCtx, bgCancel := context.WithCancel(context.Background())
-	return &Service{cfg: cfg, log: cfg.Logger, cp: cp, logs: newLogs(cfg.LogDir, cfg.LogMaxBytes), sandboxes: map[string]*entry{},
-		snapshots: map[string]*snapEntry{}, readyJobs: map[readyKey]*readyJob{}, readyFailed: map[readyKey]time.Time{}, launching: map[string]string{}, pinned: map[string]int{},
+	s := &Service{cfg: cfg, log: cfg.Logger, cp: cp, logs: newLogs(cfg.LogDir, cfg.LogMaxBytes), sandboxes: map[string]*entry{},
+		snapshots: map[string]*snapEntry{}, launching: map[string]string{}, pinned: map[string]int{},
 		pending: map[string]reservation{}, snapPending: map[string]int{}, recovering: map[string]Record{}, unresponsive: map[string]*stalled{}, moving: map[string]struct{}{}, bgCtx: bgCtx, bgCancel: bgCancel,
 		images: images.New(cfg.Images, cfg.Logger)}
+	s.ready = s.newReady()
+	return s
 }
 
 // CreateRequest is a validated create.
@@ -343,8 +346,8 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Record, err 
 	// A template with a start command starts from its ready state: the
 	// command already running. A volume changes the sandbox's mounts, which
 	// a restore cannot, so those boot and start the command.
-	if len(tpl.StartCommand) > 0 && req.Volume == "" && s.cp != nil {
-		if _, _, ok := s.readyState(keyOf(tpl, size.Name)); !ok && tpl.OnDemand {
+	if len(tpl.StartCommand) > 0 && req.Volume == "" && s.ready != nil {
+		if _, _, ok := s.ready.Lookup(tpl, size.Name); !ok && tpl.OnDemand {
 			// Its first create makes the state and waits; one that
 			// fails boots and starts the command as below.
 			if _, err := s.PrepareReady(ctx, tpl, size.Name, nil); err != nil {
@@ -382,12 +385,12 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Record, err 
 
 // startCommand starts the template's start command (a Dockerfile's
 // CMD/ENTRYPOINT) in the background of a new sandbox, as the template's
-// user in its workdir (see startArgv), when the template has no ready state
+// user in its workdir (see ready.StartArgv), when the template has no ready state
 // for the sandbox. A command that does not start is in the sandbox's log;
 // the sandbox is there either way.
 func (s *Service) startCommand(ctx context.Context, rec Record, argv []string) {
 	var pid strings.Builder
-	err := s.Exec(ctx, rec.ProjectID, rec.ID, ExecRequest{Cmd: startArgv(argv), TimeoutMs: 30_000}, func(ev agent.Event) error {
+	err := s.Exec(ctx, rec.ProjectID, rec.ID, ExecRequest{Cmd: ready.StartArgv(argv), TimeoutMs: 30_000}, func(ev agent.Event) error {
 		if ev.Line != nil && ev.Stream == "stdout" {
 			pid.WriteString(*ev.Line)
 		}

@@ -1,4 +1,4 @@
-package sandbox
+package ready
 
 import (
 	"maps"
@@ -25,8 +25,8 @@ func TestListenPorts(t *testing.T) {
 }
 
 func TestQuoteArgv(t *testing.T) {
-	got := quoteArgv([]string{"sh", "-c", "sleep 1; echo $HOME", ""})
+	got := QuoteArgv([]string{"sh", "-c", "sleep 1; echo $HOME", ""})
 	if want := `sh -c "sleep 1; echo $HOME" ""`; got != want {
-		t.Fatalf("quoteArgv = %s, want %s", got, want)
+		t.Fatalf("QuoteArgv = %s, want %s", got, want)
 	}
 }
