@@ -12,6 +12,7 @@ import (
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/runtime"
 	"github.com/lizard-build/lizard/internal/sandbox/sandboxtest"
+	"github.com/lizard-build/lizard/internal/store"
 )
 
 // Tests of the service over the fake runtime (package runtime/fake): no
@@ -435,5 +436,67 @@ func TestFakeUpdate(t *testing.T) {
 	}
 	if _, err := restarted.Update(ctx, env.Project.ID, rec.ID, func(*Record) error { return nil }); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("a killed sandbox: %v, want ErrNotFound", err)
+	}
+}
+
+// roundTrips is an Observer that counts agent round trips.
+type roundTrips struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (o *roundTrips) Operation(string, time.Duration, error) {}
+func (o *roundTrips) AgentRoundTrip(time.Duration) {
+	o.mu.Lock()
+	o.n++
+	o.mu.Unlock()
+}
+
+func (o *roundTrips) count() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.n
+}
+
+// TestFakeUsageAndQuota: what the node reserves and what the store says
+// each project uses follow the sandboxes; a create over the project's
+// memory quota is refused naming the limit and the use; ProbeAgents times the
+// running sandboxes' agents for the Observer and stops with its context.
+func TestFakeUsageAndQuota(t *testing.T) {
+	env := newFakeEnv(t)
+	obs := &roundTrips{}
+	s := env.service(t, func(c *Config) {
+		c.Observer = obs
+		c.Limits = func(context.Context, string) (store.Limits, error) { return store.Limits{MemoryGB: 5}, nil }
+	})
+	ctx := context.Background()
+	a := env.create(t, s, CreateRequest{Size: "small"})
+	if cpus, mem := s.Reserved(); cpus != float64(a.CPUs) || mem != a.MemoryMB {
+		t.Fatalf("Reserved = %v vCPUs, %d MB; want the one sandbox's %v, %d", cpus, mem, a.CPUs, a.MemoryMB)
+	}
+	_, err := s.Create(ctx, CreateRequest{ProjectID: env.Project.ID, Size: "large"})
+	if !errors.Is(err, errdefs.ErrQuota) || !strings.Contains(err.Error(), "memory-gb 4 of 5 in use, this needs 16") {
+		t.Fatalf("create over the memory quota: %v, want ErrQuota naming the memory limit", err)
+	}
+	u, err := StoredUsage(ctx, env.Store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := u[env.Project.ID]; got.Sandboxes != 1 || got.MemoryMB != a.MemoryMB {
+		t.Fatalf("StoredUsage = %+v, want the one sandbox", got)
+	}
+
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { s.ProbeAgents(pctx, 10*time.Millisecond); close(done) }()
+	sandboxtest.Eventually(t, "agent round trips", func() bool { return obs.count() >= 3 })
+	cancel()
+	<-done
+
+	if err := s.Kill(ctx, env.Project.ID, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if cpus, mem := s.Reserved(); cpus != 0 || mem != 0 {
+		t.Fatalf("Reserved after the kill = %v, %d", cpus, mem)
 	}
 }
