@@ -462,14 +462,11 @@ JAVA_RUNNER = r"""
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
-import java.util.ArrayList;
 import java.util.Base64;
 import java.util.HashMap;
-import java.util.List;
 import java.util.Map;
 import java.util.stream.Collectors;
 
-import jdk.jshell.Diag;
 import jdk.jshell.EvalException;
 import jdk.jshell.JShell;
 import jdk.jshell.Snippet;
@@ -509,6 +506,9 @@ public class LizardRunner {
             String outcome;
             try {
                 outcome = run(js, sca, code);
+            } catch (Throwable x) {
+                // JShell's own failure is the cell's error, not the runner's end.
+                outcome = error(x);
             } finally {
                 saved.forEach((k, v) -> {
                     if (v == null) System.clearProperty(k);
