@@ -2,6 +2,7 @@ import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { Lizard, Sandbox, NotFoundError, LizardError } from '@lizard-build/sdk'
 import { lizard, withSandbox, sleep } from './helpers.mjs'
+import { budget } from './budget.mjs'
 
 test('info, list, metadata, connect and hostname', async () => {
   await withSandbox(async (sb) => {
@@ -44,11 +45,15 @@ test('create-time envs reach every command, per-command envs win', async () => {
 })
 
 test('deadline kills the sandbox; setTimeout moves it', async () => {
-  const short = await lizard.create('base', { timeoutMs: 2_000 })
-  const kept = await lizard.create('base', { timeoutMs: 2_000 })
+  // The first deadline follows the machine: on a slow one the second
+  // create alone can take longer than 2 s, and kept must still be alive
+  // when its deadline is moved.
+  const first = budget(2_000)
+  const short = await lizard.create('base', { timeoutMs: first })
+  const kept = await lizard.create('base', { timeoutMs: first })
   try {
-    await kept.setTimeout(60_000)
-    await sleep(4_000)
+    await kept.setTimeout(60_000 + 2 * first)
+    await sleep(2 * first)
     await assert.rejects(short.getInfo(), NotFoundError)
     const info = await kept.getInfo()
     assert.equal(info.status, 'running')
