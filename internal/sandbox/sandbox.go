@@ -932,15 +932,7 @@ func mergeEnv(tplEnv []string, envs map[string]string) map[string]string {
 	if len(tplEnv) == 0 && len(envs) == 0 {
 		return nil
 	}
-	out := map[string]string{}
-	for _, kv := range tplEnv {
-		for i := range len(kv) {
-			if kv[i] == '=' {
-				out[kv[:i]] = kv[i+1:]
-				break
-			}
-		}
-	}
+	out := template.EnvMap(tplEnv)
 	for k, v := range envs {
 		out[k] = v
 	}

@@ -120,6 +120,18 @@ type Template struct {
 	OnDemand bool `json:"-"`
 }
 
+// EnvMap returns an environment of KEY=VALUE entries (a template's Env)
+// as a map; an entry without '=' is skipped.
+func EnvMap(env []string) map[string]string {
+	out := make(map[string]string, len(env))
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 // Key names the template among every project's: its name for a built-in
 // one, "<project>~<name>" for a project's own.
 func (t Template) Key() string {

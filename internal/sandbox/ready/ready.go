@@ -244,7 +244,7 @@ func (s *States) prepare(ctx context.Context, tpl template.Template, sz Size, ou
 	if err != nil {
 		return State{}, fmt.Errorf("sandbox agent did not come up: %w", err)
 	}
-	c := Command{Agent: ag, User: tpl.User, Workdir: tpl.Workdir, Env: envMap(tpl.Env)}
+	c := Command{Agent: ag, User: tpl.User, Workdir: tpl.Workdir, Env: template.EnvMap(tpl.Env)}
 	before, err := c.Listening(ctx)
 	if err != nil {
 		return State{}, err
@@ -287,17 +287,6 @@ func (s *States) prepare(ctx context.Context, tpl template.Template, sz Size, ou
 	fmt.Fprintf(out, "[%s] ready state: saved in %s (%s in all); %s sandboxes of %s start with it running\n",
 		tpl.Name, time.Since(saved).Round(time.Millisecond), time.Since(start).Round(time.Millisecond), sz.Name, tpl.Name)
 	return st, nil
-}
-
-// envMap is a template's environment (KEY=VALUE) as a map.
-func envMap(env []string) map[string]string {
-	out := make(map[string]string, len(env))
-	for _, kv := range env {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			out[k] = v
-		}
-	}
-	return out
 }
 
 func randomToken() string {
