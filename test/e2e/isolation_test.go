@@ -60,13 +60,25 @@ func (n *hostNames) args() []string {
 		"--build-bridge", n.buildBridge, "--build-subnet", n.buildSubnet.String()}
 }
 
+// LIZARD_E2E_SALT lets several runs of the suite share the host (work
+// trees of their own, run at once): its value goes into every tag, and
+// the first subnet slot a run tries follows from it.
 var named = struct {
 	sync.Mutex
 	byDir   map[string]*hostNames // data dir → its names
 	perTest map[string]int        // test → data dirs named for it so far
 	tags    map[string]string     // tag → the key it was made from
 	slot    int                   // the next subnet slot to try
-}{byDir: map[string]*hostNames{}, perTest: map[string]int{}, tags: map[string]string{}}
+}{byDir: map[string]*hostNames{}, perTest: map[string]int{}, tags: map[string]string{}, slot: saltSlot(os.Getenv("LIZARD_E2E_SALT"))}
+
+// saltSlot is the first subnet slot a run with salt tries: 0 without one.
+func saltSlot(salt string) int {
+	if salt == "" {
+		return 0
+	}
+	sum := sha256.Sum256([]byte(salt))
+	return (int(sum[0])<<8 | int(sum[1])) % subnetSlots
+}
 
 // namesFor returns the names of the servers on dataDir, made for test t
 // on its first server: a tag from the test's name and the data
@@ -83,7 +95,7 @@ func namesFor(t *testing.T, dataDir string) *hostNames {
 		return n
 	}
 	named.perTest[t.Name()]++
-	key := t.Name() + "#" + strconv.Itoa(named.perTest[t.Name()])
+	key := os.Getenv("LIZARD_E2E_SALT") + t.Name() + "#" + strconv.Itoa(named.perTest[t.Name()])
 	tag := ""
 	for salt := key; ; salt += "'" {
 		sum := sha256.Sum256([]byte(salt))
