@@ -137,6 +137,7 @@ func (s *Service) adopt(ctx context.Context, rec Record) (Record, error) {
 	s.images.Drop(PauseImageName(id))
 	s.log.Info("sandbox resumed from another node", "sandbox", id, "took", time.Since(start))
 	s.logs.event(id, "resumed on this node from the object store")
+	s.emit(EventResumed, rec, causeOf(ctx), "on another node than it was paused on")
 	return rec, nil
 }
 
@@ -155,6 +156,7 @@ func (s *Service) killOrphan(ctx context.Context, rec Record) error {
 		}
 	}
 	s.log.Info("orphaned sandbox killed", "sandbox", rec.ID)
+	s.emit(EventKilled, rec, causeOf(ctx), "")
 	return s.cfg.Store.DeleteSandbox(ctx, rec.ID)
 }
 
@@ -287,6 +289,7 @@ func (s *Service) release(ctx context.Context, id string) error {
 		return fmt.Errorf("release sandbox %q: %w", id, err)
 	}
 	if s.take(e) {
+		s.emit(EventMoved, s.recordOf(e), CauseMove, "released to another node")
 		if err := s.cfg.Runtime.Destroy(context.WithoutCancel(ctx), id); err != nil {
 			// Recovery removes it as a stray at the next start.
 			s.log.Error("remove a moved sandbox's local copy", "sandbox", id, "err", err)

@@ -87,6 +87,11 @@ func (s *Service) pause(ctx context.Context, projectID, id string, timedOut bool
 	s.mu.Unlock()
 	s.log.Info("sandbox paused", "sandbox", id, "took", time.Since(start))
 	s.logs.event(id, "paused")
+	by := causeOf(ctx)
+	if timedOut {
+		by = CauseTimeout
+	}
+	s.emit(EventPaused, rec, by, "")
 	if err := s.persist(context.WithoutCancel(ctx), rec); err != nil {
 		return err
 	}
@@ -194,5 +199,6 @@ func (s *Service) Resume(ctx context.Context, projectID, id string) (_ Record, e
 	s.images.Drop(PauseImageName(id))
 	s.log.Info("sandbox resumed", "sandbox", id, "took", time.Since(start))
 	s.logs.event(id, "resumed")
+	s.emit(EventResumed, rec, causeOf(ctx), "")
 	return rec, s.persist(context.WithoutCancel(ctx), rec)
 }

@@ -366,6 +366,7 @@ func (s *Service) killStalled(ctx context.Context, projectID, id string) (done b
 	delete(s.unresponsive, id)
 	s.mu.Unlock()
 	s.log.Info("sandbox killed (unresponsive)", "sandbox", id)
+	s.emit(EventKilled, rec, causeOf(ctx), "it was unresponsive")
 	return true, s.destroy(ctx, id)
 }
 
@@ -625,5 +626,6 @@ func (s *Service) reapDead(ctx context.Context, e *entry, began time.Time) {
 	}
 	s.log.Warn("sandbox died", "sandbox", id, "why", why)
 	s.logs.event(id, "%s", why)
+	s.emit(EventDied, s.recordOf(e), "", why)
 	s.destroy(context.WithoutCancel(ctx), id)
 }

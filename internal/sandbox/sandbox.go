@@ -107,6 +107,8 @@ type Config struct {
 	// Region is the node's region (lizard serve --region): every sandbox
 	// the node runs, and every snapshot taken here, is in it.
 	Region string
+	// Events is told of lifecycle events (events.go); nil tells no one.
+	Events EventSink
 }
 
 // DefaultMaxSandboxes is the cap on live sandboxes unless configured.
@@ -446,7 +448,15 @@ func validTimeout(ms int64) error {
 // token if they differ) and publishes the sandbox. Any failure destroys
 // what was made.
 func (s *Service) launch(ctx context.Context, rec Record, boot func(context.Context, *Record) (runtime.Sandbox, error), bootToken string) (Record, error) {
-	return s.start(ctx, rec, boot, bootToken, func(ctx context.Context, id string) { s.destroy(ctx, id) })
+	rec, err := s.start(ctx, rec, boot, bootToken, func(ctx context.Context, id string) { s.destroy(ctx, id) })
+	if err == nil {
+		detail := "template " + rec.Template
+		if rec.SnapshotID != "" {
+			detail = "snapshot " + rec.SnapshotID
+		}
+		s.emit(EventCreated, rec, causeOf(ctx), detail)
+	}
+	return rec, err
 }
 
 // start is launch with undo to run on a failure after rec was recorded
@@ -691,6 +701,7 @@ func (s *Service) Kill(ctx context.Context, projectID, id string) (err error) {
 	}
 	s.log.Info("sandbox killed", "sandbox", id)
 	s.logs.event(id, "killed")
+	s.emit(EventKilled, s.recordOf(e), causeOf(ctx), "")
 	return s.destroy(ctx, id)
 }
 
@@ -857,6 +868,7 @@ func (s *Service) expire(id string, e *entry) {
 	}
 	s.log.Info("sandbox timed out", "sandbox", id)
 	s.logs.event(id, "timed out")
+	s.emit(EventTimedOut, s.recordOf(e), CauseTimeout, "killed at its deadline")
 	s.destroy(context.Background(), id)
 }
 
@@ -964,6 +976,9 @@ func (s *Service) DestroyLost(ctx context.Context, keep func(id string) bool) []
 			s.mu.Unlock()
 			s.log.Warn("sandbox lost with this node's membership, destroying", "sandbox", e.rec.ID, "durable", durable)
 			s.logs.event(e.rec.ID, "lost: this node was declared dead")
+			if !durable {
+				s.emit(EventDied, s.recordOf(e), "", "lost: its node was declared dead")
+			}
 			s.destroyKeeping(ctx, e.rec.ID, durable)
 			ids = append(ids, e.rec.ID)
 		}

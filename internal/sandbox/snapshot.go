@@ -519,6 +519,7 @@ func (s *Service) claim(ctx context.Context, se *snapEntry, timeoutMs int64) (Re
 		if err != nil {
 			s.log.Error("persist claimed copy", "sandbox", rec.ID, "err", err)
 		}
+		s.emit(EventCreated, rec, causeOf(ctx), "snapshot "+se.snap.ID+" (a warm copy)")
 		s.fillPool(se)
 		return rec, true
 	}
