@@ -15,6 +15,8 @@ import (
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/cluster"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/move"
+	"github.com/lizard-build/lizard/internal/sandbox/snapshot"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
 	"github.com/lizard-build/lizard/internal/volume"
@@ -121,6 +123,12 @@ type clusterMode struct {
 	// sandboxes is set once the service exists: a fence destroys what was
 	// lost through it.
 	sandboxes atomic.Pointer[sandbox.Service]
+	// snapshots is set with sandboxes: a drain --move hands the node's
+	// warm pools over through it.
+	snapshots atomic.Pointer[snapshot.Manager]
+	// objectStore is set with sandboxes: whether images are durable, which
+	// a move needs.
+	objectStore atomic.Bool
 	// routing is set once routing exists: a drain --move resumes the
 	// node's sandboxes elsewhere through it.
 	routing atomic.Pointer[clusterRouting]
@@ -234,17 +242,18 @@ func (cm *clusterMode) readyChecks(checks []api.ReadyCheck) []api.ReadyCheck {
 // durable, released and resumed on another node (cluster.ResumeElsewhere);
 // what did not move is logged (the CLI names it from the database).
 func (cm *clusterMode) move(ctx context.Context, log *slog.Logger) {
-	svc, cr := cm.sandboxes.Load(), cm.routing.Load()
-	if svc == nil || cr == nil {
+	svc, snaps, cr := cm.sandboxes.Load(), cm.snapshots.Load(), cm.routing.Load()
+	if svc == nil || snaps == nil || cr == nil {
 		log.Warn("cluster: drain --move before the node serves; the flag is cleared, run it again")
 		return
 	}
-	for _, p := range svc.HandOverPools(ctx, cr.router.AdoptElsewhere) {
+	for _, p := range snaps.HandOverPools(ctx, cr.router.AdoptElsewhere) {
 		if p.Err != nil {
 			log.Error("cluster: warm pool not moved", "snapshot", p.ID, "err", p.Err)
 		}
 	}
-	moved := svc.Evacuate(ctx, func(ctx context.Context, _, id string) error { return cr.router.ResumeElsewhere(ctx, id) })
+	moved := move.Evacuate(ctx, move.Config{Core: svc, ObjectStore: cm.objectStore.Load(),
+		Resume: func(ctx context.Context, _, id string) error { return cr.router.ResumeElsewhere(ctx, id) }})
 	failed := 0
 	for _, m := range moved {
 		if m.Err != nil {

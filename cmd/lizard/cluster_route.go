@@ -10,6 +10,7 @@ import (
 	"github.com/lizard-build/lizard/internal/cluster"
 	"github.com/lizard-build/lizard/internal/proxy"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/snapshot"
 	sandboxusage "github.com/lizard-build/lizard/internal/sandbox/usage"
 	"github.com/lizard-build/lizard/internal/volume"
 )
@@ -33,12 +34,12 @@ type clusterRouting struct {
 // newClusterRouting builds node self's routing over the shared database
 // db, with this node's sandbox service and volume manager as its part of
 // the lists.
-func newClusterRouting(self string, secret []byte, db cluster.Database, svc *sandbox.Service, usages *sandboxusage.Sampler, vols *volume.Manager, objectStore bool, log *slog.Logger) (*clusterRouting, error) {
+func newClusterRouting(self string, secret []byte, db cluster.Database, svc *sandbox.Service, snaps *snapshot.Manager, usages *sandboxusage.Sampler, vols *volume.Manager, objectStore bool, log *slog.Logger) (*clusterRouting, error) {
 	signer, err := cluster.NewSigner(self, secret)
 	if err != nil {
 		return nil, err
 	}
-	local := cluster.LocalService{Node: self, Service: svc, Usage: usages, VolumeManager: vols}
+	local := cluster.LocalService{Node: self, Service: svc, SnapshotManager: snaps, Usage: usages, VolumeManager: vols}
 	cr := &clusterRouting{
 		router: cluster.NewRouter(cluster.RouterConfig{Self: self, Directory: db, Store: db, Signer: signer, Local: local, ObjectStore: objectStore, Logger: log}),
 		signer: signer, local: local, log: log,
@@ -50,9 +51,9 @@ func newClusterRouting(self string, secret []byte, db cluster.Database, svc *san
 			_, err = svc.Resume(ctx, o.ProjectID, id)
 			return err
 		},
-		pools: svc,
+		pools: snaps,
 	}
-	svc.SetPoolPeers(cr.router)
+	snaps.SetPoolPeers(cr.router)
 	return cr, nil
 }
 

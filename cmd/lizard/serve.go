@@ -40,6 +40,7 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/desktop"
 	"github.com/lizard-build/lizard/internal/sandbox/preview"
+	"github.com/lizard-build/lizard/internal/sandbox/snapshot"
 	sandboxusage "github.com/lizard-build/lizard/internal/sandbox/usage"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
@@ -392,12 +393,24 @@ func serve(ctx context.Context, args []string) error {
 		LogDir: filepath.Join(c.dataDir, "logs"), MaxSandboxes: c.maxSandboxes, RecoverProbeTimeout: c.recoverProbeTimeout,
 		Logger: log.With("component", "sandbox"), Observer: mets, LogMaxBytes: c.logMaxBytes,
 		Capacity: capacity, Limits: limits, Disk: guard, CodeInterpreterPath: codeInterpPath,
-		Images: images, ProjectSnapshots: projectSnapshots, Region: c.region,
+		Images: images, Region: c.region,
 	})
 	defer svc.Close()
-	tmpls.SetInUse(svc.UsesRootfs)
+	// The sandbox service's features, each a package over its core.
+	snaps := snapshot.New(snapshot.Config{
+		Core: svc, Runtime: rt, Store: nodeStore, Dir: filepath.Join(c.dataDir, "snapshots"), Images: images, Disk: guard,
+		Limits: limits, ProjectSnapshots: projectSnapshots, Observer: mets, Logger: log.With("component", "snapshot"),
+	})
+	defer snaps.Close()
+	inUse := func(rootfs string) bool { return svc.UsesRootfs(rootfs) || snaps.UsesRootfs(rootfs) }
+	tmpls.SetInUse(inUse)
 	if cm != nil {
 		cm.sandboxes.Store(svc)
+		cm.snapshots.Store(snaps)
+		cm.objectStore.Store(images != nil)
+	}
+	if err := snaps.Recover(ctx); err != nil {
+		log.Error("recovery of the snapshots failed; they are retried at next start", "err", err)
 	}
 	if err := svc.Recover(ctx); err != nil {
 		log.Error("recovery left some sandboxes behind; they are retried at next start", "err", err)
@@ -407,7 +420,7 @@ func serve(ctx context.Context, args []string) error {
 	usages := sandboxusage.New(svc, rt, log.With("component", "usage"))
 	go usages.Run(ctx, c.usageInterval)
 	go svc.ProbeAgents(ctx, c.usageInterval)
-	if err := mets.Register(metrics.NewStateCollector(metrics.StateConfig{Inventory: svc, Reservations: svc, DataDir: c.dataDir, MaxSandboxes: c.maxSandboxes})); err != nil {
+	if err := mets.Register(metrics.NewStateCollector(metrics.StateConfig{Inventory: inventory{svc, snaps}, Reservations: svc, DataDir: c.dataDir, MaxSandboxes: c.maxSandboxes})); err != nil {
 		return err
 	}
 	// Templates built by the CLI get their start command's ready state
@@ -419,7 +432,7 @@ func serve(ctx context.Context, args []string) error {
 			tmpls.PublishNew(ctx) // builds of the CLI, and API builds whose publish failed
 			tmpls.Evict("")
 			if i%30 == 0 { // every 5 minutes
-				pruneTemplates(reg, svc, log.With("component", "template"))
+				pruneTemplates(reg, inUse, log.With("component", "template"))
 			}
 			if i%360 == 30 { // every hour, from 5 minutes on
 				collectTemplates(ctx, tmpls, st, log.With("component", "template"))
@@ -447,13 +460,13 @@ func serve(ctx context.Context, args []string) error {
 	// In cluster mode, requests for what another node holds go there.
 	var routing *clusterRouting
 	if cm != nil {
-		if routing, err = newClusterRouting(cm.member.Self(), cm.secret, cm.db, svc, usages, vols, images != nil, log.With("component", "route")); err != nil {
+		if routing, err = newClusterRouting(cm.member.Self(), cm.secret, cm.db, svc, snaps, usages, vols, images != nil, log.With("component", "route")); err != nil {
 			return err
 		}
 		cm.routing.Store(routing)
 		// Warm pools of nodes declared dead or removed are adopted
 		// (docs/CLUSTER.md).
-		go routing.router.KeepPools(ctx, c.cluster.lease, svc)
+		go routing.router.KeepPools(ctx, c.cluster.lease, snaps)
 	}
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
@@ -507,14 +520,13 @@ func serve(ctx context.Context, args []string) error {
 		e2bDomain = net.JoinHostPort(c.domain, previews.Port)
 	}
 	apiCluster, previewCluster := routing.hooks()
-	// The sandbox service's features, each a package over its core.
 	ports := preview.New(svc)
 	desktops := desktop.New(svc, ports)
-	e2bAPI := e2b.Handler(e2b.Config{Auth: api.Auth{Keys: apiKeys, Limiter: limiter}, Sandboxes: svc, Usage: usages, Templates: tmpls,
+	e2bAPI := e2b.Handler(e2b.Config{Auth: api.Auth{Keys: apiKeys, Limiter: limiter}, Sandboxes: svc, Copies: snaps, Usage: usages, Templates: tmpls,
 		Domain: e2bDomain, Logger: log.With("component", "e2b"), Cluster: apiCluster})
 	srv := &http.Server{
-		Handler: api.Handler(api.Config{E2B: e2bAPI, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Usage: usages, Ports: ports, Desktops: desktops, Templates: tmpls, Previews: previews, Volumes: vols,
-			Builder: &templateBuilder{reg: reg, dist: tmpls, runtime: rt, run: reap.Run, dns: c.dnsUpstream, build: buildOpts, sandboxes: svc, metrics: mets,
+		Handler: api.Handler(api.Config{E2B: e2bAPI, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Snapshots: snaps, Copies: snaps, Usage: usages, Ports: ports, Desktops: desktops, Templates: tmpls, Previews: previews, Volumes: vols,
+			Builder: &templateBuilder{reg: reg, dist: tmpls, runtime: rt, run: reap.Run, dns: c.dnsUpstream, build: buildOpts, ready: svc, inUse: inUse, metrics: mets,
 				log: log.With("component", "template")},
 			MaxBuildContext: c.maxBuildContext, Logger: log.With("component", "api"),
 			Metrics: mets, ServeMetrics: mln == nil, Ready: cm.readyChecks(readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm)),
@@ -685,16 +697,30 @@ func previewURLs(domain, proxyAddr string, useTLS bool) api.PreviewURLs {
 // server's runtime (RUN steps), and its reaper for the commands builds run;
 // a template with a start command gets its ready state made right away.
 type templateBuilder struct {
-	reg       *template.Registry
-	dist      *tmpldist.Dist // publishes what it builds (--object-store)
-	runtime   runtime.Runner
-	run       func(*exec.Cmd) error
-	dns       string
-	build     template.DockerfileOptions // the build network and pull policy
-	sandboxes *sandbox.Service
-	metrics   *metrics.Metrics
-	log       *slog.Logger
+	reg     *template.Registry
+	dist    *tmpldist.Dist // publishes what it builds (--object-store)
+	runtime runtime.Runner
+	run     func(*exec.Cmd) error
+	dns     string
+	build   template.DockerfileOptions // the build network and pull policy
+	// ready makes a template's ready state as part of its build.
+	ready interface {
+		PrepareReady(ctx context.Context, tpl template.Template, size string, progress io.Writer) (sandbox.ReadyState, error)
+	}
+	inUse   func(rootfs string) bool
+	metrics *metrics.Metrics
+	log     *slog.Logger
 }
+
+// inventory is what the metrics read of the sandbox service: the core's
+// sandboxes and the snapshots' warm pools.
+type inventory struct {
+	sandboxes *sandbox.Service
+	snapshots *snapshot.Manager
+}
+
+func (i inventory) Sandboxes() []metrics.Sandbox { return i.sandboxes.Sandboxes() }
+func (i inventory) WarmPools() []metrics.Pool    { return i.snapshots.WarmPools() }
 
 func (b *templateBuilder) BuildDockerfile(ctx context.Context, project, name string, opts api.BuildOptions, progress io.Writer) (template.Template, error) {
 	start := time.Now()
@@ -715,7 +741,7 @@ func (b *templateBuilder) BuildDockerfile(ctx context.Context, project, name str
 			if len(t.StartCommand) == 0 {
 				return nil
 			}
-			_, err := b.sandboxes.PrepareReady(ctx, t, "", progress)
+			_, err := b.ready.PrepareReady(ctx, t, "", progress)
 			return err
 		},
 	}, progress)
@@ -726,7 +752,7 @@ func (b *templateBuilder) BuildDockerfile(ctx context.Context, project, name str
 		if perr := b.dist.Publish(ctx, t); perr != nil {
 			b.log.Error("template built here; publishing it to the object store failed (retried)", "template", name, "err", perr)
 		}
-		pruneTemplates(b.reg, b.sandboxes, b.log)
+		pruneTemplates(b.reg, b.inUse, b.log)
 	}
 	return t, err
 }
@@ -769,7 +795,7 @@ func collectTemplates(ctx context.Context, tmpls *tmpldist.Dist, st store.Store,
 // pruneTemplates removes the template versions that no sandbox or snapshot
 // uses and that are not current, and the Dockerfile layers no build used
 // for template.LayerTTL, of the built-in templates and every project's.
-func pruneTemplates(reg *template.Registry, svc *sandbox.Service, log *slog.Logger) {
+func pruneTemplates(reg *template.Registry, inUse func(rootfs string) bool, log *slog.Logger) {
 	regs, err := reg.All()
 	if err != nil {
 		log.Warn("prune templates", "err", err)
@@ -777,7 +803,7 @@ func pruneTemplates(reg *template.Registry, svc *sandbox.Service, log *slog.Logg
 	}
 	for _, r := range regs {
 		log := log.With("project", r.ProjectID())
-		removed, err := r.Prune(svc.UsesRootfs)
+		removed, err := r.Prune(inUse)
 		for _, v := range removed {
 			log.Info("removed a template version nothing uses", "dir", v)
 		}

@@ -46,6 +46,10 @@ type Config struct {
 	Sandboxes Sandboxes
 	// Usage answers sandboxes' usage samples (internal/sandbox/usage).
 	Usage Usages
+	// Snapshots keeps snapshots and Copies starts sandboxes from them and
+	// forks (internal/sandbox/snapshot).
+	Snapshots Snapshots
+	Copies    Copies
 	// Ports publishes sandbox ports on the preview proxy and Desktops
 	// drives desktops (internal/sandbox/preview, desktop).
 	Ports     Ports
@@ -109,6 +113,7 @@ type server struct {
 	keys      Keys
 	limiter   Limiter
 	sandboxes Sandboxes
+	copies    Copies
 	usage     Usages
 	log       *slog.Logger
 	disk      *disk.Guard
@@ -125,7 +130,7 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, usage: cfg.Usage, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready, disk: cfg.Disk,
+	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, copies: cfg.Copies, usage: cfg.Usage, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready, disk: cfg.Disk,
 		sessions: cfg.Sessions, cluster: cfg.Cluster, sandboxURL: cfg.SandboxURL}
 	maxBuild := cfg.MaxBuildContext
 	if maxBuild <= 0 {
@@ -136,7 +141,7 @@ func Handler(cfg Config) http.Handler {
 	portR := portRoutes{ports: cfg.Ports, urls: cfg.Previews}
 	deskR := desktopRoutes{desktops: cfg.Desktops, urls: cfg.Previews}
 	logR := logRoutes{logs: cfg.Sandboxes, log: cfg.Logger}
-	snapR := snapshotRoutes{snapshots: cfg.Sandboxes, cluster: cfg.Cluster}
+	snapR := snapshotRoutes{snapshots: cfg.Snapshots, cluster: cfg.Cluster}
 	volR := volumeRoutes{volumes: cfg.Volumes, cluster: cfg.Cluster}
 	tplR := templateRoutes{templates: cfg.Templates}
 	buildR := buildRoutes{builder: cfg.Builder, maxBuild: maxBuild}

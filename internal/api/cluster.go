@@ -6,6 +6,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/snapshot"
 	"github.com/lizard-build/lizard/internal/sandbox/usage"
 	"github.com/lizard-build/lizard/internal/volume"
 )
@@ -36,7 +37,7 @@ type Cluster interface {
 	// Sandboxes, Snapshots and Volumes list the project's on every node
 	// that answers, each in the order a single server lists them.
 	Sandboxes(ctx context.Context, projectID string) ([]NodeSandbox, error)
-	Snapshots(ctx context.Context, projectID string) ([]sandbox.SnapshotInfo, error)
+	Snapshots(ctx context.Context, projectID string) ([]snapshot.Info, error)
 	Volumes(ctx context.Context, projectID string) ([]volume.Volume, error)
 }
 

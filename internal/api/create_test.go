@@ -17,6 +17,7 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/desktop"
 	"github.com/lizard-build/lizard/internal/sandbox/preview"
+	"github.com/lizard-build/lizard/internal/sandbox/snapshot"
 	"github.com/lizard-build/lizard/internal/sandbox/usage"
 	"github.com/lizard-build/lizard/internal/store/sqlite"
 	"github.com/lizard-build/lizard/internal/template"
@@ -105,7 +106,8 @@ func newTokenHandler(t *testing.T, sandboxURL string) http.Handler {
 	reg := template.NewRegistry(filepath.Join(dir, "templates"))
 	svc := sandbox.New(sandbox.Config{Store: st, Templates: reg, Logger: log, SnapshotDir: filepath.Join(dir, "snapshots")})
 	ports := preview.New(svc)
-	return Handler(Config{Keys: keys, Sandboxes: svc, Usage: usage.New(svc, nil, log), Ports: ports, Desktops: desktop.New(svc, ports), Templates: reg, Logger: log, KeyStore: st, SandboxURL: sandboxURL,
+	snaps := snapshot.New(snapshot.Config{Core: svc, Store: st, Dir: filepath.Join(dir, "snapshots"), Logger: log})
+	return Handler(Config{Keys: keys, Sandboxes: svc, Snapshots: snaps, Copies: snaps, Usage: usage.New(svc, nil, log), Ports: ports, Desktops: desktop.New(svc, ports), Templates: reg, Logger: log, KeyStore: st, SandboxURL: sandboxURL,
 		ServeMetrics: true, Metrics: metrics.New()})
 }
 

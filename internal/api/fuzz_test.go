@@ -18,6 +18,7 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/desktop"
 	"github.com/lizard-build/lizard/internal/sandbox/preview"
+	"github.com/lizard-build/lizard/internal/sandbox/snapshot"
 	"github.com/lizard-build/lizard/internal/sandbox/usage"
 	"github.com/lizard-build/lizard/internal/store/sqlite"
 	"github.com/lizard-build/lizard/internal/template"
@@ -153,6 +154,11 @@ func newFuzzAPI(f testing.TB) (http.Handler, string) {
 		f.Fatal(err)
 	}
 	f.Cleanup(svc.Close)
+	snaps := snapshot.New(snapshot.Config{Core: svc, Runtime: rt, Store: st, Dir: filepath.Join(dir, "snapshots"), Logger: log})
+	if err := snaps.Recover(ctx); err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(snaps.Close)
 	live, err := svc.Create(ctx, sandbox.CreateRequest{ProjectID: p.ID, Template: "fuzz"})
 	if err != nil {
 		f.Fatal(err)
@@ -162,7 +168,7 @@ func newFuzzAPI(f testing.TB) (http.Handler, string) {
 		f.Fatal(err)
 	}
 	ports := preview.New(svc)
-	return Handler(Config{Keys: keys, Sandboxes: svc, Usage: usage.New(svc, rt, log), Ports: ports, Desktops: desktop.New(svc, ports), Templates: reg, Volumes: vols,
+	return Handler(Config{Keys: keys, Sandboxes: svc, Snapshots: snaps, Copies: snaps, Usage: usage.New(svc, rt, log), Ports: ports, Desktops: desktop.New(svc, ports), Templates: reg, Volumes: vols,
 		Previews: PreviewURLs{Domain: "sandbox.localhost", Scheme: "http"}, Logger: log,
 		KeyStore: st, Sessions: dashboard.NewSessions(0, 0), Dashboard: assets}), live.ID
 }

@@ -178,7 +178,7 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request, p store.P
 	}
 	create := func() error {
 		if req.SnapshotID != "" {
-			rec, err := s.sandboxes.Restore(r.Context(), p.ID, req.SnapshotID, timeout)
+			rec, err := s.copies.Restore(r.Context(), p.ID, req.SnapshotID, timeout)
 			if err != nil {
 				return err
 			}
@@ -309,7 +309,7 @@ func (s *server) forkSandbox(w http.ResponseWriter, r *http.Request, p store.Pro
 	if req.TimeoutMs != nil {
 		timeout = *req.TimeoutMs
 	}
-	results, err := s.sandboxes.Fork(r.Context(), p.ID, r.PathValue("id"), count, timeout)
+	results, err := s.copies.Fork(r.Context(), p.ID, r.PathValue("id"), count, timeout)
 	if err != nil {
 		return err
 	}

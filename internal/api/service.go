@@ -8,6 +8,7 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/desktop"
 	"github.com/lizard-build/lizard/internal/sandbox/preview"
+	"github.com/lizard-build/lizard/internal/sandbox/snapshot"
 	"github.com/lizard-build/lizard/internal/sandbox/usage"
 )
 
@@ -23,7 +24,6 @@ type Lifecycle interface {
 	SetTimeout(ctx context.Context, projectID, id string, timeoutMs int64) error
 	Pause(ctx context.Context, projectID, id string) error
 	Resume(ctx context.Context, projectID, id string) (sandbox.Record, error)
-	Fork(ctx context.Context, projectID, id string, count int, timeoutMs int64) ([]sandbox.ForkResult, error)
 }
 
 // Usages are a sandbox's samples of CPU, memory, disk and network use.
@@ -39,14 +39,21 @@ type Agents interface {
 	StartProcess(ctx context.Context, projectID, id string, req agent.StartRequest) (*agent.Client, int, error)
 }
 
-// Snapshots takes, lists, changes, restores and deletes snapshots.
+// Snapshots takes, lists, changes and deletes snapshots
+// (*snapshot.Manager).
 type Snapshots interface {
-	TakeSnapshot(ctx context.Context, projectID, id, name string, poolSize int) (sandbox.SnapshotInfo, error)
-	Snapshots(projectID string) []sandbox.SnapshotInfo
-	GetSnapshot(projectID, id string) (sandbox.SnapshotInfo, error)
-	UpdateSnapshot(ctx context.Context, projectID, id string, poolSize *int, poolPaused *bool) (sandbox.SnapshotInfo, error)
-	DeleteSnapshot(ctx context.Context, projectID, id string) error
+	Take(ctx context.Context, projectID, id, name string, poolSize int) (snapshot.Info, error)
+	List(projectID string) []snapshot.Info
+	Get(projectID, id string) (snapshot.Info, error)
+	Update(ctx context.Context, projectID, id string, poolSize *int, poolPaused *bool) (snapshot.Info, error)
+	Delete(ctx context.Context, projectID, id string) error
+}
+
+// Copies starts sandboxes from saved ones: restores of snapshots and
+// forks (*snapshot.Manager).
+type Copies interface {
 	Restore(ctx context.Context, projectID, snapID string, timeoutMs int64) (sandbox.Record, error)
+	Fork(ctx context.Context, projectID, id string, count int, timeoutMs int64) ([]snapshot.ForkResult, error)
 }
 
 // Ports opens and closes a sandbox's ports to previews
@@ -72,17 +79,18 @@ type Logs interface {
 }
 
 // Sandboxes is what Config.Sandboxes must be: the core's concerns above.
-// Usages, Ports and Desktops are the feature packages', in Config fields
-// of their own.
+// Usages, Snapshots, Copies, Ports and Desktops are the feature
+// packages', in Config fields of their own.
 type Sandboxes interface {
 	Lifecycle
 	Agents
-	Snapshots
 	Logs
 }
 
 var (
 	_ Sandboxes = (*sandbox.Service)(nil)
+	_ Snapshots = (*snapshot.Manager)(nil)
+	_ Copies    = (*snapshot.Manager)(nil)
 	_ Usages    = (*usage.Sampler)(nil)
 	_ Ports     = (*preview.Service)(nil)
 	_ Desktops  = (*desktop.Service)(nil)

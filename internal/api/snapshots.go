@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/snapshot"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -31,7 +31,7 @@ type snapshotInfo struct {
 	DurableAt *string `json:"durableAt,omitempty"`
 }
 
-func snapshotOf(sn sandbox.SnapshotInfo) snapshotInfo {
+func snapshotOf(sn snapshot.Info) snapshotInfo {
 	info := snapshotInfo{
 		ID: sn.ID, Name: sn.Name, ProjectID: sn.ProjectID, Status: "ready",
 		PoolSize: sn.PoolSize, PoolPaused: sn.PoolPaused, ReadyCount: sn.ReadyCount,
@@ -66,7 +66,7 @@ func (s snapshotRoutes) takeSnapshot(w http.ResponseWriter, r *http.Request, p s
 	if req.PoolSize != nil {
 		pool = *req.PoolSize
 	}
-	sn, err := s.snapshots.TakeSnapshot(r.Context(), p.ID, r.PathValue("id"), req.Name, pool)
+	sn, err := s.snapshots.Take(r.Context(), p.ID, r.PathValue("id"), req.Name, pool)
 	if err != nil {
 		return err
 	}
@@ -75,14 +75,14 @@ func (s snapshotRoutes) takeSnapshot(w http.ResponseWriter, r *http.Request, p s
 }
 
 func (s snapshotRoutes) listSnapshots(w http.ResponseWriter, r *http.Request, p store.Project) error {
-	var all []sandbox.SnapshotInfo
+	var all []snapshot.Info
 	if s.cluster != nil {
 		var err error
 		if all, err = s.cluster.Snapshots(r.Context(), p.ID); err != nil {
 			return err
 		}
 	} else {
-		all = s.snapshots.Snapshots(p.ID)
+		all = s.snapshots.List(p.ID)
 	}
 	out := []snapshotInfo{}
 	for _, sn := range all {
@@ -100,7 +100,7 @@ func (s snapshotRoutes) listProjectSnapshots(w http.ResponseWriter, r *http.Requ
 }
 
 func (s snapshotRoutes) getSnapshot(w http.ResponseWriter, r *http.Request, p store.Project) error {
-	sn, err := s.snapshots.GetSnapshot(p.ID, r.PathValue("sid"))
+	sn, err := s.snapshots.Get(p.ID, r.PathValue("sid"))
 	if err != nil {
 		return err
 	}
@@ -118,7 +118,7 @@ func (s snapshotRoutes) updateSnapshot(w http.ResponseWriter, r *http.Request, p
 	if err := decode(w, r, maxBody, &req); err != nil {
 		return err
 	}
-	sn, err := s.snapshots.UpdateSnapshot(r.Context(), p.ID, r.PathValue("sid"), req.PoolSize, nil)
+	sn, err := s.snapshots.Update(r.Context(), p.ID, r.PathValue("sid"), req.PoolSize, nil)
 	if err != nil {
 		return err
 	}
@@ -127,7 +127,7 @@ func (s snapshotRoutes) updateSnapshot(w http.ResponseWriter, r *http.Request, p
 }
 
 func (s snapshotRoutes) setPool(w http.ResponseWriter, r *http.Request, p store.Project, paused bool) error {
-	sn, err := s.snapshots.UpdateSnapshot(r.Context(), p.ID, r.PathValue("sid"), nil, &paused)
+	sn, err := s.snapshots.Update(r.Context(), p.ID, r.PathValue("sid"), nil, &paused)
 	if err != nil {
 		return err
 	}
@@ -146,7 +146,7 @@ func (s snapshotRoutes) resumeSnapshotPool(w http.ResponseWriter, r *http.Reques
 }
 
 func (s snapshotRoutes) deleteSnapshot(w http.ResponseWriter, r *http.Request, p store.Project) error {
-	if err := s.snapshots.DeleteSnapshot(r.Context(), p.ID, r.PathValue("sid")); err != nil {
+	if err := s.snapshots.Delete(r.Context(), p.ID, r.PathValue("sid")); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -26,6 +26,7 @@ import (
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/snapshot"
 	"github.com/lizard-build/lizard/internal/sandbox/usage"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/volume"
@@ -98,7 +99,7 @@ func (f *fakeRows) Volumes(context.Context) ([]store.Volume, error)     { return
 type fakeLocal struct {
 	calls     atomic.Int64
 	sandboxes []api.NodeSandbox
-	snapshots []sandbox.SnapshotInfo
+	snapshots []snapshot.Info
 	volumes   []volume.Volume
 }
 
@@ -107,9 +108,9 @@ func (l *fakeLocal) Sandboxes(string) []api.NodeSandbox {
 	return append([]api.NodeSandbox{}, l.sandboxes...)
 }
 
-func (l *fakeLocal) Snapshots(string) []sandbox.SnapshotInfo {
+func (l *fakeLocal) Snapshots(string) []snapshot.Info {
 	l.calls.Add(1)
-	return append([]sandbox.SnapshotInfo{}, l.snapshots...)
+	return append([]snapshot.Info{}, l.snapshots...)
 }
 
 func (l *fakeLocal) Holds(id string) bool {
@@ -615,11 +616,11 @@ func TestListsMergeNodes(t *testing.T) {
 		return api.NodeSandbox{Node: node, Record: sandbox.Record{ID: id, StartedAt: t0.Add(time.Duration(at) * time.Second), AgentToken: "secret-" + id, Envs: map[string]string{"K": "secret"}}}
 	}
 	bLocal := &fakeLocal{sandboxes: []api.NodeSandbox{sb("s2", 2, "b"), sb("s4", 4, "b")},
-		snapshots: []sandbox.SnapshotInfo{{Snapshot: sandbox.Snapshot{ID: "sn-b", CreatedAt: t0.Add(time.Second), AgentToken: "secret"}}},
+		snapshots: []snapshot.Info{{Snapshot: snapshot.Snapshot{ID: "sn-b", CreatedAt: t0.Add(time.Second), Saved: sandbox.Saved{AgentToken: "secret"}}}},
 		volumes:   []volume.Volume{{ID: "v-b", CreatedAt: t0.Add(3 * time.Second)}}}
 	b := peer(t, "b", nil, nil, bLocal)
 	aLocal := &fakeLocal{sandboxes: []api.NodeSandbox{sb("s1", 1, "a"), sb("s3", 3, "a")},
-		snapshots: []sandbox.SnapshotInfo{{Snapshot: sandbox.Snapshot{ID: "sn-a", CreatedAt: t0.Add(2 * time.Second)}}},
+		snapshots: []snapshot.Info{{Snapshot: snapshot.Snapshot{ID: "sn-a", CreatedAt: t0.Add(2 * time.Second)}}},
 		volumes:   []volume.Volume{{ID: "v-a", CreatedAt: t0.Add(time.Second)}}}
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	silent := ln.Addr().String()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/snapshot"
 	"github.com/lizard-build/lizard/internal/sandbox/usage"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/volume"
@@ -28,7 +29,7 @@ type Local interface {
 	// latest usage samples.
 	Sandboxes(projectID string) []api.NodeSandbox
 	// Snapshots are the project's snapshots on this node.
-	Snapshots(projectID string) []sandbox.SnapshotInfo
+	Snapshots(projectID string) []snapshot.Info
 	// Volumes are the project's volumes on this node.
 	Volumes(ctx context.Context, projectID string) ([]volume.Volume, error)
 	// Holds reports whether sandbox id is on this node (running, paused
@@ -36,14 +37,16 @@ type Local interface {
 	Holds(id string) bool
 }
 
-// LocalService is Local over this node's sandbox service and volume
-// manager (whose store, in cluster mode, is the node's: NodeStore).
+// LocalService is Local over this node's sandbox service, snapshots and
+// volume manager (whose store, in cluster mode, is the node's: NodeStore).
 type LocalService struct {
 	Node    string
 	Service interface {
 		List(projectID string) []sandbox.Record
-		Snapshots(projectID string) []sandbox.SnapshotInfo
 		Holds(id string) bool
+	}
+	SnapshotManager interface {
+		List(projectID string) []snapshot.Info
 	}
 	Usage interface {
 		LatestUsage(id string) (usage.Sample, bool)
@@ -67,8 +70,8 @@ func (l LocalService) Sandboxes(projectID string) []api.NodeSandbox {
 	return out
 }
 
-func (l LocalService) Snapshots(projectID string) []sandbox.SnapshotInfo {
-	return l.Service.Snapshots(projectID)
+func (l LocalService) Snapshots(projectID string) []snapshot.Info {
+	return l.SnapshotManager.List(projectID)
 }
 
 func (l LocalService) Holds(id string) bool { return l.Service.Holds(id) }
@@ -105,21 +108,21 @@ func (rt *Router) Sandboxes(ctx context.Context, projectID string) ([]api.NodeSa
 }
 
 // Snapshots lists the project's snapshots on every node, oldest first.
-func (rt *Router) Snapshots(ctx context.Context, projectID string) ([]sandbox.SnapshotInfo, error) {
-	out, err := gather(rt, ctx, "snapshots", projectID, func(context.Context) ([]sandbox.SnapshotInfo, error) {
+func (rt *Router) Snapshots(ctx context.Context, projectID string) ([]snapshot.Info, error) {
+	out, err := gather(rt, ctx, "snapshots", projectID, func(context.Context) ([]snapshot.Info, error) {
 		return rt.cfg.Local.Snapshots(projectID), nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	slices.SortStableFunc(out, func(a, b sandbox.SnapshotInfo) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	slices.SortStableFunc(out, func(a, b snapshot.Info) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return dedupSnapshots(out), nil
 }
 
 // dedupSnapshots keeps one entry per snapshot: a snapshot whose warm pool
 // another node keeps is listed by both; the pool node's entry (the one
 // with the most ready copies) is kept.
-func dedupSnapshots(in []sandbox.SnapshotInfo) []sandbox.SnapshotInfo {
+func dedupSnapshots(in []snapshot.Info) []snapshot.Info {
 	at := map[string]int{}
 	out := in[:0]
 	for _, sn := range in {

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/lizard-build/lizard/internal/api"
-	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/snapshot"
 	"github.com/lizard-build/lizard/internal/store"
 )
 
@@ -85,10 +85,10 @@ func TestPoolCandidates(t *testing.T) {
 // TestDedupSnapshots: a snapshot listed by its node and by the node that
 // keeps its pool appears once, as the pool node lists it.
 func TestDedupSnapshots(t *testing.T) {
-	info := func(id string, ready int) sandbox.SnapshotInfo {
-		return sandbox.SnapshotInfo{Snapshot: sandbox.Snapshot{ID: id}, ReadyCount: ready}
+	info := func(id string, ready int) snapshot.Info {
+		return snapshot.Info{Snapshot: snapshot.Snapshot{ID: id}, ReadyCount: ready}
 	}
-	got := dedupSnapshots([]sandbox.SnapshotInfo{info("s1", 0), info("s2", 1), info("s1", 2), info("s3", 0), info("s2", 0)})
+	got := dedupSnapshots([]snapshot.Info{info("s1", 0), info("s2", 1), info("s1", 2), info("s3", 0), info("s2", 0)})
 	var ids []string
 	for _, sn := range got {
 		ids = append(ids, sn.ID)

@@ -54,6 +54,8 @@ var _ Sandboxes = (*sandbox.Service)(nil)
 type Config struct {
 	Auth      api.Auth
 	Sandboxes Sandboxes
+	// Copies forks sandboxes (*snapshot.Manager).
+	Copies api.Copies
 	// Usage answers the metrics routes and the lists' disk sizes
 	// (*usage.Sampler).
 	Usage     api.Usages
@@ -72,6 +74,7 @@ type Config struct {
 type server struct {
 	auth      api.Auth
 	sandboxes Sandboxes
+	copies    api.Copies
 	usage     api.Usages
 	templates Templates
 	domain    string
@@ -87,7 +90,7 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &server{auth: cfg.Auth, sandboxes: cfg.Sandboxes, usage: cfg.Usage, templates: cfg.Templates, domain: cfg.Domain, log: cfg.Logger, cluster: cfg.Cluster}
+	s := &server{auth: cfg.Auth, sandboxes: cfg.Sandboxes, copies: cfg.Copies, usage: cfg.Usage, templates: cfg.Templates, domain: cfg.Domain, log: cfg.Logger, cluster: cfg.Cluster}
 	mux := http.NewServeMux()
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request, store.Project) error) {
 		mux.Handle(pattern, s.authed(h))

@@ -460,7 +460,7 @@ func (s *server) fork(w http.ResponseWriter, r *http.Request, p store.Project) e
 	if err != nil {
 		return err
 	}
-	results, err := s.sandboxes.Fork(r.Context(), p.ID, rec.ID, count, timeout)
+	results, err := s.copies.Fork(r.Context(), p.ID, rec.ID, count, timeout)
 	if err != nil {
 		return err
 	}

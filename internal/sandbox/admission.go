@@ -197,68 +197,6 @@ func (s *Service) beginResume(ctx context.Context, e *entry) error {
 	return nil
 }
 
-// reserveSnapshot admits one more snapshot record of the project and holds
-// its place until release; commit (under s.mu) turns it into the record.
-func (s *Service) reserveSnapshot(ctx context.Context, project string) (release func(), err error) {
-	lim, err := s.limits(ctx, project)
-	if err != nil {
-		return nil, err
-	}
-	everywhere := -1 // every node's, when the cluster counts them
-	if lim.Snapshots > 0 && s.cfg.ProjectSnapshots != nil {
-		if everywhere, err = s.cfg.ProjectSnapshots(ctx, project); err != nil {
-			return nil, err
-		}
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := s.snapPending[project]
-	if everywhere >= 0 {
-		n += everywhere
-	} else {
-		for _, se := range s.snapshots {
-			if se.snap.ProjectID == project && !se.gone && !se.foreign { // a foreign one is another node's record
-				n++
-			}
-		}
-	}
-	if lim.Snapshots > 0 && n+1 > lim.Snapshots {
-		return nil, quotaError(store.LimitSnapshots, float64(n), float64(lim.Snapshots), 1)
-	}
-	s.snapPending[project]++
-	var once bool
-	return func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if !once {
-			once = true
-			if s.snapPending[project]--; s.snapPending[project] <= 0 {
-				delete(s.snapPending, project)
-			}
-		}
-	}, nil
-}
-
-// checkPool refuses a warm pool of want copies of snap that would take the
-// project over its limits: copies count as the sandboxes they are.
-func (s *Service) checkPool(ctx context.Context, snap Snapshot, want int) error {
-	lim, err := s.limits(ctx, snap.ProjectID)
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	missing := want - len(s.pooledLocked(snap.ID))
-	if missing <= 0 || snap.VolumeID != "" {
-		return nil
-	}
-	_, projUse := s.usageLocked(snap.ProjectID)
-	if err := checkQuota(lim, projUse, holds(StatusPooled, snap.CPUs, snap.MemoryMB).times(missing)); err != nil {
-		return fmt.Errorf("poolSize %d: %w", want, err)
-	}
-	return nil
-}
-
 // Usage is what a project holds, for the operator.
 type Usage struct {
 	Sandboxes int     `json:"sandboxes"`

@@ -181,37 +181,3 @@ func TestUsageOfLiveSandboxes(t *testing.T) {
 		t.Fatalf("resume: %v, status %s", err, paused.rec.Status)
 	}
 }
-
-// TestSnapshotReservations: snapshots being taken hold their place.
-func TestSnapshotReservations(t *testing.T) {
-	s := testService(store.Limits{Snapshots: 2}, Capacity{}, 100)
-	s.snapshots["snap_a"] = &snapEntry{snap: Snapshot{ID: "snap_a", ProjectID: "p"}}
-	s.snapshots["snap_q"] = &snapEntry{snap: Snapshot{ID: "snap_q", ProjectID: "q"}}
-	release, err := s.reserveSnapshot(context.Background(), "p")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.reserveSnapshot(context.Background(), "p"); !errors.Is(err, errdefs.ErrQuota) || !strings.Contains(err.Error(), "snapshots 2 of 2 in use") {
-		t.Fatalf("third snapshot: %v", err)
-	}
-	release()
-	release()
-	if _, err := s.reserveSnapshot(context.Background(), "p"); err != nil {
-		t.Fatalf("after release: %v", err)
-	}
-
-	// In a cluster, the project's snapshots on every node count.
-	c := testService(store.Limits{Snapshots: 2}, Capacity{}, 100)
-	c.cfg.ProjectSnapshots = func(_ context.Context, project string) (int, error) {
-		return map[string]int{"p": 2, "q": 1}[project], nil
-	}
-	if _, err := c.reserveSnapshot(context.Background(), "p"); !errors.Is(err, errdefs.ErrQuota) || !strings.Contains(err.Error(), "snapshots 2 of 2 in use") {
-		t.Fatalf("with 2 on other nodes: %v", err)
-	}
-	if _, err := c.reserveSnapshot(context.Background(), "q"); err != nil {
-		t.Fatalf("with 1 on other nodes: %v", err)
-	}
-	if _, err := c.reserveSnapshot(context.Background(), "q"); !errors.Is(err, errdefs.ErrQuota) {
-		t.Fatalf("1 elsewhere and 1 being taken here: %v", err)
-	}
-}

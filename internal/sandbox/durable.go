@@ -63,24 +63,3 @@ func (s *Service) makePauseDurable(e *entry, id string) {
 		}
 	})
 }
-
-// makeSnapshotDurable uploads snapshot se's image in the background and
-// records when it is durable.
-func (s *Service) makeSnapshotDurable(se *snapEntry) {
-	s.mu.Lock()
-	id := se.snap.ID
-	s.mu.Unlock()
-	s.images.MakeDurable(SnapshotImageName(id), s.snapshotDir(id), func(at time.Time) {
-		s.mu.Lock()
-		if se.gone {
-			s.mu.Unlock()
-			return
-		}
-		se.snap.DurableAt = &at
-		snap := se.snap
-		s.mu.Unlock()
-		if err := s.putSnapshot(context.Background(), snap); err != nil {
-			s.log.Error("persist snapshot", "snapshot", id, "err", err)
-		}
-	})
-}

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -91,23 +92,23 @@ func TestFakeEvents(t *testing.T) {
 	rec.mu.Lock()
 	before := len(rec.events)
 	rec.mu.Unlock()
-	info, err := s.TakeSnapshot(ctx, env.Project.ID, src.ID, "", 1)
+	dir := filepath.Join(t.TempDir(), "image")
+	saved, err := s.Checkpoint(ctx, env.Project.ID, src.ID, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sandboxtest.Eventually(t, "the warm copy", func() bool {
-		got, err := s.GetSnapshot(env.Project.ID, info.ID)
-		return err == nil && got.ReadyCount == 1
-	})
+	if _, err := s.Copy(ctx, CopyRequest{From: saved, Dir: dir, SnapshotID: "snap_x", PoolOf: "snap_x"}); err != nil {
+		t.Fatal(err)
+	}
 	rec.mu.Lock()
 	after := len(rec.events)
 	rec.mu.Unlock()
 	if after != before {
 		t.Fatalf("%d events told while the snapshot and its warm copy were made, want none (a copy is told of when claimed): %+v", after-before, rec.events[before:])
 	}
-	claimed, err := s.Restore(ctx, env.Project.ID, info.ID, 0)
-	if err != nil {
-		t.Fatal(err)
+	claimed, ok := s.Claim(ctx, "snap_x", 0)
+	if !ok {
+		t.Fatal("no warm copy to claim")
 	}
 	if got := rec.of(claimed.ID); len(got) != 1 || got[0] != "sandbox.created/api" {
 		t.Fatalf("a claimed warm copy: %q", got)

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -208,94 +209,81 @@ func TestFakePauseResume(t *testing.T) {
 	}
 }
 
-func TestFakeSnapshotRestoreFork(t *testing.T) {
+// TestFakeCheckpointCopy: the core's seam of snapshots and forks: a
+// checkpoint of a running sandbox, copies of it with ids, tokens and
+// files of their own, warm copies claimed and trimmed.
+func TestFakeCheckpointCopy(t *testing.T) {
 	env := newFakeEnv(t)
 	s := env.service(t, nil)
 	ctx := context.Background()
-	src := env.create(t, s, CreateRequest{})
+	src := env.create(t, s, CreateRequest{Metadata: map[string]string{"k": "v"}, Secure: true, E2B: true})
 	env.run(t, s, src.ID, `echo from-source > "$HOME/f"`)
-	snap, err := s.TakeSnapshot(ctx, env.Project.ID, src.ID, "snap", 0)
+	dir := filepath.Join(t.TempDir(), "image")
+	saved, err := s.Checkpoint(ctx, env.Project.ID, src.ID, dir)
 	if err != nil {
-		t.Fatalf("TakeSnapshot: %v", err)
+		t.Fatalf("Checkpoint: %v", err)
+	}
+	if saved.SourceID != src.ID || saved.AgentToken != src.AgentToken || saved.Metadata["k"] != "v" || !saved.Secure {
+		t.Fatalf("saved: %+v", saved)
+	}
+	if _, err := s.Checkpoint(ctx, "prj_other", src.ID, filepath.Join(t.TempDir(), "image")); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("another project's checkpoint: %v, want ErrNotFound", err)
 	}
 	env.run(t, s, src.ID, `echo later > "$HOME/f"`)
-	copy, err := s.Restore(ctx, env.Project.ID, snap.ID, 0)
+	copy, err := s.Copy(ctx, CopyRequest{From: saved, Dir: dir, SnapshotID: "snap_x", TimeoutMs: 60_000})
 	if err != nil {
-		t.Fatalf("Restore: %v", err)
+		t.Fatalf("Copy: %v", err)
 	}
-	if copy.ID == src.ID || copy.AgentToken == src.AgentToken {
-		t.Fatalf("the copy shares the source's id or token")
+	if copy.ID == src.ID || copy.AgentToken == src.AgentToken || copy.EnvdToken == "" || copy.EnvdToken == src.EnvdToken {
+		t.Fatalf("the copy shares the source's id or tokens: %+v", copy)
+	}
+	if copy.SnapshotID != "snap_x" || copy.Metadata["k"] != "v" || copy.EndAt == nil || copy.Status != StatusRunning {
+		t.Fatalf("the copy: %+v", copy)
 	}
 	if got := env.run(t, s, copy.ID, `cat "$HOME/f"`); got != "from-source\n" {
 		t.Fatalf("restored copy: %q", got)
 	}
-	forks, err := s.Fork(ctx, env.Project.ID, src.ID, 2, 0)
-	if err != nil {
-		t.Fatalf("Fork: %v", err)
+	// A paused sandbox cannot be saved.
+	if err := s.Pause(ctx, env.Project.ID, copy.ID); err != nil {
+		t.Fatal(err)
 	}
-	if len(forks) != 2 {
-		t.Fatalf("%d forks, want 2", len(forks))
+	if _, err := s.Checkpoint(ctx, env.Project.ID, copy.ID, filepath.Join(t.TempDir(), "image")); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("checkpoint of a paused sandbox: %v, want ErrConflict", err)
 	}
-	for _, f := range forks {
-		if f.Err != nil {
-			t.Fatalf("fork: %v", f.Err)
-		}
-		if got := env.run(t, s, f.Sandbox.ID, `cat "$HOME/f"; echo mine > "$HOME/f"`); got != "later\n" {
-			t.Fatalf("fork %s: %q", f.Sandbox.ID, got)
-		}
-	}
-	if got := env.run(t, s, src.ID, `cat "$HOME/f"`); got != "later\n" {
-		t.Fatalf("a fork's write reached the source: %q", got)
-	}
-	if err := s.DeleteSnapshot(ctx, env.Project.ID, snap.ID); err != nil {
-		t.Fatalf("DeleteSnapshot: %v", err)
-	}
-}
 
-// TestFakeWarmPool: a snapshot's pool is filled, a restore claims a copy
-// and the pool refills, a smaller pool size trims it.
-func TestFakeWarmPool(t *testing.T) {
-	env := newFakeEnv(t)
-	s := env.service(t, nil)
-	ctx := context.Background()
-	src := env.create(t, s, CreateRequest{})
-	env.run(t, s, src.ID, `echo pooled > "$HOME/f"`)
-	snap, err := s.TakeSnapshot(ctx, env.Project.ID, src.ID, "pool", 2)
-	if err != nil {
-		t.Fatalf("TakeSnapshot: %v", err)
-	}
-	ready := func(n int) func() bool {
-		return func() bool {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			return len(s.pooledLocked(snap.ID)) == n
+	// Warm copies wait, unlisted, until claimed or trimmed.
+	for range 3 {
+		if _, err := s.Copy(ctx, CopyRequest{From: saved, Dir: dir, SnapshotID: "snap_x", PoolOf: "snap_x"}); err != nil {
+			t.Fatalf("warm copy: %v", err)
 		}
 	}
-	sandboxtest.Eventually(t, "the pool to fill", ready(2))
-	s.mu.Lock()
-	pooled := map[string]bool{}
-	for _, e := range s.pooledLocked(snap.ID) {
-		pooled[e.rec.ID] = true
+	if n := s.Pooled("snap_x"); n != 3 {
+		t.Fatalf("Pooled: %d, want 3", n)
 	}
-	s.mu.Unlock()
-	got, err := s.Restore(ctx, env.Project.ID, snap.ID, 0)
-	if err != nil {
-		t.Fatalf("Restore: %v", err)
+	if p := s.Pools(); len(p) != 1 || p["snap_x"] != 3 {
+		t.Fatalf("Pools: %v", p)
 	}
-	if !pooled[got.ID] {
-		t.Fatalf("the restore made %s instead of claiming one of %v", got.ID, pooled)
+	for _, rec := range s.List(env.Project.ID) {
+		if rec.Status == StatusPooled {
+			t.Fatalf("a warm copy is listed: %+v", rec)
+		}
 	}
-	if out := env.run(t, s, got.ID, `cat "$HOME/f"`); out != "pooled\n" {
-		t.Fatalf("claimed copy: %q", out)
+	claimed, ok := s.Claim(ctx, "snap_x", 5000)
+	if !ok || claimed.Status != StatusRunning || claimed.PoolOf != "" || claimed.EndAt == nil {
+		t.Fatalf("Claim: %+v %v", claimed, ok)
 	}
-	sandboxtest.Eventually(t, "the pool to refill", ready(2))
-	one := 1
-	if _, err := s.UpdateSnapshot(ctx, env.Project.ID, snap.ID, &one, nil); err != nil {
-		t.Fatalf("UpdateSnapshot: %v", err)
+	if got := env.run(t, s, claimed.ID, `cat "$HOME/f"`); got != "from-source\n" {
+		t.Fatalf("claimed copy: %q", got)
 	}
-	sandboxtest.Eventually(t, "the pool to trim", ready(1))
-	// Trimmed copies are gone from the runtime too: the source, the claimed
-	// copy and one pooled copy are left.
+	if _, ok := s.Claim(ctx, "snap_other", 0); ok {
+		t.Fatal("claimed a copy of a snapshot with no pool")
+	}
+	s.TrimPool(ctx, "snap_x", 1)
+	if n := s.Pooled("snap_x"); n != 1 {
+		t.Fatalf("after TrimPool to 1: %d", n)
+	}
+	s.TrimPool(ctx, "snap_x", 0)
+	// The source, the paused copy and the claimed one are left.
 	sandboxtest.Eventually(t, "the runtime to hold three sandboxes", func() bool {
 		list, _ := env.Runtime.List(ctx)
 		return len(list) == 3

@@ -167,98 +167,15 @@ type Releaser interface {
 	ReleaseSandbox(ctx context.Context, id string) error
 }
 
-// Moved is the outcome of moving one sandbox away (Evacuate).
-type Moved struct {
-	ID, ProjectID string
-	// WasRunning: it ran and was paused for the move (resume was
-	// called); else it was paused and is just movable now.
-	WasRunning bool
-	Err        error
-}
-
-// Evacuate moves this node's sandboxes to other nodes (lizard nodes drain
-// --move): every running one is paused, every paused one waits until its
-// image is durable and is released (orphaned), and those that ran are
-// handed to resume, which has another node take them over. Warm copies of
-// snapshots' pools go (HandOverPools has other nodes adopt the pools
-// first). It
-// returns what happened to each sandbox; ctx bounds the wait for uploads.
-func (s *Service) Evacuate(ctx context.Context, resume func(ctx context.Context, projectID, id string) error) []Moved {
-	s.mu.Lock()
-	var all []*entry
-	for _, e := range s.sandboxes {
-		all = append(all, e)
-	}
-	s.mu.Unlock()
-	var out []Moved
-	var moving []*Moved
-	for _, e := range all {
-		s.mu.Lock()
-		rec := e.rec
-		s.mu.Unlock()
-		m := Moved{ID: rec.ID, ProjectID: rec.ProjectID, WasRunning: rec.Status == StatusRunning}
-		switch {
-		case rec.VolumeID != "" && rec.Status != StatusPooled && s.cfg.Images == nil:
-			m.Err = fmt.Errorf("sandbox %q holds volume %s, which cannot move between nodes without an object store: %w", rec.ID, rec.VolumeID, errdefs.ErrConflict)
-		case rec.Status == StatusPooled:
-			e.mu.Lock()
-			if s.take(e) {
-				s.destroy(context.WithoutCancel(ctx), rec.ID)
-			}
-			e.mu.Unlock()
-			continue
-		case rec.Status == StatusRunning:
-			m.Err = s.Pause(ctx, rec.ProjectID, rec.ID)
-		case rec.Status == StatusPaused:
-		default:
-			m.Err = fmt.Errorf("sandbox %q is %s: %w", rec.ID, rec.Status, errdefs.ErrConflict)
-		}
-		out = append(out, m)
-	}
-	for i := range out {
-		if out[i].Err == nil {
-			moving = append(moving, &out[i])
-		}
-	}
-	done := make(chan struct{})
-	for _, m := range moving {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			if m.Err = s.release(ctx, m.ID); m.Err == nil && m.WasRunning {
-				m.Err = resume(ctx, m.ProjectID, m.ID)
-			}
-		}()
-	}
-	for range moving {
-		<-done
-	}
-	return out
-}
-
-// release waits until paused sandbox id's image is durable, then lets it
-// go: its row is orphaned (fenced) and this node forgets it, keeping its
-// image in the object store.
-func (s *Service) release(ctx context.Context, id string) error {
+// Release lets this node's paused sandbox id, whose image is durable, go
+// to another node (a move): its volume is released (synced, fetched by the
+// node that resumes it), its row orphaned (fenced) and this node forgets
+// it, keeping its image in the object store. A sandbox that is not paused
+// and durable is ErrConflict; it stays as it is.
+func (s *Service) Release(ctx context.Context, id string) error {
 	r, ok := s.cfg.Store.(Releaser)
 	if !ok || s.cfg.Images == nil {
 		return fmt.Errorf("sandbox %q cannot move: this node is not in a cluster with an object store: %w", id, errdefs.ErrConflict)
-	}
-	for {
-		s.mu.Lock()
-		e := s.sandboxes[id]
-		durable := e != nil && !e.gone && e.rec.Status == StatusPaused && e.rec.DurableAt != nil
-		s.mu.Unlock()
-		if e == nil {
-			return NotFound(id)
-		}
-		if durable {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("sandbox %q: its image did not become durable: %w", id, ctx.Err())
-		case <-time.After(200 * time.Millisecond):
-		}
 	}
 	s.mu.Lock()
 	e := s.sandboxes[id]
@@ -272,7 +189,7 @@ func (s *Service) release(ctx context.Context, id string) error {
 	ok = !e.gone && e.rec.Status == StatusPaused && e.rec.DurableAt != nil
 	s.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("sandbox %q changed while it was being moved: %w", id, errdefs.ErrConflict)
+		return fmt.Errorf("sandbox %q is not paused with a durable image; it cannot move: %w", id, errdefs.ErrConflict)
 	}
 	s.mu.Lock()
 	vol := e.rec.VolumeID
@@ -299,58 +216,4 @@ func (s *Service) release(ctx context.Context, id string) error {
 	}
 	s.log.Info("sandbox released to another node", "sandbox", id)
 	return nil
-}
-
-// Snapshots of other nodes: a durable snapshot restores on any node (the
-// cluster's placement sends a restore elsewhere when the snapshot's node
-// is gone or cannot take it).
-
-// ForeignSnapshots is what the store of a cluster node offers to find a
-// snapshot recorded on another node: the project's snapshot id, whichever
-// node took it; ErrNotFound if none.
-type ForeignSnapshots interface {
-	SnapshotAnywhere(ctx context.Context, projectID, id string) (store.Snapshot, error)
-}
-
-// foreignSnapshot is the project's durable snapshot id of another node.
-func (s *Service) foreignSnapshot(ctx context.Context, projectID, id string) (Snapshot, bool) {
-	f, ok := s.cfg.Store.(ForeignSnapshots)
-	if !ok || s.cfg.Images == nil {
-		return Snapshot{}, false
-	}
-	row, err := f.SnapshotAnywhere(ctx, projectID, id)
-	if err != nil {
-		return Snapshot{}, false
-	}
-	var snap Snapshot
-	if err := json.Unmarshal(row.Spec, &snap); err != nil || snap.ID != id || snap.ProjectID != projectID || snap.DurableAt == nil {
-		return Snapshot{}, false
-	}
-	return snap, true
-}
-
-// restoreForeign starts a copy of another node's durable snapshot: its
-// image is downloaded (every digest checked) for this restore and removed
-// after it.
-func (s *Service) restoreForeign(ctx context.Context, snap Snapshot, timeoutMs int64) (Record, error) {
-	rootfs, release, err := s.hereRootfs(snap.ProjectID, snap.Template, snap.Rootfs, true)
-	if err != nil {
-		return Record{}, fmt.Errorf("restore snapshot %s: %w", snap.ID, err)
-	}
-	defer release()
-	snap.Rootfs = rootfs
-	if err := os.MkdirAll(s.cfg.SnapshotDir, 0o700); err != nil {
-		return Record{}, err
-	}
-	dir, err := os.MkdirTemp(s.cfg.SnapshotDir, "restore-"+snap.ID+"-")
-	if err != nil {
-		return Record{}, err
-	}
-	defer os.RemoveAll(dir)
-	img := filepath.Join(dir, "image")
-	if err := s.images.Materialize(ctx, SnapshotImageName(snap.ID), img); err != nil {
-		return Record{}, fmt.Errorf("restore snapshot %s: %w", snap.ID, err)
-	}
-	s.log.Info("restoring a snapshot of another node", "snapshot", snap.ID)
-	return s.restoreCopy(ctx, s.copyRecord(snap, timeoutMs), snap, img, true)
 }

@@ -74,10 +74,8 @@ func (s *Service) ProbeAgents(ctx context.Context, interval time.Duration) {
 	}
 }
 
-var _ metrics.Inventory = (*Service)(nil)
-
-// Sandboxes implements metrics.Inventory: every live sandbox, warm pool
-// copies, ones being made and unresponsive ones included.
+// Sandboxes is metrics.Inventory's sandboxes: every live sandbox, warm
+// pool copies, ones being made and unresponsive ones included.
 func (s *Service) Sandboxes() []metrics.Sandbox {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -103,24 +101,4 @@ func metricsTemplate(name string) string {
 		return template.Resolve(name)
 	}
 	return "custom"
-}
-
-// WarmPools implements metrics.Inventory: each snapshot that keeps a pool,
-// with its ready copies, that this node keeps (in a cluster another node
-// may keep it). A paused pool wants none.
-func (s *Service) WarmPools() []metrics.Pool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []metrics.Pool
-	for id, se := range s.snapshots {
-		if se.gone || se.snap.PoolSize == 0 || !s.poolHereLocked(se) {
-			continue
-		}
-		p := metrics.Pool{Ready: len(s.pooledLocked(id)), Target: se.snap.PoolSize}
-		if se.snap.PoolPaused {
-			p.Target = 0
-		}
-		out = append(out, p)
-	}
-	return out
 }

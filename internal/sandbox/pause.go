@@ -12,9 +12,15 @@ import (
 // checkpointer returns the runtime's checkpoint capability or a clear error.
 func (s *Service) checkpointer(feature string) error {
 	if s.cp == nil {
-		return errdefs.WithCode("feature_unavailable", fmt.Errorf("%s: this server's runtime cannot checkpoint sandboxes: %w", feature, errdefs.ErrInvalid))
+		return NoCheckpoints(feature)
 	}
 	return nil
+}
+
+// NoCheckpoints is the refusal of feature by a server whose runtime
+// cannot checkpoint sandboxes.
+func NoCheckpoints(feature string) error {
+	return errdefs.WithCode("feature_unavailable", fmt.Errorf("%s: this server's runtime cannot checkpoint sandboxes: %w", feature, errdefs.ErrInvalid))
 }
 
 // Pause checkpoints the sandbox — memory, processes, files — and frees its

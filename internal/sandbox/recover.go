@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -52,10 +50,10 @@ const recoverParallel = 8
 // probing is over, and images without a record (a snapshot or fork cut
 // short) are removed.
 func (s *Service) Recover(ctx context.Context) error {
-	snapErr := s.recoverSnapshots(ctx)
 	recs, err := s.cfg.Store.Sandboxes(ctx)
 	if err != nil {
 		s.log.Error("recover: done, nothing recovered", "err", err)
+		s.recoveredOnce.Do(func() { close(s.recovered) })
 		return err
 	}
 	// Asking the runtime takes runsc runs, slow on a busy host: until
@@ -84,7 +82,7 @@ func (s *Service) Recover(ctx context.Context) error {
 		defer s.bg.Done()
 		s.classify(s.bgCtx, pending, gone)
 	}()
-	return snapErr
+	return nil
 }
 
 // classify maps each pending record to what the runtime holds (asked until
@@ -203,17 +201,8 @@ func (s *Service) finishRecovery(ctx context.Context, probe []Record, gone, stra
 			s.log.Error("recover: detach volumes of sandboxes that are gone", "err", err)
 		}
 	}
-	s.mu.Lock()
-	var ses []*snapEntry
-	for _, se := range s.snapshots {
-		ses = append(ses, se)
-	}
-	s.mu.Unlock()
-	for _, se := range ses {
-		s.trimPool(ctx, se)
-		s.fillPool(se)
-	}
 	s.log.Info("recover: done", "probed", len(probe), "destroyed", len(gone), "strays", len(strays))
+	s.recoveredOnce.Do(func() { close(s.recovered) })
 }
 
 // stalled is an unresponsive sandbox: one recovery found running in the
@@ -415,14 +404,6 @@ func (s *Service) reattach(ctx context.Context, rec Record, st runtime.State) er
 	if rec.Status == StatusCreating {
 		return errors.New("its create was cut short")
 	}
-	if rec.Status == StatusPooled {
-		s.mu.Lock()
-		_, ok := s.snapshots[rec.PoolOf]
-		s.mu.Unlock()
-		if !ok {
-			return errors.New("a warm copy of a snapshot that is gone")
-		}
-	}
 	ag, conns := newAgent(rec.AgentAddr, rec.AgentToken)
 	switch st {
 	case runtime.StatePaused:
@@ -491,72 +472,6 @@ func (s *Service) probe(ctx context.Context, id string, ag *agent.Client) error 
 			}
 		}
 	}
-}
-
-// recoverSnapshots loads the snapshot records and removes images that have
-// none.
-func (s *Service) recoverSnapshots(ctx context.Context) error {
-	if s.cfg.SnapshotDir == "" {
-		return nil
-	}
-	recs, err := s.cfg.Store.Snapshots(ctx)
-	if err != nil {
-		return err
-	}
-	if p, ok := s.cfg.Store.(Pools); ok {
-		adopted, err := p.AdoptedPools(ctx)
-		if err != nil {
-			return err
-		}
-		recs = append(recs, adopted...)
-	}
-	known := map[string]bool{}
-	for _, r := range recs {
-		var snap Snapshot
-		if err := json.Unmarshal(r.Spec, &snap); err != nil || snap.ID != r.ID {
-			if r.Node != s.node() {
-				continue // another node's record
-			}
-			s.log.Warn("recover: unreadable snapshot record, removing", "snapshot", r.ID)
-			s.cfg.Store.DeleteSnapshot(ctx, r.ID)
-			continue
-		}
-		se, ok := s.loadSnapshot(r, snap)
-		if !ok {
-			continue
-		}
-		if se.foreign {
-			known[snap.ID] = true // a cache of another node's image
-			s.mu.Lock()
-			s.snapshots[snap.ID] = se
-			s.mu.Unlock()
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(s.snapshotDir(snap.ID), runtime.ImageFile)); err != nil && (snap.DurableAt == nil || s.cfg.Images == nil) {
-			s.log.Warn("recover: snapshot image missing, removing the snapshot", "snapshot", snap.ID)
-			s.cfg.Store.DeleteSnapshot(ctx, r.ID)
-			continue
-		}
-		known[snap.ID] = true
-		if snap.Rootfs == "" {
-			snap.Rootfs = s.knownRootfs("", snap.ProjectID, snap.Template)
-			s.putSnapshot(ctx, snap)
-			se.snap = snap
-		}
-		s.mu.Lock()
-		s.snapshots[snap.ID] = se
-		s.mu.Unlock()
-		if snap.DurableAt == nil {
-			s.makeSnapshotDurable(se) // the server stopped before it was
-		}
-	}
-	ents, _ := os.ReadDir(s.cfg.SnapshotDir)
-	for _, e := range ents {
-		if !known[e.Name()] {
-			os.RemoveAll(filepath.Join(s.cfg.SnapshotDir, e.Name()))
-		}
-	}
-	return nil
 }
 
 // Watch notices sandboxes whose processes died on their own (the whole

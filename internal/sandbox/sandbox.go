@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -80,11 +81,6 @@ type Config struct {
 	Capacity Capacity
 	// Limits returns a project's limits (see admission.go); nil: none.
 	Limits func(ctx context.Context, projectID string) (store.Limits, error)
-	// ProjectSnapshots counts a project's snapshots on every node
-	// (cluster mode), for its snapshot limit; nil: this node's. Nodes
-	// snapshotting at the same moment may both pass: the count is read,
-	// not locked, across nodes.
-	ProjectSnapshots func(ctx context.Context, projectID string) (int, error)
 	// Disk refuses new sandboxes, pauses and snapshots when the data
 	// directory's disk is low; nil: no check.
 	Disk *disk.Guard
@@ -138,14 +134,12 @@ type Service struct {
 	cp   runtime.Checkpointer // nil when the runtime cannot checkpoint
 	logs *logs
 
-	mu          sync.Mutex
-	sandboxes   map[string]*entry
-	snapshots   map[string]*snapEntry
-	launching   map[string]string      // sandbox id → rootfs, while being made
-	pinned      map[string]int         // template version directories being brought here (hereRootfs)
-	pending     map[string]reservation // sandbox id → its admission, while being made
-	snapPending map[string]int         // project → snapshots being taken
-	recovering  map[string]Record      // running sandboxes Recover has yet to probe
+	mu         sync.Mutex
+	sandboxes  map[string]*entry
+	launching  map[string]string      // sandbox id → rootfs, while being made
+	pinned     map[string]int         // template version directories being brought here (hereRootfs)
+	pending    map[string]reservation // sandbox id → its admission, while being made
+	recovering map[string]Record      // running sandboxes Recover has yet to probe
 	// unresponsive are the sandboxes of recovering whose agent did not
 	// answer the first probe: kept, probed again (recover.go).
 	unresponsive map[string]*stalled
@@ -161,8 +155,9 @@ type Service struct {
 	// ready holds the ready states (package ready); nil when the runtime
 	// cannot checkpoint or ReadyDir is "".
 	ready *ready.States
-	// poolPeers reaches other nodes' warm pools (pools.go; guarded by mu).
-	poolPeers PoolPeers
+	// recovered is closed once Recover judged every sandbox (Recovered).
+	recovered     chan struct{}
+	recoveredOnce sync.Once
 }
 
 // entry is one live sandbox. mu serializes its lifecycle operations; the
@@ -283,9 +278,9 @@ func New(cfg Config) *Service {
 	cp, _ := cfg.Runtime.(runtime.Checkpointer)
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	s := &Service{cfg: cfg, log: cfg.Logger, cp: cp, logs: newLogs(cfg.LogDir, cfg.LogMaxBytes), sandboxes: map[string]*entry{},
-		snapshots: map[string]*snapEntry{}, launching: map[string]string{}, pinned: map[string]int{},
-		pending: map[string]reservation{}, snapPending: map[string]int{}, recovering: map[string]Record{}, unresponsive: map[string]*stalled{}, moving: map[string]struct{}{}, bgCtx: bgCtx, bgCancel: bgCancel,
-		images: images.New(cfg.Images, cfg.Logger)}
+		launching: map[string]string{}, pinned: map[string]int{},
+		pending: map[string]reservation{}, recovering: map[string]Record{}, unresponsive: map[string]*stalled{}, moving: map[string]struct{}{}, bgCtx: bgCtx, bgCancel: bgCancel,
+		images: images.New(cfg.Images, cfg.Logger), recovered: make(chan struct{})}
 	s.ready = s.newReady()
 	return s
 }
@@ -323,7 +318,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Record, err 
 	if err != nil {
 		return Record{}, err
 	}
-	if err := validTimeout(req.TimeoutMs); err != nil {
+	if err := ValidTimeout(req.TimeoutMs); err != nil {
 		return Record{}, err
 	}
 	if err := CheckEnvs("envs", req.Envs); err != nil {
@@ -436,7 +431,8 @@ func giveEnvdToken(ctx context.Context, ag *agent.Client, rec Record) error {
 	return nil
 }
 
-func validTimeout(ms int64) error {
+// ValidTimeout refuses a sandbox lifetime the API does not take.
+func ValidTimeout(ms int64) error {
 	if ms < 0 || ms > MaxTimeoutMs {
 		return fmt.Errorf("timeoutMs %d: must be 0 (no deadline) to %d: %w", ms, MaxTimeoutMs, errdefs.ErrInvalid)
 	}
@@ -520,6 +516,31 @@ func (s *Service) start(ctx context.Context, rec Record, boot func(context.Conte
 		s.logs.event(rec.ID, "created (template %s, size %s)", rec.Template, rec.Size)
 	}
 	return rec, nil
+}
+
+// UsesRootfs reports whether a sandbox of the server runs on (or is being
+// made or restored onto) the template root filesystem rootfs, so that a
+// template version is kept while it does (the snapshots' versions are
+// their package's to report).
+func (s *Service) UsesRootfs(rootfs string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.sandboxes {
+		if e.rec.Rootfs == rootfs {
+			return true
+		}
+	}
+	for _, r := range s.launching {
+		if r == rootfs {
+			return true
+		}
+	}
+	for _, rec := range s.recovering {
+		if rec.Rootfs == rootfs {
+			return true
+		}
+	}
+	return s.pinned[filepath.Base(filepath.Dir(rootfs))] > 0
 }
 
 // booting counts sandbox id as using rootfs until the returned func is
@@ -667,14 +688,14 @@ func (s *Service) List(projectID string) []Record {
 	return out
 }
 
-// lifecycleTimeout bounds a kill, pause, resume or snapshot once begun.
-const lifecycleTimeout = 5 * time.Minute
+// LifecycleTimeout bounds a kill, pause, resume or snapshot once begun.
+const LifecycleTimeout = 5 * time.Minute
 
 // detach is the context of a lifecycle operation: it runs to its end (or
-// lifecycleTimeout) whatever the client does, since one cut short by a
+// LifecycleTimeout) whatever the client does, since one cut short by a
 // client hanging up would leave a sandbox half-destroyed or half-saved.
 func detach(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), lifecycleTimeout)
+	return context.WithTimeout(context.WithoutCancel(ctx), LifecycleTimeout)
 }
 
 // Kill destroys the sandbox and frees everything it held.

@@ -2,8 +2,9 @@
 // backend in a temporary directory, on a 127.0.0.1 port of its own, with
 // generated root credentials and one bucket. Tests can stop and start it
 // again (the data is kept) to play an object store that goes away. The
-// objstore backends' tests, package durable's, the end-to-end tests and
-// bench/ (its durable section) use it; nothing else may.
+// objstore backends' tests, package durable's, the moves' between nodes
+// (internal/sandbox/move), the end-to-end tests and bench/ (its durable
+// section) use it; nothing else may.
 package vgwtest
 
 import (

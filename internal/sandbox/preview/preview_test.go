@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/url"
+	"path/filepath"
 	"strconv"
 	"testing"
 
@@ -154,11 +155,12 @@ func TestE2BTargets(t *testing.T) {
 	}
 	// A copy restored from a snapshot keeps the mask, with tokens of its
 	// own.
-	snap, err := core.TakeSnapshot(ctx, env.Project.ID, e2b.ID, "masked", 0)
+	dir := filepath.Join(t.TempDir(), "image")
+	saved, err := core.Checkpoint(ctx, env.Project.ID, e2b.ID, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	copied, err := core.Restore(ctx, env.Project.ID, snap.ID, 0)
+	copied, err := core.Copy(ctx, sandbox.CopyRequest{From: saved, Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
