@@ -115,8 +115,13 @@ func CheckIssuer(raw string) (string, error) {
 }
 
 // New returns the issuer, having loaded the cluster's signing keys (and made
-// the first one if there is none).
+// the first one if there is none). Without Config.Issuer it returns an
+// issuer that is off: a create that registers tokens is refused (400 naming
+// --oidc-issuer), nothing mints, and no discovery document is served.
 func New(ctx context.Context, cfg Config) (*Issuer, error) {
+	if cfg.Issuer == "" {
+		return &Issuer{}, nil
+	}
 	iss, err := CheckIssuer(cfg.Issuer)
 	if err != nil {
 		return nil, err
@@ -162,6 +167,9 @@ func New(ctx context.Context, cfg Config) (*Issuer, error) {
 	return i, nil
 }
 
+// Enabled reports whether the issuer is on (--oidc-issuer).
+func (i *Issuer) Enabled() bool { return i.issuer != "" }
+
 // URL is the issuer's URL (iss).
 func (i *Issuer) URL() string { return i.issuer }
 
@@ -174,6 +182,9 @@ func (i *Issuer) Path() string { return i.path }
 // is older than Config.Rotation, and deletes keys no token signed by them
 // can still need.
 func (i *Issuer) Run(ctx context.Context) {
+	if !i.Enabled() {
+		return
+	}
 	t := time.NewTicker(reloadEvery)
 	defer t.Stop()
 	for {
@@ -226,6 +237,9 @@ func retireAt(next store.SigningKey) time.Time { return next.ActivateAt.Add(MaxL
 // signs at once, and relying parties that cached the key set without it
 // refuse its tokens until they fetch it again.
 func (i *Issuer) Rotate(ctx context.Context, activateIn time.Duration) (store.SigningKey, error) {
+	if !i.Enabled() {
+		return store.SigningKey{}, errOff()
+	}
 	if err := i.reload(ctx); err != nil {
 		return store.SigningKey{}, err
 	}
@@ -240,6 +254,9 @@ func (i *Issuer) Rotate(ctx context.Context, activateIn time.Duration) (store.Si
 // key that leaked: Rotate with activateIn 0 first): tokens they signed stop
 // verifying as soon as relying parties fetch the key set again.
 func (i *Issuer) DropOld(ctx context.Context) (int, error) {
+	if !i.Enabled() {
+		return 0, errOff()
+	}
 	if err := i.reload(ctx); err != nil {
 		return 0, err
 	}
@@ -299,6 +316,17 @@ func (i *Issuer) addKey(ctx context.Context, activateIn time.Duration) (store.Si
 	k := store.SigningKey{ID: kid, Generation: gen, Algorithm: Algorithm, Public: pub, Private: i.cfg.Keys.Seal(der, keyAD(kid)),
 		CreatedAt: now, ActivateAt: now.Add(activateIn)}
 	return k, i.cfg.Store.InsertSigningKey(ctx, k)
+}
+
+// errOff is the error of what needs the issuer when it is off: a request
+// that asks for it is invalid (class ErrInvalid), a token looked up is not
+// found (ErrNotFound).
+func errOff(class ...error) error {
+	c := errdefs.ErrInvalid
+	if len(class) > 0 {
+		c = class[0]
+	}
+	return errdefs.WithCode("identity_disabled", fmt.Errorf("workload identity is not configured on this server (its operator sets --oidc-issuer): %w", c))
 }
 
 // keyAD binds a sealed private key to its kid.

@@ -363,3 +363,26 @@ func kidOf(t *testing.T, token string) string {
 	}
 	return p.Headers[0].KeyID
 }
+
+// TestOff: without --oidc-issuer, a create registering tokens is a 400
+// naming the flag, and nothing mints (not found).
+func TestOff(t *testing.T) {
+	ctx := context.Background()
+	i, err := New(ctx, Config{})
+	if err != nil || i.Enabled() {
+		t.Fatalf("an issuer without a URL: %v, enabled %v", err, i.Enabled())
+	}
+	if ts, err := i.Check("iam", &IAM{}); err != nil || ts != nil {
+		t.Fatalf("no tokens: %v %v", ts, err)
+	}
+	_, err = i.Check("iam", &IAM{Tokens: map[string]TokenDef{"aws": {Audience: "x", TokenType: TokenType}}})
+	if !errors.Is(err, errdefs.ErrInvalid) || !strings.HasPrefix(err.Error(), "iam.tokens:") || !strings.Contains(err.Error(), "--oidc-issuer") {
+		t.Fatalf("Check with tokens: %v", err)
+	}
+	if _, err := i.MintToken(ctx, "p", "s", "aws"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("MintToken: %v", err)
+	}
+	if l, err := i.SandboxTokens(ctx, "p", "s"); err != nil || len(l) != 0 {
+		t.Fatalf("SandboxTokens: %v %v", l, err)
+	}
+}

@@ -46,6 +46,9 @@ func (i *Issuer) Check(field string, iam *IAM) ([]store.SandboxToken, error) {
 	if iam == nil || len(iam.Tokens) == 0 {
 		return nil, nil
 	}
+	if !i.Enabled() {
+		return nil, fmt.Errorf("%s.tokens: %w", field, errOff())
+	}
 	if len(iam.Tokens) > MaxTokens {
 		return nil, invalid(field+".tokens", "%d tokens, at most %d", len(iam.Tokens), MaxTokens)
 	}
@@ -97,6 +100,9 @@ func (i *Issuer) Register(ctx context.Context, projectID, sandboxID string, toke
 
 // SandboxTokens lists a project's sandbox's registered tokens.
 func (i *Issuer) SandboxTokens(ctx context.Context, projectID, sandboxID string) ([]Token, error) {
+	if !i.Enabled() {
+		return []Token{}, nil
+	}
 	ts, err := i.cfg.Store.SandboxTokens(ctx, projectID, sandboxID)
 	if err != nil {
 		return nil, err
@@ -117,6 +123,9 @@ func (i *Issuer) TokenExists(ctx context.Context, projectID, sandboxID, name str
 }
 
 func (i *Issuer) token(ctx context.Context, projectID, sandboxID, name string) (store.SandboxToken, error) {
+	if !i.Enabled() {
+		return store.SandboxToken{}, fmt.Errorf("workload token %q: %w", name, errOff(errdefs.ErrNotFound))
+	}
 	ts, err := i.cfg.Store.SandboxTokens(ctx, projectID, sandboxID)
 	if err != nil {
 		return store.SandboxToken{}, err
