@@ -153,7 +153,7 @@ func Handler(cfg Config) http.Handler {
 	tplR := templateRoutes{templates: cfg.Templates}
 	buildR := buildRoutes{builder: cfg.Builder, maxBuild: maxBuild}
 	keyR := keyRoutes{keyStore: cfg.KeyStore, keys: cfg.Keys, log: cfg.Logger}
-	secR := secretRoutes{secrets: cfg.Secrets}
+	secR := SecretRoutes[secretInfo]{Secrets: cfg.Secrets, Shape: secretInfoOf, RefParam: "ref"}
 	tokR := tokenRoutes{ids: cfg.Identity}
 	issR := issuerRoutes{ids: cfg.Identity}
 	mux := http.NewServeMux()
@@ -191,11 +191,11 @@ func Handler(cfg Config) http.Handler {
 	route("PATCH /api/projects/{pid}/volumes/{vid}", volR.resizeVolume)
 	route("DELETE /api/projects/{pid}/volumes/{vid}", volR.deleteVolume)
 
-	route("POST /api/projects/{pid}/secrets", secR.create)
-	route("GET /api/projects/{pid}/secrets", secR.list)
-	route("GET /api/projects/{pid}/secrets/{ref}", secR.get)
-	route("PATCH /api/projects/{pid}/secrets/{ref}", secR.update)
-	route("DELETE /api/projects/{pid}/secrets/{ref}", secR.delete)
+	route("POST /api/projects/{pid}/secrets", inProject(secR.Create))
+	route("GET /api/projects/{pid}/secrets", inProject(secR.List))
+	route("GET /api/projects/{pid}/secrets/{ref}", inProject(secR.Get))
+	route("PATCH /api/projects/{pid}/secrets/{ref}", inProject(secR.Update))
+	route("DELETE /api/projects/{pid}/secrets/{ref}", inProject(secR.Delete))
 
 	route("GET /api/sandboxes/{id}/iam/tokens", tokR.list)
 	route("POST /api/sandboxes/{id}/iam/tokens/{name}", tokR.mint)

@@ -99,7 +99,9 @@ func Handler(cfg Config) http.Handler {
 	}
 	s := &server{auth: cfg.Auth, sandboxes: cfg.Sandboxes, usage: cfg.Usage, templates: cfg.Templates, domain: cfg.Domain, log: cfg.Logger, cluster: cfg.Cluster,
 		ids: cfg.Identity}
-	secR := secretRoutes{secrets: cfg.Secrets}
+	// E2B's Secret: create, pages (limit, nextToken, X-Next-Token), get,
+	// update (POST) and delete by id or name, values write-only.
+	secR := api.SecretRoutes[secret]{Secrets: cfg.Secrets, Shape: secretOf, RefParam: "secretID"}
 	mux := http.NewServeMux()
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request, store.Project) error) {
 		mux.Handle(pattern, s.authed(h))
@@ -118,11 +120,11 @@ func Handler(cfg Config) http.Handler {
 	route("GET /sandboxes/{id}/metrics", s.metrics)
 	route("GET /templates", s.listTemplates)
 	route("GET /templates/aliases/{alias}", s.templateAlias)
-	route("POST /secrets", secR.create)
-	route("GET /secrets", secR.list)
-	route("GET /secrets/{secretID}", secR.get)
-	route("POST /secrets/{secretID}", secR.update)
-	route("DELETE /secrets/{secretID}", secR.delete)
+	route("POST /secrets", secR.Create)
+	route("GET /secrets", secR.List)
+	route("GET /secrets/{secretID}", secR.Get)
+	route("POST /secrets/{secretID}", secR.Update)
+	route("DELETE /secrets/{secretID}", secR.Delete)
 	mux.Handle("/", s.authed(notSupported))
 	return mux
 }

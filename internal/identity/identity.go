@@ -86,7 +86,8 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Issuer mints and publishes workload tokens.
+// Issuer mints and publishes workload tokens. The zero Issuer is off (as
+// New makes it without Config.Issuer).
 type Issuer struct {
 	cfg         Config
 	issuer      string
