@@ -2,6 +2,7 @@ package identity
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -114,12 +115,15 @@ func (i *Issuer) SandboxTokens(ctx context.Context, projectID, sandboxID string)
 	return out, nil
 }
 
-// TokenExists is nil when a project's sandbox registered a token of that
-// name, else an error wrapping errdefs.ErrNotFound: what a network update
-// checks of the placeholders in its transforms.
-func (i *Issuer) TokenExists(ctx context.Context, projectID, sandboxID, name string) error {
+// TokenExists reports whether a project's sandbox registered a token of
+// that name: what a network update's placeholders are checked against. Its
+// error is the store's, never "not found".
+func (i *Issuer) TokenExists(ctx context.Context, projectID, sandboxID, name string) (bool, error) {
 	_, err := i.token(ctx, projectID, sandboxID, name)
-	return err
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 func (i *Issuer) token(ctx context.Context, projectID, sandboxID, name string) (store.SandboxToken, error) {

@@ -13,6 +13,7 @@ package secrets
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -170,12 +171,15 @@ func (s *Service) SecretValue(ctx context.Context, projectID, name string) (stri
 	return string(v), nil
 }
 
-// SecretExists is nil when the project has a secret named name (case does
-// not matter), else an error wrapping errdefs.ErrNotFound: what a create
-// checks of the placeholders in its transforms.
-func (s *Service) SecretExists(ctx context.Context, projectID, name string) error {
+// SecretExists reports whether the project has a secret named name (case
+// does not matter): what a network configuration's placeholders are checked
+// against when it is set. Its error is the store's, never "not found".
+func (s *Service) SecretExists(ctx context.Context, projectID, name string) (bool, error) {
 	_, err := s.byName(ctx, projectID, name)
-	return err
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 func (s *Service) byName(ctx context.Context, projectID, name string) (store.Secret, error) {

@@ -76,8 +76,8 @@ func TestLifecycle(t *testing.T) {
 	if v, err := svc.SecretValue(ctx, e.p, "OPENAI_KEY"); err != nil || v != v1 {
 		t.Fatalf("SecretValue: %q %v", v, err)
 	}
-	if err := svc.SecretExists(ctx, e.p, "openai_key"); err != nil {
-		t.Fatal(err)
+	if ok, err := svc.SecretExists(ctx, e.p, "OpenAI_Key"); err != nil || !ok {
+		t.Fatalf("SecretExists: %v %v", ok, err)
 	}
 	row, err := e.st.SecretByID(ctx, e.p, info.ID)
 	if err != nil || bytes.Contains(row.Value, []byte(v1)) || seal.SealedWith(row.Value) == "" {
@@ -118,8 +118,8 @@ func TestLifecycle(t *testing.T) {
 	if _, err := svc.SecretValue(ctx, e.p, "openai_key"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("SecretValue after delete: %v, want ErrNotFound", err)
 	}
-	if err := svc.SecretExists(ctx, e.p, "openai_key"); !errors.Is(err, errdefs.ErrNotFound) {
-		t.Fatalf("SecretExists after delete: %v", err)
+	if ok, err := svc.SecretExists(ctx, e.p, "openai_key"); err != nil || ok {
+		t.Fatalf("SecretExists after delete: %v %v", ok, err)
 	}
 	if err := svc.Delete(ctx, e.p, info.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("a second delete: %v", err)
