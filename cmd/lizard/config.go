@@ -27,9 +27,10 @@ import (
 const defaultConfigPath = "/etc/lizard/lizard.toml"
 
 // reservedEnv are LIZARD_* variables that mean something else (the SDK's and
-// the CLI's endpoint and key; the key firstStart creates). No flag may map
+// the CLI's endpoint and key; the key firstStart creates; the secrets key
+// itself, secrets.go). No flag may map
 // to one of them.
-var reservedEnv = []string{"LIZARD_API_KEY", "LIZARD_API_URL"}
+var reservedEnv = []string{"LIZARD_API_KEY", "LIZARD_API_URL", secretsKeyEnv, secretsPreviousKeyEnv}
 
 // envName is the environment variable of a flag: LIZARD_ and the name in
 // upper case with dashes as underscores.

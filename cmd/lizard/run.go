@@ -35,6 +35,9 @@ const usage = `usage:
         [--template-dir DIR] [--data-dir DIR | --database URL]
   lizard template ls [--project P] [--template-dir DIR] [--data-dir DIR | --database URL]
   lizard template rm NAME [--project P] [--template-dir DIR] [--data-dir DIR | --database URL]
+  lizard secrets gen-key
+  lizard secrets rotate-key --secrets-key-file NEW --secrets-previous-key-file OLD [--data-dir DIR | --database URL]
+  lizard identity keys|rotate-key [--activate-in D] [--drop-old] --oidc-issuer URL --secrets-key-file F [--data-dir DIR | --database URL]
   lizard backup FILE [--data-dir DIR]
   lizard restore FILE --data-dir NEWDIR
   lizard config docs|example
@@ -67,6 +70,10 @@ func Run(ctx context.Context, args []string) error {
 		return config(args[1:])
 	case "migrate":
 		return migrateCmd(ctx, args[1:])
+	case "secrets":
+		return secretsCmd(ctx, args[1:])
+	case "identity":
+		return identityCmd(ctx, args[1:])
 	case "backup":
 		return backupCmd(ctx, args[1:])
 	case "restore":

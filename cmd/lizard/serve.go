@@ -30,6 +30,7 @@ import (
 	"github.com/lizard-build/lizard/internal/durable"
 	"github.com/lizard-build/lizard/internal/e2b"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/identity"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/proxy"
@@ -42,6 +43,7 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox/preview"
 	"github.com/lizard-build/lizard/internal/sandbox/snapshot"
 	sandboxusage "github.com/lizard-build/lizard/internal/sandbox/usage"
+	"github.com/lizard-build/lizard/internal/secrets"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
 	"github.com/lizard-build/lizard/internal/tmpldist"
@@ -76,6 +78,7 @@ type serveConfig struct {
 	maxBuildContext                            int64
 	watchInterval                              time.Duration
 	cluster                                    clusterFlags
+	secrets                                    secretsFlags
 	objectStore                                string
 	region                                     string
 	apiHost                                    string
@@ -142,6 +145,7 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs.DurationVar(&c.sessionIdle, "dashboard-session-idle", dashboard.DefaultIdle, "a dashboard session ends after this long without a request (at most --dashboard-session-ttl)")
 	c.build.register(fs)
 	c.cluster.register(fs)
+	c.secrets.register(fs)
 	fs.Int64Var(&c.maxBuildContext, "max-build-context", api.DefaultMaxBuildContext, "largest POST /api/templates request (Dockerfile and build context files) in bytes")
 	return fs
 }
@@ -248,6 +252,33 @@ func serve(ctx context.Context, args []string) error {
 	}
 	defer apiKeys.Close()
 	step("load API keys")
+	// Secrets and workload identity: the database's, sealed with the
+	// operator's key.
+	sealKeys, err := c.secrets.keyring()
+	if err != nil {
+		return err
+	}
+	secretRecords, err := secretStore(st)
+	if err != nil {
+		return err
+	}
+	secretSvc := secrets.New(secretRecords, sealKeys)
+	if sealKeys == nil {
+		log.Warn("no secrets key (--secrets-key-file or " + secretsKeyEnv + "): creating and updating secrets is refused")
+	}
+	issuerCfg, err := c.secrets.issuerConfig(st, sealKeys, log.With("component", "identity"))
+	if err != nil {
+		return err
+	}
+	issuer, err := identity.New(ctx, issuerCfg)
+	if err != nil {
+		return err
+	}
+	go issuer.Run(ctx)
+	if issuer.Enabled() {
+		log.Info("workload identity", "issuer", issuer.URL())
+	}
+	step("secrets and workload identity")
 	var limiter api.Limiter
 	if c.rateLimit > 0 {
 		limiter = ratelimit.New(c.rateLimit, c.rateBurst, 0, nil)
@@ -523,14 +554,15 @@ func serve(ctx context.Context, args []string) error {
 	ports := preview.New(svc)
 	desktops := desktop.New(svc, ports)
 	e2bAPI := e2b.Handler(e2b.Config{Auth: api.Auth{Keys: apiKeys, Limiter: limiter}, Sandboxes: svc, Copies: snaps, Usage: usages, Templates: tmpls,
-		Domain: e2bDomain, Logger: log.With("component", "e2b"), Cluster: apiCluster})
+		Domain: e2bDomain, Logger: log.With("component", "e2b"), Cluster: apiCluster, Secrets: secretSvc, Identity: issuer})
 	srv := &http.Server{
 		Handler: api.Handler(api.Config{E2B: e2bAPI, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Snapshots: snaps, Copies: snaps, Usage: usages, Ports: ports, Desktops: desktops, Templates: tmpls, Previews: previews, Volumes: vols,
 			Builder: &templateBuilder{reg: reg, dist: tmpls, runtime: rt, run: reap.Run, dns: c.dnsUpstream, build: buildOpts, ready: svc, inUse: inUse, metrics: mets,
 				log: log.With("component", "template")},
 			MaxBuildContext: c.maxBuildContext, Logger: log.With("component", "api"),
 			Metrics: mets, ServeMetrics: mln == nil, Ready: cm.readyChecks(readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm)),
-			Disk: guard, KeyStore: st, Sessions: sessions, Dashboard: assets, Cluster: apiCluster, SandboxURL: netm.APIURL()}),
+			Disk: guard, KeyStore: st, Sessions: sessions, Dashboard: assets, Cluster: apiCluster, SandboxURL: netm.APIURL(),
+			Secrets: secretSvc, Identity: issuer}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	var public proxy.PublicPorts

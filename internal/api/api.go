@@ -19,6 +19,7 @@ import (
 	"github.com/lizard-build/lizard/internal/apikey"
 	"github.com/lizard-build/lizard/internal/disk"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/identity"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -84,6 +85,13 @@ type Config struct {
 	// Cluster routes requests to the node that holds what they name, and
 	// places creates, in cluster mode; nil on a single server.
 	Cluster Cluster
+	// Secrets serves /api/projects/{pid}/secrets (internal/secrets).
+	Secrets Secrets
+	// Identity is the workload-identity issuer (internal/identity): the
+	// iam field of a create, /api/sandboxes/{id}/iam/tokens, and, when it
+	// is on, the issuer's discovery document and key set under its URL's
+	// path. nil: off.
+	Identity Identity
 	// SandboxURL is where this node's sandboxes reach this API
 	// (http://<gateway>:<port>, network.Manager.APIURL): a sandbox created
 	// with a lizardToken gets it as LIZARD_API_URL, and a request that
@@ -121,6 +129,7 @@ type server struct {
 	ready     []ReadyCheck
 	sessions  Sessions
 	cluster   Cluster
+	ids       Identity
 	// sandboxURL: see Config.SandboxURL.
 	sandboxURL string
 }
@@ -130,8 +139,11 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Identity == nil {
+		cfg.Identity = &identity.Issuer{} // off
+	}
 	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, copies: cfg.Copies, usage: cfg.Usage, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready, disk: cfg.Disk,
-		sessions: cfg.Sessions, cluster: cfg.Cluster, sandboxURL: cfg.SandboxURL}
+		sessions: cfg.Sessions, cluster: cfg.Cluster, ids: cfg.Identity, sandboxURL: cfg.SandboxURL}
 	maxBuild := cfg.MaxBuildContext
 	if maxBuild <= 0 {
 		maxBuild = DefaultMaxBuildContext
@@ -146,6 +158,9 @@ func Handler(cfg Config) http.Handler {
 	tplR := templateRoutes{templates: cfg.Templates}
 	buildR := buildRoutes{builder: cfg.Builder, maxBuild: maxBuild}
 	keyR := keyRoutes{keyStore: cfg.KeyStore, keys: cfg.Keys, log: cfg.Logger}
+	secR := SecretRoutes[secretInfo]{Secrets: cfg.Secrets, Shape: secretInfoOf, RefParam: "ref"}
+	tokR := tokenRoutes{ids: cfg.Identity}
+	issR := issuerRoutes{ids: cfg.Identity}
 	mux := http.NewServeMux()
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request, store.Project) error) {
 		mux.Handle(pattern, s.authed(h))
@@ -180,6 +195,19 @@ func Handler(cfg Config) http.Handler {
 	route("GET /api/projects/{pid}/volumes/{vid}", volR.getVolume)
 	route("PATCH /api/projects/{pid}/volumes/{vid}", volR.resizeVolume)
 	route("DELETE /api/projects/{pid}/volumes/{vid}", volR.deleteVolume)
+
+	route("POST /api/projects/{pid}/secrets", inProject(secR.Create))
+	route("GET /api/projects/{pid}/secrets", inProject(secR.List))
+	route("GET /api/projects/{pid}/secrets/{ref}", inProject(secR.Get))
+	route("PATCH /api/projects/{pid}/secrets/{ref}", inProject(secR.Update))
+	route("DELETE /api/projects/{pid}/secrets/{ref}", inProject(secR.Delete))
+
+	route("GET /api/sandboxes/{id}/iam/tokens", tokR.list)
+	route("POST /api/sandboxes/{id}/iam/tokens/{name}", tokR.mint)
+	if cfg.Identity.Enabled() {
+		mux.HandleFunc("GET "+cfg.Identity.Path()+identity.DiscoveryPath, issR.discovery)
+		mux.HandleFunc("GET "+cfg.Identity.Path()+identity.JWKSPath, issR.keySet)
+	}
 
 	route("POST /api/sandboxes/{id}/desktop", deskR.start)
 	route("GET /api/sandboxes/{id}/desktop", deskR.get)

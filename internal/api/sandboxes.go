@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/identity"
 	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
@@ -108,6 +109,9 @@ type createRequest struct {
 	// (sets of variables) to start with; lizard has none, so only the
 	// default is known (see checkEnvironment).
 	Environment string `json:"environment"`
+	// IAM registers the sandbox's workload tokens (internal/identity), as
+	// E2B's create does.
+	IAM *identity.IAM `json:"iam"`
 }
 
 // defaultEnvironment is the one sandbox environment a project has here:
@@ -176,20 +180,25 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request, p store.P
 	if req.TimeoutMs != nil {
 		timeout = *req.TimeoutMs
 	}
+	tokens, err := s.ids.Check("iam", req.IAM)
+	if err != nil {
+		return err
+	}
 	create := func() error {
+		var rec sandbox.Record
+		var err error
 		if req.SnapshotID != "" {
-			rec, err := s.copies.Restore(r.Context(), p.ID, req.SnapshotID, timeout)
-			if err != nil {
-				return err
-			}
-			writeJSON(w, http.StatusCreated, s.localInfo(rec))
-			return nil
+			rec, err = s.copies.Restore(r.Context(), p.ID, req.SnapshotID, timeout)
+		} else {
+			rec, err = s.sandboxes.Create(r.Context(), sandbox.CreateRequest{
+				ProjectID: p.ID, Template: req.Template, Size: req.Size, TimeoutMs: timeout,
+				Metadata: req.Metadata, Envs: envs, Egress: egress, Volume: vol,
+			})
 		}
-		rec, err := s.sandboxes.Create(r.Context(), sandbox.CreateRequest{
-			ProjectID: p.ID, Template: req.Template, Size: req.Size, TimeoutMs: timeout,
-			Metadata: req.Metadata, Envs: envs, Egress: egress, Volume: vol,
-		})
 		if err != nil {
+			return err
+		}
+		if err := RegisterTokens(r.Context(), s.ids, s.sandboxes.Kill, p.ID, rec.ID, tokens); err != nil {
 			return err
 		}
 		writeJSON(w, http.StatusCreated, s.localInfo(rec))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/identity"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
@@ -69,6 +70,11 @@ type Config struct {
 	// creates and lists every node's sandboxes in cluster mode; nil on a
 	// single server.
 	Cluster api.Cluster
+	// Secrets serves /secrets (internal/secrets).
+	Secrets api.Secrets
+	// Identity registers the workload tokens of a create's iam
+	// (internal/identity); nil: off.
+	Identity api.Identity
 }
 
 type server struct {
@@ -80,6 +86,7 @@ type server struct {
 	domain    string
 	log       *slog.Logger
 	cluster   api.Cluster
+	ids       api.Identity
 }
 
 // maxBody bounds request bodies.
@@ -90,7 +97,14 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &server{auth: cfg.Auth, sandboxes: cfg.Sandboxes, copies: cfg.Copies, usage: cfg.Usage, templates: cfg.Templates, domain: cfg.Domain, log: cfg.Logger, cluster: cfg.Cluster}
+	if cfg.Identity == nil {
+		cfg.Identity = &identity.Issuer{} // off
+	}
+	s := &server{auth: cfg.Auth, sandboxes: cfg.Sandboxes, copies: cfg.Copies, usage: cfg.Usage, templates: cfg.Templates, domain: cfg.Domain, log: cfg.Logger, cluster: cfg.Cluster,
+		ids: cfg.Identity}
+	// E2B's Secret: create, pages (limit, nextToken, X-Next-Token), get,
+	// update (POST) and delete by id or name, values write-only.
+	secR := api.SecretRoutes[secret]{Secrets: cfg.Secrets, Shape: secretOf, RefParam: "secretID"}
 	mux := http.NewServeMux()
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request, store.Project) error) {
 		mux.Handle(pattern, s.authed(h))
@@ -109,12 +123,17 @@ func Handler(cfg Config) http.Handler {
 	route("GET /sandboxes/{id}/metrics", s.metrics)
 	route("GET /templates", s.listTemplates)
 	route("GET /templates/aliases/{alias}", s.templateAlias)
+	route("POST /secrets", secR.Create)
+	route("GET /secrets", secR.List)
+	route("GET /secrets/{secretID}", secR.Get)
+	route("POST /secrets/{secretID}", secR.Update)
+	route("DELETE /secrets/{secretID}", secR.Delete)
 	mux.Handle("/", s.authed(notSupported))
 	return mux
 }
 
 // notSupported answers the calls of E2B's API that lizard does not serve
-// (volumes, secrets, snapshots, template builds and tags, network
+// (volumes, snapshots, template builds and tags, network
 // updates, …). Not a 404: the SDKs turn a 404 into "sandbox not found" or
 // "does not exist" (SandboxNotFoundError, Volume.exists() false), which
 // would hide that the call cannot work here; a 400 surfaces as an error

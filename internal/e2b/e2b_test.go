@@ -20,11 +20,16 @@ import (
 	"github.com/lizard-build/lizard/internal/apikey"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/usage"
+	"github.com/lizard-build/lizard/internal/seal"
+	"github.com/lizard-build/lizard/internal/secrets"
 	"github.com/lizard-build/lizard/internal/store/sqlite"
 	"github.com/lizard-build/lizard/internal/template"
 )
 
-const testKey = "lz_e2b_test_key_0123456789abcdef"
+const (
+	testKey  = "lz_e2b_test_key_0123456789abcdef"
+	otherKey = "lz_e2b_other_key_0123456789abcdef" // of project "other"
+)
 
 // newTestHandler is the control plane over a real store, key set, template
 // registry and sandbox service in a temporary directory, with no template
@@ -34,6 +39,12 @@ func newTestHandler(tb testing.TB) http.Handler { return newTestHandlerWith(tb, 
 // newTestHandlerWith is newTestHandler with the control plane's templates
 // from tmpls (nil: the empty registry's).
 func newTestHandlerWith(tb testing.TB, tmpls Templates) http.Handler {
+	return newTestHandlerLog(tb, tmpls, io.Discard)
+}
+
+// newTestHandlerLog is newTestHandlerWith logging to logw at debug level,
+// with secrets under a key of its own.
+func newTestHandlerLog(tb testing.TB, tmpls Templates, logw io.Writer) http.Handler {
 	dir := tb.TempDir()
 	st, err := sqlite.Open(filepath.Join(dir, "lizard.db"))
 	if err != nil {
@@ -48,7 +59,14 @@ func newTestHandlerWith(tb testing.TB, tmpls Templates) http.Handler {
 	if _, err := st.CreateKey(ctx, p.ID, testKey); err != nil {
 		tb.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	q, err := st.CreateProject(ctx, "other", "other")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := st.CreateKey(ctx, q.ID, otherKey); err != nil {
+		tb.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	keys, err := apikey.Open(ctx, apikey.Config{Store: st, Logger: log})
 	if err != nil {
 		tb.Fatal(err)
@@ -60,8 +78,9 @@ func newTestHandlerWith(tb testing.TB, tmpls Templates) http.Handler {
 		tmpls = reg
 	}
 	usages := usage.New(svc, nil, log)
-	e2b := Handler(Config{Auth: api.Auth{Keys: keys}, Sandboxes: svc, Usage: usages, Templates: tmpls, Domain: "sandbox.localhost:8081", Logger: log})
-	return api.Handler(api.Config{E2B: e2b, Keys: keys, Sandboxes: svc, Usage: usages, Templates: reg, Logger: log})
+	secs := secrets.New(st, seal.NewKeyring(seal.NewKey()))
+	e2b := Handler(Config{Auth: api.Auth{Keys: keys}, Sandboxes: svc, Usage: usages, Templates: tmpls, Domain: "sandbox.localhost:8081", Logger: log, Secrets: secs})
+	return api.Handler(api.Config{E2B: e2b, Keys: keys, Sandboxes: svc, Usage: usages, Templates: reg, Logger: log, Secrets: secs})
 }
 
 func send(h http.Handler, key, method, target, body string) *httptest.ResponseRecorder {
@@ -130,7 +149,22 @@ func TestErrors(t *testing.T) {
 		{testKey, "POST", "/v3/templates", "{}", 400, "not supported by lizard"},
 		{testKey, "GET", "/templates/base/tags", "", 400, "not supported by lizard"},
 		{testKey, "GET", "/volumes", "", 400, "not supported by lizard"},
-		{testKey, "GET", "/secrets", "", 400, "not supported by lizard"},
+		{testKey, "POST", "/secrets", `{"name":"a b","value":"v"}`, 400, "name:"},
+		{testKey, "POST", "/secrets", `{"name":"tok"}`, 400, "value: required"},
+		{testKey, "POST", "/secrets", `{"name":"tok","value":"a\nb"}`, 400, "value: must not hold control characters"},
+		{testKey, "POST", "/secrets", `{"name":"tok","value":"v"`, 400, "body: malformed JSON"},
+		{testKey, "POST", "/secrets", `{"name":"tok","value":"v","metadata":{"k":7}}`, 400, "metadata"},
+		{testKey, "GET", "/secrets?limit=0", "", 400, "limit"},
+		{testKey, "GET", "/secrets?nextToken=%21", "", 400, "nextToken"},
+		{testKey, "GET", "/secrets/nosuch", "", 404, "nosuch"},
+		{testKey, "GET", "/secrets/sec_nosuch", "", 404, "sec_nosuch"},
+		{testKey, "GET", "/secrets/bad%20name", "", 400, "name"},
+		{testKey, "POST", "/secrets/nosuch", `{"value":"v"}`, 404, "nosuch"},
+		{testKey, "POST", "/secrets/nosuch", `{"value":""}`, 400, "value"},
+		{testKey, "DELETE", "/secrets/nosuch", "", 404, "nosuch"},
+		{"", "GET", "/secrets", "", 401, "API key"},
+		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","iam":{"tokens":{"aws":{"audience":"sts","tokenType":"JWT-SVID"}}}}`, 400, "iam.tokens: workload identity is not configured"},
+		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","iam":{"tokens":"aws"}}`, 400, "iam.tokens"},
 		{"", "GET", "/volumes", "", 401, "API key"},
 	}
 	for _, tt := range tests {

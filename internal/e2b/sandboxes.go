@@ -8,6 +8,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/identity"
 	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/usage"
@@ -46,6 +47,8 @@ type newSandbox struct {
 	EnvVars      map[string]string `json:"envVars"`
 	VolumeMounts []any             `json:"volumeMounts"`
 	Mcp          any               `json:"mcp"`
+	// IAM registers the sandbox's workload tokens (internal/identity).
+	IAM *identity.IAM `json:"iam"`
 }
 
 // sandboxInfo is E2B's Sandbox: what create, connect and fork answer.
@@ -177,6 +180,10 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project)
 	if err := sandbox.CheckEnvs("envVars", req.EnvVars); err != nil {
 		return err
 	}
+	tokens, err := s.ids.Check("iam", req.IAM)
+	if err != nil {
+		return err
+	}
 	create := func() error {
 		rec, err := s.sandboxes.Create(r.Context(), sandbox.CreateRequest{
 			ProjectID: p.ID, Template: tpl, Size: sandboxSize, TimeoutMs: timeout, Metadata: req.Metadata, Envs: req.EnvVars,
@@ -184,6 +191,9 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project)
 			AutoPause: req.AutoPause != nil && *req.AutoPause, MaskRequestHost: mask,
 		})
 		if err != nil {
+			return err
+		}
+		if err := api.RegisterTokens(r.Context(), s.ids, s.sandboxes.Kill, p.ID, rec.ID, tokens); err != nil {
 			return err
 		}
 		api.WriteJSON(w, http.StatusCreated, s.infoOf(rec))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -16,13 +17,15 @@ var e2bSDKs = []string{"e2b-250", "e2b-251"}
 // TestE2B runs the E2B SDK test files (js/e2b/*.test.mjs) against one
 // server, once per SDK version, set up as the README tells E2B users:
 // E2B_API_URL is lizard's API, E2B_API_KEY a lizard key, E2B_SANDBOX_URL
-// the preview proxy (no wildcard DNS here).
+// the preview proxy (no wildcard DNS here). The server has a secrets key
+// and is a workload-identity issuer at its API's URL.
 func TestE2B(t *testing.T) {
 	files := jsFiles("js/e2b/*.test.mjs")
 	if len(files) == 0 {
 		t.Fatal("no E2B test files")
 	}
-	s := startServer(t, "", "--usage-interval", "250ms")
+	addr := freeAddr(t)
+	s := startServer(t, "", "--usage-interval", "250ms", "--listen", addr, "--secrets-key-file", secretsKeyFile(t), "--oidc-issuer", "http://"+addr)
 	for _, sdk := range e2bSDKs {
 		t.Run(sdk, func(t *testing.T) {
 			if _, err := os.Stat(filepath.Join("node_modules", sdk)); err != nil {
@@ -35,6 +38,11 @@ func TestE2B(t *testing.T) {
 				t.Fatalf("E2B tests with %s failed: %v", sdk, err)
 			}
 		})
+	}
+	// js/e2b/secrets.test.mjs's secret values all end so: no log line, of
+	// any level, holds one.
+	if strings.Contains(s.logs(), "-7f3a9c") {
+		t.Error("the server log holds a secret value")
 	}
 	s.waitNoLeaks(t)
 }

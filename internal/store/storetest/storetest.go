@@ -40,6 +40,8 @@ func Run(t *testing.T, newDB NewDB) {
 		{"Concurrent", testConcurrent},
 		{"Reopen", testReopen},
 		{"TemplateVersions", testTemplateVersions},
+		{"Secrets", testSecrets},
+		{"Identity", testIdentity},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			open := newDB(t)
