@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -253,8 +254,9 @@ func TestRotation(t *testing.T) {
 	if n, err := both.Reseal(ctx); err != nil || n != 0 {
 		t.Fatalf("a second Reseal: %d %v", n, err)
 	}
-	// A rotation that lacks the key of a value stops and names it.
-	if _, err := New(e.st, seal.NewKeyring(seal.NewKey())).Reseal(ctx); !errors.Is(err, seal.ErrWrongKey) || !strings.Contains(err.Error(), "s0") {
+	// A rotation that lacks the key of a value stops and names it (the
+	// first it meets: rows come in no set order).
+	if _, err := New(e.st, seal.NewKeyring(seal.NewKey())).Reseal(ctx); !errors.Is(err, seal.ErrWrongKey) || !regexp.MustCompile(`secret sec_\w+ \("s\d"`).MatchString(err.Error()) {
 		t.Fatalf("Reseal without the old key: %v", err)
 	}
 }
