@@ -101,6 +101,11 @@ func New(cfg Config) (*Manager, error) {
 	if err := checkSubnetFree(cfg.Bridge, cfg.Subnet); err != nil {
 		return nil, err
 	}
+	if err := ensureMountPoint(netnsDir); errors.Is(err, errBoundBefore) {
+		cfg.Logger.Warn("network namespaces: the directory is no mount point of its own; a later `ip netns add` would hide the sandboxes' namespaces", "err", err)
+	} else if err != nil {
+		return nil, fmt.Errorf("network namespaces: %w", err)
+	}
 	m := &Manager{cfg: cfg, gateway: gw, used: map[netip.Addr]bool{}, next: gw.Next(), policies: map[netip.Addr]Egress{}}
 	br, err := netlink.LinkByName(cfg.Bridge)
 	if err != nil {
