@@ -8,7 +8,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/lizard-build/lizard/internal/apiclient"
 )
@@ -130,13 +129,7 @@ func sandboxLogs(ctx context.Context, c *apiclient.Client, args []string) error 
 			_, err := fmt.Printf("%s\n", data)
 			return err
 		}
-		var l struct {
-			Timestamp  time.Time `json:"timestamp"`
-			Type       string    `json:"type"`
-			Message    string    `json:"message"`
-			Pid        int       `json:"pid"`
-			Background bool      `json:"background"`
-		}
+		var l apiclient.LogLine
 		if err := json.Unmarshal(data, &l); err != nil {
 			return fmt.Errorf("decoding log line %q: %w", data, err)
 		}

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 )
 
 // Client is a client of one lizard API with one API key.
@@ -174,6 +175,18 @@ func (c *Client) Events(ctx context.Context, method, path string, in any, fn fun
 		return fmt.Errorf("reading the event stream: %w", err)
 	}
 	return nil
+}
+
+// LogLine is a line of a sandbox's log (GET /api/sandboxes/{id}/logs).
+type LogLine struct {
+	Timestamp time.Time `json:"timestamp"`
+	// Type is lifecycle, stdout or stderr.
+	Type    string `json:"type"`
+	Message string `json:"message"`
+	// Pid is the command's that wrote an output line.
+	Pid int `json:"pid"`
+	// Background marks output a process wrote after its exec returned.
+	Background bool `json:"background"`
 }
 
 // SandboxPath is the API path of a sandbox, with rest appended.
