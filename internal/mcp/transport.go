@@ -36,8 +36,9 @@ const (
 type HandlerConfig struct {
 	// Version is the server's version in the MCP handshake.
 	Version string
-	// Logger logs the SDK's transport and server activity; nil logs
-	// nothing.
+	// Logger logs the SDK's warnings and errors (its info lines, a few
+	// for every session and so for every request of a client without
+	// sessions, are left out); nil logs nothing.
 	Logger *slog.Logger
 }
 
@@ -56,6 +57,9 @@ type HandlerConfig struct {
 // revisions, with sessions, whose calls are cancelled by
 // notifications/cancelled.
 func Handler(api http.Handler, cfg HandlerConfig) http.Handler {
+	if cfg.Logger != nil {
+		cfg.Logger = slog.New(atLeast{Handler: cfg.Logger.Handler(), min: slog.LevelWarn})
+	}
 	hc := &http.Client{Transport: apiclient.InProcess(api)}
 	srv := NewServer(Config{
 		Client: func(extra *sdk.RequestExtra) (*apiclient.Client, error) {
@@ -102,6 +106,24 @@ func Handler(api http.Handler, cfg HandlerConfig) http.Handler {
 		}
 		bearer.ServeHTTP(w, r)
 	})
+}
+
+// atLeast passes on the records of level min and above.
+type atLeast struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h atLeast) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h atLeast) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return atLeast{Handler: h.Handler.WithAttrs(attrs), min: h.min}
+}
+
+func (h atLeast) WithGroup(name string) slog.Handler {
+	return atLeast{Handler: h.Handler.WithGroup(name), min: h.min}
 }
 
 // keyInfo is the SDK's token info of an API key the API has checked: its
