@@ -301,6 +301,69 @@ func TestHTTP(t *testing.T) {
 	toolError(t, cs, "get_sandbox", map[string]any{"sandboxId": id}, "not found")
 }
 
+// TestHTTPCheckpoints: pause and resume, a snapshot restored, a fork, a
+// timeout, each the API's answer (the fake runtime keeps a sandbox's home
+// directory across them, not its processes).
+func TestHTTPCheckpoints(t *testing.T) {
+	s := newStack(t)
+	cs := s.connect(t, testKey, nil)
+	id := createSandbox(t, cs)
+	type info struct {
+		SandboxID string `json:"sandboxId"`
+		Status    string `json:"status"`
+		TimeoutMs int64  `json:"timeoutMs"`
+	}
+	status := func(res *sdk.CallToolResult) string {
+		var i info
+		structured(t, res, &i)
+		return i.Status
+	}
+	call(t, cs, "run_command", map[string]any{"sandboxId": id, "command": "echo kept > $HOME/state"})
+	if st := status(call(t, cs, "pause_sandbox", map[string]any{"sandboxId": id})); st != "paused" {
+		t.Fatalf("pause_sandbox: status %q", st)
+	}
+	toolError(t, cs, "run_command", map[string]any{"sandboxId": id, "command": "true"}, "paused")
+	if st := status(call(t, cs, "resume_sandbox", map[string]any{"sandboxId": id})); st != "running" {
+		t.Fatalf("resume_sandbox: status %q", st)
+	}
+	var snap struct {
+		ID   string `json:"id"`
+		Name string `json:"name"`
+	}
+	structured(t, call(t, cs, "snapshot_sandbox", map[string]any{"sandboxId": id, "name": "before"}), &snap)
+	if snap.ID == "" || snap.Name != "before" {
+		t.Fatalf("snapshot_sandbox: %+v", snap)
+	}
+	var restored info
+	structured(t, call(t, cs, "restore_snapshot", map[string]any{"snapshotId": snap.ID, "timeoutSeconds": 120}), &restored)
+	if restored.SandboxID == "" || restored.SandboxID == id || restored.Status != "running" || restored.TimeoutMs != 120_000 {
+		t.Fatalf("restore_snapshot: %+v", restored)
+	}
+	var r struct {
+		Stdout string `json:"stdout"`
+	}
+	structured(t, call(t, cs, "run_command", map[string]any{"sandboxId": restored.SandboxID, "command": "cat $HOME/state"}), &r)
+	if r.Stdout != "kept\n" {
+		t.Fatalf("the restored sandbox's file: %q", r.Stdout)
+	}
+	var forks struct {
+		Forks []struct {
+			Sandbox *info  `json:"sandbox"`
+			Error   string `json:"error"`
+		} `json:"forks"`
+	}
+	structured(t, call(t, cs, "fork_sandbox", map[string]any{"sandboxId": id, "count": 2}), &forks)
+	if len(forks.Forks) != 2 || forks.Forks[0].Sandbox == nil || forks.Forks[1].Sandbox == nil || forks.Forks[0].Sandbox.SandboxID == forks.Forks[1].Sandbox.SandboxID {
+		t.Fatalf("fork_sandbox: %+v", forks)
+	}
+	call(t, cs, "set_sandbox_timeout", map[string]any{"sandboxId": id, "timeoutSeconds": 60})
+	var after info
+	structured(t, call(t, cs, "get_sandbox", map[string]any{"sandboxId": id}), &after)
+	if after.TimeoutMs != 60_000 {
+		t.Fatalf("set_sandbox_timeout: %+v", after)
+	}
+}
+
 // TestHTTPIsolation: a key sees only its project's sandboxes, through
 // MCP as through the API; a wrong key gets no session.
 func TestHTTPIsolation(t *testing.T) {

@@ -179,7 +179,12 @@ for (const kind of ['http', 'stdio']) {
     })
 
     test('code: state kept between calls of a context, a matplotlib chart as an image', async () => {
-      const created = await call(client, 'create_sandbox', { template: 'code-interpreter-v1', timeoutSeconds: 600 }, { timeout: budget(300_000) })
+      // The first sandbox of the template may wait for its ready state:
+      // the create says so while it runs.
+      const notes = []
+      const created = await call(client, 'create_sandbox', { template: 'code-interpreter-v1', timeoutSeconds: 600 },
+        { timeout: budget(300_000), onprogress: (p) => notes.push(p) })
+      assert.ok(notes.length >= 1 && notes[0].message === 'creating a sandbox of template code-interpreter-v1', JSON.stringify(notes))
       const id = created.structuredContent.sandboxId
       try {
         await call(client, 'run_code', { sandboxId: id, code: 'x = 21' })
@@ -198,6 +203,10 @@ for (const kind of ['http', 'stdio']) {
 
         const js = await call(client, 'run_code', { sandboxId: id, language: 'javascript', code: 'const z = 20\nz + 22' })
         assert.equal(js.structuredContent.results[0].text, '42')
+        // Code longer than a command's argument goes to the interpreter
+        // through a file.
+        const big = await call(client, 'run_code', { sandboxId: id, code: '# ' + 'x'.repeat(200_000) + '\nprint("big", x)' })
+        assert.equal(big.structuredContent.stdout, 'big 21\n')
 
         const chart = await call(client, 'run_code', {
           sandboxId: id,
@@ -243,3 +252,45 @@ for (const kind of ['http', 'stdio']) {
     })
   })
 }
+
+// The desktop tools, over HTTP only (the tools are the same over stdio,
+// and a desktop with Chromium is slow to start): a screenshot is an image
+// of the screen, a click moves the mouse there, typing reaches the focused
+// window.
+describe('MCP desktop', () => {
+  test('a screenshot as an image, a click and typing on the screen', async () => {
+    const client = await connect('http')
+    const created = await call(client, 'create_sandbox', { template: 'desktop', timeoutSeconds: 900 }, { timeout: budget(300_000) })
+    const id = created.structuredContent.sandboxId
+    const run = async (command) => (await call(client, 'run_command', { sandboxId: id, command, envs: { DISPLAY: ':0' } })).structuredContent
+    const waitFor = async (what, fn, ms) => {
+      for (const end = Date.now() + budget(ms); Date.now() < end; await sleep(500)) if (await fn()) return
+      assert.fail(`timed out waiting for ${what}`)
+    }
+    try {
+      // The screenshot starts the desktop (1280×800 by default).
+      const shot = await call(client, 'desktop_screenshot', { sandboxId: id }, { timeout: budget(300_000) })
+      assert.deepEqual(shot.structuredContent, { width: 1280, height: 800 })
+      const image = shot.content.find((c) => c.type === 'image')
+      assert.equal(image?.mimeType, 'image/png')
+      const png = Buffer.from(image.data, 'base64')
+      assert.equal(png.subarray(1, 4).toString(), 'PNG')
+      assert.equal(png.readUInt32BE(16), 1280)
+
+      await call(client, 'desktop_click', { sandboxId: id, x: 123, y: 456 })
+      assert.match((await run('xdotool getmouselocation')).stdout, /^x:123 y:456 /)
+
+      // A page whose title follows what is typed into it.
+      await call(client, 'start_command', { sandboxId: id, command: `chromium --new-window "data:text/html,<title>start</title><textarea autofocus style='width:95vw;height:90vh' oninput='document.title=this.value'></textarea>"`, envs: { DISPLAY: ':0' } })
+      await waitFor('Chromium shows the page', async () => /start/.test((await run('xdotool getactivewindow getwindowname')).stdout), 120_000)
+      await call(client, 'desktop_click', { sandboxId: id, x: 640, y: 400 })
+      await call(client, 'desktop_type', { sandboxId: id, text: 'hello lizard' })
+      await waitFor('the typed text in the page', async () => /hello lizard/.test((await run('xdotool getactivewindow getwindowname')).stdout), 30_000)
+      await call(client, 'desktop_key', { sandboxId: id, keys: 'ctrl+a BackSpace' })
+      await waitFor('the text erased', async () => !/hello lizard/.test((await run('xdotool getactivewindow getwindowname')).stdout), 30_000)
+    } finally {
+      await call(client, 'kill_sandbox', { sandboxId: id })
+      await client.close()
+    }
+  })
+})
