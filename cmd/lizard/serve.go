@@ -518,7 +518,7 @@ func serve(ctx context.Context, args []string) error {
 	// the handler is named before it is made.
 	var apiHandler http.Handler
 	mcpHTTP := mcp.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { apiHandler.ServeHTTP(w, r) }),
-		mcp.HandlerConfig{Version: lizardVersion(), Logger: log.With("component", "mcp")})
+		mcp.HandlerConfig{Version: lizardVersion(), Logger: log.With("component", "mcp"), Serving: ctx})
 	apiHandler = api.Handler(api.Config{E2B: e2bAPI, MCP: mcpHTTP, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Usage: usages, Ports: ports, Desktops: desktops, Templates: tmpls, Previews: previews, Volumes: vols,
 		Builder: &templateBuilder{reg: reg, dist: tmpls, runtime: rt, run: reap.Run, dns: c.dnsUpstream, build: buildOpts, sandboxes: svc, metrics: mets,
 			log: log.With("component", "template")},

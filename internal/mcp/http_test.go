@@ -38,6 +38,9 @@ const (
 // stack is an API server with MCP at /mcp.
 type stack struct {
 	url string
+	// shutDown is the server's shutdown beginning (HandlerConfig.Serving
+	// ends).
+	shutDown context.CancelFunc
 }
 
 func newStack(t *testing.T) *stack {
@@ -68,13 +71,16 @@ func newStack(t *testing.T) *stack {
 	t.Cleanup(svc.Close)
 	ports := preview.New(svc)
 	var apiHandler http.Handler
-	mcpHTTP := Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { apiHandler.ServeHTTP(w, r) }), HandlerConfig{Version: "test"})
+	serving, shutDown := context.WithCancel(ctx)
+	t.Cleanup(shutDown)
+	mcpHTTP := Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { apiHandler.ServeHTTP(w, r) }),
+		HandlerConfig{Version: "test", Logger: log, Serving: serving})
 	apiHandler = api.Handler(api.Config{Keys: keys, Sandboxes: svc, Usage: usage.New(svc, env.Runtime, log), Ports: ports,
 		Desktops: desktop.New(svc, ports), Previews: api.PreviewURLs{Domain: "sandbox.localhost", Scheme: "http", Port: "8081"},
 		MCP: mcpHTTP, Logger: log})
 	srv := httptest.NewServer(apiHandler)
 	t.Cleanup(srv.Close)
-	return &stack{url: srv.URL}
+	return &stack{url: srv.URL, shutDown: shutDown}
 }
 
 // keyed adds an API key to every request.
@@ -443,6 +449,35 @@ func TestHTTPSessions(t *testing.T) {
 	}
 	if resp, body := post(testKey, session, list); resp.StatusCode != 200 || !strings.Contains(body, "run_command") {
 		t.Fatalf("tools/list on the session: %d %.200s", resp.StatusCode, body)
+	}
+
+	// The session's stream of server messages stays open while the
+	// client is there, and ends when the server shuts down.
+	req, _ := http.NewRequest("GET", s.url+"/mcp", nil)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("X-API-Key", testKey)
+	req.Header.Set("Mcp-Session-Id", session)
+	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the session's stream: %v %v", err, resp)
+	}
+	defer resp.Body.Close() // before the server's Close, which waits for it
+	ended := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, resp.Body)
+		close(ended)
+	}()
+	select {
+	case <-ended:
+		t.Fatal("the session's stream ended by itself")
+	case <-time.After(200 * time.Millisecond):
+	}
+	s.shutDown()
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session's stream is still open after the shutdown began")
 	}
 }
 

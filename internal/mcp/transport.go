@@ -40,6 +40,11 @@ type HandlerConfig struct {
 	// for every session and so for every request of a client without
 	// sessions, are left out); nil logs nothing.
 	Logger *slog.Logger
+	// Serving ends every MCP request when it ends (the server is shutting
+	// down): a session's stream of server messages stays open as long as
+	// its client is there, and would hold a graceful shutdown up; nil:
+	// requests end with their connections.
+	Serving context.Context
 }
 
 // Handler serves MCP's Streamable HTTP transport, at /mcp on the API
@@ -98,10 +103,17 @@ func Handler(api http.Handler, cfg HandlerConfig) http.Handler {
 	})
 	bearer := auth.RequireBearerToken(keyInfo, nil)(mux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		if cfg.Serving != nil {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithCancel(ctx)
+			defer cancel()
+			defer context.AfterFunc(cfg.Serving, cancel)()
+		}
+		r = r.Clone(ctx)
 		// The key the API authenticated, as the SDK's bearer middleware
 		// reads it: X-API-Key first, as the API takes it.
 		if k := r.Header.Get("X-API-Key"); k != "" {
-			r = r.Clone(r.Context())
 			r.Header.Set("Authorization", "Bearer "+k)
 		}
 		bearer.ServeHTTP(w, r)
