@@ -42,7 +42,8 @@ const usage = `usage:
   lizard restore FILE --data-dir NEWDIR
   lizard config docs|example
   lizard sandbox ls|create|info|exec|shell|logs|cp|pause|resume|snapshot|kill ...  (lizard sandbox help)
-every command but sandbox also takes --config FILE (default /etc/lizard/lizard.toml) and LIZARD_* variables: docs/CONFIG.md`
+  lizard mcp                                   the MCP server over stdio, for agents (lizard mcp help)
+every command but sandbox and mcp also takes --config FILE (default /etc/lizard/lizard.toml) and LIZARD_* variables: docs/CONFIG.md`
 
 // Defaults shared by the subcommands.
 const (
@@ -80,6 +81,8 @@ func Run(ctx context.Context, args []string) error {
 		return restoreCmd(ctx, args[1:])
 	case "sandbox", "sandboxes":
 		return sandboxCmd(ctx, args[1:])
+	case "mcp":
+		return mcpCmd(ctx, args[1:])
 	case "help", "-h", "--help":
 		fmt.Println(usage)
 		return nil

@@ -7,11 +7,12 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
-	"net/url"
 	"os"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/lizard-build/lizard/internal/apiclient"
 )
 
 const sandboxUsage = `usage: lizard sandbox COMMAND (the API at $LIZARD_API_URL, default ` + defaultAPIURL + `, with key $LIZARD_API_KEY)
@@ -35,7 +36,7 @@ func sandboxCmd(ctx context.Context, args []string) error {
 		fmt.Println(sandboxUsage)
 		return nil
 	}
-	cmds := map[string]func(context.Context, *apiClient, []string) error{
+	cmds := map[string]func(context.Context, *apiclient.Client, []string) error{
 		"ls": sandboxList, "list": sandboxList,
 		"create":   sandboxCreate,
 		"info":     sandboxInfo,
@@ -77,10 +78,6 @@ func oneID(fs *flag.FlagSet, args []string) (string, error) {
 	return pos[0], nil
 }
 
-func sandboxPath(id string, rest ...string) string {
-	return "/api/sandboxes/" + url.PathEscape(id) + strings.Join(rest, "")
-}
-
 // sandboxInfoReply is the part of SandboxInfo the tables show.
 type sandboxInfoReply struct {
 	SandboxID string            `json:"sandboxId"`
@@ -113,7 +110,7 @@ func shortTime(s string) string {
 	return t.Local().Format("2006-01-02 15:04:05")
 }
 
-func sandboxList(ctx context.Context, c *apiClient, args []string) error {
+func sandboxList(ctx context.Context, c *apiclient.Client, args []string) error {
 	fs, asJSON := sandboxFlags("ls")
 	if pos, err := parse(fs, args); err != nil {
 		return err
@@ -121,7 +118,7 @@ func sandboxList(ctx context.Context, c *apiClient, args []string) error {
 		return fmt.Errorf("ls takes no arguments\n%s", sandboxUsage)
 	}
 	var list []sandboxInfoReply
-	raw, err := c.callInto(ctx, http.MethodGet, "/api/sandboxes", nil, &list)
+	raw, err := c.CallInto(ctx, http.MethodGet, "/api/sandboxes", nil, &list)
 	if err != nil {
 		return err
 	}
@@ -149,7 +146,7 @@ func (f envFlag) Set(s string) error {
 	return nil
 }
 
-func sandboxCreate(ctx context.Context, c *apiClient, args []string) error {
+func sandboxCreate(ctx context.Context, c *apiclient.Client, args []string) error {
 	fs, asJSON := sandboxFlags("create")
 	tmpl := fs.String("template", "", "template name (default: the server's, base)")
 	size := fs.String("size", "", "size name")
@@ -175,7 +172,7 @@ func sandboxCreate(ctx context.Context, c *apiClient, args []string) error {
 		req["envs"] = envs
 	}
 	var info sandboxInfoReply
-	raw, err := c.callInto(ctx, http.MethodPost, "/api/sandboxes", req, &info)
+	raw, err := c.CallInto(ctx, http.MethodPost, "/api/sandboxes", req, &info)
 	return printIDOrJSON(raw, err, *asJSON, func() string { return info.SandboxID })
 }
 
@@ -192,14 +189,14 @@ func printIDOrJSON(raw json.RawMessage, err error, asJSON bool, id func() string
 	return err
 }
 
-func sandboxInfo(ctx context.Context, c *apiClient, args []string) error {
+func sandboxInfo(ctx context.Context, c *apiclient.Client, args []string) error {
 	fs, asJSON := sandboxFlags("info")
 	id, err := oneID(fs, args)
 	if err != nil {
 		return err
 	}
 	var info sandboxInfoReply
-	raw, err := c.callInto(ctx, http.MethodGet, sandboxPath(id), nil, &info)
+	raw, err := c.CallInto(ctx, http.MethodGet, apiclient.SandboxPath(id), nil, &info)
 	if err != nil {
 		return err
 	}
@@ -234,14 +231,14 @@ func sandboxInfo(ctx context.Context, c *apiClient, args []string) error {
 }
 
 // sandboxLifecycle is pause or resume.
-func sandboxLifecycle(op string) func(context.Context, *apiClient, []string) error {
-	return func(ctx context.Context, c *apiClient, args []string) error {
+func sandboxLifecycle(op string) func(context.Context, *apiclient.Client, []string) error {
+	return func(ctx context.Context, c *apiclient.Client, args []string) error {
 		fs, asJSON := sandboxFlags(op)
 		id, err := oneID(fs, args)
 		if err != nil {
 			return err
 		}
-		raw, err := c.call(ctx, http.MethodPost, sandboxPath(id, "/", op), nil)
+		raw, err := c.Call(ctx, http.MethodPost, apiclient.SandboxPath(id, "/", op), nil)
 		if err != nil {
 			return err
 		}
@@ -256,7 +253,7 @@ func sandboxLifecycle(op string) func(context.Context, *apiClient, []string) err
 	}
 }
 
-func sandboxSnapshot(ctx context.Context, c *apiClient, args []string) error {
+func sandboxSnapshot(ctx context.Context, c *apiclient.Client, args []string) error {
 	fs, asJSON := sandboxFlags("snapshot")
 	name := fs.String("name", "", "snapshot name")
 	id, err := oneID(fs, args)
@@ -270,11 +267,11 @@ func sandboxSnapshot(ctx context.Context, c *apiClient, args []string) error {
 	var snap struct {
 		ID string `json:"id"`
 	}
-	raw, err := c.callInto(ctx, http.MethodPost, sandboxPath(id, "/snapshot"), req, &snap)
+	raw, err := c.CallInto(ctx, http.MethodPost, apiclient.SandboxPath(id, "/snapshot"), req, &snap)
 	return printIDOrJSON(raw, err, *asJSON, func() string { return snap.ID })
 }
 
-func sandboxKill(ctx context.Context, c *apiClient, args []string) error {
+func sandboxKill(ctx context.Context, c *apiclient.Client, args []string) error {
 	fs, asJSON := sandboxFlags("kill")
 	ids, err := parse(fs, args)
 	if err != nil {
@@ -295,7 +292,7 @@ func sandboxKill(ctx context.Context, c *apiClient, args []string) error {
 	)
 	for _, id := range ids {
 		r := result{SandboxID: id, Killed: true}
-		if _, err := c.call(ctx, http.MethodDelete, sandboxPath(id), nil); err != nil {
+		if _, err := c.Call(ctx, http.MethodDelete, apiclient.SandboxPath(id), nil); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", id, err))
 			r = result{SandboxID: id, Error: err.Error()}
 		} else if !*asJSON {

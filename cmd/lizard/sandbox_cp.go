@@ -11,6 +11,8 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+
+	"github.com/lizard-build/lizard/internal/apiclient"
 )
 
 // maxUpload keeps an upload's JSON body (base64: 4/3 of the file) under
@@ -33,7 +35,7 @@ func parseCopyArg(arg string) (remotePath, bool, error) {
 	return remotePath{id: id, path: p}, true, nil
 }
 
-func sandboxCopy(ctx context.Context, c *apiClient, args []string) error {
+func sandboxCopy(ctx context.Context, c *apiclient.Client, args []string) error {
 	fs, _ := sandboxFlags("cp")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -60,7 +62,7 @@ func sandboxCopy(ctx context.Context, c *apiClient, args []string) error {
 	}
 }
 
-func upload(ctx context.Context, c *apiClient, local string, dst remotePath) error {
+func upload(ctx context.Context, c *apiclient.Client, local string, dst remotePath) error {
 	var data []byte
 	var err error
 	if local == "-" {
@@ -82,7 +84,7 @@ func upload(ctx context.Context, c *apiClient, local string, dst remotePath) err
 		"content":  base64.StdEncoding.EncodeToString(data),
 		"encoding": "base64",
 	}
-	_, err = c.call(ctx, http.MethodPost, sandboxPath(dst.id, "/files"), req)
+	_, err = c.Call(ctx, http.MethodPost, apiclient.SandboxPath(dst.id, "/files"), req)
 	return err
 }
 
@@ -105,8 +107,8 @@ func readSmallFile(name string) ([]byte, error) {
 	return io.ReadAll(f)
 }
 
-func download(ctx context.Context, c *apiClient, src remotePath, local string) error {
-	resp, err := c.request(ctx, http.MethodGet, sandboxPath(src.id, "/files?path="+url.QueryEscape(src.path)), nil, nil)
+func download(ctx context.Context, c *apiclient.Client, src remotePath, local string) error {
+	resp, err := c.Request(ctx, http.MethodGet, apiclient.SandboxPath(src.id, "/files?path="+url.QueryEscape(src.path)), nil, nil)
 	if err != nil {
 		return err
 	}

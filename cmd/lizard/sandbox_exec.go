@@ -8,7 +8,8 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"time"
+
+	"github.com/lizard-build/lizard/internal/apiclient"
 )
 
 // splitCommand separates the flags and positionals before "--" from the
@@ -20,7 +21,7 @@ func splitCommand(args []string) (before, argv []string, dashed bool) {
 	return args, nil, false
 }
 
-func sandboxExec(ctx context.Context, c *apiClient, args []string) error {
+func sandboxExec(ctx context.Context, c *apiclient.Client, args []string) error {
 	fs, asJSON := sandboxFlags("exec")
 	envs := envFlag{}
 	fs.Var(envs, "env", "NAME=VALUE (repeatable)")
@@ -54,12 +55,12 @@ func sandboxExec(ctx context.Context, c *apiClient, args []string) error {
 	if *timeout > 0 {
 		req["timeoutMs"] = timeout.Milliseconds()
 	}
-	path := sandboxPath(id, "/exec")
+	path := apiclient.SandboxPath(id, "/exec")
 	if *asJSON {
 		var rep struct {
 			ExitCode int `json:"exitCode"`
 		}
-		raw, err := c.callInto(ctx, http.MethodPost, path, req, &rep)
+		raw, err := c.CallInto(ctx, http.MethodPost, path, req, &rep)
 		if err != nil {
 			return err
 		}
@@ -69,7 +70,7 @@ func sandboxExec(ctx context.Context, c *apiClient, args []string) error {
 		return exitWith(rep.ExitCode)
 	}
 	code := -1
-	err = c.events(ctx, http.MethodPost, path, req, func(data []byte) error {
+	err = c.Events(ctx, http.MethodPost, path, req, func(data []byte) error {
 		var ev struct {
 			Stream   string `json:"stream"`
 			Line     string `json:"line"`
@@ -81,7 +82,7 @@ func sandboxExec(ctx context.Context, c *apiClient, args []string) error {
 		switch {
 		case ev.ExitCode != nil:
 			code = *ev.ExitCode
-			return errStop
+			return apiclient.ErrStop
 		case ev.Stream == "stderr":
 			_, err := fmt.Fprintln(os.Stderr, ev.Line)
 			return err
@@ -111,7 +112,7 @@ func exitWith(code int) error {
 	return exitStatus(code)
 }
 
-func sandboxLogs(ctx context.Context, c *apiClient, args []string) error {
+func sandboxLogs(ctx context.Context, c *apiclient.Client, args []string) error {
 	fs, asJSON := sandboxFlags("logs")
 	follow := fs.Bool("f", false, "follow: print new lines as they come, until interrupted")
 	tail := fs.Int("tail", 100, "how many of the last lines to print first")
@@ -119,22 +120,16 @@ func sandboxLogs(ctx context.Context, c *apiClient, args []string) error {
 	if err != nil {
 		return err
 	}
-	path := sandboxPath(id, "/logs?tail="+strconv.Itoa(*tail))
+	path := apiclient.SandboxPath(id, "/logs?tail="+strconv.Itoa(*tail))
 	if !*follow {
 		path += "&follow=false"
 	}
-	return c.events(ctx, http.MethodGet, path, nil, func(data []byte) error {
+	return c.Events(ctx, http.MethodGet, path, nil, func(data []byte) error {
 		if *asJSON {
 			_, err := fmt.Printf("%s\n", data)
 			return err
 		}
-		var l struct {
-			Timestamp  time.Time `json:"timestamp"`
-			Type       string    `json:"type"`
-			Message    string    `json:"message"`
-			Pid        int       `json:"pid"`
-			Background bool      `json:"background"`
-		}
+		var l apiclient.LogLine
 		if err := json.Unmarshal(data, &l); err != nil {
 			return fmt.Errorf("decoding log line %q: %w", data, err)
 		}

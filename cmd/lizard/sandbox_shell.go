@@ -18,13 +18,14 @@ import (
 	"golang.org/x/term"
 
 	"github.com/lizard-build/lizard/internal/api"
+	"github.com/lizard-build/lizard/internal/apiclient"
 )
 
 // sandboxShell is an interactive terminal in the sandbox: the local
 // terminal in raw mode (so Ctrl-C and every other key go to the sandbox as
 // bytes, and its pty turns them into signals), window size changes
 // forwarded, and the CLI exits with the remote shell's status.
-func sandboxShell(ctx context.Context, c *apiClient, args []string) error {
+func sandboxShell(ctx context.Context, c *apiclient.Client, args []string) error {
 	fs, _ := sandboxFlags("shell")
 	cmd := fs.String("cmd", "", "run this command on the terminal instead of a login shell")
 	id, err := oneID(fs, args)
@@ -41,7 +42,7 @@ func sandboxShell(ctx context.Context, c *apiClient, args []string) error {
 	if *cmd != "" {
 		q.Set("cmd", *cmd)
 	}
-	conn, err := c.dialTerminal(ctx, id, q)
+	conn, err := dialTerminal(ctx, c, id, q)
 	if err != nil {
 		return err
 	}
@@ -87,27 +88,20 @@ func sandboxShell(ctx context.Context, c *apiClient, args []string) error {
 
 // dialTerminal opens the sandbox's terminal route; a refusal before the
 // upgrade is the API's JSON error.
-func (c *apiClient) dialTerminal(ctx context.Context, id string, q url.Values) (*websocket.Conn, error) {
-	u := c.base + sandboxPath(id, "/terminal") + "?" + q.Encode()
+func dialTerminal(ctx context.Context, c *apiclient.Client, id string, q url.Values) (*websocket.Conn, error) {
+	u := c.Base() + apiclient.SandboxPath(id, "/terminal") + "?" + q.Encode()
 	if rest, ok := strings.CutPrefix(u, "http"); ok {
 		u = "ws" + rest // http→ws, https→wss
 	}
 	conn, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{
-		HTTPHeader:   http.Header{"X-API-Key": {c.key}},
+		HTTPHeader:   http.Header{"X-API-Key": {c.Key()}},
 		Subprotocols: []string{api.TerminalProtocol},
 	})
 	if err == nil {
 		return conn, nil
 	}
 	if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
-		e := &apiError{Status: resp.StatusCode}
-		if resp.Body != nil {
-			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-			if json.Unmarshal(b, e) != nil || e.Message == "" {
-				e.Message = strings.TrimSpace(string(b))
-			}
-		}
-		return nil, e
+		return nil, apiclient.ErrorOf(resp)
 	}
 	return nil, fmt.Errorf("opening the terminal of %s: %w", id, err)
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/lizard-build/lizard/internal/e2b"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/identity"
+	"github.com/lizard-build/lizard/internal/mcp"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/proxy"
@@ -555,14 +556,21 @@ func serve(ctx context.Context, args []string) error {
 	desktops := desktop.New(svc, ports)
 	e2bAPI := e2b.Handler(e2b.Config{Auth: api.Auth{Keys: apiKeys, Limiter: limiter}, Sandboxes: svc, Copies: snaps, Usage: usages, Templates: tmpls,
 		Domain: e2bDomain, Logger: log.With("component", "e2b"), Cluster: apiCluster, Secrets: secretSvc, Identity: issuer})
+	// The MCP server's tools call this API's handler in-process (with the
+	// key of each MCP request), and the API serves the MCP server at /mcp:
+	// the handler is named before it is made.
+	var apiHandler http.Handler
+	mcpHTTP := mcp.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { apiHandler.ServeHTTP(w, r) }),
+		mcp.HandlerConfig{Version: lizardVersion(), Logger: log.With("component", "mcp"), Serving: ctx})
+	apiHandler = api.Handler(api.Config{E2B: e2bAPI, MCP: mcpHTTP, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Snapshots: snaps, Copies: snaps, Usage: usages, Ports: ports, Desktops: desktops, Templates: tmpls, Previews: previews, Volumes: vols,
+		Builder: &templateBuilder{reg: reg, dist: tmpls, runtime: rt, run: reap.Run, dns: c.dnsUpstream, build: buildOpts, ready: svc, inUse: inUse, metrics: mets,
+			log: log.With("component", "template")},
+		MaxBuildContext: c.maxBuildContext, Logger: log.With("component", "api"),
+		Metrics: mets, ServeMetrics: mln == nil, Ready: cm.readyChecks(readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm)),
+		Disk: guard, KeyStore: st, Sessions: sessions, Dashboard: assets, Cluster: apiCluster, SandboxURL: netm.APIURL(),
+		Secrets: secretSvc, Identity: issuer})
 	srv := &http.Server{
-		Handler: api.Handler(api.Config{E2B: e2bAPI, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Snapshots: snaps, Copies: snaps, Usage: usages, Ports: ports, Desktops: desktops, Templates: tmpls, Previews: previews, Volumes: vols,
-			Builder: &templateBuilder{reg: reg, dist: tmpls, runtime: rt, run: reap.Run, dns: c.dnsUpstream, build: buildOpts, ready: svc, inUse: inUse, metrics: mets,
-				log: log.With("component", "template")},
-			MaxBuildContext: c.maxBuildContext, Logger: log.With("component", "api"),
-			Metrics: mets, ServeMetrics: mln == nil, Ready: cm.readyChecks(readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm)),
-			Disk: guard, KeyStore: st, Sessions: sessions, Dashboard: assets, Cluster: apiCluster, SandboxURL: netm.APIURL(),
-			Secrets: secretSvc, Identity: issuer}),
+		Handler:           apiHandler,
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	var public proxy.PublicPorts

@@ -82,6 +82,9 @@ type Config struct {
 	// E2B serves E2B's REST API (internal/e2b) beside this one, under
 	// E2BPaths; nil serves none.
 	E2B http.Handler
+	// MCP serves the MCP server's Streamable HTTP (internal/mcp) at /mcp,
+	// to requests with a valid API key; nil serves none.
+	MCP http.Handler
 	// Cluster routes requests to the node that holds what they name, and
 	// places creates, in cluster mode; nil on a single server.
 	Cluster Cluster
@@ -249,6 +252,9 @@ func Handler(cfg Config) http.Handler {
 		for _, p := range E2BPaths {
 			mux.Handle(p, cfg.E2B)
 		}
+	}
+	if cfg.MCP != nil {
+		mux.Handle("/mcp", s.keyed(cfg.MCP))
 	}
 
 	mux.HandleFunc("GET /healthz", s.healthz)

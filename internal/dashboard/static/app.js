@@ -824,8 +824,34 @@ function viewTemplates (main) {
   return () => { v.stop(); if (ac) ac.abort() }
 }
 
+// mcpSnippets are what to paste into an agent's MCP configuration to give
+// it this server's sandboxes: `lizard mcp` over stdio (Claude Desktop,
+// Claude Code) and the Streamable HTTP URL, /mcp on this origin. key is a
+// key just created, else a placeholder: the page never has an old key's
+// secret.
+function mcpSnippets (key) {
+  const origin = location.origin
+  const k = key || '<an API key of this project>'
+  const stdio = JSON.stringify({ mcpServers: { lizard: { command: 'lizard', args: ['mcp'], env: { LIZARD_API_URL: origin, LIZARD_API_KEY: k } } } }, null, 2)
+  const remote = JSON.stringify({ mcpServers: { lizard: { type: 'http', url: `${origin}/mcp`, headers: { Authorization: `Bearer ${k}` } } } }, null, 2)
+  const code = `claude mcp add lizard -e LIZARD_API_URL=${origin} -e LIZARD_API_KEY=${k} -- lizard mcp\n` +
+    `claude mcp add --transport http lizard ${origin}/mcp --header "Authorization: Bearer ${k}"`
+  const snippet = (id, text) => h('div', { class: 'snippet-box' }, h('pre', { class: 'snippet', id }, text),
+    h('button', { onclick: () => navigator.clipboard.writeText(text).then(() => toast('Copied', true)).catch(report) }, 'Copy'))
+  return h('div', { class: 'panel', id: 'mcp' }, h('h2', null, 'Use it from an agent (MCP)'),
+    h('p', null, 'Claude Desktop (claude_desktop_config.json) and other agents that start a server: ',
+      h('code', null, 'lizard mcp'), ' (the lizard binary, copied to the agent\'s machine) with these variables:'),
+    snippet('mcp-stdio', stdio),
+    h('p', null, 'Over HTTP, nothing to install: ', h('code', null, `${origin}/mcp`), ' with the key as a bearer token:'),
+    snippet('mcp-http', remote),
+    h('p', null, 'Claude Code, either way:'),
+    snippet('mcp-claude-code', code),
+    key ? null : h('p', { class: 'dim' }, 'Create a key to see these with it filled in.'))
+}
+
 function viewKeys (main) {
   const shown = h('div', { id: 'new-key' })
+  const mcp = h('div', null, mcpSnippets(null))
   const v = listView(main, 'API keys', (refresh) => {
     const btn = h('button', { class: 'primary', id: 'create-key' }, 'Create key')
     btn.addEventListener('click', () => act(btn, async () => {
@@ -833,6 +859,7 @@ function viewKeys (main) {
       shown.replaceChildren(h('div', { class: 'panel' }, h('p', null, 'The new key, shown once (only its hash is kept):'),
         h('div', { class: 'secret', id: 'new-key-secret' }, k.key), ' ',
         h('button', { onclick: () => navigator.clipboard.writeText(k.key).then(() => toast('Copied', true)).catch(report) }, 'Copy')))
+      mcp.replaceChildren(mcpSnippets(k.key))
       refresh()
     }, 'Key created'))
     return [h('div', { class: 'row', style: 'margin-bottom:12px' }, btn), shown]
@@ -849,6 +876,7 @@ function viewKeys (main) {
       h('td', { class: 'mono' }, k.prefix + '…'), h('td', null, fmtTime(k.createdAt)), h('td', null, fmtTime(k.lastUsedAt)),
       h('td', null, k.revokedAt ? fmtTime(k.revokedAt) : '—'), h('td', { class: 'acts' }, k.revokedAt ? null : rev))
   }, 'No keys.')
+  main.append(mcp)
   return v.stop
 }
 

@@ -202,6 +202,21 @@ test('the dashboard: sign in, sandboxes, terminal, files, preview, pause and res
     const secret = await (await page.waitForSelector('#new-key-secret')).textContent()
     assert.match(secret, /^lz_/)
     assert.equal((await apiFrom(page, 'GET', '/api/projects', { 'X-API-Key': secret })).status, 200)
+    // The MCP configuration to paste into an agent, with the new key: it
+    // works as it is.
+    const stdio = JSON.parse(await page.textContent('#mcp-stdio')).mcpServers.lizard
+    assert.deepEqual(stdio, { command: 'lizard', args: ['mcp'], env: { LIZARD_API_URL: BASE, LIZARD_API_KEY: secret } })
+    const remote = JSON.parse(await page.textContent('#mcp-http')).mcpServers.lizard
+    assert.deepEqual(remote, { type: 'http', url: `${BASE}/mcp`, headers: { Authorization: `Bearer ${secret}` } })
+    assert.match(await page.textContent('#mcp-claude-code'), new RegExp(`--transport http lizard ${BASE}/mcp --header "Authorization: Bearer ${secret}"`))
+    const init = await fetch(remote.url, {
+      method: 'POST',
+      headers: { ...remote.headers, 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'e2e', version: '1' } } })
+    })
+    const initBody = await init.text()
+    assert.equal(init.status, 200, initBody)
+    assert.match(initBody, /"serverInfo":\{"name":"lizard"/)
     await shot(page, 'keys')
     // A second profile: a browser of someone else signed in with the key.
     const second = await browserContext()
