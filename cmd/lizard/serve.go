@@ -511,6 +511,7 @@ func serve(ctx context.Context, args []string) error {
 	ports := preview.New(svc)
 	desktops := desktop.New(svc, ports)
 	e2bAPI := e2b.Handler(e2b.Config{Auth: api.Auth{Keys: apiKeys, Limiter: limiter}, Sandboxes: svc, Usage: usages, Templates: tmpls,
+		Snapshots: svc, Volumes: vols, Agents: svc, SandboxCLI: gvisor.CLIPath,
 		Domain: e2bDomain, Logger: log.With("component", "e2b"), Cluster: apiCluster})
 	srv := &http.Server{
 		Handler: api.Handler(api.Config{E2B: e2bAPI, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Usage: usages, Ports: ports, Desktops: desktops, Templates: tmpls, Previews: previews, Volumes: vols,

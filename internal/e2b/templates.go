@@ -93,3 +93,22 @@ func (s *server) templateAlias(w http.ResponseWriter, r *http.Request, p store.P
 	}
 	return fmt.Errorf("template %q: no template of that name or alias is built for this project: %w", alias, errdefs.ErrNotFound)
 }
+
+// deleteTemplate answers DELETE /templates/{templateID} for what is no
+// snapshot (snapshotRoutes.deleteOr comes first): a name no template has
+// either is not found (the SDK's Sandbox.deleteSnapshot then says false,
+// as for a snapshot deleted already); a template's is not supported here
+// (delete it with `lizard template rm` or DELETE /api/templates/{name}).
+func (s *server) deleteTemplate(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	name := r.PathValue("templateID")
+	ts, err := s.templates.ListFor(p.ID)
+	if err != nil {
+		return fmt.Errorf("list templates: %w", err)
+	}
+	for _, t := range ts {
+		if slices.Contains(namesOf(t), name) {
+			return notSupported(w, r, p)
+		}
+	}
+	return fmt.Errorf("template or snapshot %q: %w", name, errdefs.ErrNotFound)
+}
