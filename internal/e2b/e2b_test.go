@@ -291,6 +291,14 @@ func FuzzE2B(f *testing.F) {
 		{"POST", "/sandboxes/x/connect", "", `{"timeout":1e99}`},
 		{"POST", "/sandboxes/x/fork", "", `{"count":-1,"timeout":2}`},
 		{"GET", "/sandboxes/x/metrics", "start=99999999999999&end=1", ""},
+		{"POST", "/sandboxes/x/snapshots", "", `{"name":"snap-1"}`},
+		{"GET", "/snapshots", "sandboxID=x&name=y&limit=3&nextToken=MTAvYQ", ""},
+		{"DELETE", "/templates/snap_x", "", ""},
+		{"POST", "/v2/sandboxes", "", `{"templateID":"snap_x","volumeMounts":[{"name":"v","path":"/workspace"}],"secure":false}`},
+		{"POST", "/volumes", "", `{"name":"data"}`},
+		{"GET", "/volumes/vol_x", "", ""},
+		{"GET", "/volumecontent/vol_x/dir", "path=/&depth=2", ""},
+		{"PUT", "/volumecontent/vol_x/file", "path=/a&uid=1&gid=2&mode=420&force=true", "data"},
 	} {
 		f.Add(s.method, s.path, s.query, []byte(s.body))
 	}

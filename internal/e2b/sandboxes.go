@@ -148,11 +148,17 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project)
 	if err := sandbox.CheckEnvs("envVars", req.EnvVars); err != nil {
 		return err
 	}
-	// Sandbox.create(snapshotId) sends the snapshot as the template.
-	if sn, ok, err := s.snapshots.find(r.Context(), p.ID, tpl); err != nil {
+	// Sandbox.create(snapshotId) sends the snapshot as the template: what
+	// no template answers to is looked up among the snapshots (of every
+	// node, in a cluster).
+	if isTpl, err := s.snapshots.isTemplate(p.ID, tpl); err != nil {
 		return err
-	} else if ok {
-		return s.restore(w, r, p, req, sn, timeout, body)
+	} else if !isTpl {
+		if sn, ok, err := s.snapshots.find(r.Context(), p.ID, tpl); err != nil {
+			return err
+		} else if ok {
+			return s.restore(w, r, p, req, sn, timeout, body)
+		}
 	}
 	if lz, ok := templateAliases[tpl]; ok {
 		tpl = lz

@@ -93,17 +93,9 @@ func (f snapshotFinder) find(ctx context.Context, projectID, ref string) (_ sand
 // isTemplate says whether name is a template (or an alias of one) the
 // project sees.
 func (f snapshotFinder) isTemplate(projectID, name string) (bool, error) {
-	ts, err := f.templates.ListFor(projectID)
-	if err != nil {
-		return false, fmt.Errorf("list templates: %w", err)
-	}
-	for _, t := range ts {
-		if slices.Contains(namesOf(t), name) {
-			return true, nil
-		}
-	}
+	_, ok, err := templateNamed(f.templates, projectID, name)
 	_, e2bName := templateAliases[name]
-	return e2bName, nil
+	return ok || e2bName, err
 }
 
 // snapshotRoutes serve E2B's snapshot calls.

@@ -128,16 +128,14 @@ func (c contentRoutes) do(ctx context.Context, vr volumeRequest, write bool, req
 	if err != nil {
 		return content.Reply{}, err
 	}
-	if holder != "" {
-		ag, err := c.holder(vr, holder)
-		if err != nil {
-			return content.Reply{}, err
-		}
-		if rep, err = c.remote(ctx, ag, req); err != nil {
-			return content.Reply{}, err
-		}
+	if holder == "" {
+		return rep, rep.Err()
 	}
-	return rep, rep.Err()
+	ag, err := c.holder(vr, holder)
+	if err != nil {
+		return content.Reply{}, err
+	}
+	return c.remote(ctx, ag, req)
 }
 
 // holder is the agent of the running sandbox id that holds the volume.
@@ -157,7 +155,8 @@ func (c contentRoutes) holder(vr volumeRequest, id string) (*agent.Client, error
 	return ag, nil
 }
 
-// remote runs req in the holder's sandbox with its lizard CLI, as root.
+// remote runs req in the holder's sandbox with its lizard CLI, as root;
+// the reply's own error is its error.
 func (c contentRoutes) remote(ctx context.Context, ag *agent.Client, req content.Request) (content.Reply, error) {
 	argv, err := content.Command(c.cli, volume.MountPath, req)
 	if err != nil {
@@ -188,7 +187,7 @@ func (c contentRoutes) remote(ctx context.Context, ag *agent.Client, req content
 			"the sandbox holding the volume cannot run lizard volume-content (a sandbox of an older server?)",
 			fmt.Errorf("exit %d: %s", exit, strings.TrimSpace(stderr.String())))
 	}
-	return rep, nil
+	return rep, rep.Err()
 }
 
 // depth reads the query's depth (default 1).
@@ -324,9 +323,6 @@ func (c contentRoutes) read(w http.ResponseWriter, r *http.Request, vr volumeReq
 		return err
 	}
 	rep, err := c.remote(ctx, ag, content.Request{Op: content.OpCheckRead, Path: vr.path})
-	if err == nil {
-		err = rep.Err()
-	}
 	if err != nil {
 		return err
 	}
@@ -379,9 +375,6 @@ func (c contentRoutes) writeThrough(ctx context.Context, vr volumeRequest, holde
 		return content.Entry{}, err
 	}
 	rep, err := c.remote(ctx, ag, content.Request{Op: content.OpCheckWrite, Path: vr.path, Force: force})
-	if err == nil {
-		err = rep.Err()
-	}
 	if err != nil {
 		return content.Entry{}, err
 	}
@@ -391,9 +384,6 @@ func (c contentRoutes) writeThrough(ctx context.Context, vr volumeRequest, holde
 		return content.Entry{}, fmt.Errorf("write %q: %w", vr.path, err)
 	}
 	rep, err = c.remote(ctx, ag, content.Request{Op: content.OpCommit, Path: vr.path, Upload: upload, Attrs: a, Force: force})
-	if err == nil {
-		err = rep.Err()
-	}
 	if err != nil {
 		return content.Entry{}, err
 	}

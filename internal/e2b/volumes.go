@@ -65,11 +65,7 @@ func (s *server) volumeNames(ctx context.Context, projectID string, recs []sandb
 	if !need {
 		return nil, nil
 	}
-	list := s.volumes.List
-	if s.cluster != nil {
-		list = s.cluster.Volumes
-	}
-	vs, err := list(ctx, projectID)
+	vs, err := volumeList(s.volumes, s.cluster)(ctx, projectID)
 	if err != nil {
 		return nil, err
 	}
@@ -159,12 +155,16 @@ func (s volumeRoutes) create(w http.ResponseWriter, r *http.Request, p store.Pro
 	return s.cluster.Create(w, r, p.ID, api.Placement{}, body, create)
 }
 
-func (s volumeRoutes) list(w http.ResponseWriter, r *http.Request, p store.Project) error {
-	list := s.volumes.List
-	if s.cluster != nil {
-		list = s.cluster.Volumes
+// volumeList lists a project's volumes: every node's in a cluster.
+func volumeList(vols Volumes, c api.Cluster) func(ctx context.Context, projectID string) ([]volume.Volume, error) {
+	if c != nil {
+		return c.Volumes
 	}
-	vs, err := list(r.Context(), p.ID)
+	return vols.List
+}
+
+func (s volumeRoutes) list(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	vs, err := volumeList(s.volumes, s.cluster)(r.Context(), p.ID)
 	if err != nil {
 		return err
 	}

@@ -125,7 +125,7 @@ func (f *FS) Stat(p string) (Entry, error) {
 
 // entry describes p, whose Lstat is fi.
 func (f *FS) entry(p string, fi fs.FileInfo) Entry {
-	e := Entry{Name: path.Base(p), Path: p, Size: fi.Size(), Mode: unixMode(fi.Mode()), Type: "unknown"}
+	e := Entry{Name: path.Base(p), Path: p, Size: fi.Size(), Mode: uint32(fi.Mode().Perm()), Type: "unknown"}
 	if p == "/" {
 		e.Name = "/"
 	}
@@ -141,26 +141,12 @@ func (f *FS) entry(p string, fi fs.FileInfo) Entry {
 	e.Mtime = fi.ModTime().UTC()
 	e.Atime, e.Ctime = e.Mtime, e.Mtime
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		e.Mode = st.Mode & 0o7777 // with the set-id and sticky bits
 		e.UID, e.GID = st.Uid, st.Gid
 		e.Atime = time.Unix(st.Atim.Unix()).UTC()
 		e.Ctime = time.Unix(st.Ctim.Unix()).UTC()
 	}
 	return e
-}
-
-// unixMode is m's permission, set-id and sticky bits as chmod(2) has them.
-func unixMode(m fs.FileMode) uint32 {
-	u := uint32(m.Perm())
-	if m&fs.ModeSetuid != 0 {
-		u |= 0o4000
-	}
-	if m&fs.ModeSetgid != 0 {
-		u |= 0o2000
-	}
-	if m&fs.ModeSticky != 0 {
-		u |= 0o1000
-	}
-	return u
 }
 
 // fileMode is the fs.FileMode of chmod(2) bits u.
