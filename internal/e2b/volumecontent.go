@@ -102,6 +102,9 @@ func (c contentRoutes) admit(w http.ResponseWriter, r *http.Request) (volumeRequ
 		}
 	}
 	v, err := c.volumes.Get(r.Context(), projectID, ref)
+	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		return volumeRequest{}, false, err
+	}
 	if err != nil || v.Token == "" || subtle.ConstantTimeCompare([]byte(v.Token), []byte(secret)) != 1 {
 		return volumeRequest{}, false, unauthorized
 	}

@@ -429,18 +429,34 @@ func (f *FS) Write(p string, r io.Reader, a Attrs, force bool) (Entry, error) {
 	if err != nil {
 		return Entry{}, pathError(upload, err)
 	}
-	_, err = io.Copy(file, r)
+	src := &source{r: r}
+	_, err = io.Copy(file, src)
 	if cerr := file.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		f.root.Remove(rel(upload))
-		if errors.Is(err, syscall.ENOSPC) {
-			return Entry{}, errdefs.WithCode("volume_full", fmt.Errorf("write %q: no space left on device (the volume is full): %w", p, errdefs.ErrNoSpace))
+		if src.err != nil {
+			return Entry{}, errdefs.WithCause(errdefs.ErrInvalid, fmt.Sprintf("write %q: the content could not be read to its end", p), src.err)
 		}
-		return Entry{}, fmt.Errorf("write %q: %w", p, err)
+		return Entry{}, pathError(p, err)
 	}
 	return f.Commit(upload, p, a, force)
+}
+
+// source is a reader that keeps its error: a write's failure on the
+// writer's side, not the volume's.
+type source struct {
+	r   io.Reader
+	err error
+}
+
+func (s *source) Read(b []byte) (int, error) {
+	n, err := s.r.Read(b)
+	if err != nil && err != io.EOF {
+		s.err = err
+	}
+	return n, err
 }
 
 // Commit puts the complete upload file in p's place, with attrs (a new
