@@ -245,20 +245,11 @@ func TestPages(t *testing.T) {
 			}
 			want, _ := listQuery{states: lq.states, metadata: lq.metadata, pageOrder: pageOrder{asc: lq.asc}}.page(all)
 			var got []string
-			for n := 0; ; n++ {
-				recs, next := lq.page(all)
-				if len(recs) > limit || (next != "" && len(recs) != limit) {
-					t.Fatalf("%s limit %d: page of %d, next %q", q, limit, len(recs), next)
-				}
-				for _, rec := range recs {
-					got = append(got, rec.ID)
-				}
-				if next == "" {
-					break
-				}
-				if lq.after, err = parseCursor(next); err != nil || n > 100 {
-					t.Fatalf("%s: token %q: %v", q, next, err)
-				}
+			for _, rec := range allPages(t, q, limit, func(after *cursor) ([]sandbox.Record, string) {
+				lq.after = after
+				return lq.page(all)
+			}) {
+				got = append(got, rec.ID)
 			}
 			var wantIDs []string
 			for _, rec := range want {

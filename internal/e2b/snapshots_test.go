@@ -108,21 +108,11 @@ func TestSnapshotPages(t *testing.T) {
 			}
 		}
 		for _, limit := range []int{1, 4, 100} {
-			sq.limit, sq.after = limit, nil
-			var got []sandbox.SnapshotInfo
-			for n := 0; ; n++ {
-				page, next := sq.page(slices.Clone(all))
-				if len(page) > limit || (next != "" && len(page) != limit) {
-					t.Fatalf("%s limit %d: page of %d, next %q", q, limit, len(page), next)
-				}
-				got = append(got, page...)
-				if next == "" {
-					break
-				}
-				if sq.after, err = parseCursor(next); err != nil || n > 100 {
-					t.Fatalf("%s: token %q: %v", q, next, err)
-				}
-			}
+			sq.limit = limit
+			got := allPages(t, q, limit, func(after *cursor) ([]sandbox.SnapshotInfo, string) {
+				sq.after = after
+				return sq.page(slices.Clone(all))
+			})
 			var ids []string
 			for i, sn := range got {
 				ids = append(ids, sn.ID)
@@ -206,5 +196,27 @@ func TestSnapshotNameOfTemplate(t *testing.T) {
 	}
 	if w := send(h, testKey, "DELETE", "/templates/nosuch", ""); w.Code != 404 {
 		t.Errorf("DELETE /templates/nosuch: %d %s", w.Code, w.Body)
+	}
+}
+
+// allPages follows a listing's pages of limit from the first, checking
+// each page's size and token, and returns their items in order.
+func allPages[T any](t *testing.T, what string, limit int, page func(after *cursor) ([]T, string)) []T {
+	t.Helper()
+	var got []T
+	var after *cursor
+	for n := 0; ; n++ {
+		items, next := page(after)
+		if len(items) > limit || (next != "" && len(items) != limit) {
+			t.Fatalf("%s limit %d: page of %d, next %q", what, limit, len(items), next)
+		}
+		got = append(got, items...)
+		if next == "" {
+			return got
+		}
+		var err error
+		if after, err = parseCursor(next); err != nil || n > 100 {
+			t.Fatalf("%s: token %q: %v", what, next, err)
+		}
 	}
 }

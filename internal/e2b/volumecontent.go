@@ -236,17 +236,30 @@ func attrsAndForce(r *http.Request) (content.Attrs, bool, error) {
 	return a, force, nil
 }
 
+// answer runs req on the volume and answers with status what it gives: the
+// entries of a list, nothing for a remove, else the entry.
+func (c contentRoutes) answer(w http.ResponseWriter, r *http.Request, vr volumeRequest, status int, req content.Request) error {
+	write := req.Op != content.OpList && req.Op != content.OpStat
+	rep, err := c.do(r.Context(), vr, write, req)
+	switch {
+	case err != nil:
+		return err
+	case req.Op == content.OpList:
+		api.WriteJSON(w, status, rep.Entries)
+	case req.Op == content.OpRemove:
+		w.WriteHeader(status)
+	default:
+		api.WriteJSON(w, status, rep.Entry)
+	}
+	return nil
+}
+
 func (c contentRoutes) list(w http.ResponseWriter, r *http.Request, vr volumeRequest) error {
 	d, err := depth(r)
 	if err != nil {
 		return err
 	}
-	rep, err := c.do(r.Context(), vr, false, content.Request{Op: content.OpList, Path: vr.path, Depth: d})
-	if err != nil {
-		return err
-	}
-	api.WriteJSON(w, http.StatusOK, rep.Entries)
-	return nil
+	return c.answer(w, r, vr, http.StatusOK, content.Request{Op: content.OpList, Path: vr.path, Depth: d})
 }
 
 func (c contentRoutes) makeDir(w http.ResponseWriter, r *http.Request, vr volumeRequest) error {
@@ -254,21 +267,11 @@ func (c contentRoutes) makeDir(w http.ResponseWriter, r *http.Request, vr volume
 	if err != nil {
 		return err
 	}
-	rep, err := c.do(r.Context(), vr, true, content.Request{Op: content.OpMakeDir, Path: vr.path, Attrs: a, Force: force})
-	if err != nil {
-		return err
-	}
-	api.WriteJSON(w, http.StatusCreated, rep.Entry)
-	return nil
+	return c.answer(w, r, vr, http.StatusCreated, content.Request{Op: content.OpMakeDir, Path: vr.path, Attrs: a, Force: force})
 }
 
 func (c contentRoutes) stat(w http.ResponseWriter, r *http.Request, vr volumeRequest) error {
-	rep, err := c.do(r.Context(), vr, false, content.Request{Op: content.OpStat, Path: vr.path})
-	if err != nil {
-		return err
-	}
-	api.WriteJSON(w, http.StatusOK, rep.Entry)
-	return nil
+	return c.answer(w, r, vr, http.StatusOK, content.Request{Op: content.OpStat, Path: vr.path})
 }
 
 // setAttrs answers PATCH …/path {uid, gid, mode}.
@@ -277,20 +280,11 @@ func (c contentRoutes) setAttrs(w http.ResponseWriter, r *http.Request, vr volum
 	if err := api.Decode(w, r, maxBody, &a); err != nil {
 		return err
 	}
-	rep, err := c.do(r.Context(), vr, true, content.Request{Op: content.OpSetAttrs, Path: vr.path, Attrs: a})
-	if err != nil {
-		return err
-	}
-	api.WriteJSON(w, http.StatusOK, rep.Entry)
-	return nil
+	return c.answer(w, r, vr, http.StatusOK, content.Request{Op: content.OpSetAttrs, Path: vr.path, Attrs: a})
 }
 
 func (c contentRoutes) remove(w http.ResponseWriter, r *http.Request, vr volumeRequest) error {
-	if _, err := c.do(r.Context(), vr, true, content.Request{Op: content.OpRemove, Path: vr.path}); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return c.answer(w, r, vr, http.StatusNoContent, content.Request{Op: content.OpRemove, Path: vr.path})
 }
 
 // read streams the file's bytes.
