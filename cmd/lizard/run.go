@@ -14,6 +14,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/runtime/gvisor"
 	"github.com/lizard-build/lizard/internal/template"
+	"github.com/lizard-build/lizard/internal/volume/content"
 )
 
 const usage = `usage:
@@ -83,6 +84,10 @@ func Run(ctx context.Context, args []string) error {
 		return sandboxCmd(ctx, args[1:])
 	case "mcp":
 		return mcpCmd(ctx, args[1:])
+	case "volume-content":
+		// Run by the server, through the agent, in the sandbox that holds
+		// a volume (E2B's volume content API): not listed in usage.
+		return content.Main(args[1:], os.Stdout)
 	case "help", "-h", "--help":
 		fmt.Println(usage)
 		return nil

@@ -555,6 +555,7 @@ func serve(ctx context.Context, args []string) error {
 	ports := preview.New(svc)
 	desktops := desktop.New(svc, ports)
 	e2bAPI := e2b.Handler(e2b.Config{Auth: api.Auth{Keys: apiKeys, Limiter: limiter}, Sandboxes: svc, Copies: snaps, Usage: usages, Templates: tmpls,
+		Snapshots: snaps, Volumes: vols, Agents: svc, SandboxCLI: gvisor.CLIPath,
 		Domain: e2bDomain, Logger: log.With("component", "e2b"), Cluster: apiCluster, Secrets: secretSvc, Identity: issuer})
 	// The MCP server's tools call this API's handler in-process (with the
 	// key of each MCP request), and the API serves the MCP server at /mcp:

@@ -6,20 +6,27 @@
 // milliseconds, and answers errors in E2B's shape {code, message} with the
 // statuses api.StatusOf gives. Sandboxes made here are marked E2B, which
 // lets the preview proxy route E2B-addressed traffic to them
-// (internal/proxy/e2b.go). Only cmd/lizard wires it.
+// (internal/proxy/e2b.go). E2B's snapshots are lizard's snapshots of E2B
+// sandboxes (snapshots.go); its volumes are lizard's volumes (volumes.go),
+// their files reached with a token of the volume's own (volumecontent.go).
+// Only cmd/lizard wires it.
 package e2b
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
 
+	"github.com/lizard-build/lizard/internal/agent"
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/identity"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/snapshot"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
+	"github.com/lizard-build/lizard/internal/volume"
 )
 
 // EnvdVersion is the envd version sandboxes report: the highest whose
@@ -44,12 +51,52 @@ type Templates interface {
 }
 
 // Sandboxes is what the control plane calls of the sandbox service
-// (*sandbox.Service): E2B's sandbox calls map one to one onto these.
+// (*sandbox.Service): E2B's sandbox calls map one to one onto these;
+// Update gives a sandbox made from a snapshot the metadata and envs of its
+// create.
 type Sandboxes interface {
 	api.Lifecycle
+	Update(ctx context.Context, projectID, id string, fn func(*sandbox.Record) error) (sandbox.Record, error)
 }
 
-var _ Sandboxes = (*sandbox.Service)(nil)
+// Snapshots is what E2B's snapshot calls use of lizard's snapshots (the
+// sandbox service's today).
+type Snapshots interface {
+	// Take saves a running sandbox, which keeps running; the snapshot is
+	// ready when it returns.
+	Take(ctx context.Context, projectID, id, name string, poolSize int) (snapshot.Info, error)
+	// List lists the project's snapshots on this node, oldest first.
+	List(projectID string) []snapshot.Info
+	// Delete removes a snapshot; sandboxes made from it go on.
+	Delete(ctx context.Context, projectID, id string) error
+}
+
+// Volumes is what E2B's volume calls use of the volume manager
+// (*volume.Manager); refs are a volume's id or name.
+type Volumes interface {
+	Create(ctx context.Context, projectID, name string, sizeGB int, region string, getOrCreate bool) (volume.Volume, error)
+	Get(ctx context.Context, projectID, ref string) (volume.Volume, error)
+	List(ctx context.Context, projectID string) ([]volume.Volume, error)
+	Delete(ctx context.Context, projectID, ref string) error
+	// Token returns the volume with its content token, made if missing.
+	Token(ctx context.Context, projectID, ref string) (volume.Volume, error)
+	// Lend runs fn over the files of a volume no sandbox holds, or
+	// returns its holder (see volume.Manager.Lend).
+	Lend(ctx context.Context, projectID, ref string, write bool, fn func(dir string) error) (holder string, err error)
+}
+
+// Agents reaches a running sandbox's agent (*sandbox.Service): the file
+// API of a volume a sandbox holds goes through that sandbox.
+type Agents interface {
+	Agent(projectID, id string) (*agent.Client, sandbox.Record, error)
+}
+
+var (
+	_ Sandboxes = (*sandbox.Service)(nil)
+	_ Snapshots = (*snapshot.Manager)(nil)
+	_ Agents    = (*sandbox.Service)(nil)
+	_ Volumes   = (*volume.Manager)(nil)
+)
 
 // Config wires the control plane.
 type Config struct {
@@ -61,6 +108,13 @@ type Config struct {
 	// (*usage.Sampler).
 	Usage     api.Usages
 	Templates Templates
+	Snapshots Snapshots
+	Volumes   Volumes
+	Agents    Agents
+	// SandboxCLI is where the lizard CLI is inside sandboxes
+	// (gvisor.CLIPath): the file API of a held volume runs its
+	// volume-content command there.
+	SandboxCLI string
 	// Domain is what responses give as the sandboxes' domain: the SDK
 	// reaches port P of sandbox S at P-S.<Domain> (the preview proxy's
 	// domain, with its port unless it is the scheme's default).
@@ -83,6 +137,9 @@ type server struct {
 	copies    api.Copies
 	usage     api.Usages
 	templates Templates
+	snapshots snapshotFinder
+	volumes   Volumes
+	agents    Agents
 	domain    string
 	log       *slog.Logger
 	cluster   api.Cluster
@@ -100,11 +157,15 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Identity == nil {
 		cfg.Identity = &identity.Issuer{} // off
 	}
-	s := &server{auth: cfg.Auth, sandboxes: cfg.Sandboxes, copies: cfg.Copies, usage: cfg.Usage, templates: cfg.Templates, domain: cfg.Domain, log: cfg.Logger, cluster: cfg.Cluster,
-		ids: cfg.Identity}
+	snaps := snapshotFinder{snapshots: cfg.Snapshots, templates: cfg.Templates, cluster: cfg.Cluster}
+	s := &server{auth: cfg.Auth, sandboxes: cfg.Sandboxes, copies: cfg.Copies, usage: cfg.Usage, templates: cfg.Templates, snapshots: snaps, volumes: cfg.Volumes, agents: cfg.Agents,
+		domain: cfg.Domain, log: cfg.Logger, cluster: cfg.Cluster, ids: cfg.Identity}
 	// E2B's Secret: create, pages (limit, nextToken, X-Next-Token), get,
 	// update (POST) and delete by id or name, values write-only.
 	secR := api.SecretRoutes[secret]{Secrets: cfg.Secrets, Shape: secretOf, RefParam: "secretID"}
+	snapR := snapshotRoutes{find: snaps, sandboxes: cfg.Sandboxes}
+	volR := volumeRoutes{volumes: cfg.Volumes, cluster: cfg.Cluster}
+	contentR := contentRoutes{volumes: cfg.Volumes, agents: cfg.Agents, cli: cfg.SandboxCLI, cluster: cfg.Cluster, log: cfg.Logger}
 	mux := http.NewServeMux()
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request, store.Project) error) {
 		mux.Handle(pattern, s.authed(h))
@@ -128,13 +189,21 @@ func Handler(cfg Config) http.Handler {
 	route("GET /secrets/{secretID}", secR.Get)
 	route("POST /secrets/{secretID}", secR.Update)
 	route("DELETE /secrets/{secretID}", secR.Delete)
+	route("POST /sandboxes/{id}/snapshots", snapR.take)
+	route("GET /snapshots", snapR.list)
+	// The SDK deletes a snapshot as the template it is in E2B.
+	route("DELETE /templates/{templateID}", snapR.deleteOr(s.deleteTemplate))
+	route("POST /volumes", volR.create)
+	route("GET /volumes", volR.list)
+	route("GET /volumes/{volumeID}", volR.get)
+	route("DELETE /volumes/{volumeID}", volR.delete)
+	contentR.register(mux)
 	mux.Handle("/", s.authed(notSupported))
 	return mux
 }
 
 // notSupported answers the calls of E2B's API that lizard does not serve
-// (volumes, snapshots, template builds and tags, network
-// updates, …). Not a 404: the SDKs turn a 404 into "sandbox not found" or
+// (template builds and tags, network updates, …). Not a 404: the SDKs turn a 404 into "sandbox not found" or
 // "does not exist" (SandboxNotFoundError, Volume.exists() false), which
 // would hide that the call cannot work here; a 400 surfaces as an error
 // that carries this message.

@@ -19,11 +19,13 @@ import (
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/apikey"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/snapshot"
 	"github.com/lizard-build/lizard/internal/sandbox/usage"
 	"github.com/lizard-build/lizard/internal/seal"
 	"github.com/lizard-build/lizard/internal/secrets"
 	"github.com/lizard-build/lizard/internal/store/sqlite"
 	"github.com/lizard-build/lizard/internal/template"
+	"github.com/lizard-build/lizard/internal/volume"
 )
 
 const (
@@ -79,8 +81,15 @@ func newTestHandlerLog(tb testing.TB, tmpls Templates, logw io.Writer) http.Hand
 	}
 	usages := usage.New(svc, nil, log)
 	secs := secrets.New(st, seal.NewKeyring(seal.NewKey()))
-	e2b := Handler(Config{Auth: api.Auth{Keys: keys}, Sandboxes: svc, Usage: usages, Templates: tmpls, Domain: "sandbox.localhost:8081", Logger: log, Secrets: secs})
-	return api.Handler(api.Config{E2B: e2b, Keys: keys, Sandboxes: svc, Usage: usages, Templates: reg, Logger: log, Secrets: secs})
+	vols, err := volume.New(volume.Config{Dir: filepath.Join(dir, "volumes"), Store: st, Logger: log})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(vols.Close)
+	snaps := snapshot.New(snapshot.Config{Core: svc, Store: st, Dir: filepath.Join(dir, "snapshots"), Logger: log})
+	e2b := Handler(Config{Auth: api.Auth{Keys: keys}, Sandboxes: svc, Copies: snaps, Usage: usages, Templates: tmpls, Snapshots: snaps, Volumes: vols, Agents: svc,
+		SandboxCLI: "/usr/local/bin/lizard", Domain: "sandbox.localhost:8081", Logger: log, Secrets: secs})
+	return api.Handler(api.Config{E2B: e2b, Keys: keys, Sandboxes: svc, Snapshots: snaps, Copies: snaps, Usage: usages, Templates: reg, Logger: log, Secrets: secs})
 }
 
 func send(h http.Handler, key, method, target, body string) *httptest.ResponseRecorder {
@@ -112,7 +121,11 @@ func TestErrors(t *testing.T) {
 		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","network":{"denyOut":["0.0.0.0/0"]}}`, 400, "denyOut"},
 		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","autoResume":{"enabled":true}}`, 400, "autoResume"},
 		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","mcp":{"github":{}}}`, 400, "mcp"},
-		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","volumeMounts":[{"name":"v","path":"/v"}]}`, 400, "volumeMounts"},
+		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","volumeMounts":[{"name":"v","path":"/v"}]}`, 400, "volumeMounts[0].path \"/v\": lizard mounts a sandbox's volume at /workspace"},
+		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","volumeMounts":[{"name":"v","path":"/workspace"},{"name":"w","path":"/workspace"}]}`, 400, "volumeMounts: 2 volumes"},
+		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","volumeMounts":[{"path":"/workspace"}]}`, 400, "volumeMounts[0].name: required"},
+		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","volumeMounts":[{"name":"nosuch","path":"/workspace/"}]}`, 404, "base"},
+		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","volumeMounts":{"name":"v"}}`, 400, "volumeMounts"},
 		{testKey, "POST", "/v2/sandboxes", `{`, 400, "JSON"},
 		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","metadata":` + manyKeys(100) + `}`, 400, "metadata: 100 keys, at most 64"},
 		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","metadata":{"k":"` + strings.Repeat("v", 2049) + `"}}`, 400, "at most 2048"},
@@ -143,12 +156,16 @@ func TestErrors(t *testing.T) {
 		{testKey, "GET", "/templates/aliases/base", "", 404, "base"},
 		{"", "GET", "/templates/aliases/base", "", 401, "API key"},
 		{testKey, "PUT", "/sandboxes/nosuch/network", "{}", 400, "PUT /sandboxes/nosuch/network is not supported by lizard"},
-		{testKey, "POST", "/sandboxes/nosuch/snapshots", "{}", 400, "not supported by lizard"},
+		{testKey, "POST", "/sandboxes/nosuch/snapshots", "{}", 404, "nosuch"},
+		{testKey, "POST", "/sandboxes/nosuch/snapshots", `{"name":"my snap"}`, 400, "name \"my snap\""},
+		{testKey, "POST", "/sandboxes/nosuch/snapshots", `{"name":"team/snap:v1"}`, 400, "no team namespace or tag"},
+		{testKey, "POST", "/sandboxes/nosuch/snapshots", `{"name":7}`, 400, "name"},
+		{testKey, "GET", "/snapshots?limit=0", "", 400, "limit"},
+		{testKey, "GET", "/snapshots?nextToken=bm9wZQ", "", 400, "nextToken"},
+		{testKey, "DELETE", "/templates/snap_nosuch", "", 404, "snap_nosuch"},
 		{testKey, "GET", "/sandboxes/nosuch/no/such/route", "", 400, "not supported by lizard"},
-		{testKey, "GET", "/snapshots", "", 400, "GET /snapshots is not supported by lizard"},
 		{testKey, "POST", "/v3/templates", "{}", 400, "not supported by lizard"},
 		{testKey, "GET", "/templates/base/tags", "", 400, "not supported by lizard"},
-		{testKey, "GET", "/volumes", "", 400, "not supported by lizard"},
 		{testKey, "POST", "/secrets", `{"name":"a b","value":"v"}`, 400, "name:"},
 		{testKey, "POST", "/secrets", `{"name":"tok"}`, 400, "value: required"},
 		{testKey, "POST", "/secrets", `{"name":"tok","value":"a\nb"}`, 400, "value: must not hold control characters"},
@@ -165,7 +182,12 @@ func TestErrors(t *testing.T) {
 		{"", "GET", "/secrets", "", 401, "API key"},
 		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","iam":{"tokens":{"aws":{"audience":"sts","tokenType":"JWT-SVID"}}}}`, 400, "iam.tokens: workload identity is not configured"},
 		{testKey, "POST", "/v2/sandboxes", `{"templateID":"base","iam":{"tokens":"aws"}}`, 400, "iam.tokens"},
+		{testKey, "POST", "/volumes", `{"name":"Has_Upper"}`, 400, "name \"Has_Upper\""},
+		{testKey, "POST", "/volumes", `{}`, 400, "name"},
+		{testKey, "GET", "/volumes/nosuch", "", 404, "nosuch"},
+		{testKey, "DELETE", "/volumes/nosuch", "", 404, "nosuch"},
 		{"", "GET", "/volumes", "", 401, "API key"},
+		{"", "GET", "/snapshots", "", 401, "API key"},
 	}
 	for _, tt := range tests {
 		w := send(h, tt.key, tt.method, tt.path, tt.body)
@@ -222,10 +244,11 @@ func manyKeys(n int) string {
 }
 
 // TestListEmptyAndTemplates: an empty project lists [] without a next
-// token, in both versions; templates answer [].
+// token, in both versions; templates, snapshots and volumes answer [].
 func TestListEmptyAndTemplates(t *testing.T) {
 	h := newTestHandler(t)
-	for _, path := range []string{"/sandboxes", "/v2/sandboxes", "/v2/sandboxes?state=paused&metadata=a%3D1&limit=5", "/templates"} {
+	for _, path := range []string{"/sandboxes", "/v2/sandboxes", "/v2/sandboxes?state=paused&metadata=a%3D1&limit=5", "/templates",
+		"/snapshots", "/snapshots?sandboxID=x&name=y&limit=3", "/volumes"} {
 		w := send(h, testKey, "GET", path, "")
 		if w.Code != 200 || strings.TrimSpace(w.Body.String()) != "[]" || w.Header().Get("X-Next-Token") != "" {
 			t.Errorf("GET %s: %d %q next %q", path, w.Code, w.Body, w.Header().Get("X-Next-Token"))
@@ -256,22 +279,13 @@ func TestPages(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, _ := listQuery{states: lq.states, metadata: lq.metadata, asc: lq.asc}.page(all)
+			want, _ := listQuery{states: lq.states, metadata: lq.metadata, pageOrder: pageOrder{asc: lq.asc}}.page(all)
 			var got []string
-			for n := 0; ; n++ {
-				recs, next := lq.page(all)
-				if len(recs) > limit || (next != "" && len(recs) != limit) {
-					t.Fatalf("%s limit %d: page of %d, next %q", q, limit, len(recs), next)
-				}
-				for _, rec := range recs {
-					got = append(got, rec.ID)
-				}
-				if next == "" {
-					break
-				}
-				if lq.after, err = parseCursor(next); err != nil || n > 100 {
-					t.Fatalf("%s: token %q: %v", q, next, err)
-				}
+			for _, rec := range allPages(t, q, limit, func(after *cursor) ([]sandbox.Record, string) {
+				lq.after = after
+				return lq.page(all)
+			}) {
+				got = append(got, rec.ID)
 			}
 			var wantIDs []string
 			for _, rec := range want {
@@ -304,6 +318,14 @@ func FuzzE2B(f *testing.F) {
 		{"POST", "/sandboxes/x/connect", "", `{"timeout":1e99}`},
 		{"POST", "/sandboxes/x/fork", "", `{"count":-1,"timeout":2}`},
 		{"GET", "/sandboxes/x/metrics", "start=99999999999999&end=1", ""},
+		{"POST", "/sandboxes/x/snapshots", "", `{"name":"snap-1"}`},
+		{"GET", "/snapshots", "sandboxID=x&name=y&limit=3&nextToken=MTAvYQ", ""},
+		{"DELETE", "/templates/snap_x", "", ""},
+		{"POST", "/v2/sandboxes", "", `{"templateID":"snap_x","volumeMounts":[{"name":"v","path":"/workspace"}],"secure":false}`},
+		{"POST", "/volumes", "", `{"name":"data"}`},
+		{"GET", "/volumes/vol_x", "", ""},
+		{"GET", "/volumecontent/vol_x/dir", "path=/&depth=2", ""},
+		{"PUT", "/volumecontent/vol_x/file", "path=/a&uid=1&gid=2&mode=420&force=true", "data"},
 	} {
 		f.Add(s.method, s.path, s.query, []byte(s.body))
 	}

@@ -27,9 +27,7 @@ type listQuery struct {
 	metadata     map[string]string
 	template     string
 	startedAfter time.Time
-	asc          bool
-	limit        int
-	after        *cursor // where the previous page ended
+	pageOrder
 }
 
 // cursor is the position in the listing's order after which a page starts:
@@ -58,7 +56,7 @@ func parseCursor(tok string) (*cursor, error) {
 // parseList reads the query of GET /sandboxes (v1: running sandboxes, no
 // pages) and GET /v2/sandboxes.
 func parseList(r *http.Request) (listQuery, error) {
-	lq := listQuery{limit: defaultLimit, states: []string{"running", "paused"}}
+	lq := listQuery{pageOrder: pageOrder{limit: defaultLimit}, states: []string{"running", "paused"}}
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
 		return lq, invalid("query %q: %v", r.URL.RawQuery, err)
@@ -113,29 +111,26 @@ func parseList(r *http.Request) (listQuery, error) {
 	default:
 		return lq, invalid("order %q: must be asc or desc", q.Get("order"))
 	}
+	return lq, lq.parsePage(q)
+}
+
+// parsePage reads a page's limit and nextToken from q into po.
+func (po *pageOrder) parsePage(q url.Values) error {
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxLimit {
-			return lq, invalid("limit %q: must be 1 to %d", v, maxLimit)
+			return invalid("limit %q: must be 1 to %d", v, maxLimit)
 		}
-		lq.limit = n
+		po.limit = n
 	}
 	if v := q.Get("nextToken"); v != "" {
 		c, err := parseCursor(v)
 		if err != nil {
-			return lq, err
+			return err
 		}
-		lq.after = c
+		po.after = c
 	}
-	return lq, nil
-}
-
-// before orders sandboxes for the listing: by start time, then id.
-func (lq listQuery) before(a, b cursor) bool {
-	if !a.started.Equal(b.started) {
-		return a.started.Before(b.started) == lq.asc
-	}
-	return a.id != b.id && (a.id < b.id) == lq.asc
+	return nil
 }
 
 func (lq listQuery) match(rec sandbox.Record) bool {
@@ -165,24 +160,48 @@ func (lq listQuery) page(all []sandbox.Record) (recs []sandbox.Record, next stri
 		}
 	}
 	pos := func(rec sandbox.Record) cursor { return cursor{started: rec.StartedAt, id: rec.ID} }
-	slices.SortFunc(recs, func(a, b sandbox.Record) int {
-		if lq.before(pos(a), pos(b)) {
+	return pageOf(recs, pos, lq.pageOrder)
+}
+
+// pageOrder is where a page of a listing is: the order (by time, then id;
+// newest first unless asc), the position the previous page ended at (nil
+// for the first), and the most items on a page (0: all).
+type pageOrder struct {
+	asc   bool
+	after *cursor
+	limit int
+}
+
+// before orders positions as po does: by time, then id.
+func (po pageOrder) before(a, b cursor) bool {
+	if !a.started.Equal(b.started) {
+		return a.started.Before(b.started) == po.asc
+	}
+	return a.id != b.id && (a.id < b.id) == po.asc
+}
+
+// pageOf sorts items by pos in po's order and returns those after po's
+// cursor, at most its limit; next is the token of the page after, "" if
+// none.
+func pageOf[T any](items []T, pos func(T) cursor, po pageOrder) (page []T, next string) {
+	slices.SortFunc(items, func(a, b T) int {
+		if po.before(pos(a), pos(b)) {
 			return -1
 		}
 		return 1
 	})
-	if lq.after != nil {
+	if po.after != nil {
 		i := 0
-		for i < len(recs) && !lq.before(*lq.after, pos(recs[i])) {
+		for i < len(items) && !po.before(*po.after, pos(items[i])) {
 			i++
 		}
-		recs = recs[i:]
+		items = items[i:]
 	}
-	if lq.limit > 0 && len(recs) > lq.limit {
-		recs = recs[:lq.limit]
-		next = pos(recs[len(recs)-1]).token()
+	if po.limit > 0 && len(items) > po.limit {
+		items = items[:po.limit]
+		next = pos(items[len(items)-1]).token()
 	}
-	return recs, next
+	return items, next
 }
 
 // list answers a page of the project's E2B sandboxes, newest first unless
@@ -211,9 +230,13 @@ func (s *server) list(w http.ResponseWriter, r *http.Request, p store.Project) e
 	if next != "" {
 		w.Header().Set("X-Next-Token", next)
 	}
+	vols, err := s.volumeNames(r.Context(), p.ID, recs)
+	if err != nil {
+		return err
+	}
 	out := make([]detail, len(recs))
 	for i, rec := range recs {
-		out[i] = listed(rec, usageOf(rec.ID))
+		out[i] = listed(rec, usageOf(rec.ID), vols)
 	}
 	api.WriteJSON(w, http.StatusOK, out)
 	return nil

@@ -27,8 +27,8 @@ const sandboxSize = "small"
 const maxTimeout = sandbox.MaxTimeoutMs / 1000
 
 // newSandbox is E2B's NewSandbox. Fields the SDKs send that lizard does
-// not act on (mcp, iam, volumeMounts, autoResume) are refused when set to
-// something that would need them.
+// not act on (mcp, iam, autoResume) are refused when set to something that
+// would need them.
 type newSandbox struct {
 	TemplateID          string                  `json:"templateID"`
 	Timeout             *int64                  `json:"timeout"`
@@ -45,7 +45,7 @@ type newSandbox struct {
 	} `json:"network"`
 	Metadata     map[string]string `json:"metadata"`
 	EnvVars      map[string]string `json:"envVars"`
-	VolumeMounts []any             `json:"volumeMounts"`
+	VolumeMounts []volumeMount     `json:"volumeMounts"`
 	Mcp          any               `json:"mcp"`
 	// IAM registers the sandbox's workload tokens (internal/identity).
 	IAM *identity.IAM `json:"iam"`
@@ -132,9 +132,6 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project)
 		// As E2B's API: the SDKs always send one (theirs default to base).
 		return invalid("templateID: required (e.g. base)")
 	}
-	if lz, ok := templateAliases[tpl]; ok {
-		tpl = lz
-	}
 	timeout, err := timeoutMs("timeout", req.Timeout, defaultTimeout)
 	if err != nil {
 		return err
@@ -142,14 +139,36 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project)
 	if req.Mcp != nil {
 		return invalid("mcp: MCP gateways are not supported by lizard")
 	}
-	if len(req.VolumeMounts) > 0 {
-		return invalid("volumeMounts: E2B volumes are not supported by lizard (use the Lizard API's volumes)")
-	}
 	if req.AutoResume != nil && req.AutoResume.Enabled {
 		return invalid("autoResume: not supported by lizard: resume a paused sandbox with Sandbox.connect()")
 	}
 	if req.AutoPauseMemory != nil && !*req.AutoPauseMemory {
 		return invalid("autoPauseMemory: false is not supported by lizard: a pause always keeps memory")
+	}
+	if err := sandbox.CheckMetadata("metadata", req.Metadata); err != nil {
+		return err
+	}
+	if err := sandbox.CheckEnvs("envVars", req.EnvVars); err != nil {
+		return err
+	}
+	// Sandbox.create(snapshotId) sends the snapshot as the template: what
+	// no template answers to is looked up among the snapshots (of every
+	// node, in a cluster).
+	if isTpl, err := s.snapshots.isTemplate(p.ID, tpl); err != nil {
+		return err
+	} else if !isTpl {
+		if sn, ok, err := s.snapshots.find(r.Context(), p.ID, tpl); err != nil {
+			return err
+		} else if ok {
+			return s.restore(w, r, p, req, sn, timeout, body)
+		}
+	}
+	if lz, ok := templateAliases[tpl]; ok {
+		tpl = lz
+	}
+	vol, err := mountedVolume(req.VolumeMounts)
+	if err != nil {
+		return err
 	}
 	allow := req.AllowInternetAccess
 	var allowed []string
@@ -174,12 +193,6 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project)
 	if err != nil {
 		return err
 	}
-	if err := sandbox.CheckMetadata("metadata", req.Metadata); err != nil {
-		return err
-	}
-	if err := sandbox.CheckEnvs("envVars", req.EnvVars); err != nil {
-		return err
-	}
 	tokens, err := s.ids.Check("iam", req.IAM)
 	if err != nil {
 		return err
@@ -188,7 +201,7 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project)
 		rec, err := s.sandboxes.Create(r.Context(), sandbox.CreateRequest{
 			ProjectID: p.ID, Template: tpl, Size: sandboxSize, TimeoutMs: timeout, Metadata: req.Metadata, Envs: req.EnvVars,
 			Egress: egress, E2B: true, Secure: secure(req.Secure), PrivateTraffic: private,
-			AutoPause: req.AutoPause != nil && *req.AutoPause, MaskRequestHost: mask,
+			AutoPause: req.AutoPause != nil && *req.AutoPause, MaskRequestHost: mask, Volume: vol,
 		})
 		if err != nil {
 			return err
@@ -202,7 +215,7 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project)
 	if s.cluster == nil {
 		return create()
 	}
-	return s.cluster.Create(w, r, p.ID, api.Placement{Template: tpl}, body, create)
+	return s.cluster.Create(w, r, p.ID, api.Placement{Template: tpl, Volume: vol}, body, create)
 }
 
 // secure says whether a new sandbox's envd requires its access token: as
@@ -215,7 +228,13 @@ func secure(flag *bool) bool { return flag == nil || *flag }
 // e2bSandbox returns the project's sandbox made through the E2B API;
 // others are not found here, as their ports are not E2B's to open.
 func (s *server) e2bSandbox(p store.Project, id string) (sandbox.Record, error) {
-	rec, err := s.sandboxes.Get(p.ID, id)
+	return e2bRecord(s.sandboxes, p, id)
+}
+
+// e2bRecord is the project's sandbox id of l when it was made through the
+// E2B API (see e2bSandbox).
+func e2bRecord(l api.Lifecycle, p store.Project, id string) (sandbox.Record, error) {
+	rec, err := l.Get(p.ID, id)
 	if err == nil && !rec.E2B {
 		err = fmt.Errorf("sandbox %q was not made through the E2B API: %w", id, errdefs.ErrNotFound)
 	}
@@ -321,7 +340,7 @@ type detail struct {
 	Metadata            map[string]string `json:"metadata"`
 	State               string            `json:"state"`
 	EnvdVersion         string            `json:"envdVersion"`
-	VolumeMounts        []any             `json:"volumeMounts"`
+	VolumeMounts        []volumeMount     `json:"volumeMounts"`
 	EnvdAccessToken     string            `json:"envdAccessToken,omitempty"`
 	Domain              *string           `json:"domain,omitempty"`
 	AllowInternetAccess *bool             `json:"allowInternetAccess,omitempty"`
@@ -343,8 +362,9 @@ func (s *server) latestUsage(id string) *usage.Sample {
 }
 
 // listed is rec as E2B lists it; its disk size is what the latest usage
-// sample u saw of the sandbox's disk limit (0 before the first).
-func listed(rec sandbox.Record, u *usage.Sample) detail {
+// sample u saw of the sandbox's disk limit (0 before the first), its
+// volume's name is in vols (by id).
+func listed(rec sandbox.Record, u *usage.Sample, vols map[string]string) detail {
 	var disk int64
 	if u != nil {
 		disk = u.DiskTotal >> 20
@@ -364,7 +384,7 @@ func listed(rec sandbox.Record, u *usage.Sample) detail {
 		TemplateID: rec.Template, Alias: aliasOf(rec.Template), SandboxID: rec.ID, ClientID: "lizard",
 		StartedAt: rec.StartedAt.UTC().Format(time.RFC3339Nano), EndAt: end.UTC().Format(time.RFC3339Nano),
 		CPUCount: int(math.Ceil(rec.CPUs)), MemoryMB: rec.MemoryMB, DiskSizeMB: disk,
-		Metadata: md, State: state(rec), EnvdVersion: EnvdVersion, VolumeMounts: []any{},
+		Metadata: md, State: state(rec), EnvdVersion: EnvdVersion, VolumeMounts: mountsOf(rec, vols),
 	}
 }
 
@@ -373,7 +393,11 @@ func (s *server) get(w http.ResponseWriter, r *http.Request, p store.Project) er
 	if err != nil {
 		return err
 	}
-	d := listed(rec, s.latestUsage(rec.ID))
+	vols, err := s.volumeNames(r.Context(), p.ID, []sandbox.Record{rec})
+	if err != nil {
+		return err
+	}
+	d := listed(rec, s.latestUsage(rec.ID), vols)
 	d.EnvdAccessToken = rec.EnvdToken
 	if s.domain != "" {
 		d.Domain = &s.domain

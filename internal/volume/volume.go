@@ -58,6 +58,10 @@ type Volume struct {
 	Stale         bool       `json:"stale,omitempty"`
 	// Node is the cluster node that holds it ("" on a single server).
 	Node string `json:"node,omitempty"`
+	// Token admits requests to the volume's files (E2B's volume content
+	// API, through internal/e2b); made with the volume, never listed by
+	// the Lizard API.
+	Token string `json:"token,omitempty"`
 }
 
 // Limits of the API.
@@ -131,7 +135,9 @@ type Manager struct {
 	// syncs is the background syncs to the object store, by volume
 	// (guarded by mu); bg is their context, canceled by Close, wg waits
 	// for them.
-	syncs  map[string]*syncJob
+	syncs map[string]*syncJob
+	// lent is the volumes lent to Lend's callers (guarded by mu).
+	lent   map[string]*lending
 	bg     context.Context
 	stopBg context.CancelFunc
 	wg     sync.WaitGroup
@@ -152,7 +158,7 @@ func New(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	bg, stop := context.WithCancel(context.Background())
-	return &Manager{cfg: cfg, syncs: map[string]*syncJob{}, bg: bg, stopBg: stop}, nil
+	return &Manager{cfg: cfg, syncs: map[string]*syncJob{}, lent: map[string]*lending{}, bg: bg, stopBg: stop}, nil
 }
 
 // Close cancels the background syncs and waits for them to stop; a volume
@@ -212,7 +218,7 @@ func (m *Manager) Create(ctx context.Context, projectID, name string, sizeGB int
 	if err := m.checkQuotaLocked(ctx, projectID, "", sizeGB); err != nil {
 		return Volume{}, err
 	}
-	v := Volume{ID: store.NewID("vol_", 16), ProjectID: projectID, Name: name, SizeGB: sizeGB, Region: region, CreatedAt: time.Now().UTC()}
+	v := Volume{ID: store.NewID("vol_", 16), ProjectID: projectID, Name: name, SizeGB: sizeGB, Region: region, CreatedAt: time.Now().UTC(), Token: newToken()}
 	img := m.image(v.ID)
 	fail := func(err error) (Volume, error) {
 		m.unmount(ctx, v.ID)
@@ -432,6 +438,11 @@ func (m *Manager) Delete(ctx context.Context, projectID, ref string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	v, _, err := m.findAnyLocked(ctx, projectID, ref)
+	if err == nil && m.lent[v.ID] != nil {
+		if err = m.waitLentLocked(ctx, v.ID); err == nil {
+			v, _, err = m.findAnyLocked(ctx, projectID, ref)
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -467,6 +478,13 @@ func (m *Manager) Attach(ctx context.Context, projectID, ref, sandboxID string) 
 		err = m.waitSynced(ctx, v)
 		m.mu.Lock()
 		if err == nil {
+			v, local, err = m.findAnyLocked(ctx, projectID, ref)
+		}
+	}
+	if err == nil && local && m.lent[v.ID] != nil {
+		// Its files are being read or written through Lend: the sandbox
+		// gets it once that is over.
+		if err = m.waitLentLocked(ctx, v.ID); err == nil {
 			v, local, err = m.findAnyLocked(ctx, projectID, ref)
 		}
 	}
@@ -617,6 +635,11 @@ func (m *Manager) Resize(ctx context.Context, projectID, ref string, sizeGB int)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	v, err := m.findLocked(ctx, projectID, ref)
+	if err == nil && m.lent[v.ID] != nil {
+		if err = m.waitLentLocked(ctx, v.ID); err == nil {
+			v, err = m.findLocked(ctx, projectID, ref)
+		}
+	}
 	if err != nil {
 		return Volume{}, err
 	}

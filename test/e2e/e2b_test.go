@@ -17,8 +17,9 @@ var e2bSDKs = []string{"e2b-250", "e2b-251"}
 // TestE2B runs the E2B SDK test files (js/e2b/*.test.mjs) against one
 // server, once per SDK version, set up as the README tells E2B users:
 // E2B_API_URL is lizard's API, E2B_API_KEY a lizard key, E2B_SANDBOX_URL
-// the preview proxy (no wildcard DNS here). The server has a secrets key
-// and is a workload-identity issuer at its API's URL.
+// the preview proxy (no wildcard DNS here), E2B_VOLUME_API_URL lizard's
+// API too (the volume content API's). The server has a secrets key and is
+// a workload-identity issuer at its API's URL.
 func TestE2B(t *testing.T) {
 	files := jsFiles("js/e2b/*.test.mjs")
 	if len(files) == 0 {
@@ -33,7 +34,7 @@ func TestE2B(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), budget(10*time.Minute))
 			defer cancel()
-			env := []string{"E2B_SDK=" + sdk, "E2B_API_URL=" + s.url, "E2B_API_KEY=" + s.key, "E2B_SANDBOX_URL=http://" + s.proxy}
+			env := []string{"E2B_SDK=" + sdk, "E2B_API_URL=" + s.url, "E2B_API_KEY=" + s.key, "E2B_SANDBOX_URL=http://" + s.proxy, "E2B_VOLUME_API_URL=" + s.url}
 			if err := s.runNodeEnv(ctx, env, files...); err != nil {
 				t.Fatalf("E2B tests with %s failed: %v", sdk, err)
 			}
