@@ -58,21 +58,9 @@ func (env *fakeEnv) create(t *testing.T, s *Service, req CreateRequest) Record {
 // returns its stdout.
 func (env *fakeEnv) run(t *testing.T, s *Service, id, script string) string {
 	t.Helper()
-	var out strings.Builder
-	code := -1
-	err := s.Exec(context.Background(), env.Project.ID, id, ExecRequest{Cmd: []string{script}, Shell: true}, func(ev agent.Event) error {
-		if ev.Line != nil && ev.Stream == "stdout" {
-			out.WriteString(*ev.Line + "\n")
-		}
-		if ev.ExitCode != nil {
-			code = *ev.ExitCode
-		}
-		return nil
+	return sandboxtest.Stdout(t, script+" in "+id, func(on func(agent.Event) error) error {
+		return s.Exec(context.Background(), env.Project.ID, id, ExecRequest{Cmd: []string{script}, Shell: true}, on)
 	})
-	if err != nil || code != 0 {
-		t.Fatalf("exec %q in %s: exit %d, %v (out %q)", script, id, code, err, out.String())
-	}
-	return out.String()
 }
 
 func (env *fakeEnv) runtimeState(t *testing.T, id string) runtime.State {

@@ -133,21 +133,9 @@ func newCluster(t *testing.T) *cluster {
 
 func (c *cluster) run(t *testing.T, s *sandbox.Service, id, script string) string {
 	t.Helper()
-	var out strings.Builder
-	code := -1
-	err := s.Exec(context.Background(), c.env.Project.ID, id, sandbox.ExecRequest{Cmd: []string{script}, Shell: true}, func(ev agent.Event) error {
-		if ev.Line != nil && ev.Stream == "stdout" {
-			out.WriteString(*ev.Line + "\n")
-		}
-		if ev.ExitCode != nil {
-			code = *ev.ExitCode
-		}
-		return nil
+	return sandboxtest.Stdout(t, script+" in "+id, func(on func(agent.Event) error) error {
+		return s.Exec(context.Background(), c.env.Project.ID, id, sandbox.ExecRequest{Cmd: []string{script}, Shell: true}, on)
 	})
-	if err != nil || code != 0 {
-		t.Fatalf("exec %q in %s: exit %d, %v (out %q)", script, id, code, err, out.String())
-	}
-	return out.String()
 }
 
 func (c *cluster) create(t *testing.T, s *sandbox.Service, content string) sandbox.Record {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lizard-build/lizard/internal/agent"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/runtime/fake"
 	"github.com/lizard-build/lizard/internal/store"
@@ -104,4 +105,26 @@ func Eventually(t testing.TB, what string, cond func() bool) {
 		}
 	}
 	t.Fatalf("timed out waiting for %s", what)
+}
+
+// Stdout runs one command through exec, which hands the command's agent
+// events to onEvent (a service's Exec), and returns what it wrote to
+// stdout; the test fails unless it ran and exited 0.
+func Stdout(t testing.TB, what string, exec func(onEvent func(agent.Event) error) error) string {
+	t.Helper()
+	var out strings.Builder
+	code := -1
+	err := exec(func(ev agent.Event) error {
+		if ev.Line != nil && ev.Stream == "stdout" {
+			out.WriteString(*ev.Line + "\n")
+		}
+		if ev.ExitCode != nil {
+			code = *ev.ExitCode
+		}
+		return nil
+	})
+	if err != nil || code != 0 {
+		t.Fatalf("exec %s: exit %d, %v (out %q)", what, code, err, out.String())
+	}
+	return out.String()
 }

@@ -60,21 +60,9 @@ func (e *env) create(t *testing.T, core *sandbox.Service) sandbox.Record {
 // run runs script in sandbox id and returns its stdout.
 func (e *env) run(t *testing.T, core *sandbox.Service, id, script string) string {
 	t.Helper()
-	var out strings.Builder
-	code := -1
-	err := core.Exec(context.Background(), e.Project.ID, id, sandbox.ExecRequest{Cmd: []string{script}, Shell: true}, func(ev agent.Event) error {
-		if ev.Line != nil && ev.Stream == "stdout" {
-			out.WriteString(*ev.Line + "\n")
-		}
-		if ev.ExitCode != nil {
-			code = *ev.ExitCode
-		}
-		return nil
+	return sandboxtest.Stdout(t, script+" in "+id, func(on func(agent.Event) error) error {
+		return core.Exec(context.Background(), e.Project.ID, id, sandbox.ExecRequest{Cmd: []string{script}, Shell: true}, on)
 	})
-	if err != nil || code != 0 {
-		t.Fatalf("exec %q in %s: exit %d, %v (out %q)", script, id, code, err, out.String())
-	}
-	return out.String()
 }
 
 // runtimeCount is how many sandboxes the fake runtime holds.
