@@ -488,7 +488,7 @@ func TestPoolOutlivesSnapshot(t *testing.T) {
 	for deadline := time.Now().Add(budget(60 * time.Second)); ; {
 		logs, busy := s.logs(), false
 		for _, id := range snaps {
-			if strings.Count(logs, `msg="warm pool: filling" component=sandbox snapshot=`+id) != strings.Count(logs, `msg="warm pool: filled" component=sandbox snapshot=`+id) {
+			if strings.Count(logs, `msg="warm pool: filling" component=snapshot snapshot=`+id) != strings.Count(logs, `msg="warm pool: filled" component=snapshot snapshot=`+id) {
 				busy = true
 			}
 		}
