@@ -278,6 +278,17 @@ func (s *Service) TemplateVersion(projectID, tplName, recorded string, fallback 
 	return s.hereRootfs(projectID, tplName, recorded, fallback)
 }
 
+// KeepPools tells recovery which warm copies to take back: those of a
+// pool keep answers true for (called with the table unlocked); the others
+// are destroyed with the sandboxes that did not survive. A feature that
+// keeps pools sets it before Recover; without it every warm copy is taken
+// back.
+func (s *Service) KeepPools(keep func(poolOf string) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.keepPool = keep
+}
+
 // Recovered is closed once Recover has judged every sandbox it found
 // (reattached or destroyed; unresponsive ones are kept and judged later):
 // features that keep warm copies settle their pools then.

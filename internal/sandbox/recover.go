@@ -404,6 +404,14 @@ func (s *Service) reattach(ctx context.Context, rec Record, st runtime.State) er
 	if rec.Status == StatusCreating {
 		return errors.New("its create was cut short")
 	}
+	if rec.Status == StatusPooled {
+		s.mu.Lock()
+		keep := s.keepPool
+		s.mu.Unlock()
+		if keep != nil && !keep(rec.PoolOf) {
+			return errors.New("a warm copy of a snapshot that is gone")
+		}
+	}
 	ag, conns := newAgent(rec.AgentAddr, rec.AgentToken)
 	switch st {
 	case runtime.StatePaused:

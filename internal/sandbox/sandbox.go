@@ -155,6 +155,8 @@ type Service struct {
 	// ready holds the ready states (package ready); nil when the runtime
 	// cannot checkpoint or ReadyDir is "".
 	ready *ready.States
+	// keepPool says which warm copies recovery takes back (KeepPools).
+	keepPool func(poolOf string) bool
 	// recovered is closed once Recover judged every sandbox (Recovered).
 	recovered     chan struct{}
 	recoveredOnce sync.Once

@@ -47,6 +47,7 @@ type Core interface {
 	FitsQuota(ctx context.Context, projectID string, cpus float64, memoryMB int64, n int) error
 	Note(id, format string, args ...any)
 	TemplateVersion(projectID, tplName, recorded string, fallback bool) (string, func(), error)
+	KeepPools(keep func(poolOf string) bool)
 	Recovered() <-chan struct{}
 }
 
@@ -625,10 +626,10 @@ func (m *Manager) makeDurable(se *entry) {
 }
 
 // Recover loads the snapshot records (this node's, and those of other
-// nodes whose pools it keeps) and removes images that have none; once the
-// core has judged its sandboxes (Core.Recovered), the warm copies of
-// snapshots that are gone go and every pool is trimmed and filled, in the
-// background.
+// nodes whose pools it keeps) and removes images that have none, and tells
+// the core which warm copies to take back (Core.KeepPools: call it before
+// the core's Recover); once the core has judged its sandboxes
+// (Core.Recovered), every pool is trimmed and filled, in the background.
 func (m *Manager) Recover(ctx context.Context) error {
 	if m.cfg.Dir == "" {
 		return nil
@@ -694,6 +695,14 @@ func (m *Manager) Recover(ctx context.Context) error {
 			os.RemoveAll(filepath.Join(m.cfg.Dir, e.Name()))
 		}
 	}
+	// The core's recovery takes back the warm copies of these snapshots
+	// only; the others go with the sandboxes that did not survive.
+	m.cfg.Core.KeepPools(func(poolOf string) bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		_, ok := m.snapshots[poolOf]
+		return ok
+	})
 	m.mu.Lock()
 	if !m.closed {
 		m.bg.Add(1)
@@ -706,8 +715,8 @@ func (m *Manager) Recover(ctx context.Context) error {
 	return nil
 }
 
-// settlePools waits for the core's recovery, then removes the warm copies
-// of snapshots that are gone and trims and fills every pool.
+// settlePools waits for the core's recovery, then trims and fills every
+// pool.
 func (m *Manager) settlePools(ctx context.Context) {
 	select {
 	case <-m.cfg.Core.Recovered():
@@ -715,15 +724,6 @@ func (m *Manager) settlePools(ctx context.Context) {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
-	for poolOf := range m.cfg.Core.Pools() {
-		m.mu.Lock()
-		_, ok := m.snapshots[poolOf]
-		m.mu.Unlock()
-		if !ok {
-			m.log.Info("recover: warm copies of a snapshot that is gone, removing", "snapshot", poolOf)
-			m.cfg.Core.TrimPool(ctx, poolOf, 0)
-		}
-	}
 	m.mu.Lock()
 	var ses []*entry
 	for _, se := range m.snapshots {
