@@ -89,8 +89,10 @@ status=${PIPESTATUS[0]}
 
 # The end-to-end tests that lean on the store most, again with every server
 # on PostgreSQL (a private one the test binary starts; a database per data
-# directory): the SDK's suite, keys, projects, restarts over kept state.
-pg_e2e='^(TestSDK|TestAPIKeys|TestProjectIsolation|TestRestart|TestVolumeSurvives|TestPausedSurvivesReboot|TestBadInput)$'
+# directory): keys, projects, restarts over kept state. The SDK's suite is
+# not among them: TestClusterSDK runs it whole through a cluster on
+# PostgreSQL already.
+pg_e2e='^(TestAPIKeys|TestProjectIsolation|TestRestart|TestVolumeSurvives|TestPausedSurvivesReboot|TestBadInput)$'
 echo "[test] e2e on PostgreSQL: $pg_e2e"
 # shellcheck disable=SC2086
 LIZARD_E2E_DATABASE=postgres go test -count=1 -p 1 -timeout "$pg_timeout" ${GO_TEST_FLAGS:-} -run "$pg_e2e" ./test/e2e 2>&1 | tee -a "$log"
