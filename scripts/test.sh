@@ -13,16 +13,18 @@
 # many times longer, never shorter than it was. A LIZARD_TEST_SLOWNESS set
 # beforehand is kept (1 when it cannot be measured: no runsc or template).
 #
-# Packages run one at a time (-p 1): the runtime and end-to-end tests run
-# sandboxes, which two packages at once would slow past their waits. Their
-# names on the host are each test's own (test/e2e/isolation_test.go), so
-# what one test leaves fails that test alone.
-# The end-to-end tests include the cluster's (test/e2e/cluster_test.go:
+# The tests run in two streams at once (LIZARD_TEST_STREAMS, 1 for one),
+# each running one package at a time (-p 1): every package but the
+# end-to-end tests, then the cluster's end-to-end tests (test/e2e/cluster_*:
 # three nodes in network namespaces of their own on a PostgreSQL of the
-# test's own, docs/CLUSTER.md's failure table).
+# test's own, docs/CLUSTER.md's failure table) in one; the other end-to-end
+# tests, then those that lean on the store again with the servers on
+# PostgreSQL (LIZARD_E2E_DATABASE=postgres), in the other. Their names on the
+# host are each test's own (test/e2e/isolation_test.go), so what one test
+# leaves fails that test alone; the waits are twice as long with two
+# streams, which share the machine.
 #
-# Then the end-to-end tests that lean on the store run again with the servers
-# on PostgreSQL (LIZARD_E2E_DATABASE=postgres), the packages that need
+# Then the packages that need
 # neither runsc nor the host's network run again
 # under the race detector, and each fuzz target for $LIZARD_FUZZTIME (default
 # 30s; 0 skips fuzzing).
@@ -82,22 +84,63 @@ testbins=$(mktemp -d)
 go test -c -o "$testbins/" ./... > /dev/null 2>&1 || echo "[test] building the test binaries failed; go test reports why"
 rm -rf "$testbins"
 
-echo "[test] go test ./... (LIZARD_TEMPLATE_DIR=${LIZARD_TEMPLATE_DIR:-} LIZARD_RUNSC=${LIZARD_RUNSC:-}; log: $log)"
-# shellcheck disable=SC2086 # GO_TEST_FLAGS is a list of flags
-go test -count=1 -p 1 -timeout "$go_timeout" ${GO_TEST_FLAGS:-} ./... 2>&1 | tee -a "$log"
-status=${PIPESTATUS[0]}
-
-# The end-to-end tests that lean on the store most, again with every server
-# on PostgreSQL (a private one the test binary starts; a database per data
-# directory): keys, projects, restarts over kept state. The SDK's suite is
-# not among them: TestClusterSDK runs it whole through a cluster on
+# The end-to-end tests that lean on the store most run again with every
+# server on PostgreSQL (a private one the test binary starts; a database per
+# data directory): keys, projects, restarts over kept state. The SDK's suite
+# is not among them: TestClusterSDK runs it whole through a cluster on
 # PostgreSQL already.
 pg_e2e='^(TestAPIKeys|TestProjectIsolation|TestRestart|TestVolumeSurvives|TestPausedSurvivesReboot|TestBadInput)$'
-echo "[test] e2e on PostgreSQL: $pg_e2e"
-# shellcheck disable=SC2086
-LIZARD_E2E_DATABASE=postgres go test -count=1 -p 1 -timeout "$pg_timeout" ${GO_TEST_FLAGS:-} -run "$pg_e2e" ./test/e2e 2>&1 | tee -a "$log"
-pg_status=${PIPESTATUS[0]}
-[ "$pg_status" -eq 0 ] || status=$pg_status
+cluster_e2e='^TestCluster'
+e2e=github.com/lizard-build/lizard/test/e2e
+mapfile -t others < <(go list ./... | grep -vx "$e2e")
+
+# stream NAME ARGS… runs go test ARGS… (one package at a time), its output
+# in $log.NAME and, each line marked [NAME], on stdout; its status in
+# $log.NAME.status.
+stream() {
+	local name=$1
+	shift
+	echo "[test] $name: go test $*" | tee -a "$log"
+	# shellcheck disable=SC2086 # GO_TEST_FLAGS is a list of flags
+	go test -count=1 -p 1 ${GO_TEST_FLAGS:-} "$@" 2>&1 | tee "$log.$name" | sed -u "s/^/[$name] /"
+	echo "${PIPESTATUS[0]}" > "$log.$name.status"
+}
+
+# LIZARD_TEST_STREAMS (default 2) is how many of these run at once: with
+# two, the packages other than the end-to-end tests and then the cluster's
+# end-to-end tests in one stream, the other end-to-end tests and then their
+# PostgreSQL rerun in the other. Their names on the host are each test's
+# own, and each stream's servers have subnets of their own
+# (LIZARD_E2E_SALT), so one stream's sandboxes never meet the other's; the
+# waits stretch with the streams, since they share the machine.
+streams=${LIZARD_TEST_STREAMS:-2}
+names=(others e2e-cluster e2e e2e-pg)
+echo "[test] go test ./... in $streams stream(s) (LIZARD_TEMPLATE_DIR=${LIZARD_TEMPLATE_DIR:-} LIZARD_RUNSC=${LIZARD_RUNSC:-}; log: $log)"
+if [ "$streams" -ge 2 ]; then
+	LIZARD_TEST_SLOWNESS=$(awk -v f="$LIZARD_TEST_SLOWNESS" 'BEGIN { print 2 * f }')
+	echo "[test] two streams: LIZARD_TEST_SLOWNESS=$LIZARD_TEST_SLOWNESS" | tee -a "$log"
+	(
+		stream others -timeout "$go_timeout" "${others[@]}"
+		LIZARD_E2E_SALT=c stream e2e-cluster -timeout "$go_timeout" -run "$cluster_e2e" "$e2e"
+	) &
+	(
+		LIZARD_E2E_SALT=s stream e2e -timeout "$go_timeout" -skip "$cluster_e2e" "$e2e"
+		LIZARD_E2E_SALT=s LIZARD_E2E_DATABASE=postgres stream e2e-pg -timeout "$pg_timeout" -run "$pg_e2e" "$e2e"
+	) &
+	wait
+else
+	stream others -timeout "$go_timeout" "${others[@]}"
+	stream e2e-cluster -timeout "$go_timeout" -run "$cluster_e2e" "$e2e"
+	stream e2e -timeout "$go_timeout" -skip "$cluster_e2e" "$e2e"
+	LIZARD_E2E_DATABASE=postgres stream e2e-pg -timeout "$pg_timeout" -run "$pg_e2e" "$e2e"
+fi
+status=0
+for name in "${names[@]}"; do
+	cat "$log.$name" >> "$log"
+	st=$(cat "$log.$name.status" 2>/dev/null || echo 1)
+	[ "$st" -eq 0 ] || status=$st
+	rm -f "$log.$name" "$log.$name.status"
+done
 
 # No runsc, sandboxes or host networking in these (the agent server's tests
 # run commands as other users, which needs root but nothing shared).
