@@ -129,6 +129,8 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs.IntVar(&c.limits.MemoryGB, "default-max-memory-gb", 128, "per project: most memory (GiB) of sandboxes that are not paused; 0: no limit")
 	fs.IntVar(&c.limits.VolumeGB, "default-max-volume-gb", 500, "per project: most GB its volumes' sizes add up to; 0: no limit")
 	fs.IntVar(&c.limits.Snapshots, "default-max-snapshots", 100, "per project: most snapshots; 0: no limit")
+	fs.IntVar(&c.limits.Schedules, "default-max-schedules", 100, "per project: most schedules of its sandboxes; 0: no limit")
+	fs.IntVar(&c.limits.SchedulesPerSandbox, "default-max-schedules-per-sandbox", 10, "per project: most schedules of any one of its sandboxes; 0: no limit")
 	fs.Float64Var(&c.nodeVCPUs, "node-vcpus", 0, "CPUs of this node that sandboxes share (default: the cores detected)")
 	fs.Float64Var(&c.nodeMemoryGB, "node-memory-gb", 0, "memory (GiB) of this node that sandboxes share (default: the RAM detected)")
 	fs.Float64Var(&c.cpuOvercommit, "cpu-overcommit", 32, "sandboxes may reserve this many times the node's CPUs (a vCPU is a ceiling, not a reservation); 0: no limit")
