@@ -157,8 +157,8 @@ type Schedules interface {
 	// Runs lists a schedule's last limit runs, newest first.
 	Runs(ctx context.Context, scheduleID string, limit int) ([]ScheduleRun, error)
 	// InterruptRuns ends every run still running on node (a server
-	// stopped during them) with status interrupted at at, and returns
-	// them as they were.
+	// stopped during them) with status interrupted at at (Interrupt), and
+	// returns them so ended.
 	InterruptRuns(ctx context.Context, node string, at time.Time) ([]ScheduleRun, error)
 }
 
@@ -177,4 +177,13 @@ func ScheduleQuota(n, perSandbox, m, perProject int) error {
 		return LimitSchedules.Exceeded(float64(m), float64(perProject), 1)
 	}
 	return nil
+}
+
+// InterruptedError is the error of a run cut short by a stop of its server.
+const InterruptedError = "the server stopped during the run"
+
+// Interrupt ends r as InterruptRuns does: interrupted at at.
+func Interrupt(r *ScheduleRun, at time.Time) {
+	d := at.Sub(r.StartedAt).Milliseconds()
+	r.Status, r.EndedAt, r.DurationMs, r.Error = RunInterrupted, &at, &d, InterruptedError
 }

@@ -78,8 +78,7 @@ func (s *Store) SetSchedule(ctx context.Context, sc store.Schedule) error {
 
 // RequestRun asks for a run now.
 func (s *Store) RequestRun(ctx context.Context, id string, at time.Time) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE schedules SET run_requested = $1, enabled = true, disabled_reason = '',
-			consecutive_failures = 0 WHERE id = $2`, at, id)
+	tag, err := s.pool.Exec(ctx, `UPDATE schedules SET run_requested = $1, disabled_reason = '', consecutive_failures = CASE WHEN enabled THEN consecutive_failures ELSE 0 END, enabled = true WHERE id = $2`, at, id)
 	if err == nil && tag.RowsAffected() == 0 {
 		return store.ScheduleNotFound(id)
 	}
@@ -247,13 +246,15 @@ func (s *Store) InterruptRuns(ctx context.Context, node string, at time.Time) (o
 		if out, err = collect(rows, scanRun); err != nil {
 			return err
 		}
-		for _, r := range out {
-			if _, err := tx.Exec(ctx, `UPDATE schedule_runs SET status = 'interrupted', ended_at = $1, duration_ms = $2,
-					error = 'the server stopped during the run' WHERE id = $3`, at, at.Sub(r.StartedAt).Milliseconds(), r.ID); err != nil {
+		for i := range out {
+			r := &out[i]
+			store.Interrupt(r, at)
+			if _, err := tx.Exec(ctx, `UPDATE schedule_runs SET status = $1, ended_at = $2, duration_ms = $3, error = $4 WHERE id = $5`,
+				r.Status, at, r.DurationMs, r.Error, r.ID); err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, `UPDATE schedules SET last_run_at = $1, last_status = 'interrupted' WHERE id = $2`,
-				r.StartedAt, r.ScheduleID); err != nil {
+			if _, err := tx.Exec(ctx, `UPDATE schedules SET last_run_at = $1, last_status = $2 WHERE id = $3`,
+				r.StartedAt, r.Status, r.ScheduleID); err != nil {
 				return err
 			}
 		}

@@ -107,8 +107,7 @@ func oneRow(res sql.Result, err error, id string) error {
 
 // RequestRun asks for a run now.
 func (s *Store) RequestRun(ctx context.Context, id string, at time.Time) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE schedules SET run_requested = ?, enabled = 1, disabled_reason = '',
-			consecutive_failures = 0 WHERE id = ?`, fixTime(at), id)
+	res, err := s.db.ExecContext(ctx, `UPDATE schedules SET run_requested = ?, disabled_reason = '', consecutive_failures = CASE WHEN enabled THEN consecutive_failures ELSE 0 END, enabled = 1 WHERE id = ?`, fixTime(at), id)
 	return oneRow(res, err, id)
 }
 
@@ -302,14 +301,15 @@ func (s *Store) InterruptRuns(ctx context.Context, node string, at time.Time) (o
 		if out, err = queryRuns(ctx, tx, `SELECT `+runColumns+` FROM schedule_runs WHERE status = 'running' AND node = ?`, node); err != nil {
 			return err
 		}
-		for _, r := range out {
-			d := at.Sub(r.StartedAt).Milliseconds()
-			if _, err := tx.ExecContext(ctx, `UPDATE schedule_runs SET status = 'interrupted', ended_at = ?, duration_ms = ?,
-					error = 'the server stopped during the run' WHERE id = ?`, fixTime(at), d, r.ID); err != nil {
+		for i := range out {
+			r := &out[i]
+			store.Interrupt(r, at)
+			if _, err := tx.ExecContext(ctx, `UPDATE schedule_runs SET status = ?, ended_at = ?, duration_ms = ?, error = ? WHERE id = ?`,
+				r.Status, fixTime(at), r.DurationMs, r.Error, r.ID); err != nil {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, `UPDATE schedules SET last_run_at = ?, last_status = 'interrupted' WHERE id = ?`,
-				fixTime(r.StartedAt), r.ScheduleID); err != nil {
+			if _, err := tx.ExecContext(ctx, `UPDATE schedules SET last_run_at = ?, last_status = ? WHERE id = ?`,
+				fixTime(r.StartedAt), r.Status, r.ScheduleID); err != nil {
 				return err
 			}
 		}
