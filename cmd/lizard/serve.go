@@ -40,6 +40,7 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/desktop"
 	"github.com/lizard-build/lizard/internal/sandbox/preview"
+	"github.com/lizard-build/lizard/internal/sandbox/schedule"
 	sandboxusage "github.com/lizard-build/lizard/internal/sandbox/usage"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
@@ -512,10 +513,24 @@ func serve(ctx context.Context, args []string) error {
 	// The sandbox service's features, each a package over its core.
 	ports := preview.New(svc)
 	desktops := desktop.New(svc, ports)
+	scheds, err := newSchedules(svc, st, cm, limits, log.With("component", "schedule"))
+	if err != nil {
+		return err
+	}
+	schedCtx, stopScheds := context.WithCancel(ctx)
+	schedsDone := make(chan struct{})
+	go func() {
+		defer close(schedsDone)
+		scheds.Run(schedCtx)
+	}()
+	defer func() {
+		stopScheds()
+		<-schedsDone
+	}()
 	e2bAPI := e2b.Handler(e2b.Config{Auth: api.Auth{Keys: apiKeys, Limiter: limiter}, Sandboxes: svc, Usage: usages, Templates: tmpls,
 		Domain: e2bDomain, Logger: log.With("component", "e2b"), Cluster: apiCluster})
 	srv := &http.Server{
-		Handler: api.Handler(api.Config{E2B: e2bAPI, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Usage: usages, Ports: ports, Desktops: desktops, Templates: tmpls, Previews: previews, Volumes: vols,
+		Handler: api.Handler(api.Config{E2B: e2bAPI, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Usage: usages, Ports: ports, Desktops: desktops, Schedules: scheds, Templates: tmpls, Previews: previews, Volumes: vols,
 			Builder: &templateBuilder{reg: reg, dist: tmpls, runtime: rt, run: reap.Run, dns: c.dnsUpstream, build: buildOpts, sandboxes: svc, metrics: mets,
 				log: log.With("component", "template")},
 			MaxBuildContext: c.maxBuildContext, Logger: log.With("component", "api"),
@@ -571,6 +586,20 @@ func serve(ctx context.Context, args []string) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return errors.Join(srv.Shutdown(sctx), psrv.Shutdown(sctx), msrv.Shutdown(sctx), isrv.Shutdown(sctx))
+}
+
+// newSchedules makes the sandboxes' schedules over svc, kept in st; in a
+// cluster their claims carry this node's fence.
+func newSchedules(svc *sandbox.Service, st store.Store, cm *clusterMode, limits func(context.Context, string) (store.Limits, error), log *slog.Logger) (*schedule.Service, error) {
+	ss, ok := st.(store.Schedules)
+	if !ok {
+		return nil, fmt.Errorf("store %T keeps no schedules", st)
+	}
+	cfg := schedule.Config{Core: svc, Store: ss, Limits: limits, Logger: log}
+	if cm != nil {
+		cfg.Node, cfg.Fence = cm.member.Self(), cm.member.Fence
+	}
+	return schedule.New(cfg), nil
 }
 
 // codeInterpreterPorts makes the Lizard SDK's code-interpreter port of

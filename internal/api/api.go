@@ -50,6 +50,9 @@ type Config struct {
 	// drives desktops (internal/sandbox/preview, desktop).
 	Ports     Ports
 	Desktops  Desktops
+	// Schedules keeps sandboxes' schedules (internal/sandbox/schedule);
+	// nil serves no schedule routes.
+	Schedules Schedules
 	Templates Templates
 	Previews  PreviewURLs
 	Volumes   Volumes
@@ -141,6 +144,7 @@ func Handler(cfg Config) http.Handler {
 	tplR := templateRoutes{templates: cfg.Templates}
 	buildR := buildRoutes{builder: cfg.Builder, maxBuild: maxBuild}
 	keyR := keyRoutes{keyStore: cfg.KeyStore, keys: cfg.Keys, log: cfg.Logger}
+	schedR := scheduleRoutes{schedules: cfg.Schedules}
 	mux := http.NewServeMux()
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request, store.Project) error) {
 		mux.Handle(pattern, s.authed(h))
@@ -175,6 +179,17 @@ func Handler(cfg Config) http.Handler {
 	route("GET /api/projects/{pid}/volumes/{vid}", volR.getVolume)
 	route("PATCH /api/projects/{pid}/volumes/{vid}", volR.resizeVolume)
 	route("DELETE /api/projects/{pid}/volumes/{vid}", volR.deleteVolume)
+
+	if cfg.Schedules != nil {
+		route("POST /api/sandboxes/{id}/schedules", schedR.create)
+		route("GET /api/sandboxes/{id}/schedules", schedR.listOfSandbox)
+		route("GET /api/sandbox-schedules", schedR.list)
+		route("GET /api/sandbox-schedules/{schid}", schedR.get)
+		route("PATCH /api/sandbox-schedules/{schid}", schedR.update)
+		route("DELETE /api/sandbox-schedules/{schid}", schedR.remove)
+		route("POST /api/sandbox-schedules/{schid}/run", schedR.run)
+		route("GET /api/sandbox-schedules/{schid}/runs", schedR.runs)
+	}
 
 	route("POST /api/sandboxes/{id}/desktop", deskR.start)
 	route("GET /api/sandboxes/{id}/desktop", deskR.get)

@@ -22,22 +22,22 @@ type agentCLI struct {
 var agents = map[string]agentCLI{
 	// Claude Code in print mode: one answer on stdout. As root it asks
 	// for IS_SANDBOX before it skips its permission prompts (nobody is
-	// there to answer them). Its thinking budget stands for the effort.
+	// there to answer them). Its --effort has no "minimal": low is the
+	// least.
 	"claude": {
 		template: "claude",
 		script: `set -- -p "$LIZARD_PROMPT" --output-format text --dangerously-skip-permissions
 [ -n "$LIZARD_MODEL" ] && set -- "$@" --model "$LIZARD_MODEL"
 case "$LIZARD_EFFORT" in
-minimal) export MAX_THINKING_TOKENS=0 ;;
-low) export MAX_THINKING_TOKENS=4096 ;;
-medium) export MAX_THINKING_TOKENS=16384 ;;
-high) export MAX_THINKING_TOKENS=32768 ;;
-xhigh) export MAX_THINKING_TOKENS=63999 ;;
+"") ;;
+minimal) set -- "$@" --effort low ;;
+*) set -- "$@" --effort "$LIZARD_EFFORT" ;;
 esac
 exec claude "$@" </dev/null`,
 		env: map[string]string{"IS_SANDBOX": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1"},
 	},
-	// Codex's exec mode: progress on stderr, the last message on stdout.
+	// Codex's exec mode: progress on stderr, the last message on stdout;
+	// its reasoning efforts are the SDK's.
 	"codex": {
 		template: "codex",
 		script: `set -- exec --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox --color never

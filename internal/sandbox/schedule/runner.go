@@ -22,8 +22,9 @@ type hold struct {
 	woken bool // a run of ours resumed it
 }
 
-// Run runs the schedules of this node's sandboxes until ctx ends, then
-// waits for the runs under way. It first ends the runs a stopped server
+// Run runs the schedules of this node's sandboxes until ctx ends, which
+// cuts the runs under way short (the next start records them
+// interrupted); it returns once they have stopped. It first ends the runs a stopped server
 // left (interrupted) and puts back to sleep the sandboxes they woke.
 func (s *Service) Run(ctx context.Context) {
 	defer s.wg.Wait()
@@ -148,7 +149,7 @@ func (s *Service) poll(ctx context.Context) {
 			s.wg.Add(1)
 			go func() {
 				defer s.wg.Done()
-				s.run(context.WithoutCancel(ctx), spec, c.Run)
+				s.run(ctx, spec, c.Run)
 			}()
 		}
 	}
@@ -171,6 +172,14 @@ func (s *Service) run(ctx context.Context, spec Spec, r store.ScheduleRun) {
 	code := -1
 	if err == nil {
 		code, err = s.exec(ctx, spec, r, &out)
+	}
+	if ctx.Err() != nil {
+		// The server is stopping: the run stays running in the store,
+		// and the next start records it interrupted and puts the
+		// sandbox back to sleep if it woke it.
+		s.let(r.SandboxID)
+		s.log.Warn("schedule run cut short by the server's stop", "schedule", r.ScheduleID, "run", r.ID)
+		return
 	}
 	r.Slept = s.release(ctx, r)
 	end := time.Now().UTC()
@@ -225,6 +234,17 @@ func (s *Service) acquire(ctx context.Context, r store.ScheduleRun) (bool, error
 	}
 	h.woken = true
 	return true, nil
+}
+
+// let lets go of the sandbox without putting it back to sleep.
+func (s *Service) let(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h := s.awake[id]; h != nil {
+		if h.runs--; h.runs == 0 {
+			delete(s.awake, id)
+		}
+	}
 }
 
 // release lets go of the sandbox; the last run of those that woke it

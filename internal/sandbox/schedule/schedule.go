@@ -262,6 +262,15 @@ func (s *Service) List(ctx context.Context, projectID, sandboxID string) ([]View
 	return out, nil
 }
 
+// OfSandbox lists a project's sandbox's schedules; an unknown sandbox is
+// not found.
+func (s *Service) OfSandbox(ctx context.Context, projectID, sandboxID string) ([]View, error) {
+	if _, err := s.cfg.Core.Get(projectID, sandboxID); err != nil {
+		return nil, err
+	}
+	return s.List(ctx, projectID, sandboxID)
+}
+
 // Update changes a schedule's settings with the body p. A change of when
 // it runs, or switching it on, sets its next due time anew; switching it
 // on clears its failures.
