@@ -48,8 +48,8 @@ type Config struct {
 	Usage Usages
 	// Ports publishes sandbox ports on the preview proxy and Desktops
 	// drives desktops (internal/sandbox/preview, desktop).
-	Ports     Ports
-	Desktops  Desktops
+	Ports    Ports
+	Desktops Desktops
 	// Schedules keeps sandboxes' schedules (internal/sandbox/schedule);
 	// nil serves no schedule routes.
 	Schedules Schedules
