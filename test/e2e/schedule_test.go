@@ -127,11 +127,23 @@ func TestScheduleCrash(t *testing.T) {
 	if s.do("GET", "/api/sandboxes/"+id, nil, &info); info.Status != "paused" {
 		t.Fatalf("the sandbox the cut run woke: %s, want paused again", info.Status)
 	}
-	// The next due time runs once (a quick command now).
-	if code, raw := s.do("PATCH", "/api/sandbox-schedules/"+sc.ID, map[string]any{"command": "echo next"}, &v); code != http.StatusOK {
-		t.Fatalf("update: %d %s", code, raw)
+	// The next due time runs once (a quick command now, set with the CLI).
+	if out := s.scheduleCLI(t, "set", sc.ID, "--command", "echo next", "--json"); json.Unmarshal([]byte(out), &v) != nil || v.NextRunAt == nil {
+		t.Fatalf("lizard sandbox schedule set: %s", out)
 	}
 	due := *v.NextRunAt
+	if out := s.scheduleCLI(t, "ls", id); !strings.Contains(out, sc.ID) || !strings.Contains(out, "every 1m") || !strings.Contains(out, "interrupted") {
+		t.Fatalf("lizard sandbox schedule ls %s:\n%s", id, out)
+	}
+	// The project's limit of schedules, set with the CLI.
+	s.cli(t, "projects", "set", "default", "--max-schedules", "1")
+	if out := s.cli(t, "projects", "ls"); !strings.Contains(out, "SCHEDULES") || !strings.Contains(out, "1/1*") {
+		t.Fatalf("lizard projects ls:\n%s", out)
+	}
+	if code, raw := s.do("POST", "/api/sandboxes/"+id+"/schedules", map[string]any{"every": "1h", "command": "true"}, nil); code != http.StatusTooManyRequests ||
+		!strings.Contains(string(raw), "schedules 1 of 1") {
+		t.Fatalf("a second schedule over the project's limit of 1: %d %s", code, raw)
+	}
 	runs = s.waitRuns(t, sc.ID, budget(30*time.Second)+70*time.Second, "the next due time", func(rs []runView) bool {
 		return len(rs) >= 2 && rs[0].Finished
 	})
@@ -154,10 +166,28 @@ func TestScheduleCrash(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("%d runs of the due time %s, want 1", n, runs[0].DueAt)
 	}
+	if out := s.scheduleCLI(t, "runs", sc.ID); !strings.Contains(out, "succeeded") || !strings.Contains(out, "interrupted") {
+		t.Fatalf("lizard sandbox schedule runs:\n%s", out)
+	}
+	s.scheduleCLI(t, "rm", sc.ID)
+	if code, _ := s.do("GET", "/api/sandbox-schedules/"+sc.ID, nil, nil); code != http.StatusNotFound {
+		t.Fatalf("schedule after lizard sandbox schedule rm: %d", code)
+	}
 	if code, raw := s.do("DELETE", "/api/sandboxes/"+id, nil, nil); code >= 300 {
 		t.Fatalf("kill: %d %s", code, raw)
 	}
 	s.waitNoLeaks(t)
+}
+
+// scheduleCLI runs `lizard sandbox schedule ARGS` against the server and
+// returns its output; a failure fails the test.
+func (s *server) scheduleCLI(t *testing.T, args ...string) string {
+	t.Helper()
+	out, errOut, status := s.sandboxCLI(t, append([]string{"schedule"}, args...)...)
+	if status != 0 {
+		t.Fatalf("lizard sandbox schedule %s: exit %d\n%s%s", strings.Join(args, " "), status, out, errOut)
+	}
+	return out
 }
 
 func parseTime(t *testing.T, s string) time.Time {
