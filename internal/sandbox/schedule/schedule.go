@@ -252,14 +252,19 @@ func (s *Service) Get(ctx context.Context, projectID, id string) (View, error) {
 // List lists a project's schedules, or one sandbox's.
 func (s *Service) List(ctx context.Context, projectID, sandboxID string) ([]View, error) {
 	l, err := s.cfg.Store.Schedules(ctx, projectID, sandboxID)
-	if err != nil {
-		return nil, err
+	return mapped(l, viewOf), err
+}
+
+// mapped is l with f applied to each element (nil for nil).
+func mapped[T, V any](l []T, f func(T) V) []V {
+	if l == nil {
+		return nil
 	}
-	out := make([]View, 0, len(l))
-	for _, sc := range l {
-		out = append(out, viewOf(sc))
+	out := make([]V, 0, len(l))
+	for _, v := range l {
+		out = append(out, f(v))
 	}
-	return out, nil
+	return out
 }
 
 // OfSandbox lists a project's sandbox's schedules; an unknown sandbox is
@@ -357,14 +362,7 @@ func (s *Service) Runs(ctx context.Context, projectID, id string, limit int) ([]
 		return nil, err
 	}
 	l, err := s.cfg.Store.Runs(ctx, id, limit)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]RunView, 0, len(l))
-	for _, r := range l {
-		out = append(out, runViewOf(r))
-	}
-	return out, nil
+	return mapped(l, runViewOf), err
 }
 
 // fence is the claim's fence: nil on a single server.
