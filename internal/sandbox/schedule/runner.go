@@ -78,8 +78,8 @@ func (s *Service) putBack(ctx context.Context, runs []store.ScheduleRun) []store
 		case rec.Status != sandbox.StatusRunning:
 			left = append(left, r) // recovering
 		default:
-			if s.holding(r.SandboxID) {
-				continue // a new run has it; that run puts it back
+			if s.handOver(r.SandboxID) {
+				continue // a new run has it: that run puts it back
 			}
 			if err := s.cfg.Core.Pause(ctx, r.ProjectID, r.SandboxID); err != nil {
 				s.log.Error("schedules: put back to sleep the sandbox an interrupted run woke", "sandbox", r.SandboxID, "err", err)
@@ -94,10 +94,19 @@ func (s *Service) putBack(ctx context.Context, runs []store.ScheduleRun) []store
 	return left
 }
 
-func (s *Service) holding(id string) bool {
+// handOver gives the runs holding sandbox id, if any, the job of putting
+// it back to sleep after them, and reports whether there were any.
+func (s *Service) handOver(id string) bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.awake[id] != nil
+	h := s.awake[id]
+	s.mu.Unlock()
+	if h == nil {
+		return false
+	}
+	h.mu.Lock()
+	h.woken = true
+	h.mu.Unlock()
+	return true
 }
 
 // poll claims and starts the due runs of this node's sandboxes.
