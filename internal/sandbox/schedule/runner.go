@@ -72,11 +72,11 @@ func sleep(ctx context.Context, d time.Duration) bool {
 func (s *Service) putBack(ctx context.Context, runs []store.ScheduleRun) []store.ScheduleRun {
 	var left []store.ScheduleRun
 	for _, r := range runs {
-		rec, ok := s.cfg.Core.Live(r.SandboxID)
+		rec, err := s.cfg.Core.Get(r.ProjectID, r.SandboxID)
 		switch {
-		case !ok || rec.Status == sandbox.StatusPaused:
-		case rec.Status != sandbox.StatusRunning:
-			left = append(left, r) // recovering
+		case isGone(err) || err == nil && rec.Status == sandbox.StatusPaused:
+		case err != nil || rec.Status != sandbox.StatusRunning:
+			left = append(left, r) // recovering, or between states
 		default:
 			if s.handOver(r.SandboxID) {
 				continue // a new run has it: that run puts it back
