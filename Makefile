@@ -19,6 +19,10 @@ RUNSC         ?= $(CACHE)/runsc-$(RUNSC_SHORT)
 SERVE_FLAGS   ?=
 
 # The built-in templates `make templates` builds (each only when missing).
+# claude and codex (the prompt schedules' agents) are left out: each is
+# node's 370 Debian packages plus a few hundred MB from the npm registry,
+# 20-28 min on the 2-core machine under load; `make templates
+# TEMPLATES="claude codex"` builds them, and TestSchedulePrompt runs then.
 TEMPLATES     ?= base python node interpreter desktop
 
 # versitygw, the S3 gateway the object-store tests start, installed into the

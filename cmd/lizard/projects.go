@@ -111,7 +111,7 @@ func listProjects(ctx context.Context, st store.Store, out io.Writer, ids ...str
 		return err
 	}
 	tw := newTabWriter(out)
-	fmt.Fprintln(tw, "ID\tSLUG\tNAME\tSANDBOXES\tVCPUS\tMEMORY_GB\tVOLUME_GB\tSNAPSHOTS")
+	fmt.Fprintln(tw, "ID\tSLUG\tNAME\tSANDBOXES\tVCPUS\tMEMORY_GB\tVOLUME_GB\tSNAPSHOTS\tSCHEDULES\tSCHEDULES_PER_SANDBOX")
 	for _, p := range ps {
 		if len(ids) > 0 && p.ID != ids[0] {
 			continue
@@ -127,6 +127,9 @@ func listProjects(ctx context.Context, st store.Store, out io.Writer, ids ...str
 			store.LimitMemoryGB:  strconv.FormatFloat(float64(u.MemoryMB)/1024, 'f', -1, 64),
 			store.LimitVolumeGB:  strconv.Itoa(u.VolumeGB),
 			store.LimitSnapshots: strconv.Itoa(u.Snapshots),
+		}
+		if err := scheduleUse(ctx, st, p.ID, used); err != nil {
+			return err
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s", p.ID, p.Slug, p.Name)
 		for _, l := range store.AllLimits {
@@ -146,6 +149,26 @@ func listProjects(ctx context.Context, st store.Store, out io.Writer, ids ...str
 	if !known {
 		fmt.Fprintln(out, "(? : the server's default; no server has run on this data directory yet)")
 	}
+	return nil
+}
+
+// scheduleUse sets the project's schedules in use: how many it has, and
+// how many its sandbox with the most has.
+func scheduleUse(ctx context.Context, st store.Store, projectID string, used map[store.Limit]string) error {
+	ss, ok := st.(store.Schedules)
+	if !ok {
+		return nil
+	}
+	l, err := ss.Schedules(ctx, projectID, "")
+	if err != nil {
+		return err
+	}
+	per, most := map[string]int{}, 0
+	for _, sc := range l {
+		per[sc.SandboxID]++
+		most = max(most, per[sc.SandboxID])
+	}
+	used[store.LimitSchedules], used[store.LimitSchedulesPerSandbox] = strconv.Itoa(len(l)), strconv.Itoa(most)
 	return nil
 }
 

@@ -24,7 +24,7 @@ const usage = `usage:
   lizard migrate [--data-dir DIR | --database URL]
   lizard projects create NAME [--data-dir DIR | --database URL]
   lizard projects ls [--data-dir DIR | --database URL]
-  lizard projects set P [--max-sandboxes N] [--max-vcpus N] [--max-memory-gb N] [--max-volume-gb N] [--max-snapshots N] [--data-dir DIR | --database URL]
+  lizard projects set P [--max-sandboxes N] [--max-vcpus N] [--max-memory-gb N] [--max-volume-gb N] [--max-snapshots N] [--max-schedules N] [--max-schedules-per-sandbox N] [--data-dir DIR | --database URL]
       (N: a number, 0 for no limit, or "default" for the server's default)
   lizard keys create --project P [--data-dir DIR | --database URL]
   lizard keys ls --project P [--data-dir DIR | --database URL]

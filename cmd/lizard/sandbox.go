@@ -28,6 +28,7 @@ const sandboxUsage = `usage: lizard sandbox COMMAND (the API at $LIZARD_API_URL,
   cp SRC DST                                    one of them ID:/path; - is stdin or stdout
   pause ID | resume ID [--json]
   snapshot ID [--name N] [--json]               print the snapshot's id
+  schedule ls|add|info|set|run|runs|rm ...      schedules (lizard sandbox schedule help)
   kill ID... [--json]`
 
 // sandboxCmd dispatches `lizard sandbox …`.
@@ -47,6 +48,7 @@ func sandboxCmd(ctx context.Context, args []string) error {
 		"pause":    sandboxLifecycle("pause"),
 		"resume":   sandboxLifecycle("resume"),
 		"snapshot": sandboxSnapshot,
+		"schedule": sandboxSchedule,
 		"kill":     sandboxKill,
 	}
 	fn, ok := cmds[args[0]]

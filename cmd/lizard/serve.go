@@ -43,6 +43,7 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox/desktop"
 	"github.com/lizard-build/lizard/internal/sandbox/preview"
 	"github.com/lizard-build/lizard/internal/sandbox/snapshot"
+	"github.com/lizard-build/lizard/internal/sandbox/schedule"
 	sandboxusage "github.com/lizard-build/lizard/internal/sandbox/usage"
 	"github.com/lizard-build/lizard/internal/secrets"
 	"github.com/lizard-build/lizard/internal/store"
@@ -134,6 +135,8 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs.IntVar(&c.limits.MemoryGB, "default-max-memory-gb", 128, "per project: most memory (GiB) of sandboxes that are not paused; 0: no limit")
 	fs.IntVar(&c.limits.VolumeGB, "default-max-volume-gb", 500, "per project: most GB its volumes' sizes add up to; 0: no limit")
 	fs.IntVar(&c.limits.Snapshots, "default-max-snapshots", 100, "per project: most snapshots; 0: no limit")
+	fs.IntVar(&c.limits.Schedules, "default-max-schedules", 100, "per project: most schedules of its sandboxes; 0: no limit")
+	fs.IntVar(&c.limits.SchedulesPerSandbox, "default-max-schedules-per-sandbox", 10, "per project: most schedules of any one of its sandboxes; 0: no limit")
 	fs.Float64Var(&c.nodeVCPUs, "node-vcpus", 0, "CPUs of this node that sandboxes share (default: the cores detected)")
 	fs.Float64Var(&c.nodeMemoryGB, "node-memory-gb", 0, "memory (GiB) of this node that sandboxes share (default: the RAM detected)")
 	fs.Float64Var(&c.cpuOvercommit, "cpu-overcommit", 32, "sandboxes may reserve this many times the node's CPUs (a vCPU is a ceiling, not a reservation); 0: no limit")
@@ -554,6 +557,20 @@ func serve(ctx context.Context, args []string) error {
 	apiCluster, previewCluster := routing.hooks()
 	ports := preview.New(svc)
 	desktops := desktop.New(svc, ports)
+	scheds, err := newSchedules(svc, st, cm, limits, log.With("component", "schedule"))
+	if err != nil {
+		return err
+	}
+	schedCtx, stopScheds := context.WithCancel(ctx)
+	schedsDone := make(chan struct{})
+	go func() {
+		defer close(schedsDone)
+		scheds.Run(schedCtx)
+	}()
+	defer func() {
+		stopScheds()
+		<-schedsDone
+	}()
 	e2bAPI := e2b.Handler(e2b.Config{Auth: api.Auth{Keys: apiKeys, Limiter: limiter}, Sandboxes: svc, Copies: snaps, Usage: usages, Templates: tmpls,
 		Snapshots: snaps, Volumes: vols, Agents: svc, SandboxCLI: gvisor.CLIPath,
 		Domain: e2bDomain, Logger: log.With("component", "e2b"), Cluster: apiCluster, Secrets: secretSvc, Identity: issuer})
@@ -563,7 +580,7 @@ func serve(ctx context.Context, args []string) error {
 	var apiHandler http.Handler
 	mcpHTTP := mcp.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { apiHandler.ServeHTTP(w, r) }),
 		mcp.HandlerConfig{Version: lizardVersion(), Logger: log.With("component", "mcp"), Serving: ctx})
-	apiHandler = api.Handler(api.Config{E2B: e2bAPI, MCP: mcpHTTP, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Snapshots: snaps, Copies: snaps, Usage: usages, Ports: ports, Desktops: desktops, Templates: tmpls, Previews: previews, Volumes: vols,
+	apiHandler = api.Handler(api.Config{E2B: e2bAPI, MCP: mcpHTTP, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Snapshots: snaps, Copies: snaps, Usage: usages, Ports: ports, Desktops: desktops, Schedules: scheds, Templates: tmpls, Previews: previews, Volumes: vols,
 		Builder: &templateBuilder{reg: reg, dist: tmpls, runtime: rt, run: reap.Run, dns: c.dnsUpstream, build: buildOpts, ready: svc, inUse: inUse, metrics: mets,
 			log: log.With("component", "template")},
 		MaxBuildContext: c.maxBuildContext, Logger: log.With("component", "api"),
@@ -622,6 +639,20 @@ func serve(ctx context.Context, args []string) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return errors.Join(srv.Shutdown(sctx), psrv.Shutdown(sctx), msrv.Shutdown(sctx), isrv.Shutdown(sctx))
+}
+
+// newSchedules makes the sandboxes' schedules over svc, kept in st; in a
+// cluster their claims carry this node's fence.
+func newSchedules(svc *sandbox.Service, st store.Store, cm *clusterMode, limits func(context.Context, string) (store.Limits, error), log *slog.Logger) (*schedule.Service, error) {
+	ss, ok := st.(store.Schedules)
+	if !ok {
+		return nil, fmt.Errorf("store %T keeps no schedules", st)
+	}
+	cfg := schedule.Config{Core: svc, Store: ss, Limits: limits, Logger: log}
+	if cm != nil {
+		cfg.Node, cfg.Fence = cm.member.Self(), cm.member.Fence
+	}
+	return schedule.New(cfg), nil
 }
 
 // codeInterpreterPorts makes the Lizard SDK's code-interpreter port of

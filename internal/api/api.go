@@ -53,8 +53,11 @@ type Config struct {
 	Copies    Copies
 	// Ports publishes sandbox ports on the preview proxy and Desktops
 	// drives desktops (internal/sandbox/preview, desktop).
-	Ports     Ports
-	Desktops  Desktops
+	Ports    Ports
+	Desktops Desktops
+	// Schedules keeps sandboxes' schedules (internal/sandbox/schedule);
+	// nil serves no schedule routes.
+	Schedules Schedules
 	Templates Templates
 	Previews  PreviewURLs
 	Volumes   Volumes
@@ -164,6 +167,7 @@ func Handler(cfg Config) http.Handler {
 	secR := SecretRoutes[secretInfo]{Secrets: cfg.Secrets, Shape: secretInfoOf, RefParam: "ref"}
 	tokR := tokenRoutes{ids: cfg.Identity}
 	issR := issuerRoutes{ids: cfg.Identity}
+	schedR := scheduleRoutes{schedules: cfg.Schedules}
 	mux := http.NewServeMux()
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request, store.Project) error) {
 		mux.Handle(pattern, s.authed(h))
@@ -210,6 +214,16 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Identity.Enabled() {
 		mux.HandleFunc("GET "+cfg.Identity.Path()+identity.DiscoveryPath, issR.discovery)
 		mux.HandleFunc("GET "+cfg.Identity.Path()+identity.JWKSPath, issR.keySet)
+	}
+	if cfg.Schedules != nil {
+		route("POST /api/sandboxes/{id}/schedules", schedR.create)
+		route("GET /api/sandboxes/{id}/schedules", schedR.listOfSandbox)
+		route("GET /api/sandbox-schedules", schedR.list)
+		route("GET /api/sandbox-schedules/{schid}", schedR.get)
+		route("PATCH /api/sandbox-schedules/{schid}", schedR.update)
+		route("DELETE /api/sandbox-schedules/{schid}", schedR.remove)
+		route("POST /api/sandbox-schedules/{schid}/run", schedR.run)
+		route("GET /api/sandbox-schedules/{schid}/runs", schedR.runs)
 	}
 
 	route("POST /api/sandboxes/{id}/desktop", deskR.start)

@@ -9,6 +9,7 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox/desktop"
 	"github.com/lizard-build/lizard/internal/sandbox/preview"
 	"github.com/lizard-build/lizard/internal/sandbox/snapshot"
+	"github.com/lizard-build/lizard/internal/sandbox/schedule"
 	"github.com/lizard-build/lizard/internal/sandbox/usage"
 )
 
@@ -70,6 +71,20 @@ type Desktops interface {
 	Stop(ctx context.Context, projectID, id string) error
 }
 
+// Schedules keeps and runs sandboxes' schedules (*schedule.Service).
+type Schedules interface {
+	Create(ctx context.Context, projectID, sandboxID string, p schedule.Patch) (schedule.View, error)
+	// OfSandbox lists one sandbox's schedules; an unknown sandbox is not
+	// found.
+	OfSandbox(ctx context.Context, projectID, sandboxID string) ([]schedule.View, error)
+	List(ctx context.Context, projectID, sandboxID string) ([]schedule.View, error)
+	Get(ctx context.Context, projectID, id string) (schedule.View, error)
+	Update(ctx context.Context, projectID, id string, p schedule.Patch) (schedule.View, error)
+	Delete(ctx context.Context, projectID, id string) error
+	RunNow(ctx context.Context, projectID, id string) (schedule.View, error)
+	Runs(ctx context.Context, projectID, id string, limit int) ([]schedule.RunView, error)
+}
+
 // Logs reads and follows a sandbox's log.
 type Logs interface {
 	// Get answers whether the sandbox is there before a stream begins.
@@ -94,4 +109,5 @@ var (
 	_ Usages    = (*usage.Sampler)(nil)
 	_ Ports     = (*preview.Service)(nil)
 	_ Desktops  = (*desktop.Service)(nil)
+	_ Schedules = (*schedule.Service)(nil)
 )

@@ -16,6 +16,9 @@ type Limits struct {
 	MemoryGB  int `json:"maxMemoryGb"`  // memory of sandboxes that are not paused
 	VolumeGB  int `json:"maxVolumeGb"`  // sum of the project's volume sizes
 	Snapshots int `json:"maxSnapshots"` // snapshot records
+	// Schedules of the project's sandboxes, and of any one sandbox.
+	Schedules           int `json:"maxSchedules"`
+	SchedulesPerSandbox int `json:"maxSchedulesPerSandbox"`
 }
 
 // Limit names one field of Limits, as the CLI and the database call it.
@@ -28,10 +31,18 @@ const (
 	LimitMemoryGB  Limit = "memory-gb"
 	LimitVolumeGB  Limit = "volume-gb"
 	LimitSnapshots Limit = "snapshots"
+	LimitSchedules Limit = "schedules"
+	// LimitSchedulesPerSandbox is the only limit of one sandbox rather
+	// than of the project as a whole.
+	LimitSchedulesPerSandbox Limit = "schedules-per-sandbox"
 )
 
 // AllLimits lists every limit.
-var AllLimits = []Limit{LimitSandboxes, LimitVCPUs, LimitMemoryGB, LimitVolumeGB, LimitSnapshots}
+var AllLimits = []Limit{LimitSandboxes, LimitVCPUs, LimitMemoryGB, LimitVolumeGB, LimitSnapshots, LimitSchedules, LimitSchedulesPerSandbox}
+
+// LimitColumns are the columns of project_limits, in the order of
+// AllLimits.
+const LimitColumns = "max_sandboxes, max_vcpus, max_memory_gb, max_volume_gb, max_snapshots, max_schedules, max_schedules_per_sandbox"
 
 // column is the limit's column of project_limits.
 func (l Limit) column() (string, error) {
@@ -46,8 +57,12 @@ func (l Limit) column() (string, error) {
 		return "max_volume_gb", nil
 	case LimitSnapshots:
 		return "max_snapshots", nil
+	case LimitSchedules:
+		return "max_schedules", nil
+	case LimitSchedulesPerSandbox:
+		return "max_schedules_per_sandbox", nil
 	}
-	return "", fmt.Errorf("limit %q: must be one of sandboxes, vcpus, memory-gb, volume-gb, snapshots: %w", string(l), errdefs.ErrInvalid)
+	return "", fmt.Errorf("limit %q: must be one of sandboxes, vcpus, memory-gb, volume-gb, snapshots, schedules, schedules-per-sandbox: %w", string(l), errdefs.ErrInvalid)
 }
 
 // Field returns a pointer to the limit's field in ls.
@@ -63,6 +78,10 @@ func (ls *Limits) Field(l Limit) *int {
 		return &ls.VolumeGB
 	case LimitSnapshots:
 		return &ls.Snapshots
+	case LimitSchedules:
+		return &ls.Schedules
+	case LimitSchedulesPerSandbox:
+		return &ls.SchedulesPerSandbox
 	}
 	return nil
 }

@@ -121,10 +121,24 @@ var builtins = map[string]recipe{
 		[]string{"R", "--slave", "-e", "library(IRkernel)"},
 		[]string{"jshell", "--version"},
 	),
+	// claude and codex are node with a coding agent's CLI, which prompt
+	// schedules run (internal/sandbox/schedule). The versions are the
+	// newest whose npm packages ask for no newer Node.js than bookworm's
+	// 18: later Claude Code wants 22.
+	"claude": debian([]string{"nodejs", "npm", "git"}, []postStep{npmGlobal("@anthropic-ai/claude-code@" + claudeCodeVersion)},
+		[]string{"claude", "--version"}),
+	"codex": debian([]string{"nodejs", "npm", "git"}, []postStep{npmGlobal("@openai/codex@" + codexVersion)},
+		[]string{"codex", "--version"}),
 	// desktop is what the SDKs' sandbox.desktop drives: an X display with
 	// Chromium, watched and driven through noVNC (recipe_desktop.go).
 	"desktop": withEnv(debian(desktopPackages, desktopPost, desktopChecks...), desktopEnv),
 }
+
+// The agents' CLI versions of the claude and codex templates.
+const (
+	claudeCodeVersion = "2.1.197"
+	codexVersion      = "0.171.0"
+)
 
 // aliases are other names of built-in templates: the SDKs ask for these.
 var aliases = map[string]string{

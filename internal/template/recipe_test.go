@@ -114,6 +114,8 @@ func TestRecipes(t *testing.T) {
 		"node":        {"nodejs", "npm"},
 		"interpreter": {"python3-ipykernel", "python3-jupyter-client", "python3-matplotlib-inline", "python3-numpy", "python3-pandas", "python3-matplotlib", "nodejs", "bash"},
 		"desktop":     {"xvfb", "openbox", "chromium", "xdotool", "x11vnc", "novnc", "websockify", "imagemagick"},
+		"claude":      {"nodejs", "npm"},
+		"codex":       {"nodejs", "npm"},
 	}
 	for name, pkgs := range want {
 		for _, p := range pkgs {
@@ -123,6 +125,20 @@ func TestRecipes(t *testing.T) {
 		}
 		if len(builtins[name].Check) == 0 {
 			t.Errorf("%s has no check", name)
+		}
+	}
+}
+
+// TestAgentTemplates: claude and codex install their agent's CLI with npm
+// at a pinned version and check that it runs.
+func TestAgentTemplates(t *testing.T) {
+	for name, pkg := range map[string]string{"claude": "@anthropic-ai/claude-code@" + claudeCodeVersion, "codex": "@openai/codex@" + codexVersion} {
+		rec := builtins[name]
+		if len(rec.Post) == 0 || !strings.Contains(rec.Post[0].Desc, pkg) {
+			t.Errorf("%s: first step %q, want the npm install of %s", name, rec.Post[0].Desc, pkg)
+		}
+		if !reflect.DeepEqual(rec.Check, [][]string{{name, "--version"}}) {
+			t.Errorf("%s: checks %v", name, rec.Check)
 		}
 	}
 }

@@ -151,7 +151,7 @@ func TestCorruptMetadata(t *testing.T) {
 
 func TestBuiltinsAndUnknownBuild(t *testing.T) {
 	r := NewRegistry(t.TempDir())
-	if got := r.Builtins(); !reflect.DeepEqual(got, []string{"base", "code-interpreter-v1", "desktop", "interpreter", "node", "python"}) {
+	if got := r.Builtins(); !reflect.DeepEqual(got, []string{"base", "claude", "code-interpreter-v1", "codex", "desktop", "interpreter", "node", "python"}) {
 		t.Errorf("Builtins = %v", got)
 	}
 	_, err := r.Build(context.Background(), "nope", nil)

@@ -389,8 +389,8 @@ function viewSandbox (main, id) {
   const body = h('div')
   const sections = {}
   let current = null
-  const tabNames = { terminal: 'Terminal', logs: 'Logs', files: 'Files', metrics: 'Metrics', ports: 'Ports', desktop: 'Desktop' }
-  const makers = { terminal: terminalTab, logs: logsTab, files: filesTab, metrics: metricsTab, ports: portsTab, desktop: desktopTab }
+  const tabNames = { terminal: 'Terminal', logs: 'Logs', files: 'Files', metrics: 'Metrics', ports: 'Ports', desktop: 'Desktop', schedules: 'Schedules' }
+  const makers = { terminal: terminalTab, logs: logsTab, files: filesTab, metrics: metricsTab, ports: portsTab, desktop: desktopTab, schedules: schedulesTab }
   const show = (name) => {
     current = name
     for (const b of tabs.children) b.classList.toggle('on', b.dataset.tab === name)
@@ -715,6 +715,67 @@ function desktopTab (el, id, p) {
     shoot.click()
   }
   onFirstShow(el, load)
+}
+
+// schedulesTab lists the sandbox's schedules (POST/GET
+// /api/sandboxes/{id}/schedules, /api/sandbox-schedules/…): when each runs,
+// its state and last run; a form adds one; each can be run now, switched
+// on or off, removed, and its recent runs shown with their output.
+function schedulesTab (el, id, p) {
+  const tbody = h('tbody', { id: 'schedules-list' })
+  const runsBox = h('div', { id: 'schedule-runs' })
+  const when = h('input', { id: 'schedule-when', placeholder: '5m, 1h, or a cron: 0 9 * * mon-fri', style: 'width:260px' })
+  const tz = h('input', { id: 'schedule-tz', placeholder: 'time zone (UTC)', style: 'width:150px' })
+  const kind = h('select', { id: 'schedule-kind' }, h('option', { value: 'command' }, 'command'), h('option', { value: 'prompt' }, 'prompt'))
+  const what = h('input', { id: 'schedule-what', placeholder: 'shell command, or the coding agent\'s prompt', style: 'flex:1;min-width:240px' })
+  const add = h('button', { class: 'primary', id: 'schedule-add' }, 'Add schedule')
+  el.append(h('form', {
+    class: 'row',
+    style: 'gap:8px;flex-wrap:wrap',
+    onsubmit: (e) => {
+      e.preventDefault()
+      const w = when.value.trim()
+      const body = { [kind.value]: what.value }
+      if (w.split(/\s+/).length >= 5 || w.startsWith('@')) body.cron = w
+      else body.every = w
+      if (tz.value.trim()) body.timezone = tz.value.trim()
+      act(add, () => api('POST', `${p}/schedules`, body).then(() => { what.value = ''; return load() }), 'Schedule added')
+    }
+  }, when, tz, kind, what, add),
+  h('p', { class: 'dim' }, 'A run wakes a paused sandbox and puts it back to sleep after; a running one is left running. Commands run as root in /workspace (a volume) or root\'s home; prompts run the template\'s coding agent (claude or codex).'),
+  h('table', null, h('thead', null, h('tr', null, ...['Name', 'When', 'Runs', 'State', 'Next', 'Last', ''].map((c) => h('th', null, c)))), tbody), runsBox)
+  const sp = (sid) => `/api/sandbox-schedules/${encodeURIComponent(sid)}`
+  const showRuns = async (s) => {
+    const { runs } = await api('GET', `${sp(s.id)}/runs?limit=20`)
+    runsBox.replaceChildren(h('h3', null, `Runs of ${s.name || s.id}`),
+      runs.length ? h('table', null, h('thead', null, h('tr', null, ...['Started', 'Status', 'Took', 'Exit', 'Woke', 'Output'].map((c) => h('th', null, c)))),
+        h('tbody', null, ...runs.map((r) => h('tr', { 'data-run': r.id },
+          h('td', null, fmtTime(r.startedAt)), h('td', null, h('span', { class: 'st ' + r.status }, r.status)),
+          h('td', null, r.durationMs == null ? '—' : fmtDur(r.durationMs)), h('td', null, r.exitCode ?? '—'),
+          h('td', null, r.woke ? (r.slept ? 'woke, slept' : 'woke') : '—'),
+          h('td', null, h('pre', { class: 'run-output' }, [r.output, r.error].filter(Boolean).join('\n'))))))) : h('p', { class: 'dim' }, 'No runs yet.'))
+  }
+  const load = async () => {
+    const { schedules } = await api('GET', `${p}/schedules`)
+    tbody.replaceChildren(...schedules.map((s) => h('tr', { 'data-schedule': s.id },
+      h('td', null, s.name || h('span', { class: 'mono' }, s.id)),
+      h('td', null, s.every ? `every ${s.every}` : `${s.cron} (${s.timezone})`),
+      h('td', { class: 'mono' }, s.kind === 'prompt' ? `${s.agent}: ${s.prompt}` : s.command),
+      h('td', null, s.running ? 'running' : s.enabled ? 'on' : 'off', s.disabledReason ? h('div', { class: 'dim' }, s.disabledReason) : null,
+        s.consecutiveFailures ? h('div', { class: 'dim' }, `${s.consecutiveFailures} failed in a row`) : null,
+        s.skippedCount ? h('div', { class: 'dim' }, `${s.skippedCount} skipped`) : null),
+      h('td', null, s.nextRunAt ? fmtTime(s.nextRunAt) : '—'),
+      h('td', null, s.lastRunAt ? `${fmtTime(s.lastRunAt)} ${s.lastStatus || ''}` : '—'),
+      h('td', { class: 'acts' },
+        h('button', { onclick: (e) => act(e.target, () => api('POST', `${sp(s.id)}/run`, {}).then(load), 'Run asked for') }, 'Run now'),
+        h('button', { onclick: (e) => act(e.target, () => api('PATCH', sp(s.id), { enabled: !s.enabled }).then(load)) }, s.enabled ? 'Switch off' : 'Switch on'),
+        h('button', { onclick: (e) => act(e.target, () => showRuns(s)) }, 'Runs'),
+        h('button', { class: 'danger', onclick: (e) => act(e.target, () => api('DELETE', sp(s.id)).then(load), 'Schedule removed') }, 'Remove')))))
+    if (!schedules.length) tbody.append(h('tr', null, h('td', { colspan: 7, class: 'empty' }, 'No schedule.')))
+  }
+  let stop = null
+  el.addEventListener('shown', () => { if (!stop) stop = poller(load, 5000) })
+  return () => stop && stop()
 }
 
 // ---- snapshots, volumes, templates, keys ------------------------------------

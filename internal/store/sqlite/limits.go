@@ -24,9 +24,12 @@ func (s *Store) SetProjectLimit(ctx context.Context, projectID string, l store.L
 
 // ProjectOverrides returns the limits a project has of its own.
 func (s *Store) ProjectOverrides(ctx context.Context, projectID string) (store.Overrides, error) {
-	var v [5]sql.NullInt64
-	err := s.db.QueryRowContext(ctx, `SELECT max_sandboxes, max_vcpus, max_memory_gb, max_volume_gb, max_snapshots
-		FROM project_limits WHERE project_id = ?`, projectID).Scan(&v[0], &v[1], &v[2], &v[3], &v[4])
+	v := make([]sql.NullInt64, len(store.AllLimits))
+	dst := make([]any, len(v))
+	for i := range v {
+		dst[i] = &v[i]
+	}
+	err := s.db.QueryRowContext(ctx, `SELECT `+store.LimitColumns+` FROM project_limits WHERE project_id = ?`, projectID).Scan(dst...)
 	out := store.Overrides{}
 	if errors.Is(err, sql.ErrNoRows) {
 		return out, nil

@@ -42,6 +42,7 @@ func Run(t *testing.T, newDB NewDB) {
 		{"TemplateVersions", testTemplateVersions},
 		{"Secrets", testSecrets},
 		{"Identity", testIdentity},
+		{"Schedules", testSchedules},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			open := newDB(t)
