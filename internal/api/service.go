@@ -8,8 +8,8 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/desktop"
 	"github.com/lizard-build/lizard/internal/sandbox/preview"
-	"github.com/lizard-build/lizard/internal/sandbox/snapshot"
 	"github.com/lizard-build/lizard/internal/sandbox/schedule"
+	"github.com/lizard-build/lizard/internal/sandbox/snapshot"
 	"github.com/lizard-build/lizard/internal/sandbox/usage"
 )
 
