@@ -29,6 +29,7 @@ func RunCluster(t *testing.T, newDB NewDB) {
 		{"AdmissionRace", testAdmissionRace},
 		{"Orphans", testOrphans},
 		{"AdoptPool", testAdoptPool},
+		{"DeliveryFence", testDeliveryFence},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			open := newDB(t)

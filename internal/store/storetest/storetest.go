@@ -40,6 +40,9 @@ func Run(t *testing.T, newDB NewDB) {
 		{"Concurrent", testConcurrent},
 		{"Reopen", testReopen},
 		{"TemplateVersions", testTemplateVersions},
+		{"Events", testEvents},
+		{"EventsFollow", testEventsFollow},
+		{"Webhooks", testWebhooks},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			open := newDB(t)
