@@ -53,31 +53,27 @@ func follow(t *testing.T, l *Log, q Query) *follower {
 	go func() {
 		defer close(f.done)
 		once := sync.OnceFunc(func() { close(started) })
-		err := l.Follow(ctx, q, func(ev store.Event) error {
-			var e Event
-			if err := json.Unmarshal(ev.Data, &e); err != nil {
-				return err
-			}
-			f.mu.Lock()
-			f.evs = append(f.evs, e)
-			f.mu.Unlock()
-			return nil
-		}, func() error { return nil })
+		err := l.Follow(ctx, q, Stream{
+			Opened: func() error { once(); return nil },
+			Send: func(ev store.Event) error {
+				var e Event
+				if err := json.Unmarshal(ev.Data, &e); err != nil {
+					return err
+				}
+				f.mu.Lock()
+				f.evs = append(f.evs, e)
+				f.mu.Unlock()
+				return nil
+			},
+			Keepalive: func() error { return nil },
+		})
 		f.mu.Lock()
 		f.err = err
 		f.mu.Unlock()
 		once()
 	}()
 	t.Cleanup(func() { cancel(); <-f.done })
-	// Follow has read its starting point once the hub counts it.
-	sandboxtest.Eventually(t, "the stream to start", func() bool {
-		select {
-		case <-started:
-			return true
-		default:
-		}
-		return l.hub.following()
-	})
+	<-started // its starting point is known (or it failed)
 	return f
 }
 
@@ -191,8 +187,9 @@ func TestStream(t *testing.T) {
 
 	// An id the log does not hold, or another project's, is refused.
 	for _, q := range []Query{{ProjectID: env.Project.ID, LastEventID: "evt_nope"}, {ProjectID: other.ID, LastEventID: evs[0].ID}} {
-		err := l.Follow(ctx, q, func(store.Event) error { return nil }, func() error { return nil })
-		if !errors.Is(err, errdefs.ErrInvalid) || errdefs.Code(err) != "event_not_found" {
+		opened := false
+		err := l.Follow(ctx, q, Stream{Opened: func() error { opened = true; return nil }})
+		if !errors.Is(err, errdefs.ErrInvalid) || errdefs.Code(err) != "event_not_found" || opened {
 			t.Fatalf("Follow after %s in %s: %v, want ErrInvalid event_not_found", q.LastEventID, q.ProjectID, err)
 		}
 	}

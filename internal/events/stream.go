@@ -29,13 +29,24 @@ type Query struct {
 	Since time.Time
 }
 
-// Follow calls send with each event q selects, in the log's order, until
-// ctx is done or send fails (nil is returned then: the client went), and
-// keepalive every KeepaliveInterval without one. Events of every node of
-// a cluster are there (the log is the shared store's). A LastEventID the
-// log does not hold (never was, another project's, past the retention)
-// is ErrInvalid, before anything is sent.
-func (l *Log) Follow(ctx context.Context, q Query, send func(store.Event) error, keepalive func() error) error {
+// Stream is where Follow sends; an error from any of its functions ends
+// the stream (the client went).
+type Stream struct {
+	// Opened is called once the stream's starting point is known, before
+	// any event (nil: nothing to do).
+	Opened func() error
+	// Send gets each event.
+	Send func(store.Event) error
+	// Keepalive is called every KeepaliveInterval without an event.
+	Keepalive func() error
+}
+
+// Follow sends each event q selects to out, in the log's order, until ctx
+// is done or out fails (nil is returned then: the client went). Events of
+// every node of a cluster are there (the log is the shared store's). A
+// LastEventID the log does not hold (never was, another project's, past
+// the retention) is ErrInvalid, before Opened.
+func (l *Log) Follow(ctx context.Context, q Query, out Stream) error {
 	sq := store.EventQuery{ProjectID: q.ProjectID, SandboxID: q.SandboxID, Types: q.Types}
 	switch {
 	case q.LastEventID != "":
@@ -58,6 +69,11 @@ func (l *Log) Follow(ctx context.Context, q Query, send func(store.Event) error,
 		}
 		sq.After = seq
 	}
+	if out.Opened != nil {
+		if err := out.Opened(); err != nil {
+			return nil
+		}
+	}
 	l.hub.join()
 	defer l.hub.leave()
 	idle := time.NewTimer(KeepaliveInterval)
@@ -76,7 +92,7 @@ func (l *Log) Follow(ctx context.Context, q Query, send func(store.Event) error,
 				return l.ended(ctx, err)
 			}
 			for _, ev := range page {
-				if err := send(ev); err != nil {
+				if err := out.Send(ev); err != nil {
 					return nil
 				}
 				sq.After = ev.Seq
@@ -95,7 +111,7 @@ func (l *Log) Follow(ctx context.Context, q Query, send func(store.Event) error,
 			return nil
 		case <-wake:
 		case <-idle.C:
-			if keepalive() != nil {
+			if out.Keepalive() != nil {
 				return nil
 			}
 			idle.Reset(KeepaliveInterval)
