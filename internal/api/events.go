@@ -82,11 +82,7 @@ func (s eventRoutes) streamEvents(w http.ResponseWriter, r *http.Request, p stor
 	err := s.events.Follow(r.Context(), q, events.Stream{
 		Opened: func() error {
 			opened = true
-			h := w.Header()
-			h.Set("Content-Type", "text/event-stream")
-			h.Set("Cache-Control", "no-cache")
-			h.Set("X-Accel-Buffering", "no")
-			w.WriteHeader(http.StatusOK)
+			startEventStream(w)
 			// EventSource reconnects after retry ms, with the last id.
 			fmt.Fprint(w, "retry: 3000\n")
 			return comment("lizard events")
@@ -105,6 +101,16 @@ func (s eventRoutes) streamEvents(w http.ResponseWriter, r *http.Request, p stor
 		return nil
 	}
 	return err
+}
+
+// startEventStream answers 200 as a stream of Server-Sent Events, which
+// nothing between the server and the client may buffer or cache.
+func startEventStream(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
 }
 
 // webhookRoutes serve /api/webhooks.

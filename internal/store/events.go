@@ -173,6 +173,40 @@ type AttemptResult struct {
 	RetryIn time.Duration
 }
 
+// History puts the attempts a backend reads into the deliveries Deliveries
+// lists, and clears what a list does not show (claims, secrets).
+type History struct {
+	ds []Delivery
+	at map[string]int
+}
+
+// NewHistory prepares ds (a list's deliveries) for their attempts.
+func NewHistory(ds []Delivery) *History {
+	h := &History{ds: ds, at: make(map[string]int, len(ds))}
+	for i := range ds {
+		h.at[ds[i].ID] = i
+		ds[i].Claim, ds[i].Secret, ds[i].History = "", "", []Attempt{}
+	}
+	return h
+}
+
+// IDs are the deliveries' ids, whose attempts the backend reads.
+func (h *History) IDs() []string {
+	ids := make([]string, len(h.ds))
+	for i, d := range h.ds {
+		ids[i] = d.ID
+	}
+	return ids
+}
+
+// Add appends attempt a to delivery id's history (attempts are added in
+// their order).
+func (h *History) Add(id string, a Attempt) {
+	if i, ok := h.at[id]; ok {
+		h.ds[i].History = append(h.ds[i].History, a)
+	}
+}
+
 // WebhookNotFound is the error for a webhook the project does not have.
 func WebhookNotFound(id string) error {
 	return errdefs.WithCode("webhook_not_found", fmt.Errorf("webhook %q: %w", id, errdefs.ErrNotFound))

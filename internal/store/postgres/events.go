@@ -270,15 +270,9 @@ func (s *Store) Deliveries(ctx context.Context, projectID, webhookID string, lim
 	if err != nil || len(out) == 0 {
 		return out, err
 	}
-	at := map[string]int{}
-	ids := make([]string, len(out))
-	for i, d := range out {
-		at[d.ID], ids[i] = i, d.ID
-		out[i].Claim, out[i].Secret = "", ""
-		out[i].History = []store.Attempt{}
-	}
+	h := store.NewHistory(out)
 	rows, _ := s.pool.Query(ctx, `SELECT delivery_id, n, at, status_code, error, duration_ms FROM webhook_attempts
-		WHERE delivery_id = ANY($1) ORDER BY delivery_id, n`, ids)
+		WHERE delivery_id = ANY($1) ORDER BY delivery_id, n`, h.IDs())
 	type row struct {
 		id string
 		a  store.Attempt
@@ -293,7 +287,7 @@ func (s *Store) Deliveries(ctx context.Context, projectID, webhookID string, lim
 		return nil, err
 	}
 	for _, x := range got {
-		out[at[x.id]].History = append(out[at[x.id]].History, x.a)
+		h.Add(x.id, x.a)
 	}
 	return out, nil
 }

@@ -304,13 +304,8 @@ func (s *Store) Deliveries(ctx context.Context, projectID, webhookID string, lim
 	if err != nil || len(out) == 0 {
 		return out, err
 	}
-	at := map[string]int{}
-	ids := make([]string, len(out))
-	for i, d := range out {
-		at[d.ID], ids[i] = i, d.ID
-		out[i].Claim, out[i].Secret = "", ""
-		out[i].History = []store.Attempt{}
-	}
+	h := store.NewHistory(out)
+	ids := h.IDs()
 	rows, err := s.db.QueryContext(ctx, `SELECT delivery_id, n, at, status_code, error, duration_ms FROM webhook_attempts
 		WHERE delivery_id IN `+notIn(len(ids))+` ORDER BY delivery_id, n`, anys(ids)...)
 	if err != nil {
@@ -325,7 +320,7 @@ func (s *Store) Deliveries(ctx context.Context, projectID, webhookID string, lim
 			return nil, err
 		}
 		a.At, a.Duration = time.Unix(0, t).UTC(), time.Duration(ms)*time.Millisecond
-		out[at[id]].History = append(out[at[id]].History, a)
+		h.Add(id, a)
 	}
 	return out, rows.Err()
 }
