@@ -17,6 +17,8 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/sandboxtest"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/store/postgres"
+	"github.com/lizard-build/lizard/internal/store/postgres/pgtest"
 	"github.com/lizard-build/lizard/internal/store/sqlite"
 )
 
@@ -340,17 +342,37 @@ func TestScheduleRunFinished(t *testing.T) {
 }
 
 // TestNodes: in a cluster, each node's log writes to the one database and
-// a stream on any node shows every node's events, in the log's order.
+// a stream on any node shows every node's events, in the log's order, on
+// both backends.
 func TestNodes(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "lizard.db")
-	open := func() *sqlite.Store {
-		st, err := sqlite.Open(path)
+	t.Run("sqlite", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "lizard.db")
+		nodes(t, func() Store {
+			st, err := sqlite.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			return st
+		})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		url, err := pgtest.ForTest(t).NewDatabase(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { st.Close() })
-		return st
-	}
+		nodes(t, func() Store {
+			st, err := postgres.Open(context.Background(), url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			return st
+		})
+	})
+}
+
+func nodes(t *testing.T, open func() Store) {
 	a := newLog(t, open(), func(c *Config) { c.Node = "a" })
 	b := newLog(t, open(), func(c *Config) { c.Node = "b" })
 	onA := follow(t, a, Query{ProjectID: "prj_n"})

@@ -23,6 +23,8 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/sandboxtest"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/store/postgres"
+	"github.com/lizard-build/lizard/internal/store/postgres/pgtest"
 	"github.com/lizard-build/lizard/internal/store/sqlite"
 )
 
@@ -487,36 +489,82 @@ func TestRedirect(t *testing.T) {
 	}
 }
 
+// database is a handle on a store as a cluster node has it.
+type database interface {
+	store.Store
+	store.Events
+	store.Cluster
+}
+
 // TestOnceAcrossNodes: two nodes' deliverers on one database (a cluster)
-// deliver each event once, each claiming under its own fence.
+// deliver each event once, each claiming under its own fence, on both
+// backends.
 func TestOnceAcrossNodes(t *testing.T) {
-	e := newEnv(t)
+	t.Run("sqlite", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "lizard.db")
+		onceAcrossNodes(t, func() database {
+			st, err := sqlite.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			return st
+		})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		url, err := pgtest.ForTest(t).NewDatabase(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		onceAcrossNodes(t, func() database {
+			st, err := postgres.Open(context.Background(), url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			return st
+		})
+	})
+}
+
+func onceAcrossNodes(t *testing.T, open func() database) {
+	ctx := context.Background()
+	db := open()
+	p, err := db.CreateProject(ctx, "p", "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	evlog, err := events.New(events.Config{Store: db, Logger: sandboxtest.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(evlog.Close)
+	guard, _ := netguard.New("--webhook-allow", []string{"127.0.0.1"})
 	r := newReceiver(t, always(200))
 	var nodes []*Service
 	for _, name := range []string{"a", "b"} {
-		st, err := sqlite.Open(e.path)
+		st := open()
+		f, err := st.RegisterNode(ctx, store.NodeInfo{Name: name, Address: name + ":7070"}, time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { st.Close() })
-		f, err := st.RegisterNode(context.Background(), store.NodeInfo{Name: name, Address: name + ":7070"}, time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := New(Config{Store: st, Guard: e.guard, Fence: func() store.Fence { return f }, PollInterval: 5 * time.Millisecond, Workers: 2,
+		s := New(Config{Store: st, Guard: guard, Fence: func() store.Fence { return f }, PollInterval: 5 * time.Millisecond, Workers: 2,
 			Logger: sandboxtest.Logger(t)})
 		t.Cleanup(s.Close)
 		nodes = append(nodes, s)
 	}
-	r.create(t, nodes[0], e.project.ID)
+	r.create(t, nodes[0], p.ID)
 	const n = 40
 	for i := range n {
-		e.publish(sandbox.EventCreated, fmt.Sprintf("sb%d", i))
+		evlog.Publish(sandbox.Event{Type: sandbox.EventCreated, ProjectID: p.ID, SandboxID: fmt.Sprintf("sb%d", i)})
 	}
 	sandboxtest.Eventually(t, "every event delivered", func() bool { return len(r.deliveries()) >= n })
 	time.Sleep(100 * time.Millisecond)
 	count := map[string]int{}
 	for _, d := range r.deliveries() {
+		if d.err != nil {
+			t.Fatal(d.err)
+		}
 		count[d.event.ID]++
 	}
 	if len(count) != n || len(r.deliveries()) != n {
