@@ -188,9 +188,6 @@ func serve(ctx context.Context, args []string) error {
 	if c.usageInterval < 100*time.Millisecond {
 		return fmt.Errorf("--usage-interval %s: must be at least 100ms", c.usageInterval)
 	}
-	if c.webhookRetryBase < 10*time.Millisecond || c.webhookRetryBase > webhook.MaxRetryWait {
-		return fmt.Errorf("--webhook-retry-base %s: must be from 10ms to %s", c.webhookRetryBase, webhook.MaxRetryWait)
-	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	// Every step until the API listens is timed (debug): a start must reach
 	// its listeners within a second or two whatever the host's load, and
@@ -384,7 +381,7 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	}
 	mets := metrics.New()
-	evlog, hooks, err := openEvents(c, st, cm, log)
+	evlog, hooks, err := openEvents(&c, st, cm, log)
 	if err != nil {
 		return err
 	}
@@ -540,6 +537,9 @@ func serve(ctx context.Context, args []string) error {
 			Events: evlog, Webhooks: hooks}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
+	// Event streams never end on their own: a shutdown ends them so that
+	// it does not wait for them (clients reconnect with Last-Event-ID).
+	srv.RegisterOnShutdown(evlog.EndStreams)
 	var public proxy.PublicPorts
 	if c.codeInterpreterPublic {
 		public = codeInterpreterPorts{ports}
@@ -594,7 +594,7 @@ func serve(ctx context.Context, args []string) error {
 // cluster writes to the shared database (st, not the node's view), and
 // the webhooks' deliverer, whose claims carry the node's fence in cluster
 // mode (on a single server, this process's incarnation).
-func openEvents(c serveConfig, st store.Store, cm *clusterMode, log *slog.Logger) (*events.Log, *webhook.Service, error) {
+func openEvents(c *serveConfig, st store.Store, cm *clusterMode, log *slog.Logger) (*events.Log, *webhook.Service, error) {
 	evStore, ok := st.(store.Events)
 	if !ok {
 		return nil, nil, fmt.Errorf("the %T store cannot keep events", st)
@@ -676,8 +676,17 @@ func (c *serveConfig) validate() error {
 	if c.maxSandboxes < 1 {
 		return fmt.Errorf("--max-sandboxes %d: must be 1 or more", c.maxSandboxes)
 	}
+	if c.eventsRetention < events.MinRetention {
+		return fmt.Errorf("--events-retention %s: must be at least %s (a stream resumes within an hour)", c.eventsRetention, events.MinRetention)
+	}
+	if c.webhookRetryBase < 10*time.Millisecond || c.webhookRetryBase > webhook.MaxRetryWait {
+		return fmt.Errorf("--webhook-retry-base %s: must be from 10ms to %s", c.webhookRetryBase, webhook.MaxRetryWait)
+	}
 	if err := gvisor.ValidCgroupParent(c.build.cgroupParent); err != nil {
 		return fmt.Errorf("--cgroup-parent: %w", err)
+	}
+	if _, err := netguard.New("--webhook-allow", c.webhookAllow); err != nil {
+		return err
 	}
 	return nil
 }

@@ -418,3 +418,25 @@ func containsAll(s string, subs ...string) bool {
 	}
 	return true
 }
+
+// TestEndStreams: a server shutting down ends its streams (its HTTP server
+// waits for them) while its log still writes.
+func TestEndStreams(t *testing.T) {
+	st, _ := sandboxtest.ProjectStore(t)
+	l := newLog(t, st, nil)
+	f := follow(t, l, Query{ProjectID: "prj_e"})
+	l.EndStreams()
+	select {
+	case <-f.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream did not end")
+	}
+	if f.err != nil {
+		t.Fatalf("an ended stream: %v", f.err)
+	}
+	l.Publish(sandbox.Event{Type: sandbox.EventCreated, ProjectID: "prj_e", SandboxID: "sb1"})
+	sandboxtest.Eventually(t, "the event written after the streams ended", func() bool {
+		evs, err := st.Events(context.Background(), store.EventQuery{ProjectID: "prj_e"})
+		return err == nil && len(evs) == 1
+	})
+}

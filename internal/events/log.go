@@ -79,6 +79,9 @@ type Log struct {
 	hub  hub
 	stop context.CancelFunc
 	done chan struct{}
+	// streams ends with EndStreams: every Follow returns.
+	streams    context.Context
+	endStreams context.CancelFunc
 
 	mu      sync.Mutex
 	dropped map[string]int // project → events dropped since the last events.dropped
@@ -113,6 +116,7 @@ func New(cfg Config) (*Log, error) {
 	l := &Log{cfg: cfg, log: cfg.Logger, ch: make(chan store.Event, cfg.Buffer), stop: stop, done: make(chan struct{}),
 		dropped: map[string]int{}}
 	l.hub.init()
+	l.streams, l.endStreams = context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(3)
 	go func() { defer wg.Done(); l.write(ctx) }()
@@ -124,10 +128,18 @@ func New(cfg Config) (*Log, error) {
 
 // Close stops the log: the events still waiting are written (within a
 // few seconds) before it returns. Events published after are dropped.
+// Streams end too.
 func (l *Log) Close() {
+	l.EndStreams()
 	l.stop()
 	<-l.done
 }
+
+// EndStreams ends every stream (Follow returns; clients reconnect with
+// their Last-Event-ID), and those that start later at once: for a server
+// shutting down, whose HTTP server waits for its requests to end, while
+// events are still written.
+func (l *Log) EndStreams() { l.endStreams() }
 
 // Retention is how long events are kept.
 func (l *Log) Retention() time.Duration { return l.cfg.Retention }

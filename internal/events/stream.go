@@ -42,7 +42,8 @@ type Stream struct {
 }
 
 // Follow sends each event q selects to out, in the log's order, until ctx
-// is done or out fails (nil is returned then: the client went). Events of
+// is done, out fails (nil is returned then: the client went) or the
+// server ends its streams (EndStreams). Events of
 // every node of a cluster are there (the log is the shared store's). A
 // LastEventID the log does not hold (never was, another project's, past
 // the retention) is ErrInvalid, before Opened.
@@ -108,6 +109,8 @@ func (l *Log) Follow(ctx context.Context, q Query, out Stream) error {
 		sq.After = max(sq.After, top)
 		select {
 		case <-ctx.Done():
+			return nil
+		case <-l.streams.Done():
 			return nil
 		case <-wake:
 		case <-idle.C:
