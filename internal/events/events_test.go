@@ -17,8 +17,7 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/sandboxtest"
 	"github.com/lizard-build/lizard/internal/store"
-	"github.com/lizard-build/lizard/internal/store/postgres"
-	"github.com/lizard-build/lizard/internal/store/postgres/pgtest"
+	"github.com/lizard-build/lizard/internal/store/dbtest"
 	"github.com/lizard-build/lizard/internal/store/sqlite"
 )
 
@@ -345,30 +344,8 @@ func TestScheduleRunFinished(t *testing.T) {
 // a stream on any node shows every node's events, in the log's order, on
 // both backends.
 func TestNodes(t *testing.T) {
-	t.Run("sqlite", func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "lizard.db")
-		nodes(t, func() Store {
-			st, err := sqlite.Open(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { st.Close() })
-			return st
-		})
-	})
-	t.Run("postgres", func(t *testing.T) {
-		url, err := pgtest.ForTest(t).NewDatabase(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodes(t, func() Store {
-			st, err := postgres.Open(context.Background(), url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { st.Close() })
-			return st
-		})
+	dbtest.Each(t, func(t *testing.T, open func() dbtest.Database) {
+		nodes(t, func() Store { return open() })
 	})
 }
 

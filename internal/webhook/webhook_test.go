@@ -23,8 +23,7 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/sandboxtest"
 	"github.com/lizard-build/lizard/internal/store"
-	"github.com/lizard-build/lizard/internal/store/postgres"
-	"github.com/lizard-build/lizard/internal/store/postgres/pgtest"
+	"github.com/lizard-build/lizard/internal/store/dbtest"
 	"github.com/lizard-build/lizard/internal/store/sqlite"
 )
 
@@ -489,45 +488,12 @@ func TestRedirect(t *testing.T) {
 	}
 }
 
-// database is a handle on a store as a cluster node has it.
-type database interface {
-	store.Store
-	store.Events
-	store.Cluster
-}
-
 // TestOnceAcrossNodes: two nodes' deliverers on one database (a cluster)
 // deliver each event once, each claiming under its own fence, on both
 // backends.
-func TestOnceAcrossNodes(t *testing.T) {
-	t.Run("sqlite", func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "lizard.db")
-		onceAcrossNodes(t, func() database {
-			st, err := sqlite.Open(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { st.Close() })
-			return st
-		})
-	})
-	t.Run("postgres", func(t *testing.T) {
-		url, err := pgtest.ForTest(t).NewDatabase(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		onceAcrossNodes(t, func() database {
-			st, err := postgres.Open(context.Background(), url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { st.Close() })
-			return st
-		})
-	})
-}
+func TestOnceAcrossNodes(t *testing.T) { dbtest.Each(t, onceAcrossNodes) }
 
-func onceAcrossNodes(t *testing.T, open func() database) {
+func onceAcrossNodes(t *testing.T, open func() dbtest.Database) {
 	ctx := context.Background()
 	db := open()
 	p, err := db.CreateProject(ctx, "p", "p")
