@@ -30,9 +30,11 @@ import (
 	"github.com/lizard-build/lizard/internal/durable"
 	"github.com/lizard-build/lizard/internal/e2b"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/events"
 	"github.com/lizard-build/lizard/internal/identity"
 	"github.com/lizard-build/lizard/internal/mcp"
 	"github.com/lizard-build/lizard/internal/metrics"
+	"github.com/lizard-build/lizard/internal/netguard"
 	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/proxy"
 	"github.com/lizard-build/lizard/internal/ratelimit"
@@ -50,6 +52,7 @@ import (
 	"github.com/lizard-build/lizard/internal/template"
 	"github.com/lizard-build/lizard/internal/tmpldist"
 	"github.com/lizard-build/lizard/internal/volume"
+	"github.com/lizard-build/lizard/internal/webhook"
 )
 
 // defaultSubnet is the sandboxes' subnet unless --subnet says otherwise.
@@ -85,6 +88,9 @@ type serveConfig struct {
 	region                                     string
 	apiHost                                    string
 	codeInterpreterPublic                      bool
+	eventsRetention                            time.Duration
+	webhookAllow                               listFlag
+	webhookRetryBase                           time.Duration
 }
 
 // The default rate limit is far above what a client that waits for its
@@ -151,6 +157,9 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	c.cluster.register(fs)
 	c.secrets.register(fs)
 	fs.Int64Var(&c.maxBuildContext, "max-build-context", api.DefaultMaxBuildContext, "largest POST /api/templates request (Dockerfile and build context files) in bytes")
+	fs.DurationVar(&c.eventsRetention, "events-retention", events.DefaultRetention, "how long lifecycle events are kept: GET /api/events replays and resumes (Last-Event-ID) within it; at least 1h")
+	fs.Var(&c.webhookAllow, "webhook-allow", "HOST[:PORT] a webhook URL may name although it is on a loopback, link-local or private address (repeatable)")
+	fs.DurationVar(&c.webhookRetryBase, "webhook-retry-base", webhook.DefaultRetryBase, "wait before the first retry of a failed webhook delivery; each next one waits twice as long (at most 1h, with jitter), for 24h after the event")
 	return fs
 }
 
@@ -408,6 +417,12 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	}
 	mets := metrics.New()
+	evlog, hooks, err := openEvents(&c, st, cm, log)
+	if err != nil {
+		return err
+	}
+	defer hooks.Close()
+	defer evlog.Close() // before the deliverer: what it writes last is delivered after a restart
 	// In a cluster, a project's snapshot limit counts every node's.
 	var projectSnapshots func(context.Context, string) (int, error)
 	if cm != nil {
@@ -428,7 +443,7 @@ func serve(ctx context.Context, args []string) error {
 		LogDir: filepath.Join(c.dataDir, "logs"), MaxSandboxes: c.maxSandboxes, RecoverProbeTimeout: c.recoverProbeTimeout,
 		Logger: log.With("component", "sandbox"), Observer: mets, LogMaxBytes: c.logMaxBytes,
 		Capacity: capacity, Limits: limits, Disk: guard, CodeInterpreterPath: codeInterpPath,
-		Images: images, Region: c.region,
+		Images: images, Region: c.region, Events: evlog,
 	})
 	defer svc.Close()
 	// The sandbox service's features, each a package over its core.
@@ -586,11 +601,14 @@ func serve(ctx context.Context, args []string) error {
 		MaxBuildContext: c.maxBuildContext, Logger: log.With("component", "api"),
 		Metrics: mets, ServeMetrics: mln == nil, Ready: cm.readyChecks(readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm)),
 		Disk: guard, KeyStore: st, Sessions: sessions, Dashboard: assets, Cluster: apiCluster, SandboxURL: netm.APIURL(),
-		Secrets: secretSvc, Identity: issuer})
+		Secrets: secretSvc, Identity: issuer, Events: evlog, Webhooks: hooks})
 	srv := &http.Server{
 		Handler:           apiHandler,
 		ReadHeaderTimeout: 10 * time.Second,
 	}
+	// Event streams never end on their own: a shutdown ends them so that
+	// it does not wait for them (clients reconnect with Last-Event-ID).
+	srv.RegisterOnShutdown(evlog.EndStreams)
 	var public proxy.PublicPorts
 	if c.codeInterpreterPublic {
 		public = codeInterpreterPorts{ports}
@@ -655,6 +673,34 @@ func newSchedules(svc *sandbox.Service, st store.Store, cm *clusterMode, limits 
 	return schedule.New(cfg), nil
 }
 
+// openEvents starts the lifecycle event log, which every node of a
+// cluster writes to the shared database (st, not the node's view), and
+// the webhooks' deliverer, whose claims carry the node's fence in cluster
+// mode (on a single server, this process's incarnation).
+func openEvents(c *serveConfig, st store.Store, cm *clusterMode, log *slog.Logger) (*events.Log, *webhook.Service, error) {
+	evStore, ok := st.(store.Events)
+	if !ok {
+		return nil, nil, fmt.Errorf("the %T store cannot keep events", st)
+	}
+	guard, err := netguard.New("--webhook-allow", c.webhookAllow)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := webhook.Config{Store: evStore, Guard: guard, RetryBase: c.webhookRetryBase, Logger: log.With("component", "webhook")}
+	node := ""
+	if cm != nil {
+		cfg.Fence, node = cm.member.Fence, cm.member.Self()
+	}
+	hooks := webhook.New(cfg)
+	evlog, err := events.New(events.Config{Store: evStore, Node: node, Retention: c.eventsRetention, Appended: hooks.Kick,
+		Logger: log.With("component", "events")})
+	if err != nil {
+		hooks.Close()
+		return nil, nil, err
+	}
+	return evlog, hooks, nil
+}
+
 // codeInterpreterPorts makes the Lizard SDK's code-interpreter port of
 // code-interpreter-v1 sandboxes public (--code-interpreter-public): its
 // client sends no token. The server there still asks for a secure E2B
@@ -713,8 +759,17 @@ func (c *serveConfig) validate() error {
 	if c.maxSandboxes < 1 {
 		return fmt.Errorf("--max-sandboxes %d: must be 1 or more", c.maxSandboxes)
 	}
+	if c.eventsRetention < events.MinRetention {
+		return fmt.Errorf("--events-retention %s: must be at least %s (a stream resumes within an hour)", c.eventsRetention, events.MinRetention)
+	}
+	if c.webhookRetryBase < 10*time.Millisecond || c.webhookRetryBase > webhook.MaxRetryWait {
+		return fmt.Errorf("--webhook-retry-base %s: must be from 10ms to %s", c.webhookRetryBase, webhook.MaxRetryWait)
+	}
 	if err := gvisor.ValidCgroupParent(c.build.cgroupParent); err != nil {
 		return fmt.Errorf("--cgroup-parent: %w", err)
+	}
+	if _, err := netguard.New("--webhook-allow", c.webhookAllow); err != nil {
+		return err
 	}
 	return nil
 }

@@ -70,3 +70,29 @@ func TestListenPort(t *testing.T) {
 		}
 	}
 }
+
+// TestEventFlags: the event and webhook flags are checked before anything
+// starts, each refusal naming its flag.
+func TestEventFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		bad  string
+	}{
+		{nil, ""},
+		{[]string{"--events-retention", "2h", "--webhook-retry-base", "200ms", "--webhook-allow", "127.0.0.1:9000"}, ""},
+		{[]string{"--events-retention", "30m"}, "--events-retention"},
+		{[]string{"--webhook-retry-base", "1ms"}, "--webhook-retry-base"},
+		{[]string{"--webhook-retry-base", "2h"}, "--webhook-retry-base"},
+		{[]string{"--webhook-allow", "user@host"}, "--webhook-allow"},
+	} {
+		var c serveConfig
+		fs := serveFlags(&c)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		err := c.validate()
+		if tc.bad == "" && err != nil || tc.bad != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.bad)) {
+			t.Errorf("%v: %v, want an error naming %q", tc.args, err, tc.bad)
+		}
+	}
+}

@@ -77,6 +77,11 @@ type Config struct {
 	Ready []ReadyCheck
 	// KeyStore manages the project's API keys (/api/keys).
 	KeyStore KeyStore
+	// Events streams the project's lifecycle events (GET /api/events)
+	// and Webhooks manages its webhooks (/api/webhooks); nil serves
+	// none.
+	Events   Events
+	Webhooks Webhooks
 	// Sessions and Dashboard: with both, GET / serves the dashboard
 	// (internal/dashboard), /dashboard/login starts a session, and its
 	// cookie authenticates API requests in place of an API key.
@@ -168,6 +173,8 @@ func Handler(cfg Config) http.Handler {
 	tokR := tokenRoutes{ids: cfg.Identity}
 	issR := issuerRoutes{ids: cfg.Identity}
 	schedR := scheduleRoutes{schedules: cfg.Schedules}
+	eventR := eventRoutes{events: cfg.Events, log: cfg.Logger}
+	hookR := webhookRoutes{webhooks: cfg.Webhooks}
 	mux := http.NewServeMux()
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request, store.Project) error) {
 		mux.Handle(pattern, s.authed(h))
@@ -254,6 +261,16 @@ func Handler(cfg Config) http.Handler {
 		route("GET /api/keys", keyR.listKeys)
 		route("POST /api/keys", keyR.createKey)
 		route("DELETE /api/keys/{kid}", keyR.revokeKey)
+	}
+	if cfg.Events != nil {
+		route("GET /api/events", eventR.streamEvents)
+	}
+	if cfg.Webhooks != nil {
+		route("POST /api/webhooks", hookR.createWebhook)
+		route("GET /api/webhooks", hookR.listWebhooks)
+		route("GET /api/webhooks/{wid}", hookR.getWebhook)
+		route("DELETE /api/webhooks/{wid}", hookR.deleteWebhook)
+		route("GET /api/webhooks/{wid}/deliveries", hookR.listDeliveries)
 	}
 	if cfg.Sessions != nil && cfg.Dashboard != nil {
 		mux.HandleFunc("POST /dashboard/login", s.login)

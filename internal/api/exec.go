@@ -115,11 +115,7 @@ func (s *server) execStream(w http.ResponseWriter, r *http.Request, p store.Proj
 			return
 		}
 		started = true
-		h := w.Header()
-		h.Set("Content-Type", "text/event-stream")
-		h.Set("Cache-Control", "no-cache")
-		h.Set("X-Accel-Buffering", "no")
-		w.WriteHeader(http.StatusOK)
+		startEventStream(w)
 	}
 	send := func(v any) error {
 		begin()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/apikey"
 	"github.com/lizard-build/lizard/internal/dashboard"
+	"github.com/lizard-build/lizard/internal/events"
 	"github.com/lizard-build/lizard/internal/runtime/fake"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/desktop"
@@ -23,6 +24,7 @@ import (
 	"github.com/lizard-build/lizard/internal/store/sqlite"
 	"github.com/lizard-build/lizard/internal/template"
 	"github.com/lizard-build/lizard/internal/volume"
+	"github.com/lizard-build/lizard/internal/webhook"
 )
 
 // fuzzRoutes are the requests FuzzAPI sends, {id} replaced by the fuzzed
@@ -71,6 +73,12 @@ var fuzzRoutes = []struct{ method, path string }{
 	{"GET", "/api/keys"},
 	{"POST", "/api/keys"},
 	{"DELETE", "/api/keys/{id}"},
+	{"GET", "/api/events"},
+	{"POST", "/api/webhooks"},
+	{"GET", "/api/webhooks"},
+	{"GET", "/api/webhooks/{id}"},
+	{"DELETE", "/api/webhooks/{id}"},
+	{"GET", "/api/webhooks/{id}/deliveries"},
 	{"POST", "/dashboard/login"},
 	{"GET", "/dashboard/session"},
 	{"POST", "/dashboard/logout"},
@@ -168,9 +176,18 @@ func newFuzzAPI(f testing.TB) (http.Handler, string) {
 		f.Fatal(err)
 	}
 	ports := preview.New(svc)
+	// The service tells the log nothing: no event, so no webhook
+	// delivery leaves the host.
+	evlog, err := events.New(events.Config{Store: st, Logger: log})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(evlog.Close)
+	hooks := webhook.New(webhook.Config{Store: st, Logger: log})
+	f.Cleanup(hooks.Close)
 	return Handler(Config{Keys: keys, Sandboxes: svc, Snapshots: snaps, Copies: snaps, Usage: usage.New(svc, rt, log), Ports: ports, Desktops: desktop.New(svc, ports), Templates: reg, Volumes: vols,
 		Previews: PreviewURLs{Domain: "sandbox.localhost", Scheme: "http"}, Logger: log,
-		KeyStore: st, Sessions: dashboard.NewSessions(0, 0), Dashboard: assets}), live.ID
+		KeyStore: st, Sessions: dashboard.NewSessions(0, 0), Dashboard: assets, Events: evlog, Webhooks: hooks}), live.ID
 }
 
 // hostEffects says whether a request would run a command or change files
@@ -224,6 +241,9 @@ func FuzzAPI(f *testing.F) {
 		{route("POST", "/api/sandboxes/{id}/timeout"), `{"timeout":-5}`},
 		{route("POST", "/api/sandboxes/{id}/fork"), `{"count":100000}`},
 		{route("POST", "/api/sandboxes/{id}/files/watch"), `{"path":"/","recursive":true}`},
+		{route("POST", "/api/webhooks"), `{"url":"https://93.184.215.14/hook","events":["sandbox.paused"],"secret":"0123456789abcdef"}`},
+		{route("POST", "/api/webhooks"), `{"url":"http://[::1]:80/","events":[]}`},
+		{route("GET", "/api/events"), ``},
 	} {
 		f.Add(seed.route, "sb1", "path=/tmp&user=root&tail=5", []byte(seed.body), false)
 	}

@@ -46,11 +46,7 @@ func (s logRoutes) sandboxLogs(w http.ResponseWriter, r *http.Request, p store.P
 		}
 	}
 	rc := http.NewResponseController(w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
+	startEventStream(w)
 	fmt.Fprint(w, ": lizard sandbox log\n\n")
 	rc.Flush()
 	send := func(line sandbox.LogLine) error {

@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/netguard"
 )
 
 // FROM an OCI image: the host pulls it (go-containerregistry, through the
@@ -50,7 +51,7 @@ func (b *dbuild) pull(ctx context.Context, ref string, line int) (baseInfo, erro
 			return baseInfo{}, ctx.Err()
 		}
 		b.log().Warn("image pull failed", "template", b.name, "image", ref, "registry", registry, "err", err)
-		if errors.Is(err, errRefused) {
+		if errors.Is(err, netguard.ErrRefused) {
 			return baseInfo{}, errdefs.WithCode(CodeRegistryRefused, fmt.Errorf(
 				"%s: registry %s is refused: pulls may not reach loopback, link-local or private addresses unless the operator allows the registry (--registry-allow): %w",
 				where, registry, errdefs.ErrPermission))

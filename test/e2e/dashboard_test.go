@@ -8,7 +8,7 @@ import (
 
 // TestDashboard drives the dashboard in headless Chromium
 // (js/dashboard.e2e.mjs): sign in, create, terminal, files, preview, pause
-// and resume, keys, and a sandbox of another project that never shows.
+// and resume, the events page, keys, and a sandbox of another project that never shows.
 // LIZARD_SCREENSHOTS=DIR saves the main pages there (docs/img).
 func TestDashboard(t *testing.T) {
 	// Usage every 500 ms: the charts have a few points within seconds.

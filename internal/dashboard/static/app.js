@@ -193,6 +193,7 @@ const views = {
   snapshots: viewSnapshots,
   volumes: viewVolumes,
   templates: viewTemplates,
+  events: viewEvents,
   keys: viewKeys
 }
 
@@ -949,5 +950,45 @@ document.getElementById('signout').addEventListener('click', async () => {
   try { await api('POST', '/dashboard/logout', undefined, { noLogout: true }) } catch (e) { report(e) }
   signedOut('Signed out.')
 })
+// ---- events ---------------------------------------------------------------
+
+// viewEvents follows the project's lifecycle events (GET /api/events, the
+// last hour first), newest on top. A stream that ends is opened again after
+// the last event seen (lastEventId), or from an hour back if that fails.
+function viewEvents (main) {
+  const tbody = h('tbody', { id: 'event-rows' })
+  const status = h('span', { class: 'dim' }, 'following…')
+  main.append(h('h1', null, 'Events'), h('div', { style: 'margin-bottom:8px' }, status),
+    h('div', { class: 'panel' }, h('table', null,
+      h('thead', null, h('tr', null, ...['Time', 'Event', 'Sandbox', 'By', 'Detail', 'Node'].map((c) => h('th', null, c)))), tbody)))
+  let last = null
+  let src = null
+  let timer = null
+  let rows = 0
+  const open = () => {
+    const q = last ? `lastEventId=${encodeURIComponent(last)}` : `since=${encodeURIComponent(new Date(Date.now() - 3600e3).toISOString())}`
+    let opened = false
+    src = new EventSource(`/api/events?${q}`)
+    src.onopen = () => { opened = true; status.textContent = 'following…' }
+    src.onmessage = (m) => {
+      const e = JSON.parse(m.data)
+      last = e.id
+      const sb = e.sandboxId ? h('a', { href: '#/sandbox/' + encodeURIComponent(e.sandboxId) }, e.sandboxId) : '—'
+      tbody.prepend(h('tr', { 'data-event': e.id, 'data-type': e.type, 'data-sandbox': e.sandboxId || '' },
+        h('td', null, fmtTime(e.at)), h('td', null, e.type), h('td', { class: 'mono' }, sb), h('td', null, e.by || '—'),
+        h('td', null, e.detail || (e.run ? `run ${e.run.status}` : '')), h('td', null, e.node || '—')))
+      if (++rows > 1000) { tbody.lastChild.remove(); rows-- }
+    }
+    src.onerror = () => {
+      src.close()
+      if (!opened) last = null // refused: the event to resume after is gone; from an hour back
+      status.textContent = 'stream ended; reconnecting…'
+      timer = setTimeout(open, 3000)
+    }
+  }
+  open()
+  return () => { clearTimeout(timer); if (src) src.close() }
+}
+
 window.addEventListener('hashchange', () => route())
 loadSession().then(() => route())

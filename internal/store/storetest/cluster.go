@@ -30,6 +30,7 @@ func RunCluster(t *testing.T, newDB NewDB) {
 		{"Orphans", testOrphans},
 		{"AdoptPool", testAdoptPool},
 		{"ScheduleFence", testScheduleFence},
+		{"DeliveryFence", testDeliveryFence},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			open := newDB(t)

@@ -43,6 +43,9 @@ func Run(t *testing.T, newDB NewDB) {
 		{"Secrets", testSecrets},
 		{"Identity", testIdentity},
 		{"Schedules", testSchedules},
+		{"Events", testEvents},
+		{"EventsFollow", testEventsFollow},
+		{"Webhooks", testWebhooks},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			open := newDB(t)

@@ -2,7 +2,7 @@
 // playwright-core) against a real lizard serve: sign in, a sandbox created
 // from the form appears in the live table, a terminal, a file dropped on
 // the file browser, an exposed port's preview, pause and resume from the
-// buttons, a key created and revoked, a wrong key refused, another
+// buttons, the events page showing them, a key created and revoked, a wrong key refused, another
 // project's sandbox never shown. Run by TestDashboard (dashboard_test.go),
 // which passes the other project's sandbox in LIZARD_OTHER_SANDBOX; with
 // LIZARD_SCREENSHOTS=DIR the main pages are saved there.
@@ -31,7 +31,7 @@ function apiFrom (page, method, path, headers = {}) {
   }, [method, path, headers])
 }
 
-test('the dashboard: sign in, sandboxes, terminal, files, preview, pause and resume, keys', async () => {
+test('the dashboard: sign in, sandboxes, terminal, files, preview, pause and resume, events, keys', async () => {
   assert.ok(OTHER, 'LIZARD_OTHER_SANDBOX: run through TestDashboard')
   const { ctx, close } = await browserContext()
   let id = null
@@ -176,6 +176,15 @@ test('the dashboard: sign in, sandboxes, terminal, files, preview, pause and res
     await page.click('#sandbox-info button[data-act="resume"]')
     await page.waitForFunction(() => document.getElementById('sandbox-status').textContent === 'running', null, { timeout: 60_000 })
     assert.equal((await sb.process.exec('cat /tmp/dropped.txt')).stdout, 'edited in the dashboard\n')
+
+    // The events page: this sandbox's life, newest first, with its cause;
+    // nothing of the other project's sandbox.
+    await page.goto(BASE + '/#/events')
+    const lifeOf = () => page.$$eval(`#event-rows tr[data-sandbox="${id}"]`, (rs) => rs.map((r) => r.dataset.type))
+    await page.waitForFunction((sid) => document.querySelectorAll(`#event-rows tr[data-sandbox="${sid}"]`).length >= 3, id, { timeout: 30_000 })
+    assert.deepEqual((await lifeOf()).slice(0, 3), ['sandbox.resumed', 'sandbox.paused', 'sandbox.created'])
+    assert.equal(await page.$(`#event-rows tr[data-sandbox="${OTHER}"]`), null, 'another project\'s events are not shown')
+    await shot(page, 'events')
 
     // Snapshots, volumes and templates pages show.
     await page.goto(BASE + '/#/templates')
