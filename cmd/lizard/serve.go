@@ -572,7 +572,7 @@ func serve(ctx context.Context, args []string) error {
 	apiCluster, previewCluster := routing.hooks()
 	ports := preview.New(svc)
 	desktops := desktop.New(svc, ports)
-	scheds, err := newSchedules(svc, st, cm, limits, log.With("component", "schedule"))
+	scheds, err := newSchedules(svc, st, cm, limits, evlog, log.With("component", "schedule"))
 	if err != nil {
 		return err
 	}
@@ -661,12 +661,12 @@ func serve(ctx context.Context, args []string) error {
 
 // newSchedules makes the sandboxes' schedules over svc, kept in st; in a
 // cluster their claims carry this node's fence.
-func newSchedules(svc *sandbox.Service, st store.Store, cm *clusterMode, limits func(context.Context, string) (store.Limits, error), log *slog.Logger) (*schedule.Service, error) {
+func newSchedules(svc *sandbox.Service, st store.Store, cm *clusterMode, limits func(context.Context, string) (store.Limits, error), runs schedule.RunEvents, log *slog.Logger) (*schedule.Service, error) {
 	ss, ok := st.(store.Schedules)
 	if !ok {
 		return nil, fmt.Errorf("store %T keeps no schedules", st)
 	}
-	cfg := schedule.Config{Core: svc, Store: ss, Limits: limits, Logger: log}
+	cfg := schedule.Config{Core: svc, Store: ss, Limits: limits, Runs: runs, Logger: log}
 	if cm != nil {
 		cfg.Node, cfg.Fence = cm.member.Self(), cm.member.Fence
 	}

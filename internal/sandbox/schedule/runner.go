@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/agent"
+	"github.com/lizard-build/lizard/internal/events"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -34,6 +35,7 @@ func (s *Service) Run(ctx context.Context) {
 		if err == nil {
 			for _, r := range left {
 				s.log.Warn("schedule run interrupted by a stop of the server", "schedule", r.ScheduleID, "run", r.ID, "sandbox", r.SandboxID)
+				s.finished(r)
 				if r.Woke && !r.Slept {
 					asleep = append(asleep, r)
 				}
@@ -81,7 +83,7 @@ func (s *Service) putBack(ctx context.Context, runs []store.ScheduleRun) []store
 			if s.handOver(r.SandboxID) {
 				continue // a new run has it: that run puts it back
 			}
-			if err := s.cfg.Core.Pause(ctx, r.ProjectID, r.SandboxID); err != nil {
+			if err := s.cfg.Core.Pause(sandbox.WithCause(ctx, sandbox.CauseSchedule), r.ProjectID, r.SandboxID); err != nil {
 				s.log.Error("schedules: put back to sleep the sandbox an interrupted run woke", "sandbox", r.SandboxID, "err", err)
 				continue
 			}
@@ -214,6 +216,20 @@ func (s *Service) run(ctx context.Context, spec Spec, r store.ScheduleRun) {
 	}
 	s.log.Info("schedule run ended", "schedule", r.ScheduleID, "run", r.ID, "status", r.Status, "woke", r.Woke, "slept", r.Slept,
 		"took", time.Since(start).Round(time.Millisecond))
+	s.finished(r)
+}
+
+// finished tells Config.Runs of a run that ended.
+func (s *Service) finished(r store.ScheduleRun) {
+	if s.cfg.Runs == nil {
+		return
+	}
+	ev := events.ScheduleRun{ProjectID: r.ProjectID, SandboxID: r.SandboxID, ScheduleID: r.ScheduleID, RunID: r.ID,
+		Status: r.Status, Woke: r.Woke, Slept: r.Slept, StartedAt: r.StartedAt, ExitCode: r.ExitCode, Error: r.Error}
+	if r.EndedAt != nil {
+		ev.EndedAt = *r.EndedAt
+	}
+	s.cfg.Runs.ScheduleRunFinished(ev)
 }
 
 var errTimeout = errors.New("timeout")
@@ -238,7 +254,7 @@ func (s *Service) acquire(ctx context.Context, r store.ScheduleRun) (bool, error
 	if rec.Status != sandbox.StatusPaused {
 		return false, nil
 	}
-	if _, err := s.cfg.Core.Resume(ctx, r.ProjectID, r.SandboxID); err != nil {
+	if _, err := s.cfg.Core.Resume(sandbox.WithCause(ctx, sandbox.CauseSchedule), r.ProjectID, r.SandboxID); err != nil {
 		return false, fmt.Errorf("wake the sandbox: %w", err)
 	}
 	h.woken = true
@@ -270,7 +286,7 @@ func (s *Service) release(ctx context.Context, r store.ScheduleRun) bool {
 	h.mu.Lock()
 	slept := false
 	if h.woken {
-		if err := s.cfg.Core.Pause(ctx, r.ProjectID, r.SandboxID); err != nil {
+		if err := s.cfg.Core.Pause(sandbox.WithCause(ctx, sandbox.CauseSchedule), r.ProjectID, r.SandboxID); err != nil {
 			if !isGone(err) {
 				s.log.Error("schedules: put the sandbox back to sleep", "sandbox", r.SandboxID, "run", r.ID, "err", err)
 			}

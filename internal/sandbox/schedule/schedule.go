@@ -11,6 +11,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/agent"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/events"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -42,8 +43,16 @@ type Config struct {
 	Fence func() store.Fence
 	// Poll is how often the store is asked for due schedules (default
 	// DefaultPoll).
-	Poll   time.Duration
+	Poll time.Duration
+	// Runs is told of each run that ended (the event log); nil: no one.
+	Runs   RunEvents
 	Logger *slog.Logger
+}
+
+// RunEvents is told of the runs that end (*events.Log): it must return
+// at once.
+type RunEvents interface {
+	ScheduleRunFinished(events.ScheduleRun)
 }
 
 // DefaultPoll is how often a node looks for due schedules.

@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/events"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/sandboxtest"
 	"github.com/lizard-build/lizard/internal/store"
@@ -123,27 +126,62 @@ type fixture struct {
 	env  *sandboxtest.Env
 	core *sandbox.Service
 	svc  *Service
+	told *told
 	stop context.CancelFunc
 	done chan struct{}
+}
+
+// told keeps what the core and the schedules tell of (the event log's
+// part): lifecycle events and ended runs.
+type told struct {
+	mu     sync.Mutex
+	events []sandbox.Event
+	runs   []events.ScheduleRun
+}
+
+func (t *told) Publish(ev sandbox.Event) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.events = append(t.events, ev)
+}
+
+func (t *told) ScheduleRunFinished(r events.ScheduleRun) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.runs = append(t.runs, r)
+}
+
+// of returns "type/by" of sandbox id's lifecycle events.
+func (t *told) of(id string) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for _, ev := range t.events {
+		if ev.SandboxID == id {
+			out = append(out, ev.Type+"/"+ev.By)
+		}
+	}
+	return out
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	env := sandboxtest.NewEnv(t)
+	tl := &told{}
 	core := sandbox.New(sandbox.Config{Runtime: env.Runtime, Store: env.Store, Templates: env.Templates,
-		SnapshotDir: env.SnapshotDir, Logger: sandboxtest.Logger(t)})
+		SnapshotDir: env.SnapshotDir, Logger: sandboxtest.Logger(t), Events: tl})
 	if err := core.Recover(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(core.Close)
-	f := &fixture{env: env, core: core}
+	f := &fixture{env: env, core: core, told: tl}
 	f.start(t)
 	return f
 }
 
 // start runs a schedule service (again: a restart).
 func (f *fixture) start(t *testing.T) {
-	f.svc = New(Config{Core: f.core, Store: f.env.Store, Poll: 20 * time.Millisecond, Logger: sandboxtest.Logger(t),
+	f.svc = New(Config{Core: f.core, Store: f.env.Store, Poll: 20 * time.Millisecond, Logger: sandboxtest.Logger(t), Runs: f.told,
 		Limits: func(context.Context, string) (store.Limits, error) {
 			return store.Limits{Schedules: 4, SchedulesPerSandbox: 3}, nil
 		}})
@@ -265,6 +303,17 @@ func TestWakeAndSleep(t *testing.T) {
 	}
 	if got, _ := f.core.Get(p, rec.ID); got.Status != sandbox.StatusPaused {
 		t.Fatalf("after the run: %s, want paused", got.Status)
+	}
+	// The wake and the sleep are the schedule's; the ended run is told of.
+	if got, want := f.told.of(rec.ID), []string{"sandbox.created/api", "sandbox.paused/api", "sandbox.resumed/schedule", "sandbox.paused/schedule"}; !slices.Equal(got, want) {
+		t.Fatalf("events: %q, want %q", got, want)
+	}
+	f.told.mu.Lock()
+	runs := slices.Clone(f.told.runs)
+	f.told.mu.Unlock()
+	if len(runs) != 1 || runs[0].RunID != r.ID || runs[0].Status != store.RunSucceeded || !runs[0].Woke || !runs[0].Slept ||
+		runs[0].ExitCode == nil || *runs[0].ExitCode != 0 || runs[0].EndedAt.IsZero() || runs[0].ScheduleID != v.ID {
+		t.Fatalf("run events: %+v", runs)
 	}
 	if _, err := f.core.Resume(ctx, p, rec.ID); err != nil {
 		t.Fatal(err)
