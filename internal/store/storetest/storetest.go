@@ -40,6 +40,7 @@ func Run(t *testing.T, newDB NewDB) {
 		{"Concurrent", testConcurrent},
 		{"Reopen", testReopen},
 		{"TemplateVersions", testTemplateVersions},
+		{"TemplateTags", testTemplateTags},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			open := newDB(t)
