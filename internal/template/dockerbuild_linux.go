@@ -79,8 +79,10 @@ type dbuild struct {
 	image *pulledImage
 	// version names the new version ("": dockerfile-<time>-<key>).
 	version string
-	// steps: a Steps build, whose messages name steps, not lines.
-	steps bool
+	// steps: a Steps build, whose messages name steps, not lines;
+	// finalStep is the number its errors give the start command's.
+	steps     bool
+	finalStep int
 }
 
 // fromWhere names the build's base in messages: a Dockerfile's FROM line,
@@ -118,7 +120,7 @@ func (r *Registry) BuildSteps(ctx context.Context, name string, steps Steps, opt
 	opts.Dockerfile, opts.BuildArgs, opts.ReadyCommand = nil, nil, ""
 	opts.DockerfileName = "steps"
 	t, err := r.buildPlan(ctx, name, opts, progress, func(b *dbuild) (*dfPlan, error) {
-		b.steps = true
+		b.steps, b.finalStep = true, len(steps.Steps)+1
 		base, err := b.resolveStepsBase(ctx, steps)
 		if err != nil {
 			return nil, stepError(0, err)
@@ -585,6 +587,10 @@ func (b *dbuild) beforeSwitch(ctx context.Context, vdir string) (Template, error
 		return t, nil
 	}
 	if err := b.opts.BeforeSwitch(ctx, t, b.out.w); err != nil {
+		if b.steps {
+			// The start and ready commands: the step after the last.
+			return Template{}, stepError(b.finalStep, err)
+		}
 		return Template{}, err
 	}
 	// A cancelled build does not switch, even if the hook missed it.

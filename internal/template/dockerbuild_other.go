@@ -21,3 +21,8 @@ func (r *Registry) BuildDockerfile(ctx context.Context, name string, opts Docker
 func (r *Registry) BuildSteps(ctx context.Context, name string, steps Steps, opts DockerfileOptions, progress io.Writer) (Template, error) {
 	return Template{}, fmt.Errorf("build template %q: builds need Linux: %w", name, errdefs.ErrUnavailable)
 }
+
+// ExtractArchive unpacks a tar archive into dir; it needs Linux.
+func ExtractArchive(archive, dir string) error {
+	return fmt.Errorf("extract %s: needs Linux: %w", archive, errdefs.ErrUnavailable)
+}

@@ -65,8 +65,10 @@ type Step struct {
 	Env []EnvVar
 	// WORKDIR: Path (relative: to the current workdir, or /).
 	Path string
-	// USER: Name, the account the next steps and the template run as.
+	// USER: Name, the account the next steps and the template run as;
+	// Sudo gives it passwordless sudo when the step makes it.
 	Name string
+	Sudo bool
 	// Force builds this step and the ones after it afresh.
 	Force bool
 }
@@ -100,7 +102,8 @@ type Steps struct {
 
 // StepError is the error of a Steps build that failed at a step: Step is
 // its index in Steps.Steps plus one, 0 for what the build does before the
-// steps (the base, DefaultUser).
+// steps (the base, DefaultUser), len(Steps.Steps)+1 for what it does after
+// them (the start and ready commands: DockerfileOptions.BeforeSwitch).
 type StepError struct {
 	Step int
 	Err  error
@@ -304,9 +307,9 @@ func planSteps(s Steps, base baseInfo) (*dfPlan, error) {
 				return nil, stepsError(n, st.Op, "%q: not a valid user name (lower case letters, digits, '_', '-')", st.Name)
 			}
 			user = st.Name
-			d.Kind, d.User, d.Argv = stepUser, user, ensureUserArgv(user, false)
+			d.Kind, d.User, d.Argv = stepUser, user, ensureUserArgv(user, st.Sudo)
 			d.Text = "USER " + user
-			d.KeyText = "USER " + keyText(st.Force, user)
+			d.KeyText = "USER " + keyText(st.Force, []any{user, st.Sudo})
 		default:
 			return nil, stepsError(n, st.Op, "unknown step type (want RUN, COPY, ENV, WORKDIR or USER)")
 		}
