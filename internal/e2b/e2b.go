@@ -10,11 +10,13 @@
 package e2b
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
 
 	"github.com/lizard-build/lizard/internal/api"
+	"github.com/lizard-build/lizard/internal/disk"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/store"
@@ -40,6 +42,9 @@ type Templates interface {
 	// ListFor returns the built templates project sees: the built-in ones
 	// and its own.
 	ListFor(project string) ([]template.Template, error)
+	// Delete removes project's template name (not a built-in one); its
+	// versions stay while sandboxes or snapshots use them.
+	Delete(ctx context.Context, project, name string) error
 }
 
 // Sandboxes is what the control plane calls of the sandbox service
@@ -67,6 +72,18 @@ type Config struct {
 	// creates and lists every node's sandboxes in cluster mode; nil on a
 	// single server.
 	Cluster api.Cluster
+
+	// Template builds (build.go): Builder builds (nil: the build calls are
+	// refused), FilesDir keeps the files of COPY steps, at most MaxUpload
+	// bytes an upload (0: api.DefaultMaxBuildContext), while Disk has
+	// room; Tags keeps templates' tags (nil: none are kept); builds run
+	// under BuildContext (nil: context.Background()).
+	Builder      Builder
+	FilesDir     string
+	MaxUpload    int64
+	Disk         *disk.Guard
+	Tags         store.TemplateTags
+	BuildContext context.Context
 }
 
 type server struct {
@@ -77,6 +94,7 @@ type server struct {
 	domain    string
 	log       *slog.Logger
 	cluster   api.Cluster
+	refs      templateRefs
 }
 
 // maxBody bounds request bodies.
@@ -87,7 +105,8 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &server{auth: cfg.Auth, sandboxes: cfg.Sandboxes, usage: cfg.Usage, templates: cfg.Templates, domain: cfg.Domain, log: cfg.Logger, cluster: cfg.Cluster}
+	refs := templateRefs{templates: cfg.Templates, tags: cfg.Tags}
+	s := &server{auth: cfg.Auth, sandboxes: cfg.Sandboxes, usage: cfg.Usage, templates: cfg.Templates, domain: cfg.Domain, log: cfg.Logger, cluster: cfg.Cluster, refs: refs}
 	mux := http.NewServeMux()
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request, store.Project) error) {
 		mux.Handle(pattern, s.authed(h))
@@ -105,14 +124,35 @@ func Handler(cfg Config) http.Handler {
 	route("POST /sandboxes/{id}/fork", s.fork)
 	route("GET /sandboxes/{id}/metrics", s.metrics)
 	route("GET /templates", s.listTemplates)
-	route("GET /templates/aliases/{alias}", s.templateAlias)
+	builds := newBuildRoutes(cfg, refs)
+	// GET /templates/aliases/{alias} and GET /templates/{templateID}/tags
+	// overlap (/templates/aliases/tags): one route tells them apart.
+	route("GET /templates/{templateID}/{what}", func(w http.ResponseWriter, r *http.Request, p store.Project) error {
+		id, what := r.PathValue("templateID"), r.PathValue("what")
+		switch {
+		case id == "aliases":
+			r.SetPathValue("alias", what)
+			return s.templateAlias(w, r, p)
+		case what == "tags":
+			return builds.listTags(w, r, p)
+		}
+		return notSupported(w, r, p)
+	})
+	route("POST /v3/templates", builds.request)
+	route("GET /templates/{templateID}/files/{hash}", builds.files)
+	// The upload URL: signed, not authenticated by key.
+	mux.Handle("PUT /templates/{templateID}/files/{hash}", s.unauthed(builds.uploads.put))
+	route("POST /v2/templates/{templateID}/builds/{buildID}", builds.start)
+	route("GET /templates/{templateID}/builds/{buildID}/status", builds.status)
+	route("POST /templates/tags", builds.assignTags)
+	route("DELETE /templates/tags", builds.removeTags)
+	route("DELETE /templates/{templateID}", builds.deleteTemplate)
 	mux.Handle("/", s.authed(notSupported))
 	return mux
 }
 
 // notSupported answers the calls of E2B's API that lizard does not serve
-// (volumes, secrets, snapshots, template builds and tags, network
-// updates, …). Not a 404: the SDKs turn a 404 into "sandbox not found" or
+// (volumes, secrets, snapshots, network updates, …). Not a 404: the SDKs turn a 404 into "sandbox not found" or
 // "does not exist" (SandboxNotFoundError, Volume.exists() false), which
 // would hide that the call cannot work here; a 400 surfaces as an error
 // that carries this message.
@@ -136,6 +176,16 @@ func (s *server) authed(h func(http.ResponseWriter, *http.Request, store.Project
 			err = h(w, r, p)
 		}
 		if err != nil {
+			s.writeError(w, r, err)
+		}
+	})
+}
+
+// unauthed answers errors of a route that needs no key (a signed URL) in
+// E2B's shape.
+func (s *server) unauthed(h func(http.ResponseWriter, *http.Request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
 			s.writeError(w, r, err)
 		}
 	})

@@ -18,6 +18,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/apikey"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/usage"
 	"github.com/lizard-build/lizard/internal/store/sqlite"
@@ -127,8 +128,9 @@ func TestErrors(t *testing.T) {
 		{testKey, "POST", "/sandboxes/nosuch/snapshots", "{}", 400, "not supported by lizard"},
 		{testKey, "GET", "/sandboxes/nosuch/no/such/route", "", 400, "not supported by lizard"},
 		{testKey, "GET", "/snapshots", "", 400, "GET /snapshots is not supported by lizard"},
-		{testKey, "POST", "/v3/templates", "{}", 400, "not supported by lizard"},
-		{testKey, "GET", "/templates/base/tags", "", 400, "not supported by lizard"},
+		{testKey, "POST", "/v3/templates", "{}", 400, "this server cannot build templates"},
+		{testKey, "GET", "/templates/base/tags", "", 404, "base"},
+		{testKey, "GET", "/templates/base/what", "", 400, "not supported by lizard"},
 		{testKey, "GET", "/volumes", "", 400, "not supported by lizard"},
 		{testKey, "GET", "/secrets", "", 400, "not supported by lizard"},
 		{"", "GET", "/volumes", "", 401, "API key"},
@@ -149,6 +151,10 @@ func TestErrors(t *testing.T) {
 type fakeTemplates []template.Template
 
 func (f fakeTemplates) ListFor(string) ([]template.Template, error) { return f, nil }
+
+func (f fakeTemplates) Delete(context.Context, string, string) error {
+	return fmt.Errorf("fakeTemplates: no delete: %w", errdefs.ErrInvalid)
+}
 
 // TestTemplateAlias: Template.exists() is true for a template the project
 // sees by any of its names (E2B's TemplateAliasResponse), false (404) for

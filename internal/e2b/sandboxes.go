@@ -132,6 +132,9 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project)
 	if lz, ok := templateAliases[tpl]; ok {
 		tpl = lz
 	}
+	if tpl, err = s.refs.sandboxTemplate(r.Context(), p.ID, tpl); err != nil {
+		return err
+	}
 	timeout, err := timeoutMs("timeout", req.Timeout, defaultTimeout)
 	if err != nil {
 		return err
