@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -23,11 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lizard-build/lizard/internal/api"
-	"github.com/lizard-build/lizard/internal/apikey"
 	"github.com/lizard-build/lizard/internal/errdefs"
-	"github.com/lizard-build/lizard/internal/sandbox"
-	"github.com/lizard-build/lizard/internal/sandbox/usage"
 	"github.com/lizard-build/lizard/internal/store/sqlite"
 	"github.com/lizard-build/lizard/internal/template"
 )
@@ -242,34 +237,11 @@ const otherKey = "lz_e2b_other_key_0123456789abcdef"
 // (testKey's and otherKey's), served on a real listener (upload URLs name
 // its address).
 func newBuildServer(t *testing.T, f *fakeBuilder) *httptest.Server {
-	dir := t.TempDir()
-	st, err := sqlite.Open(filepath.Join(dir, "lizard.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	ctx := context.Background()
-	for i, key := range []string{testKey, otherKey} {
-		p, err := st.CreateProject(ctx, fmt.Sprintf("p%d", i), "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.CreateKey(ctx, p.ID, key); err != nil {
-			t.Fatal(err)
-		}
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	keys, err := apikey.Open(ctx, apikey.Config{Store: st, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { keys.Close() })
-	reg := template.NewRegistry(filepath.Join(dir, "templates"))
-	svc := sandbox.New(sandbox.Config{Store: st, Templates: reg, Logger: log, SnapshotDir: filepath.Join(dir, "snapshots")})
-	usages := usage.New(svc, nil, log)
-	e2b := Handler(Config{Auth: api.Auth{Keys: keys}, Sandboxes: svc, Usage: usages, Templates: f, Logger: log,
-		Builder: f, FilesDir: filepath.Join(dir, "files"), MaxUpload: 1 << 20, Tags: st})
-	srv := httptest.NewServer(api.Handler(api.Config{E2B: e2b, Keys: keys, Sandboxes: svc, Usage: usages, Templates: reg, Logger: log}))
+	files := filepath.Join(t.TempDir(), "files")
+	h := newTestAPI(t, func(c *Config, st *sqlite.Store) {
+		c.Templates, c.Builder, c.FilesDir, c.MaxUpload, c.Tags = f, f, files, 1<<20, st
+	}, testKey, otherKey)
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv
 }

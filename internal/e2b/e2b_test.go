@@ -35,6 +35,19 @@ func newTestHandler(tb testing.TB) http.Handler { return newTestHandlerWith(tb, 
 // newTestHandlerWith is newTestHandler with the control plane's templates
 // from tmpls (nil: the empty registry's).
 func newTestHandlerWith(tb testing.TB, tmpls Templates) http.Handler {
+	return newTestAPI(tb, func(c *Config, _ *sqlite.Store) {
+		if tmpls != nil {
+			c.Templates = tmpls
+		}
+		c.Domain = "sandbox.localhost:8081"
+	}, testKey)
+}
+
+// newTestAPI is the control plane, mounted in the Lizard API, over a real
+// store, key set, template registry and sandbox service in a temporary
+// directory, with no template and no runtime, and a project for each of
+// keys (the first is "default"); configure completes its Config.
+func newTestAPI(tb testing.TB, configure func(*Config, *sqlite.Store), keys ...string) http.Handler {
 	dir := tb.TempDir()
 	st, err := sqlite.Open(filepath.Join(dir, "lizard.db"))
 	if err != nil {
@@ -42,27 +55,31 @@ func newTestHandlerWith(tb testing.TB, tmpls Templates) http.Handler {
 	}
 	tb.Cleanup(func() { st.Close() })
 	ctx := context.Background()
-	p, err := st.CreateProject(ctx, "default", "default")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if _, err := st.CreateKey(ctx, p.ID, testKey); err != nil {
-		tb.Fatal(err)
+	for i, key := range keys {
+		name := "default"
+		if i > 0 {
+			name = fmt.Sprintf("project-%d", i)
+		}
+		p, err := st.CreateProject(ctx, name, name)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if _, err := st.CreateKey(ctx, p.ID, key); err != nil {
+			tb.Fatal(err)
+		}
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	keys, err := apikey.Open(ctx, apikey.Config{Store: st, Logger: log})
+	set, err := apikey.Open(ctx, apikey.Config{Store: st, Logger: log})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { keys.Close() })
+	tb.Cleanup(func() { set.Close() })
 	reg := template.NewRegistry(filepath.Join(dir, "templates"))
 	svc := sandbox.New(sandbox.Config{Store: st, Templates: reg, Logger: log, SnapshotDir: filepath.Join(dir, "snapshots")})
-	if tmpls == nil {
-		tmpls = reg
-	}
 	usages := usage.New(svc, nil, log)
-	e2b := Handler(Config{Auth: api.Auth{Keys: keys}, Sandboxes: svc, Usage: usages, Templates: tmpls, Domain: "sandbox.localhost:8081", Logger: log})
-	return api.Handler(api.Config{E2B: e2b, Keys: keys, Sandboxes: svc, Usage: usages, Templates: reg, Logger: log})
+	cfg := Config{Auth: api.Auth{Keys: set}, Sandboxes: svc, Usage: usages, Templates: reg, Logger: log}
+	configure(&cfg, st)
+	return api.Handler(api.Config{E2B: Handler(cfg), Keys: set, Sandboxes: svc, Usage: usages, Templates: reg, Logger: log})
 }
 
 func send(h http.Handler, key, method, target, body string) *httptest.ResponseRecorder {

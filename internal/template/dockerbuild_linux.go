@@ -302,23 +302,11 @@ func (r *Registry) buildPlan(ctx context.Context, name string, opts DockerfileOp
 				b.out.printf("step %d/%d %s", n, total, st.Text)
 				continue
 			}
-			parent := key
-			key = stepKey(key, st.KeyText, "made")
-			if l, ok := b.cached(key); ok {
-				b.out.printf("step %d/%d %s: making the user CACHED", n, total, st.Text)
-				cur = l
-				continue
-			}
-			b.out.printf("step %d/%d %s: making the user", n, total, st.Text)
-			mk := st
-			mk.User, mk.Workdir, mk.WorkdirOwner = "", "/", ""
-			l, err := b.makeLayer(ctx, cur, parent, key, st, func(rootfs string) error {
-				return b.run(ctx, rootfs, mk)
-			})
-			if err != nil {
-				return Template{}, where(err)
-			}
-			cur = l
+			// The rootfs lacks the user: a RUN of its Argv, as root, makes it.
+			st.User, st.Workdir, st.WorkdirOwner = "", "/", ""
+			st.KeyText += " made"
+			st.Text += ": making the user"
+			fallthrough
 		case stepRun:
 			parent := key
 			key = stepKey(key, st.KeyText, "")

@@ -70,7 +70,18 @@ func PushBusybox(t *testing.T, ref string) string {
 		dir(w, "www")
 		file(w, "www/index.html", []byte("served from the image\n"), 0o644)
 	})
-	img, err := mutate.AppendLayers(empty.Image, one, two)
+	return push(t, ref, v1.Config{
+		Env:        []string{"PATH=/bin", "FOO=from-image"},
+		WorkingDir: "/work",
+		Cmd:        []string{"httpd", "-f", "-p", "8080", "-h", "/www"},
+	}, one, two)
+}
+
+// push pushes an image of layers with config to ref and returns its
+// digest.
+func push(t *testing.T, ref string, config v1.Config, layers ...v1.Layer) string {
+	t.Helper()
+	img, err := mutate.AppendLayers(empty.Image, layers...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,10 +90,7 @@ func PushBusybox(t *testing.T, ref string) string {
 		t.Fatal(err)
 	}
 	cfg = cfg.DeepCopy()
-	cfg.OS, cfg.Architecture = "linux", "amd64"
-	cfg.Config.Env = []string{"PATH=/bin", "FOO=from-image"}
-	cfg.Config.WorkingDir = "/work"
-	cfg.Config.Cmd = []string{"httpd", "-f", "-p", "8080", "-h", "/www"}
+	cfg.OS, cfg.Architecture, cfg.Config = "linux", "amd64", config
 	if img, err = mutate.ConfigFile(img, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -228,29 +236,5 @@ func PushDir(t *testing.T, ref, dir string, config v1.Config, replace map[string
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := mutate.AppendLayers(empty.Image, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg = cfg.DeepCopy()
-	cfg.OS, cfg.Architecture, cfg.Config = "linux", "amd64", config
-	if img, err = mutate.ConfigFile(img, cfg); err != nil {
-		t.Fatal(err)
-	}
-	r, err := name.ParseReference(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(r, img); err != nil {
-		t.Fatalf("push %s: %v", ref, err)
-	}
-	d, err := img.Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d.String()
+	return push(t, ref, config, l)
 }
