@@ -586,9 +586,13 @@ func serve(ctx context.Context, args []string) error {
 		stopScheds()
 		<-schedsDone
 	}()
+	builder := &templateBuilder{reg: reg, dist: tmpls, runtime: rt, run: reap.Run, dns: c.dnsUpstream, build: buildOpts, ready: svc, inUse: inUse, metrics: mets,
+		log: log.With("component", "template")}
+	tags, _ := st.(store.TemplateTags) // both backends keep them
 	e2bAPI := e2b.Handler(e2b.Config{Auth: api.Auth{Keys: apiKeys, Limiter: limiter}, Sandboxes: svc, Copies: snaps, Usage: usages, Templates: tmpls,
 		Snapshots: snaps, Volumes: vols, Agents: svc, SandboxCLI: gvisor.CLIPath,
-		Domain: e2bDomain, Logger: log.With("component", "e2b"), Cluster: apiCluster, Secrets: secretSvc, Identity: issuer})
+		Domain: e2bDomain, Logger: log.With("component", "e2b"), Cluster: apiCluster, Secrets: secretSvc, Identity: issuer,
+		Builder: builder, FilesDir: filepath.Join(c.dataDir, "e2b-files"), MaxUpload: c.maxBuildContext, Disk: guard, Tags: tags, BuildContext: ctx})
 	// The MCP server's tools call this API's handler in-process (with the
 	// key of each MCP request), and the API serves the MCP server at /mcp:
 	// the handler is named before it is made.
@@ -596,8 +600,7 @@ func serve(ctx context.Context, args []string) error {
 	mcpHTTP := mcp.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { apiHandler.ServeHTTP(w, r) }),
 		mcp.HandlerConfig{Version: lizardVersion(), Logger: log.With("component", "mcp"), Serving: ctx})
 	apiHandler = api.Handler(api.Config{E2B: e2bAPI, MCP: mcpHTTP, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Snapshots: snaps, Copies: snaps, Usage: usages, Ports: ports, Desktops: desktops, Schedules: scheds, Templates: tmpls, Previews: previews, Volumes: vols,
-		Builder: &templateBuilder{reg: reg, dist: tmpls, runtime: rt, run: reap.Run, dns: c.dnsUpstream, build: buildOpts, ready: svc, inUse: inUse, metrics: mets,
-			log: log.With("component", "template")},
+		Builder:         builder,
 		MaxBuildContext: c.maxBuildContext, Logger: log.With("component", "api"),
 		Metrics: mets, ServeMetrics: mln == nil, Ready: cm.readyChecks(readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm)),
 		Disk: guard, KeyStore: st, Sessions: sessions, Dashboard: assets, Cluster: apiCluster, SandboxURL: netm.APIURL(),
@@ -850,16 +853,42 @@ func (i inventory) Sandboxes() []metrics.Sandbox { return i.sandboxes.Sandboxes(
 func (i inventory) WarmPools() []metrics.Pool    { return i.snapshots.WarmPools() }
 
 func (b *templateBuilder) BuildDockerfile(ctx context.Context, project, name string, opts api.BuildOptions, progress io.Writer) (template.Template, error) {
+	// A FROM naming a template built on another node: fetched first.
+	b.dist.FetchBases(project, opts.Dockerfile)
+	return b.buildWith(ctx, project, name, opts.ContextDir, "", func(reg *template.Registry, o template.DockerfileOptions) (template.Template, error) {
+		o.Dockerfile, o.DockerfileName, o.BuildArgs, o.ReadyCommand = opts.Dockerfile, "Dockerfile", opts.BuildArgs, opts.ReadyCommand
+		return reg.BuildDockerfile(ctx, name, o, progress)
+	})
+}
+
+// BuildSteps builds project's template name from steps (E2B's Template
+// builder, internal/e2b) as BuildDockerfile does from a Dockerfile, the
+// ready state made for sandboxes of size.
+func (b *templateBuilder) BuildSteps(ctx context.Context, project, name string, steps template.Steps, contextDir, size string, progress io.Writer) (template.Template, error) {
+	if !steps.FromImage && !template.IsBuiltin(steps.From) && b.dist.Enabled() {
+		// A base template built on another node: fetched first.
+		if _, err := b.dist.Lookup(project, steps.From); err != nil {
+			b.log.Debug("templates: base of a build not fetched", "template", steps.From, "err", err)
+		}
+	}
+	return b.buildWith(ctx, project, name, contextDir, size, func(reg *template.Registry, o template.DockerfileOptions) (template.Template, error) {
+		return reg.BuildSteps(ctx, name, steps, o, progress)
+	})
+}
+
+// buildWith runs a build of project's template name with this server's
+// options, makes its ready state (for sandboxes of size, "" the default)
+// before the template switches to it, publishes it and prunes what it
+// replaced.
+func (b *templateBuilder) buildWith(ctx context.Context, project, name, contextDir, size string,
+	run func(reg *template.Registry, opts template.DockerfileOptions) (template.Template, error)) (template.Template, error) {
 	start := time.Now()
 	reg, err := b.reg.Project(project)
 	if err != nil {
 		return template.Template{}, err
 	}
-	// A FROM naming a template built on another node: fetched first.
-	b.dist.FetchBases(project, opts.Dockerfile)
-	t, err := reg.BuildDockerfile(ctx, name, template.DockerfileOptions{
-		Dockerfile: opts.Dockerfile, DockerfileName: "Dockerfile", Context: opts.ContextDir, BuildArgs: opts.BuildArgs,
-		ReadyCommand: opts.ReadyCommand, Runtime: b.runtime, DNSUpstream: b.dns, RunCommand: b.run,
+	t, err := run(reg, template.DockerfileOptions{
+		Context: contextDir, Runtime: b.runtime, DNSUpstream: b.dns, RunCommand: b.run,
 		BuildBridge: b.build.BuildBridge, BuildSubnet: b.build.BuildSubnet, BuildDeny: b.build.BuildDeny, Pull: b.build.Pull,
 		NetnsPrefix: b.build.NetnsPrefix, Logger: b.log,
 		// The start command's ready state is part of the build: a command
@@ -868,10 +897,10 @@ func (b *templateBuilder) BuildDockerfile(ctx context.Context, project, name str
 			if len(t.StartCommand) == 0 {
 				return nil
 			}
-			_, err := b.ready.PrepareReady(ctx, t, "", progress)
+			_, err := b.ready.PrepareReady(ctx, t, size, progress)
 			return err
 		},
-	}, progress)
+	})
 	b.metrics.TemplateBuild(time.Since(start), err)
 	if err == nil {
 		// Other nodes fetch it on first use; a publish that fails is

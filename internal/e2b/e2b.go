@@ -20,6 +20,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/agent"
 	"github.com/lizard-build/lizard/internal/api"
+	"github.com/lizard-build/lizard/internal/disk"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/identity"
 	"github.com/lizard-build/lizard/internal/sandbox"
@@ -48,6 +49,9 @@ type Templates interface {
 	// ListFor returns the built templates project sees: the built-in ones
 	// and its own.
 	ListFor(project string) ([]template.Template, error)
+	// Delete removes project's template name (not a built-in one); its
+	// versions stay while sandboxes or snapshots use them.
+	Delete(ctx context.Context, project, name string) error
 }
 
 // Sandboxes is what the control plane calls of the sandbox service
@@ -129,6 +133,18 @@ type Config struct {
 	// Identity registers the workload tokens of a create's iam
 	// (internal/identity); nil: off.
 	Identity api.Identity
+
+	// Template builds (build.go): Builder builds (nil: the build calls are
+	// refused), FilesDir keeps the files of COPY steps, at most MaxUpload
+	// bytes an upload (0: api.DefaultMaxBuildContext), while Disk has
+	// room; Tags keeps templates' tags (nil: none are kept); builds run
+	// under BuildContext (nil: context.Background()).
+	Builder      Builder
+	FilesDir     string
+	MaxUpload    int64
+	Disk         *disk.Guard
+	Tags         store.TemplateTags
+	BuildContext context.Context
 }
 
 type server struct {
@@ -144,6 +160,7 @@ type server struct {
 	log       *slog.Logger
 	cluster   api.Cluster
 	ids       api.Identity
+	refs      templateRefs
 }
 
 // maxBody bounds request bodies.
@@ -157,9 +174,10 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Identity == nil {
 		cfg.Identity = &identity.Issuer{} // off
 	}
+	refs := templateRefs{templates: cfg.Templates, tags: cfg.Tags}
 	snaps := snapshotFinder{snapshots: cfg.Snapshots, templates: cfg.Templates, cluster: cfg.Cluster}
 	s := &server{auth: cfg.Auth, sandboxes: cfg.Sandboxes, copies: cfg.Copies, usage: cfg.Usage, templates: cfg.Templates, snapshots: snaps, volumes: cfg.Volumes, agents: cfg.Agents,
-		domain: cfg.Domain, log: cfg.Logger, cluster: cfg.Cluster, ids: cfg.Identity}
+		domain: cfg.Domain, log: cfg.Logger, cluster: cfg.Cluster, ids: cfg.Identity, refs: refs}
 	// E2B's Secret: create, pages (limit, nextToken, X-Next-Token), get,
 	// update (POST) and delete by id or name, values write-only.
 	secR := api.SecretRoutes[secret]{Secrets: cfg.Secrets, Shape: secretOf, RefParam: "secretID"}
@@ -183,7 +201,28 @@ func Handler(cfg Config) http.Handler {
 	route("POST /sandboxes/{id}/fork", s.fork)
 	route("GET /sandboxes/{id}/metrics", s.metrics)
 	route("GET /templates", s.listTemplates)
-	route("GET /templates/aliases/{alias}", s.templateAlias)
+	builds := newBuildRoutes(cfg, refs)
+	// GET /templates/aliases/{alias} and GET /templates/{templateID}/tags
+	// overlap (/templates/aliases/tags): one route tells them apart.
+	route("GET /templates/{templateID}/{what}", func(w http.ResponseWriter, r *http.Request, p store.Project) error {
+		id, what := r.PathValue("templateID"), r.PathValue("what")
+		switch {
+		case id == "aliases":
+			r.SetPathValue("alias", what)
+			return s.templateAlias(w, r, p)
+		case what == "tags":
+			return builds.listTags(w, r, p)
+		}
+		return notSupported(w, r, p)
+	})
+	route("POST /v3/templates", builds.request)
+	route("GET /templates/{templateID}/files/{hash}", builds.files)
+	// The upload URL: signed, not authenticated by key.
+	mux.Handle("PUT /templates/{templateID}/files/{hash}", s.unauthed(builds.uploads.put))
+	route("POST /v2/templates/{templateID}/builds/{buildID}", builds.start)
+	route("GET /templates/{templateID}/builds/{buildID}/status", builds.status)
+	route("POST /templates/tags", builds.assignTags)
+	route("DELETE /templates/tags", builds.removeTags)
 	route("POST /secrets", secR.Create)
 	route("GET /secrets", secR.List)
 	route("GET /secrets/{secretID}", secR.Get)
@@ -192,7 +231,7 @@ func Handler(cfg Config) http.Handler {
 	route("POST /sandboxes/{id}/snapshots", snapR.take)
 	route("GET /snapshots", snapR.list)
 	// The SDK deletes a snapshot as the template it is in E2B.
-	route("DELETE /templates/{templateID}", snapR.deleteOr(s.deleteTemplate))
+	route("DELETE /templates/{templateID}", snapR.deleteOr(builds.deleteTemplate))
 	route("POST /volumes", volR.create)
 	route("GET /volumes", volR.list)
 	route("GET /volumes/{volumeID}", volR.get)
@@ -203,7 +242,7 @@ func Handler(cfg Config) http.Handler {
 }
 
 // notSupported answers the calls of E2B's API that lizard does not serve
-// (template builds and tags, network updates, …). Not a 404: the SDKs turn a 404 into "sandbox not found" or
+// (network updates, …). Not a 404: the SDKs turn a 404 into "sandbox not found" or
 // "does not exist" (SandboxNotFoundError, Volume.exists() false), which
 // would hide that the call cannot work here; a 400 surfaces as an error
 // that carries this message.
@@ -227,6 +266,16 @@ func (s *server) authed(h func(http.ResponseWriter, *http.Request, store.Project
 			err = h(w, r, p)
 		}
 		if err != nil {
+			s.writeError(w, r, err)
+		}
+	})
+}
+
+// unauthed answers errors of a route that needs no key (a signed URL) in
+// E2B's shape.
+func (s *server) unauthed(h func(http.ResponseWriter, *http.Request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
 			s.writeError(w, r, err)
 		}
 	})

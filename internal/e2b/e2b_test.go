@@ -18,6 +18,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/apikey"
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/snapshot"
 	"github.com/lizard-build/lizard/internal/sandbox/usage"
@@ -30,7 +31,7 @@ import (
 
 const (
 	testKey  = "lz_e2b_test_key_0123456789abcdef"
-	otherKey = "lz_e2b_other_key_0123456789abcdef" // of project "other"
+	otherKey = "lz_e2b_other_key_0123456789abcdef" // of a second project
 )
 
 // newTestHandler is the control plane over a real store, key set, template
@@ -45,8 +46,27 @@ func newTestHandlerWith(tb testing.TB, tmpls Templates) http.Handler {
 }
 
 // newTestHandlerLog is newTestHandlerWith logging to logw at debug level,
-// with secrets under a key of its own.
+// with secrets under a key of its own, and a second project ("project-1")
+// whose key is otherKey.
 func newTestHandlerLog(tb testing.TB, tmpls Templates, logw io.Writer) http.Handler {
+	return newTestAPILog(tb, func(c *Config, _ *sqlite.Store) {
+		if tmpls != nil {
+			c.Templates = tmpls
+		}
+		c.Domain = "sandbox.localhost:8081"
+	}, logw, testKey, otherKey)
+}
+
+// newTestAPI is the control plane, mounted in the Lizard API, over a real
+// store, key set, template registry and sandbox service in a temporary
+// directory, with no template and no runtime, and a project for each of
+// keys (the first is "default"); configure completes its Config.
+func newTestAPI(tb testing.TB, configure func(*Config, *sqlite.Store), keys ...string) http.Handler {
+	return newTestAPILog(tb, configure, io.Discard, keys...)
+}
+
+// newTestAPILog is newTestAPI logging to logw at debug level.
+func newTestAPILog(tb testing.TB, configure func(*Config, *sqlite.Store), logw io.Writer, keys ...string) http.Handler {
 	dir := tb.TempDir()
 	st, err := sqlite.Open(filepath.Join(dir, "lizard.db"))
 	if err != nil {
@@ -54,31 +74,27 @@ func newTestHandlerLog(tb testing.TB, tmpls Templates, logw io.Writer) http.Hand
 	}
 	tb.Cleanup(func() { st.Close() })
 	ctx := context.Background()
-	p, err := st.CreateProject(ctx, "default", "default")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if _, err := st.CreateKey(ctx, p.ID, testKey); err != nil {
-		tb.Fatal(err)
-	}
-	q, err := st.CreateProject(ctx, "other", "other")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if _, err := st.CreateKey(ctx, q.ID, otherKey); err != nil {
-		tb.Fatal(err)
+	for i, key := range keys {
+		name := "default"
+		if i > 0 {
+			name = fmt.Sprintf("project-%d", i)
+		}
+		p, err := st.CreateProject(ctx, name, name)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if _, err := st.CreateKey(ctx, p.ID, key); err != nil {
+			tb.Fatal(err)
+		}
 	}
 	log := slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	keys, err := apikey.Open(ctx, apikey.Config{Store: st, Logger: log})
+	set, err := apikey.Open(ctx, apikey.Config{Store: st, Logger: log})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { keys.Close() })
+	tb.Cleanup(func() { set.Close() })
 	reg := template.NewRegistry(filepath.Join(dir, "templates"))
 	svc := sandbox.New(sandbox.Config{Store: st, Templates: reg, Logger: log, SnapshotDir: filepath.Join(dir, "snapshots")})
-	if tmpls == nil {
-		tmpls = reg
-	}
 	usages := usage.New(svc, nil, log)
 	secs := secrets.New(st, seal.NewKeyring(seal.NewKey()))
 	vols, err := volume.New(volume.Config{Dir: filepath.Join(dir, "volumes"), Store: st, Logger: log})
@@ -87,9 +103,10 @@ func newTestHandlerLog(tb testing.TB, tmpls Templates, logw io.Writer) http.Hand
 	}
 	tb.Cleanup(vols.Close)
 	snaps := snapshot.New(snapshot.Config{Core: svc, Store: st, Dir: filepath.Join(dir, "snapshots"), Logger: log})
-	e2b := Handler(Config{Auth: api.Auth{Keys: keys}, Sandboxes: svc, Copies: snaps, Usage: usages, Templates: tmpls, Snapshots: snaps, Volumes: vols, Agents: svc,
-		SandboxCLI: "/usr/local/bin/lizard", Domain: "sandbox.localhost:8081", Logger: log, Secrets: secs})
-	return api.Handler(api.Config{E2B: e2b, Keys: keys, Sandboxes: svc, Snapshots: snaps, Copies: snaps, Usage: usages, Templates: reg, Logger: log, Secrets: secs})
+	cfg := Config{Auth: api.Auth{Keys: set}, Sandboxes: svc, Copies: snaps, Usage: usages, Templates: reg, Snapshots: snaps, Volumes: vols, Agents: svc,
+		SandboxCLI: "/usr/local/bin/lizard", Logger: log, Secrets: secs}
+	configure(&cfg, st)
+	return api.Handler(api.Config{E2B: Handler(cfg), Keys: set, Sandboxes: svc, Snapshots: snaps, Copies: snaps, Usage: usages, Templates: reg, Logger: log, Secrets: secs})
 }
 
 func send(h http.Handler, key, method, target, body string) *httptest.ResponseRecorder {
@@ -164,8 +181,9 @@ func TestErrors(t *testing.T) {
 		{testKey, "GET", "/snapshots?nextToken=bm9wZQ", "", 400, "nextToken"},
 		{testKey, "DELETE", "/templates/snap_nosuch", "", 404, "snap_nosuch"},
 		{testKey, "GET", "/sandboxes/nosuch/no/such/route", "", 400, "not supported by lizard"},
-		{testKey, "POST", "/v3/templates", "{}", 400, "not supported by lizard"},
-		{testKey, "GET", "/templates/base/tags", "", 400, "not supported by lizard"},
+		{testKey, "POST", "/v3/templates", "{}", 400, "this server cannot build templates"},
+		{testKey, "GET", "/templates/base/tags", "", 404, "base"},
+		{testKey, "GET", "/templates/base/what", "", 400, "not supported by lizard"},
 		{testKey, "POST", "/secrets", `{"name":"a b","value":"v"}`, 400, "name:"},
 		{testKey, "POST", "/secrets", `{"name":"tok"}`, 400, "value: required"},
 		{testKey, "POST", "/secrets", `{"name":"tok","value":"a\nb"}`, 400, "value: must not hold control characters"},
@@ -205,6 +223,10 @@ func TestErrors(t *testing.T) {
 type fakeTemplates []template.Template
 
 func (f fakeTemplates) ListFor(string) ([]template.Template, error) { return f, nil }
+
+func (f fakeTemplates) Delete(context.Context, string, string) error {
+	return fmt.Errorf("fakeTemplates: no delete: %w", errdefs.ErrInvalid)
+}
 
 // TestTemplateAlias: Template.exists() is true for a template the project
 // sees by any of its names (E2B's TemplateAliasResponse), false (404) for

@@ -166,6 +166,9 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project)
 	if lz, ok := templateAliases[tpl]; ok {
 		tpl = lz
 	}
+	if tpl, err = s.refs.sandboxTemplate(r.Context(), p.ID, tpl); err != nil {
+		return err
+	}
 	vol, err := mountedVolume(req.VolumeMounts)
 	if err != nil {
 		return err

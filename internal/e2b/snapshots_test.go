@@ -186,9 +186,9 @@ func TestSnapshotNameOfTemplate(t *testing.T) {
 			t.Errorf("snapshot named %s: %d %s", name, w.Code, w.Body)
 		}
 	}
-	// Deleting a template through E2B's API is not supported; a name that
-	// is neither a template nor a snapshot is not found.
-	if w := send(h, testKey, "DELETE", "/templates/base", ""); w.Code != 400 || !strings.Contains(w.Body.String(), "not supported") {
+	// A template's name deletes the template (a built-in one cannot be); a
+	// name that is neither a template nor a snapshot is not found.
+	if w := send(h, testKey, "DELETE", "/templates/base", ""); w.Code != 400 || !strings.Contains(w.Body.String(), "cannot be deleted") {
 		t.Errorf("DELETE /templates/base: %d %s", w.Code, w.Body)
 	}
 	if w := send(h, testKey, "DELETE", "/templates/nosuch", ""); w.Code != 404 {

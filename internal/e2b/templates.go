@@ -94,22 +94,6 @@ func (s *server) templateAlias(w http.ResponseWriter, r *http.Request, p store.P
 	return fmt.Errorf("template %q: no template of that name or alias is built for this project: %w", alias, errdefs.ErrNotFound)
 }
 
-// deleteTemplate answers DELETE /templates/{templateID} for what is no
-// snapshot (snapshotRoutes.deleteOr comes first): a name no template has
-// either is not found (the SDK's Sandbox.deleteSnapshot then says false,
-// as for a snapshot deleted already); a template's is not supported here
-// (delete it with `lizard template rm` or DELETE /api/templates/{name}).
-func (s *server) deleteTemplate(w http.ResponseWriter, r *http.Request, p store.Project) error {
-	name := r.PathValue("templateID")
-	if _, ok, err := templateNamed(s.templates, p.ID, name); err != nil || ok {
-		if err == nil {
-			err = notSupported(w, r, p)
-		}
-		return err
-	}
-	return fmt.Errorf("template or snapshot %q: %w", name, errdefs.ErrNotFound)
-}
-
 // templateNamed is the built template the project sees that answers to
 // name (namesOf).
 func templateNamed(ts Templates, projectID, name string) (template.Template, bool, error) {

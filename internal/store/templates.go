@@ -57,3 +57,28 @@ func InfoOrEmpty(info json.RawMessage) json.RawMessage {
 	}
 	return info
 }
+
+// TemplateTag is one tag of a template: a name for one of its builds, as
+// E2B's API gives them (internal/e2b: "name:tag").
+type TemplateTag struct {
+	ProjectID string
+	Template  string
+	Tag       string
+	// BuildID is the build the tag names (the template version's name).
+	BuildID   string
+	CreatedAt time.Time
+}
+
+// TemplateTags is the part of the store that keeps templates' tags; both
+// backends implement it.
+type TemplateTags interface {
+	// AssignTemplateTags makes each of tags of project's template name
+	// buildID, replacing what it named; its CreatedAt is now.
+	AssignTemplateTags(ctx context.Context, projectID, template, buildID string, tags []string) error
+	// TemplateTags lists the tags of project's template, by tag ([] for
+	// none).
+	TemplateTags(ctx context.Context, projectID, template string) ([]TemplateTag, error)
+	// DeleteTemplateTags removes tags of project's template, every tag of
+	// it when tags is nil; a tag that is not there is not an error.
+	DeleteTemplateTags(ctx context.Context, projectID, template string, tags []string) error
+}

@@ -77,6 +77,24 @@ type dbuild struct {
 	// What FROM named, once parsed: a template, or a pulled image.
 	base  Template
 	image *pulledImage
+	// version names the new version ("": dockerfile-<time>-<key>).
+	version string
+	// steps: a Steps build, whose messages name steps, not lines;
+	// finalStep is the number its errors give the start command's.
+	steps     bool
+	finalStep int
+}
+
+// fromWhere names the build's base in messages: a Dockerfile's FROM line,
+// or a Steps build's template or image.
+func (b *dbuild) fromWhere(from string, line int, image bool) string {
+	switch {
+	case !b.steps:
+		return fmt.Sprintf("%s:%d: FROM %s", b.opts.DockerfileName, line, from)
+	case image:
+		return "image " + from
+	}
+	return "template " + from
 }
 
 // BuildDockerfile builds template name from a Dockerfile (see
@@ -93,7 +111,63 @@ func (r *Registry) BuildDockerfile(ctx context.Context, name string, opts Docker
 	return t, nil
 }
 
+// BuildSteps builds template name from steps (see Steps) as a new version
+// of it, exactly as BuildDockerfile does with a Dockerfile: the same
+// options (but Dockerfile, DockerfileName, BuildArgs and ReadyCommand,
+// which steps give otherwise), layer cache and rules for the current
+// version. Its errors name the step that failed (FailedStep).
+func (r *Registry) BuildSteps(ctx context.Context, name string, steps Steps, opts DockerfileOptions, progress io.Writer) (Template, error) {
+	opts.Dockerfile, opts.BuildArgs, opts.ReadyCommand = nil, nil, ""
+	opts.DockerfileName = "steps"
+	t, err := r.buildPlan(ctx, name, opts, progress, func(b *dbuild) (*dfPlan, error) {
+		b.steps, b.finalStep = true, len(steps.Steps)+1
+		base, err := b.resolveStepsBase(ctx, steps)
+		if err != nil {
+			return nil, stepError(0, err)
+		}
+		b.version = steps.Version
+		return planSteps(steps, base)
+	})
+	if err != nil {
+		return Template{}, fmt.Errorf("build template %q: %w", name, err)
+	}
+	return t, nil
+}
+
+// resolveStepsBase finds a Steps build's base: the template, or the image
+// pulled.
+func (b *dbuild) resolveStepsBase(ctx context.Context, s Steps) (baseInfo, error) {
+	if s.From == "" {
+		return baseInfo{}, fmt.Errorf("no base: a template or an image to build from: %w", errdefs.ErrInvalid)
+	}
+	if s.FromImage {
+		return b.pull(ctx, s.From, 0)
+	}
+	if looksLikeImage(s.From) {
+		return baseInfo{}, errdefs.WithCode(CodeNotFound, fmt.Errorf("template %q: not a template name (an image is built from with fromImage): %w", s.From, errdefs.ErrNotFound))
+	}
+	return b.resolveBase(ctx)(s.From, 0)
+}
+
 func (r *Registry) buildDockerfile(ctx context.Context, name string, opts DockerfileOptions, progress io.Writer) (Template, error) {
+	return r.buildPlan(ctx, name, opts, progress, func(b *dbuild) (*dfPlan, error) {
+		plan, err := parseDockerfile(opts.DockerfileName, opts.Dockerfile, opts.BuildArgs, b.resolveBase(ctx))
+		if err != nil {
+			return nil, err
+		}
+		if opts.ReadyCommand != "" {
+			if len(plan.StartCommand) == 0 {
+				return nil, fmt.Errorf("a ready command needs a start command (CMD or ENTRYPOINT) to test: %w", errdefs.ErrInvalid)
+			}
+			plan.ReadyCommand = []string{"/bin/sh", "-c", opts.ReadyCommand}
+		}
+		return plan, nil
+	})
+}
+
+// buildPlan builds template name from the plan that plan makes (which may
+// pull its base into the layer cache).
+func (r *Registry) buildPlan(ctx context.Context, name string, opts DockerfileOptions, progress io.Writer, plan func(b *dbuild) (*dfPlan, error)) (Template, error) {
 	if !validName(name) {
 		return Template{}, fmt.Errorf("not a valid template name (letters, digits, '.', '_', '-'): %w", errdefs.ErrInvalid)
 	}
@@ -139,17 +213,11 @@ func (r *Registry) buildDockerfile(ctx context.Context, name string, opts Docker
 		return Template{}, err
 	}
 	defer inUse.Close()
-	plan, err := parseDockerfile(opts.DockerfileName, opts.Dockerfile, opts.BuildArgs, b.resolveBase(ctx))
+	p, err := plan(b)
 	if err != nil {
 		return Template{}, err
 	}
-	if opts.ReadyCommand != "" {
-		if len(plan.StartCommand) == 0 {
-			return Template{}, fmt.Errorf("a ready command needs a start command (CMD or ENTRYPOINT) to test: %w", errdefs.ErrInvalid)
-		}
-		plan.ReadyCommand = []string{"/bin/sh", "-c", opts.ReadyCommand}
-	}
-	for _, w := range plan.Warnings {
+	for _, w := range p.Warnings {
 		b.out.printf("warning: %s", w)
 	}
 	lock, err := r.lock(ctx, name, newReporter(progress, name))
@@ -161,19 +229,27 @@ func (r *Registry) buildDockerfile(ctx context.Context, name string, opts Docker
 	b.removeStaleLayers()
 
 	base := b.base
-	total := len(plan.Steps) + 1
+	total := len(p.Steps) + 1
 	if b.image != nil {
 		base = Template{Name: b.image.ref, Version: b.image.digest, Rootfs: b.image.rootfs}
-		b.out.printf("step 1/%d FROM %s (image %s)", total, plan.From, b.image.digest)
+		b.out.printf("step 1/%d FROM %s (image %s)", total, p.From, b.image.digest)
 	} else {
-		b.out.printf("step 1/%d FROM %s (template %s %s)", total, plan.From, base.Name, base.Version)
+		b.out.printf("step 1/%d FROM %s (template %s %s)", total, p.From, base.Name, base.Version)
 	}
-	cur, key := base.Rootfs, plan.FromKey
-	for i, st := range plan.Steps {
+	cur, key := base.Rootfs, p.FromKey
+	for i, st := range p.Steps {
 		if err := ctx.Err(); err != nil {
 			return Template{}, err
 		}
 		n := i + 2
+		// where names the step in errors: its Dockerfile line, or which
+		// step of a Steps build (StepError) it is.
+		where := func(err error) error {
+			if p.steps {
+				return stepError(st.Line, fmt.Errorf("step %d (%s): %w", st.Line, st.Op, err))
+			}
+			return fmt.Errorf("%s:%d: %w", opts.DockerfileName, st.Line, err)
+		}
 		switch st.Kind {
 		case stepMeta:
 			key = stepKey(key, st.KeyText, "")
@@ -181,11 +257,11 @@ func (r *Registry) buildDockerfile(ctx context.Context, name string, opts Docker
 		case stepCopy:
 			srcs, err := expandSources(opts.Context, st.Srcs)
 			if err != nil {
-				return Template{}, fmt.Errorf("%s:%d: %s: %w", opts.DockerfileName, st.Line, st.Op, err)
+				return Template{}, where(fmt.Errorf("%s: %w", st.Op, err))
 			}
 			sum, size, err := hashSources(srcs)
 			if err != nil {
-				return Template{}, fmt.Errorf("%s:%d: %s: %w", opts.DockerfileName, st.Line, st.Op, err)
+				return Template{}, where(fmt.Errorf("%s: %w", st.Op, err))
 			}
 			parent := key
 			key = stepKey(key, st.KeyText, sum)
@@ -198,15 +274,39 @@ func (r *Registry) buildDockerfile(ctx context.Context, name string, opts Docker
 			start := time.Now()
 			var copied int64
 			l, err := b.makeLayer(ctx, cur, parent, key, st, func(rootfs string) error {
+				if !path.IsAbs(st.Dest) {
+					// A Steps build's destination relative to a workdir
+					// not set yet: the user's home.
+					_, _, home, err := lookupUser(rootfs, st.User)
+					if err != nil {
+						return err
+					}
+					dest := path.Join(home, st.Dest)
+					if strings.HasSuffix(st.Dest, "/") || st.Dest == "." {
+						dest += "/"
+					}
+					st.Dest = dest
+				}
 				var err error
 				copied, err = copyStep(rootfs, srcs, st)
 				return err
 			})
 			if err != nil {
-				return Template{}, fmt.Errorf("%s:%d: %s: %w", opts.DockerfileName, st.Line, st.Op, err)
+				return Template{}, where(fmt.Errorf("%s: %w", st.Op, err))
 			}
 			b.out.printf("step %d/%d done: %s copied in %s", n, total, fmtBytes(copied), fmtDuration(time.Since(start)))
 			cur = l
+		case stepUser:
+			if _, _, _, err := lookupUser(cur, st.User); err == nil {
+				key = stepKey(key, st.KeyText, "present")
+				b.out.printf("step %d/%d %s", n, total, st.Text)
+				continue
+			}
+			// The rootfs lacks the user: a RUN of its Argv, as root, makes it.
+			st.User, st.Workdir, st.WorkdirOwner = "", "/", ""
+			st.KeyText += " made"
+			st.Text += ": making the user"
+			fallthrough
 		case stepRun:
 			parent := key
 			key = stepKey(key, st.KeyText, "")
@@ -221,14 +321,14 @@ func (r *Registry) buildDockerfile(ctx context.Context, name string, opts Docker
 				return b.run(ctx, rootfs, st)
 			})
 			if err != nil {
-				return Template{}, fmt.Errorf("%s:%d: %w", opts.DockerfileName, st.Line, err)
+				return Template{}, where(err)
 			}
 			b.out.printf("step %d/%d done in %s", n, total, fmtDuration(time.Since(start)))
 			cur = l
 		}
 	}
 	b.closeNetwork()
-	return b.install(ctx, plan, base, cur, key)
+	return b.install(ctx, p, base, cur, key)
 }
 
 // log is where the build logs what clients are not told.
@@ -260,12 +360,16 @@ func (b *dbuild) resolveBase(ctx context.Context) baseResolver {
 						}
 					}
 				}
-				return baseInfo{}, errdefs.WithCode(CodeNotFound, fmt.Errorf("%s:%d: FROM %s: no such lizard template (templates: %s; an image needs its tag or registry, e.g. %s:latest): %w",
-					b.opts.DockerfileName, line, from, strings.Join(names, ", "), from, errdefs.ErrNotFound))
+				hint := fmt.Sprintf("; an image needs its tag or registry, e.g. %s:latest", from)
+				if b.steps {
+					hint = ""
+				}
+				return baseInfo{}, errdefs.WithCode(CodeNotFound, fmt.Errorf("%s: no such lizard template (templates: %s%s): %w",
+					b.fromWhere(from, line, false), strings.Join(names, ", "), hint, errdefs.ErrNotFound))
 			}
 		}
 		if err != nil {
-			return baseInfo{}, fmt.Errorf("%s:%d: FROM %s: %w", b.opts.DockerfileName, line, from, err)
+			return baseInfo{}, fmt.Errorf("%s: %w", b.fromWhere(from, line, false), err)
 		}
 		b.base = t
 		return baseInfo{
@@ -402,7 +506,11 @@ func (b *dbuild) install(ctx context.Context, plan *dfPlan, base Template, layer
 		return Template{}, fmt.Errorf("copy the last layer: %v: %s", err, strings.TrimSpace(string(out)))
 	}
 	if plan.Workdir != "" {
-		if err := mkdirInRoot(rootfs, plan.Workdir, nil); err != nil {
+		owner, err := workdirOwner(rootfs, plan.WorkdirOwner)
+		if err != nil {
+			return Template{}, err
+		}
+		if err := mkdirInRoot(rootfs, plan.Workdir, owner); err != nil {
 			return Template{}, fmt.Errorf("WORKDIR %s: %w", plan.Workdir, err)
 		}
 	}
@@ -416,9 +524,13 @@ func (b *dbuild) install(ctx context.Context, plan *dfPlan, base Template, layer
 		env = setEnv(env, "PATH", hostPath)
 	}
 	builtAt := time.Now().UTC().Truncate(time.Second)
+	version := b.version
+	if version == "" {
+		version = "dockerfile-" + builtAt.Format("20060102T150405Z") + "-" + key[:12]
+	}
 	m := metadata{
 		Name:         b.name,
-		Version:      "dockerfile-" + builtAt.Format("20060102T150405Z") + "-" + key[:12],
+		Version:      version,
 		SizeBytes:    size,
 		BuiltAt:      builtAt,
 		Env:          env,
@@ -463,6 +575,10 @@ func (b *dbuild) beforeSwitch(ctx context.Context, vdir string) (Template, error
 		return t, nil
 	}
 	if err := b.opts.BeforeSwitch(ctx, t, b.out.w); err != nil {
+		if b.steps {
+			// The start and ready commands: the step after the last.
+			return Template{}, stepError(b.finalStep, err)
+		}
 		return Template{}, err
 	}
 	// A cancelled build does not switch, even if the hook missed it.
@@ -534,7 +650,14 @@ func (b *dbuild) run(ctx context.Context, rootfs string, st dfStep) (err error) 
 	if err != nil {
 		return fmt.Errorf("USER %s: %w", st.User, err)
 	}
-	if err := mkdirInRoot(rootfs, st.Workdir, nil); err != nil {
+	if st.Workdir == "" {
+		st.Workdir = home // a Steps build before any WORKDIR
+	}
+	owner, err := workdirOwner(rootfs, st.WorkdirOwner)
+	if err != nil {
+		return err
+	}
+	if err := mkdirInRoot(rootfs, st.Workdir, owner); err != nil {
 		return fmt.Errorf("WORKDIR %s: %w", st.Workdir, err)
 	}
 	env := st.Env
@@ -635,6 +758,19 @@ func lookupUser(rootfs, spec string) (uid, gid uint32, home string, err error) {
 		}
 	}
 	return uid, gid, home, nil
+}
+
+// workdirOwner is the owner of the directories made for a workdir: user
+// (with its group), or root when user is "".
+func workdirOwner(rootfs, user string) (*[2]uint32, error) {
+	if user == "" {
+		return nil, nil
+	}
+	uid, gid, _, err := lookupUser(rootfs, user)
+	if err != nil {
+		return nil, fmt.Errorf("owner of the workdir: %w", err)
+	}
+	return &[2]uint32{uid, gid}, nil
 }
 
 // lookupChown resolves COPY --chown: as USER, except that a user without a

@@ -267,9 +267,21 @@ func extractInto(rootfs, archive, kind, dest string, chown bool, o copyOpts) (in
 		return 0, err
 	}
 	defer os.RemoveAll(tmp)
+	if err := untarFile(archive, kind, tmp); err != nil {
+		return 0, err
+	}
+	if !chown {
+		o.owner = nil
+	}
+	return copyDirInto(rootfs, tmp, dest, o)
+}
+
+// untarFile unpacks archive, a tar file of kind (see archiveKind), into
+// dir (see untar).
+func untarFile(archive, kind, dir string) error {
 	f, err := os.Open(archive)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer f.Close()
 	var r io.Reader = bufio.NewReader(f)
@@ -277,20 +289,32 @@ func extractInto(rootfs, archive, kind, dest string, chown bool, o copyOpts) (in
 	case "gzip":
 		zr, err := gzip.NewReader(r)
 		if err != nil {
-			return 0, err
+			return fmt.Errorf("%v: %w", err, errdefs.ErrInvalid)
 		}
 		defer zr.Close()
 		r = zr
 	case "bzip2":
 		r = bzip2.NewReader(r)
 	}
-	if err := untar(r, tmp); err != nil {
-		return 0, err
+	return untar(r, dir)
+}
+
+// ExtractArchive unpacks archive, a tar file (plain, gzip or bzip2), into
+// directory dir, keeping modes and owners and refusing entries that would
+// land outside dir; devices and fifos are left out. It makes a build
+// context of uploaded files (internal/e2b).
+func ExtractArchive(archive, dir string) error {
+	kind, err := archiveKind(archive)
+	if err != nil {
+		return err
 	}
-	if !chown {
-		o.owner = nil
+	if kind == "" {
+		return fmt.Errorf("%s: not a tar archive (plain, gzip or bzip2): %w", filepath.Base(archive), errdefs.ErrInvalid)
 	}
-	return copyDirInto(rootfs, tmp, dest, o)
+	if err := untarFile(archive, kind, dir); err != nil {
+		return fmt.Errorf("%s: %w", filepath.Base(archive), err)
+	}
+	return nil
 }
 
 // untar unpacks a tar stream into dir, refusing entries that would land

@@ -112,6 +112,10 @@ const (
 	stepMeta stepKind = iota // only the key chain and the image config
 	stepRun
 	stepCopy
+	// stepUser (Steps builds) makes its user when the rootfs lacks it:
+	// Argv, run as root, makes it; a user already there is only the key
+	// chain's.
+	stepUser
 )
 
 // dfStep is one instruction after FROM, with the build state in effect for
@@ -136,10 +140,14 @@ type dfStep struct {
 	Add   bool
 
 	// The state the step runs in: the environment (ENV, and for RUN the
-	// ARGs too), the working directory and the user ("" is root).
+	// ARGs too), the working directory ("" in Steps builds before any
+	// WORKDIR: the user's home) and the user ("" is root).
 	Env     []string
 	Workdir string
 	User    string
+	// WorkdirOwner (Steps builds) is who owns the directories made for
+	// Workdir ("" root).
+	WorkdirOwner string
 }
 
 // dfPlan is a parsed Dockerfile: its base, its steps and the template's
@@ -161,8 +169,14 @@ type dfPlan struct {
 	// ReadyCommand is HEALTHCHECK's CMD: the start command is ready once it
 	// exits 0. nil if none (or HEALTHCHECK NONE).
 	ReadyCommand []string
+	// WorkdirOwner owns the directories made for Workdir ("" root).
+	WorkdirOwner string
 
 	Warnings []string
+
+	// steps: the plan is of a Steps build, whose Line numbers steps
+	// rather than Dockerfile lines.
+	steps bool
 }
 
 // looksLikeImage tells an image reference from a template name: it has a

@@ -40,7 +40,7 @@ type pulledImage struct {
 // Its errors name the image and a stable reason, nothing more: the cause
 // (which could tell whether something listens at an address) is logged.
 func (b *dbuild) pull(ctx context.Context, ref string, line int) (baseInfo, error) {
-	where := fmt.Sprintf("%s:%d: FROM %s", b.opts.DockerfileName, line, ref)
+	where := b.fromWhere(ref, line, true)
 	r, err := name.ParseReference(ref)
 	if err != nil {
 		return baseInfo{}, fmt.Errorf("%s: not a template name or an image reference: %w", where, errdefs.ErrInvalid)

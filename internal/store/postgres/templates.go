@@ -51,3 +51,36 @@ func (s *Store) DeleteTemplateVersion(ctx context.Context, projectID, name strin
 	_, err := s.pool.Exec(ctx, `DELETE FROM template_versions WHERE project_id = $1 AND name = $2`, projectID, name)
 	return err
 }
+
+var _ store.TemplateTags = (*Store)(nil)
+
+// AssignTemplateTags makes each of tags name buildID, at the database's
+// time.
+func (s *Store) AssignTemplateTags(ctx context.Context, projectID, template, buildID string, tags []string) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO template_tags(project_id, template, tag, build_id, created_at)
+		SELECT $1, $2, t, $3, now() FROM unnest($4::text[]) AS t
+		ON CONFLICT(project_id, template, tag) DO UPDATE SET build_id = excluded.build_id, created_at = excluded.created_at`,
+		projectID, template, buildID, tags)
+	return err
+}
+
+// TemplateTags lists the tags of project's template, by tag.
+func (s *Store) TemplateTags(ctx context.Context, projectID, template string) ([]store.TemplateTag, error) {
+	rows, _ := s.pool.Query(ctx, `SELECT project_id, template, tag, build_id, created_at FROM template_tags
+		WHERE project_id = $1 AND template = $2 ORDER BY tag COLLATE "C"`, projectID, template)
+	return collect(rows, func(r pgx.CollectableRow) (t store.TemplateTag, err error) {
+		err = r.Scan(&t.ProjectID, &t.Template, &t.Tag, &t.BuildID, &t.CreatedAt)
+		t.CreatedAt = t.CreatedAt.UTC()
+		return t, err
+	})
+}
+
+// DeleteTemplateTags removes tags of project's template (all for nil).
+func (s *Store) DeleteTemplateTags(ctx context.Context, projectID, template string, tags []string) error {
+	if tags == nil {
+		_, err := s.pool.Exec(ctx, `DELETE FROM template_tags WHERE project_id = $1 AND template = $2`, projectID, template)
+		return err
+	}
+	_, err := s.pool.Exec(ctx, `DELETE FROM template_tags WHERE project_id = $1 AND template = $2 AND tag = ANY($3::text[])`, projectID, template, tags)
+	return err
+}

@@ -60,3 +60,63 @@ func (s *Store) DeleteTemplateVersion(ctx context.Context, projectID, name strin
 	_, err := s.db.ExecContext(ctx, `DELETE FROM template_versions WHERE project_id = ? AND name = ?`, projectID, name)
 	return err
 }
+
+var _ store.TemplateTags = (*Store)(nil)
+
+// AssignTemplateTags makes each of tags name buildID.
+func (s *Store) AssignTemplateTags(ctx context.Context, projectID, template, buildID string, tags []string) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	at := fmtTime(time.Now())
+	for _, tag := range tags {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO template_tags(project_id, template, tag, build_id, created_at) VALUES(?,?,?,?,?)
+			ON CONFLICT(project_id, template, tag) DO UPDATE SET build_id = excluded.build_id, created_at = excluded.created_at`,
+			projectID, template, tag, buildID, at); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// TemplateTags lists the tags of project's template, by tag.
+func (s *Store) TemplateTags(ctx context.Context, projectID, template string) ([]store.TemplateTag, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT project_id, template, tag, build_id, created_at FROM template_tags
+		WHERE project_id = ? AND template = ? ORDER BY tag`, projectID, template)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []store.TemplateTag{}
+	for rows.Next() {
+		var t store.TemplateTag
+		var at string
+		if err := rows.Scan(&t.ProjectID, &t.Template, &t.Tag, &t.BuildID, &at); err != nil {
+			return nil, err
+		}
+		t.CreatedAt, _ = time.Parse(time.RFC3339Nano, at)
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// DeleteTemplateTags removes tags of project's template (all for nil).
+func (s *Store) DeleteTemplateTags(ctx context.Context, projectID, template string, tags []string) error {
+	if tags == nil {
+		_, err := s.db.ExecContext(ctx, `DELETE FROM template_tags WHERE project_id = ? AND template = ?`, projectID, template)
+		return err
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	for _, tag := range tags {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM template_tags WHERE project_id = ? AND template = ? AND tag = ?`, projectID, template, tag); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}

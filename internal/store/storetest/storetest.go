@@ -46,6 +46,7 @@ func Run(t *testing.T, newDB NewDB) {
 		{"Events", testEvents},
 		{"EventsFollow", testEventsFollow},
 		{"Webhooks", testWebhooks},
+		{"TemplateTags", testTemplateTags},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			open := newDB(t)

@@ -93,3 +93,72 @@ func sameTemplateVersion(a, b store.TemplateVersion) bool {
 	a.Info, b.Info = nil, nil
 	return reflect.DeepEqual(ia, ib) && a.UpdatedAt.Equal(b.UpdatedAt) && a.ProjectID == b.ProjectID && a.Name == b.Name && a.Digest == b.Digest && a.Node == b.Node
 }
+
+// testTemplateTags: tags name builds per project and template; a new
+// assignment moves a tag, another handle sees it, deletes remove some or
+// all.
+func testTemplateTags(t *testing.T, ctx context.Context, open func() store.Store) {
+	st, ok := open().(store.TemplateTags)
+	if !ok {
+		t.Fatalf("the backend does not implement store.TemplateTags")
+	}
+	other := open().(store.TemplateTags)
+	if l, err := st.TemplateTags(ctx, "prj_a", "web"); err != nil || l == nil || len(l) != 0 {
+		t.Fatalf("TemplateTags of nothing: %v %v, want []", l, err)
+	}
+	tagsOf := func(s store.TemplateTags, project, tpl string) map[string]string {
+		t.Helper()
+		l, err := s.TemplateTags(ctx, project, tpl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for i, tg := range l {
+			if tg.ProjectID != project || tg.Template != tpl || tg.CreatedAt.IsZero() {
+				t.Fatalf("tag %+v of %s/%s", tg, project, tpl)
+			}
+			if i > 0 && l[i-1].Tag >= tg.Tag {
+				t.Fatalf("tags not by tag: %+v", l)
+			}
+			out[tg.Tag] = tg.BuildID
+		}
+		return out
+	}
+	if err := st.AssignTemplateTags(ctx, "prj_a", "web", "b1", []string{"default", "v1", "v1.0-rc_1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.AssignTemplateTags(ctx, "prj_b", "web", "b9", []string{"default"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.AssignTemplateTags(ctx, "prj_a", "api", "b5", []string{"default"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := tagsOf(other, "prj_a", "web"), map[string]string{"default": "b1", "v1": "b1", "v1.0-rc_1": "b1"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("tags: %v, want %v", got, want)
+	}
+	// A second build takes the default tag; v1 stays where it was.
+	if err := other.AssignTemplateTags(ctx, "prj_a", "web", "b2", []string{"default", "prod"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := tagsOf(st, "prj_a", "web"), map[string]string{"default": "b2", "v1": "b1", "v1.0-rc_1": "b1", "prod": "b2"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("tags after a second assignment: %v, want %v", got, want)
+	}
+	if err := st.DeleteTemplateTags(ctx, "prj_a", "web", []string{"v1", "missing"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := tagsOf(other, "prj_a", "web"), map[string]string{"default": "b2", "v1.0-rc_1": "b1", "prod": "b2"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("tags after a delete: %v, want %v", got, want)
+	}
+	if err := st.DeleteTemplateTags(ctx, "prj_a", "web", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := tagsOf(other, "prj_a", "web"); len(got) != 0 {
+		t.Fatalf("tags after deleting all: %v", got)
+	}
+	if got, want := tagsOf(other, "prj_b", "web"), map[string]string{"default": "b9"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("another project's tags: %v, want %v", got, want)
+	}
+	if got, want := tagsOf(other, "prj_a", "api"), map[string]string{"default": "b5"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("another template's tags: %v, want %v", got, want)
+	}
+}

@@ -1,15 +1,20 @@
 // Package ocitest serves OCI images for tests of FROM <image>: a real
 // registry (go-containerregistry's, in memory) on the loopback address,
-// and a small image made of the host's static busybox.
+// a small image made of the host's static busybox, and images of a
+// directory's tree (a built template's rootfs standing in for a public
+// image).
 package ocitest
 
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"io"
+	"io/fs"
 	"log"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -65,7 +70,18 @@ func PushBusybox(t *testing.T, ref string) string {
 		dir(w, "www")
 		file(w, "www/index.html", []byte("served from the image\n"), 0o644)
 	})
-	img, err := mutate.AppendLayers(empty.Image, one, two)
+	return push(t, ref, v1.Config{
+		Env:        []string{"PATH=/bin", "FOO=from-image"},
+		WorkingDir: "/work",
+		Cmd:        []string{"httpd", "-f", "-p", "8080", "-h", "/www"},
+	}, one, two)
+}
+
+// push pushes an image of layers with config to ref and returns its
+// digest.
+func push(t *testing.T, ref string, config v1.Config, layers ...v1.Layer) string {
+	t.Helper()
+	img, err := mutate.AppendLayers(empty.Image, layers...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,10 +90,7 @@ func PushBusybox(t *testing.T, ref string) string {
 		t.Fatal(err)
 	}
 	cfg = cfg.DeepCopy()
-	cfg.OS, cfg.Architecture = "linux", "amd64"
-	cfg.Config.Env = []string{"PATH=/bin", "FOO=from-image"}
-	cfg.Config.WorkingDir = "/work"
-	cfg.Config.Cmd = []string{"httpd", "-f", "-p", "8080", "-h", "/www"}
+	cfg.OS, cfg.Architecture, cfg.Config = "linux", "amd64", config
 	if img, err = mutate.ConfigFile(img, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -122,4 +135,106 @@ func file(w *tar.Writer, p string, b []byte, mode int64) {
 
 func link(w *tar.Writer, p, target string) {
 	w.WriteHeader(&tar.Header{Name: p, Typeflag: tar.TypeSymlink, Linkname: target, Mode: 0o777})
+}
+
+// PushDir pushes an image of one layer to ref (host:port/repo:tag) and
+// returns its digest: the tree of dir, owners and modes kept (hard links
+// as copies; devices, sockets and fifos left out), with the files of
+// replace (path relative to dir → content) replacing or adding theirs and
+// the paths of omit (relative, with what is under them) left out; config
+// is the image's configuration (Env, Cmd, …).
+func PushDir(t *testing.T, ref, dir string, config v1.Config, replace map[string]string, omit []string) string {
+	t.Helper()
+	skip := func(rel string) bool {
+		for _, o := range omit {
+			if rel == o || strings.HasPrefix(rel, o+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	write := func(w io.Writer) error {
+		tw := tar.NewWriter(w)
+		done := map[string]bool{}
+		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(dir, p)
+			if rel == "." {
+				return nil
+			}
+			rel = filepath.ToSlash(rel)
+			if skip(rel) {
+				if d.IsDir() {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			link := ""
+			switch {
+			case fi.Mode()&fs.ModeSymlink != 0:
+				if link, err = os.Readlink(p); err != nil {
+					return err
+				}
+			case !fi.IsDir() && !fi.Mode().IsRegular():
+				return nil
+			}
+			h, err := tar.FileInfoHeader(fi, link)
+			if err != nil {
+				return err
+			}
+			h.Name = rel
+			if fi.IsDir() {
+				h.Name += "/"
+			}
+			content, replaced := replace[rel]
+			if replaced {
+				h.Size = int64(len(content))
+				done[rel] = true
+			}
+			if err := tw.WriteHeader(h); err != nil {
+				return err
+			}
+			if h.Typeflag != tar.TypeReg {
+				return nil
+			}
+			if replaced {
+				_, err = io.WriteString(tw, content)
+				return err
+			}
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = io.Copy(tw, f)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		for rel, content := range replace {
+			if !done[rel] {
+				if err := tw.WriteHeader(&tar.Header{Name: rel, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(content))}); err != nil {
+					return err
+				}
+				io.WriteString(tw, content)
+			}
+		}
+		return tw.Close()
+	}
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		pr, pw := io.Pipe()
+		go func() { pw.CloseWithError(write(pw)) }()
+		return pr, nil
+	}, tarball.WithCompressionLevel(gzip.BestSpeed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return push(t, ref, config, l)
 }
