@@ -155,7 +155,7 @@ func (p *Proxy) forward(c net.Conn, br *bufio.Reader, prefix []byte, src Source,
 	cancel()
 	if err != nil {
 		entry.Decision, entry.Reason = Allowed, "upstream: "+dialError(err)
-		p.logs.add(src.SandboxID, entry)
+		p.record(src.SandboxID, entry)
 		p.cfg.Recorder.EgressConnection("error")
 		if entry.Via == "spliced" {
 			writeAlert(c, alertInternalError)
@@ -169,7 +169,7 @@ func (p *Proxy) forward(c net.Conn, br *bufio.Reader, prefix []byte, src Source,
 	entry.Decision, entry.BytesOut, entry.BytesIn = Allowed, out, in
 	p.cfg.Recorder.EgressBytes("out", out)
 	p.cfg.Recorder.EgressBytes("in", in)
-	p.logs.add(src.SandboxID, entry)
+	p.record(src.SandboxID, entry)
 }
 
 // mustBuffered takes what br has read ahead.
@@ -181,7 +181,7 @@ func mustBuffered(br *bufio.Reader) []byte {
 // deny records a refused connection.
 func (p *Proxy) deny(src Source, entry Entry, reason string) {
 	entry.Decision, entry.Reason = Denied, reason
-	p.logs.add(src.SandboxID, entry)
+	p.record(src.SandboxID, entry)
 	p.cfg.Recorder.EgressConnection(Denied)
 }
 

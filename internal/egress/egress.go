@@ -109,9 +109,10 @@ type Config struct {
 	Tokens  Tokens
 	// Recorder counts; nil counts nothing.
 	Recorder Recorder
-	// LogEntries caps each sandbox's egress log; 0 is DefaultLogEntries.
-	LogEntries int
-	Logger     *slog.Logger
+	// Log keeps the decisions; nil makes one of DefaultLogEntries per
+	// sandbox.
+	Log    *Log
+	Logger *slog.Logger
 	// OriginalDst is where a redirected connection was going; nil reads
 	// SO_ORIGINAL_DST (conntrack's record of the redirect). Tests of the
 	// proxy without a firewall pass their own.
@@ -133,7 +134,6 @@ const DefaultLogEntries = 1000
 type Proxy struct {
 	cfg        Config
 	log        *slog.Logger
-	logs       *logs
 	transports *transports
 
 	mu     sync.Mutex
@@ -149,8 +149,8 @@ func New(cfg Config) *Proxy {
 	if cfg.Recorder == nil {
 		cfg.Recorder = noRecorder{}
 	}
-	if cfg.LogEntries <= 0 {
-		cfg.LogEntries = DefaultLogEntries
+	if cfg.Log == nil {
+		cfg.Log = NewLog(0)
 	}
 	if cfg.PeekTimeout <= 0 {
 		cfg.PeekTimeout = 10 * time.Second
@@ -165,7 +165,6 @@ func New(cfg Config) *Proxy {
 		cfg.Forbidden = func(netip.Addr) bool { return false }
 	}
 	p := &Proxy{cfg: cfg, log: cfg.Logger, conns: map[net.Conn]struct{}{}}
-	p.logs = newLogs(cfg.LogEntries, cfg.Sources.Exists)
 	p.transports = newTransports(p)
 	return p
 }
@@ -230,8 +229,8 @@ func (p *Proxy) untrack(c net.Conn) {
 	p.mu.Unlock()
 }
 
-// Log returns sandbox id's egress log, oldest first.
-func (p *Proxy) Log(id string) []Entry { return p.logs.get(id) }
+// record adds e to sandbox id's log.
+func (p *Proxy) record(id string, e Entry) { p.cfg.Log.add(id, e, p.cfg.Sources.Exists) }
 
 type noRecorder struct{}
 

@@ -252,7 +252,7 @@ func lastEntry(t *testing.T, p *Proxy) Entry {
 	// A spliced connection is logged when it ends: wait for it.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		l := p.Log("sb1")
+		l := p.cfg.Log.Entries("sb1")
 		if len(l) > 0 {
 			return l[len(l)-1]
 		}

@@ -37,7 +37,7 @@ func (p *Proxy) intercept(c net.Conn, src Source, dst netip.AddrPort, hello clie
 	cancel()
 	if err != nil {
 		p.log.Debug("egress: TLS with the sandbox failed", "sandbox", src.SandboxID, "host", hello.name, "err", err)
-		p.logs.add(src.SandboxID, Entry{Time: time.Now().UTC(), Host: hello.name, Addr: dst.Addr().String(), Port: int(dst.Port()),
+		p.record(src.SandboxID, Entry{Time: time.Now().UTC(), Host: hello.name, Addr: dst.Addr().String(), Port: int(dst.Port()),
 			Decision: Allowed, Via: "intercepted", Proxied: src.Egress.Proxy != nil, Reason: "TLS with the sandbox failed (does it trust the node's egress CA?)"})
 		return
 	}
@@ -166,7 +166,7 @@ func (h *requestHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		p.cfg.Recorder.EgressRequest("forwarded")
 	}
-	p.logs.add(src.SandboxID, entry)
+	p.record(src.SandboxID, entry)
 }
 
 // refuse answers a request the proxy does not send on, and records it.
@@ -176,7 +176,7 @@ func (h *requestHandler) refuse(w http.ResponseWriter, src Source, entry Entry, 
 		entry.Decision = Allowed
 	}
 	if src.SandboxID != "" {
-		h.p.logs.add(src.SandboxID, entry)
+		h.p.record(src.SandboxID, entry)
 	}
 	h.p.cfg.Recorder.EgressRequest(outcome)
 	writeRefusal(w, status, why)

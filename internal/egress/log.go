@@ -39,11 +39,11 @@ const (
 	Denied  = "denied"
 )
 
-// logs are the sandboxes' egress logs, each a ring of its last entries,
-// in memory: they go with the server (and with the sandbox).
-type logs struct {
-	max    int
-	exists func(id string) bool
+// Log holds the sandboxes' egress logs, each a ring of its last entries,
+// in memory: they go with the server (and a sandbox's with the sandbox,
+// once the proxy notices it is gone). It is safe for concurrent use.
+type Log struct {
+	max int
 
 	mu     sync.Mutex
 	rings  map[string]*ring
@@ -55,17 +55,22 @@ type ring struct {
 	next    int // where the next entry goes once full
 }
 
-func newLogs(max int, exists func(string) bool) *logs {
-	return &logs{max: max, exists: exists, rings: map[string]*ring{}}
+// NewLog keeps the last entries of each sandbox (0: DefaultLogEntries).
+func NewLog(entries int) *Log {
+	if entries <= 0 {
+		entries = DefaultLogEntries
+	}
+	return &Log{max: entries, rings: map[string]*ring{}}
 }
 
 // sweepEvery is how many entries go between two sweeps of the logs of
 // sandboxes that are gone.
 const sweepEvery = 4096
 
-func (l *logs) add(id string, e Entry) {
+// add records e for sandbox id; every sweepEvery entries the logs of
+// sandboxes exists says are gone are dropped.
+func (l *Log) add(id string, e Entry, exists func(string) bool) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	r := l.rings[id]
 	if r == nil {
 		r = &ring{}
@@ -77,16 +82,29 @@ func (l *logs) add(id string, e Entry) {
 		r.entries[r.next] = e
 		r.next = (r.next + 1) % l.max
 	}
-	if l.writes++; l.writes%sweepEvery == 0 && l.exists != nil {
+	l.writes++
+	sweep := l.writes%sweepEvery == 0
+	var ids []string
+	if sweep {
 		for sid := range l.rings {
-			if sid != id && !l.exists(sid) {
-				delete(l.rings, sid)
-			}
+			ids = append(ids, sid)
+		}
+	}
+	l.mu.Unlock()
+	if !sweep || exists == nil {
+		return
+	}
+	for _, sid := range ids {
+		if sid != id && !exists(sid) {
+			l.mu.Lock()
+			delete(l.rings, sid)
+			l.mu.Unlock()
 		}
 	}
 }
 
-func (l *logs) get(id string) []Entry {
+// Entries returns sandbox id's log, oldest first.
+func (l *Log) Entries(id string) []Entry {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r := l.rings[id]
