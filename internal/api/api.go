@@ -48,8 +48,12 @@ type Config struct {
 	Usage Usages
 	// Ports publishes sandbox ports on the preview proxy and Desktops
 	// drives desktops (internal/sandbox/preview, desktop).
-	Ports     Ports
-	Desktops  Desktops
+	Ports    Ports
+	Desktops Desktops
+	// Networks reads and replaces sandboxes' network configurations
+	// (internal/sandbox/netconf); nil: `network` on a create is refused
+	// and the network routes answer 404.
+	Networks  Networks
 	Templates Templates
 	Previews  PreviewURLs
 	Volumes   Volumes
@@ -109,6 +113,7 @@ type server struct {
 	keys      Keys
 	limiter   Limiter
 	sandboxes Sandboxes
+	networks  Networks // a create's `network`
 	usage     Usages
 	log       *slog.Logger
 	disk      *disk.Guard
@@ -125,7 +130,7 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, usage: cfg.Usage, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready, disk: cfg.Disk,
+	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, networks: cfg.Networks, usage: cfg.Usage, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready, disk: cfg.Disk,
 		sessions: cfg.Sessions, cluster: cfg.Cluster, sandboxURL: cfg.SandboxURL}
 	maxBuild := cfg.MaxBuildContext
 	if maxBuild <= 0 {
@@ -141,6 +146,7 @@ func Handler(cfg Config) http.Handler {
 	tplR := templateRoutes{templates: cfg.Templates}
 	buildR := buildRoutes{builder: cfg.Builder, maxBuild: maxBuild}
 	keyR := keyRoutes{keyStore: cfg.KeyStore, keys: cfg.Keys, log: cfg.Logger}
+	netR := networkRoutes{networks: cfg.Networks}
 	mux := http.NewServeMux()
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request, store.Project) error) {
 		mux.Handle(pattern, s.authed(h))
@@ -160,6 +166,11 @@ func Handler(cfg Config) http.Handler {
 	route("POST /api/sandboxes/{id}/fork", s.forkSandbox)
 	route("POST /api/sandboxes/{id}/expose/{port}", portR.expose)
 	route("DELETE /api/sandboxes/{id}/expose/{port}", portR.unexpose)
+	if cfg.Networks != nil {
+		route("GET /api/sandboxes/{id}/network", netR.getNetwork)
+		route("PUT /api/sandboxes/{id}/network", netR.setNetwork)
+		route("GET /api/sandboxes/{id}/network/log", netR.networkLog)
+	}
 
 	route("POST /api/sandboxes/{id}/snapshot", snapR.takeSnapshot)
 	route("GET /api/projects/{pid}/snapshots", snapR.listProjectSnapshots)

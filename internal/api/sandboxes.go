@@ -35,7 +35,10 @@ type sandboxInfo struct {
 	// what a restricted sandbox may still reach.
 	InternetAccess bool     `json:"internetAccess"`
 	AllowedHosts   []string `json:"allowedHosts"`
-	VolumeID       *string  `json:"volumeId"`
+	// Network is the whole network configuration (a lizard addition,
+	// docs/API-EXTENSIONS.md).
+	Network  networkSettings `json:"network"`
+	VolumeID *string         `json:"volumeId"`
 	// ExposedPorts are the ports published on the preview proxy (a lizard
 	// addition; POST …/expose/{port} again answers a port's URL).
 	ExposedPorts []int `json:"exposedPorts"`
@@ -52,6 +55,7 @@ func infoOf(r sandbox.Record) sandboxInfo {
 		StartedAt: r.StartedAt.UTC().Format(time.RFC3339Nano), Status: r.Status,
 		Metadata: r.Metadata, Runtime: "container", Size: r.Size, CPUs: r.CPUs, MemoryMB: r.MemoryMB,
 		TimeoutMs: r.TimeoutMs, InternetAccess: !r.Egress.Restricted, AllowedHosts: r.Egress.Allowed,
+		Network: settingsOf(r.Egress),
 	}
 	if info.AllowedHosts == nil {
 		info.AllowedHosts = []string{}
@@ -101,6 +105,10 @@ type createRequest struct {
 	VolumeName     string            `json:"volumeName"`
 	InternetAccess *bool             `json:"internetAccess"`
 	AllowedHosts   []string          `json:"allowedHosts"`
+	// Network is E2B's network configuration (allowOut, denyOut, rules,
+	// egressProxy, httpsPorts), in place of internetAccess and
+	// allowedHosts (docs/API-EXTENSIONS.md).
+	Network *network.Settings `json:"network"`
 	// LizardToken is an API key of the project to give the sandbox, for
 	// the lizard CLI in it (see lizardToken).
 	LizardToken string `json:"lizardToken"`
@@ -147,7 +155,7 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request, p store.P
 	if req.VolumeID != "" {
 		vol = req.VolumeID
 	}
-	egress, err := network.ParseEgress(req.InternetAccess, req.AllowedHosts)
+	egress, err := createNetwork(r.Context(), s.networks, p.ID, req)
 	if err != nil {
 		return err
 	}

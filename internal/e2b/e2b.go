@@ -56,7 +56,10 @@ type Config struct {
 	Sandboxes Sandboxes
 	// Usage answers the metrics routes and the lists' disk sizes
 	// (*usage.Sampler).
-	Usage     api.Usages
+	Usage api.Usages
+	// Networks checks and replaces sandboxes' network configurations
+	// (*netconf.Service).
+	Networks  api.Networks
 	Templates Templates
 	// Domain is what responses give as the sandboxes' domain: the SDK
 	// reaches port P of sandbox S at P-S.<Domain> (the preview proxy's
@@ -73,6 +76,7 @@ type server struct {
 	auth      api.Auth
 	sandboxes Sandboxes
 	usage     api.Usages
+	networks  api.Networks
 	templates Templates
 	domain    string
 	log       *slog.Logger
@@ -87,7 +91,7 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &server{auth: cfg.Auth, sandboxes: cfg.Sandboxes, usage: cfg.Usage, templates: cfg.Templates, domain: cfg.Domain, log: cfg.Logger, cluster: cfg.Cluster}
+	s := &server{auth: cfg.Auth, sandboxes: cfg.Sandboxes, usage: cfg.Usage, networks: cfg.Networks, templates: cfg.Templates, domain: cfg.Domain, log: cfg.Logger, cluster: cfg.Cluster}
 	mux := http.NewServeMux()
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request, store.Project) error) {
 		mux.Handle(pattern, s.authed(h))
@@ -104,6 +108,7 @@ func Handler(cfg Config) http.Handler {
 	route("POST /sandboxes/{id}/resume", s.resume)
 	route("POST /sandboxes/{id}/fork", s.fork)
 	route("GET /sandboxes/{id}/metrics", s.metrics)
+	route("PUT /sandboxes/{id}/network", s.updateNetwork)
 	route("GET /templates", s.listTemplates)
 	route("GET /templates/aliases/{alias}", s.templateAlias)
 	mux.Handle("/", s.authed(notSupported))
@@ -111,8 +116,7 @@ func Handler(cfg Config) http.Handler {
 }
 
 // notSupported answers the calls of E2B's API that lizard does not serve
-// (volumes, secrets, snapshots, template builds and tags, network
-// updates, …). Not a 404: the SDKs turn a 404 into "sandbox not found" or
+// (volumes, secrets, snapshots, template builds and tags, …). Not a 404: the SDKs turn a 404 into "sandbox not found" or
 // "does not exist" (SandboxNotFoundError, Volume.exists() false), which
 // would hide that the call cannot work here; a 400 surfaces as an error
 // that carries this message.
