@@ -65,7 +65,7 @@ func (s *Server) Close() error { return s.ln.Close() }
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]Request(nil), s.requests...)
+	return append([]Request{}, s.requests...)
 }
 
 func (s *Server) loop() {
