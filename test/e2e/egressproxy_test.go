@@ -185,6 +185,12 @@ func egressLizardAPI(t *testing.T, s *server, n *egressNet) {
 	if !sawRule || !sawDenied || !sawSplice {
 		t.Fatalf("log %+v", log.Entries)
 	}
+	// The dashboard shows the same (its Network tab, in a browser).
+	ctx, cancel := context.WithTimeout(context.Background(), budget(3*time.Minute))
+	defer cancel()
+	if err := s.runNodeEnv(ctx, []string{"LIZARD_EGRESS_SANDBOX=" + id}, "js/egress/dashboard.e2e.mjs"); err != nil {
+		t.Fatalf("the dashboard's Network tab: %v", err)
+	}
 	// Node reads NODE_EXTRA_CA_CERTS (the node template).
 	var nodeBox struct {
 		SandboxID string `json:"sandboxId"`
