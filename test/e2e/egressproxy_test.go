@@ -191,6 +191,25 @@ func egressLizardAPI(t *testing.T, s *server, n *egressNet) {
 	if err := s.runNodeEnv(ctx, []string{"LIZARD_EGRESS_SANDBOX=" + id}, "js/egress/dashboard.e2e.mjs"); err != nil {
 		t.Fatalf("the dashboard's Network tab: %v", err)
 	}
+	// The configuration outlives a restart of the server (the record, the
+	// runtime's state, the firewall and the proxy rebuilt from them).
+	s.stop()
+	s.start()
+	for deadline := time.Now().Add(budget(60 * time.Second)); ; time.Sleep(200 * time.Millisecond) {
+		var st struct {
+			Status string `json:"status"`
+		}
+		if code, _ := s.do("GET", "/api/sandboxes/"+id, nil, &st); code == 200 && st.Status == "running" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sandbox was not reattached after the restart")
+		}
+	}
+	r = s.shell(t, id, "curl -sS -m 10 https://rules.test/")
+	if r.ExitCode != 0 || json.Unmarshal([]byte(r.Stdout), &echo) != nil || echo.Headers["X-Lizard-Rule"] != "v1" {
+		t.Fatalf("rules.test after a restart: %+v", r)
+	}
 	// Node reads NODE_EXTRA_CA_CERTS (the node template).
 	var nodeBox struct {
 		SandboxID string `json:"sandboxId"`
