@@ -2,37 +2,27 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
 
-	"github.com/vishvananda/netns"
-	"golang.org/x/net/dns/dnsmessage"
-
 	"github.com/lizard-build/lizard/internal/egress"
+	"github.com/lizard-build/lizard/internal/egress/egresstest"
 	"github.com/lizard-build/lizard/internal/network"
 )
 
@@ -253,48 +243,23 @@ func startBenchInternet() (*benchInternet, error) {
 			return nil, fmt.Errorf("%v: %v %s", args, err, out)
 		}
 	}
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "lizard bench CA"}, NotBefore: time.Now().Add(-time.Hour),
-		NotAfter: time.Now().Add(48 * time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, _ := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
-	ca, _ := x509.ParseCertificate(caDER)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: egressBenchName}, DNSNames: []string{egressBenchName},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(48 * time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
+	ln, err := egresstest.ListenIn(egressBenchNS, "0.0.0.0:443")
 	if err != nil {
 		cleanup()
 		return nil, err
 	}
-	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	srv, ca, err := serveBenchUpstream(ln)
+	if err != nil {
+		cleanup()
+		return nil, err
+	}
+	caPEM := ca.PEM()
 	caFile := filepath.Join(os.TempDir(), fmt.Sprintf("lizard-bench-ca-%d.pem", os.Getpid()))
 	if err := os.WriteFile(caFile, caPEM, 0o644); err != nil {
+		srv.Close()
 		cleanup()
 		return nil, err
 	}
-	ln, err := listenIn(egressBenchNS, "0.0.0.0:443")
-	if err != nil {
-		cleanup()
-		return nil, err
-	}
-	payload := make([]byte, 256<<10)
-	srv := &http.Server{TLSConfig: &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}},
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path != "/download" {
-				io.WriteString(w, "ok")
-				return
-			}
-			size, _ := strconv.ParseInt(r.URL.Query().Get("n"), 10, 64)
-			w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
-			for size > 0 {
-				k := min(size, int64(len(payload)))
-				if _, err := w.Write(payload[:k]); err != nil {
-					return
-				}
-				size -= k
-			}
-		})}
-	go srv.ServeTLS(ln, "", "")
 	dns := netip.AddrPortFrom(gw, 5353).String()
 	pc, err := net.ListenPacket("udp4", dns)
 	if err != nil {
@@ -302,7 +267,7 @@ func startBenchInternet() (*benchInternet, error) {
 		cleanup()
 		return nil, err
 	}
-	go serveBenchDNS(pc, web)
+	go egresstest.ServeDNS(pc, func(name string) (netip.Addr, bool) { return web, name == egressBenchName })
 	return &benchInternet{dns: dns, caFile: caFile, caPEM: caPEM, close: func() {
 		srv.Close()
 		pc.Close()
@@ -311,59 +276,28 @@ func startBenchInternet() (*benchInternet, error) {
 	}}, nil
 }
 
-// listenIn opens a TCP listener in network namespace ns.
-func listenIn(ns, addr string) (net.Listener, error) {
-	goruntime.LockOSThread()
-	defer goruntime.UnlockOSThread()
-	orig, err := netns.Get()
+// serveBenchUpstream serves HTTPS (HTTP/2) on ln for egressBenchName with
+// a certificate of a CA of its own: "ok" at every path but /download,
+// which answers ?n= bytes.
+func serveBenchUpstream(ln net.Listener) (*http.Server, *egresstest.CA, error) {
+	ca, err := egresstest.NewCA("lizard bench CA")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer orig.Close()
-	h, err := netns.GetFromName(ns)
+	cert, err := ca.ServerCert([]string{egressBenchName})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer h.Close()
-	if err := netns.Set(h); err != nil {
-		return nil, err
-	}
-	ln, lerr := net.Listen("tcp4", addr)
-	if err := netns.Set(orig); err != nil {
-		panic(fmt.Sprintf("back to the host's network namespace: %v", err))
-	}
-	return ln, lerr
-}
-
-// serveBenchDNS answers web.bench with web, anything else NXDOMAIN.
-func serveBenchDNS(pc net.PacketConn, web netip.Addr) {
-	buf := make([]byte, 1500)
-	for {
-		k, from, err := pc.ReadFrom(buf)
-		if err != nil {
-			return
-		}
-		var p dnsmessage.Parser
-		h, err := p.Start(buf[:k])
-		if err != nil {
-			continue
-		}
-		q, err := p.Question()
-		if err != nil {
-			continue
-		}
-		m := dnsmessage.Message{Header: dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true}, Questions: []dnsmessage.Question{q}}
-		switch {
-		case strings.TrimSuffix(strings.ToLower(q.Name.String()), ".") != egressBenchName:
-			m.Header.RCode = dnsmessage.RCodeNameError
-		case q.Type == dnsmessage.TypeA:
-			m.Answers = []dnsmessage.Resource{{Header: dnsmessage.ResourceHeader{Name: q.Name, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET, TTL: 60},
-				Body: &dnsmessage.AResource{A: web.As4()}}}
-		}
-		if b, err := m.Pack(); err == nil {
-			pc.WriteTo(b, from)
-		}
-	}
+	srv := &http.Server{TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}},
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/download" {
+				egresstest.WriteBytes(w, r)
+				return
+			}
+			io.WriteString(w, "ok")
+		})}
+	go srv.ServeTLS(ln, "", "")
+	return srv, ca, nil
 }
 
 // benchEgressLoopback measures the egress proxy alone, in this process on
@@ -371,37 +305,14 @@ func serveBenchDNS(pc net.PacketConn, web netip.Addr) {
 // answers the upstream): what the proxy itself adds to a request, apart
 // from gVisor's network stack and the host's load on it.
 func benchEgressLoopback(w io.Writer, n int) error {
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "lizard bench CA"}, NotBefore: time.Now().Add(-time.Hour),
-		NotAfter: time.Now().Add(48 * time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, _ := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
-	ca, _ := x509.ParseCertificate(caDER)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: egressBenchName}, DNSNames: []string{egressBenchName},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(48 * time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, _ := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
 	upLn, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
-	payload := make([]byte, 256<<10)
-	up := &http.Server{TLSConfig: &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}},
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path != "/download" {
-				io.WriteString(w, "ok")
-				return
-			}
-			size, _ := strconv.ParseInt(r.URL.Query().Get("n"), 10, 64)
-			w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
-			for size > 0 {
-				k := min(size, int64(len(payload)))
-				if _, err := w.Write(payload[:k]); err != nil {
-					return
-				}
-				size -= k
-			}
-		})}
-	go up.ServeTLS(upLn, "", "")
+	up, ca, err := serveBenchUpstream(upLn)
+	if err != nil {
+		return err
+	}
 	defer up.Close()
 	upAddr := netip.MustParseAddrPort(upLn.Addr().String())
 
@@ -414,8 +325,7 @@ func benchEgressLoopback(w io.Writer, n int) error {
 	if err != nil {
 		return err
 	}
-	roots := x509.NewCertPool()
-	roots.AddCert(ca)
+	roots := ca.Pool()
 	src := &loopbackSources{}
 	pln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
@@ -426,7 +336,7 @@ func benchEgressLoopback(w io.Writer, n int) error {
 	go p.Serve()
 	defer p.Close()
 	clientRoots := x509.NewCertPool()
-	clientRoots.AddCert(ca)
+	clientRoots.AddCert(ca.Cert)
 	clientRoots.AddCert(lizardCA.Certificate())
 
 	paths := []struct {

@@ -3,18 +3,13 @@ package egress
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -26,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lizard-build/lizard/internal/egress/socks5test"
+	"github.com/lizard-build/lizard/internal/egress/egresstest"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/network"
 )
@@ -36,39 +31,6 @@ import (
 // "sandbox" is the test's own client at 127.0.0.1. The upstreams are TLS
 // and plain HTTP servers of the test's own, with certificates of a test CA
 // for several names on one address, echoing what they received.
-
-// testCA is a CA of the test's own, for the upstreams.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
-}
-
-func newTestCA(t testing.TB) *testCA {
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "egress test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testCA{cert: cert, key: key, pool: pool}
-}
-
-func (ca *testCA) serverCert(t testing.TB, names ...string) tls.Certificate {
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
 
 // echo is what the upstreams answer: what they received.
 type echo struct {
@@ -86,14 +48,7 @@ func echoHandler(hits *atomic.Int64) http.Handler {
 		hits.Add(1)
 		switch r.URL.Path {
 		case "/download":
-			n, _ := strconv.ParseInt(r.URL.Query().Get("n"), 10, 64)
-			w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
-			buf := bytes.Repeat([]byte("x"), 64<<10)
-			for n > 0 {
-				k := min(n, int64(len(buf)))
-				w.Write(buf[:k])
-				n -= k
-			}
+			egresstest.WriteBytes(w, r)
 			return
 		case "/ws":
 			if r.Header.Get("Upgrade") != "websocket" {
@@ -156,7 +111,7 @@ func (s *mapSecrets) SecretValue(ctx context.Context, projectID, name string) (s
 
 type env struct {
 	t        *testing.T
-	ca       *testCA
+	ca       *egresstest.CA
 	sources  *testSources
 	secrets  *mapSecrets
 	proxy    *Proxy
@@ -169,11 +124,19 @@ type env struct {
 }
 
 func newEnv(t *testing.T) *env {
-	e := &env{t: t, ca: newTestCA(t), sources: &testSources{src: Source{SandboxID: "sb1", ProjectID: "p1"}},
+	testCA, err := egresstest.NewCA("egress test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := testCA.ServerCert([]string{"allowed.test", "rules.test", "denied.test", "a.wild.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, ca: testCA, sources: &testSources{src: Source{SandboxID: "sb1", ProjectID: "p1"}},
 		secrets: &mapSecrets{m: map[string]string{"p1/tok": "s3cr3t-value"}}, hits: &atomic.Int64{}}
 	e.upTLS = httptest.NewUnstartedServer(echoHandler(e.hits))
 	e.upTLS.EnableHTTP2 = true
-	e.upTLS.TLS = &tls.Config{Certificates: []tls.Certificate{e.ca.serverCert(t, "allowed.test", "rules.test", "denied.test", "a.wild.test")}}
+	e.upTLS.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
 	e.upTLS.StartTLS()
 	t.Cleanup(e.upTLS.Close)
 	e.upHTTP = httptest.NewServer(echoHandler(e.hits))
@@ -190,7 +153,7 @@ func newEnv(t *testing.T) *env {
 	}
 	e.addr = ln.Addr().String()
 	port := func(s *httptest.Server) uint16 { return netip.MustParseAddrPort(s.Listener.Addr().String()).Port() }
-	e.proxy = New(Config{Listener: ln, NamedPorts: []uint16{port(e.upTLS), port(e.upHTTP)}, Sources: e.sources, CA: ca, RootCAs: e.ca.pool, Secrets: e.secrets, PeekTimeout: 2 * time.Second,
+	e.proxy = New(Config{Listener: ln, NamedPorts: []uint16{port(e.upTLS), port(e.upHTTP)}, Sources: e.sources, CA: ca, RootCAs: e.ca.Pool(), Secrets: e.secrets, PeekTimeout: 2 * time.Second,
 		OriginalDst: func(net.Conn) (netip.AddrPort, error) { return *e.dst.Load(), nil }})
 	go e.proxy.Serve()
 	t.Cleanup(func() { e.proxy.Close() })
@@ -270,7 +233,7 @@ func TestSpliced(t *testing.T) {
 	e := newEnv(t)
 	e.to(false)
 	e.sources.set(network.Egress{Restricted: true, Allowed: []string{"allowed.test"}})
-	c := e.client(e.ca.pool, true)
+	c := e.client(e.ca.Pool(), true)
 	got, res := getEcho(t, c, "https://allowed.test/", http.Header{"X-Mine": {"1"}})
 	if res.StatusCode != 200 || got.Host != "allowed.test" || got.Proto != "HTTP/2.0" || got.Headers["X-Mine"] != "1" {
 		t.Fatalf("echo %+v (%d)", got, res.StatusCode)
@@ -291,14 +254,14 @@ func TestRefusedByName(t *testing.T) {
 	e := newEnv(t)
 	e.sources.set(network.Egress{Restricted: true, Allowed: []string{"allowed.test", "*.wild.test"}})
 	e.to(false)
-	_, err := e.client(e.ca.pool, false).Get("https://denied.test/")
+	_, err := e.client(e.ca.Pool(), false).Get("https://denied.test/")
 	if err == nil || !strings.Contains(err.Error(), "access denied") {
 		t.Fatalf("denied.test by SNI: %v", err)
 	}
 	if l := lastEntry(t, e.proxy); l.Decision != Denied || l.Host != "denied.test" {
 		t.Fatalf("log %+v", l)
 	}
-	if got, res := getEcho(t, e.client(e.ca.pool, false), "https://a.wild.test/", nil); res.StatusCode != 200 || got.Host != "a.wild.test" {
+	if got, res := getEcho(t, e.client(e.ca.Pool(), false), "https://a.wild.test/", nil); res.StatusCode != 200 || got.Host != "a.wild.test" {
 		t.Fatalf("wildcard: %d %+v", res.StatusCode, got)
 	}
 
@@ -431,13 +394,13 @@ func TestSOCKS(t *testing.T) {
 	e.to(false)
 	up := e.upTLS.Listener.Addr().String()
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	s := socks5test.Serve(ln, socks5test.WithAuth("u", "pw"), socks5test.WithDial(func(network, addr string) (net.Conn, error) {
+	s := egresstest.ServeSOCKS5(ln, egresstest.WithAuth("u", "pw"), egresstest.WithDial(func(network, addr string) (net.Conn, error) {
 		return net.Dial(network, up) // the test's names all live on the upstream
 	}))
 	defer s.Close()
 	e.sources.set(network.Egress{Restricted: true, Allowed: []string{"allowed.test", "127.0.0.0/8"},
 		Proxy: &network.SOCKSProxy{Address: s.Addr(), Username: "u", Password: "pw"}})
-	if got, res := getEcho(t, e.client(e.ca.pool, false), "https://allowed.test/", nil); res.StatusCode != 200 || got.Host != "allowed.test" {
+	if got, res := getEcho(t, e.client(e.ca.Pool(), false), "https://allowed.test/", nil); res.StatusCode != 200 || got.Host != "allowed.test" {
 		t.Fatalf("through SOCKS: %d %+v", res.StatusCode, got)
 	}
 	reqs := s.Requests()
@@ -445,7 +408,7 @@ func TestSOCKS(t *testing.T) {
 		t.Fatalf("SOCKS requests %+v", reqs)
 	}
 	s.Close()
-	_, err := e.client(e.ca.pool, false).Get("https://allowed.test/")
+	_, err := e.client(e.ca.Pool(), false).Get("https://allowed.test/")
 	if err == nil {
 		t.Fatal("a connection went out with its SOCKS5 proxy down")
 	}
@@ -458,7 +421,7 @@ func TestForbidden(t *testing.T) {
 	e.proxy.cfg.Forbidden = func(a netip.Addr) bool { return a.IsLoopback() }
 	e.to(false)
 	e.sources.set(network.Egress{Rules: map[string][]network.Rule{"rules.test": nil}})
-	_, err := e.client(e.ca.pool, false).Get("https://allowed.test/")
+	_, err := e.client(e.ca.Pool(), false).Get("https://allowed.test/")
 	if err == nil {
 		t.Fatal("reached a forbidden address")
 	}

@@ -23,6 +23,13 @@ func TestE2B(t *testing.T) {
 		t.Fatal("no E2B test files")
 	}
 	s := startServer(t, "", "--usage-interval", "250ms")
+	s.runE2BSDKs(t, nil, files...)
+	s.waitNoLeaks(t)
+}
+
+// runE2BSDKs runs the files once per E2B SDK version, each a subtest, set
+// up as the README tells E2B users (and with env).
+func (s *server) runE2BSDKs(t *testing.T, env []string, files ...string) {
 	for _, sdk := range e2bSDKs {
 		t.Run(sdk, func(t *testing.T) {
 			if _, err := os.Stat(filepath.Join("node_modules", sdk)); err != nil {
@@ -30,11 +37,10 @@ func TestE2B(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), budget(10*time.Minute))
 			defer cancel()
-			env := []string{"E2B_SDK=" + sdk, "E2B_API_URL=" + s.url, "E2B_API_KEY=" + s.key, "E2B_SANDBOX_URL=http://" + s.proxy}
-			if err := s.runNodeEnv(ctx, env, files...); err != nil {
-				t.Fatalf("E2B tests with %s failed: %v", sdk, err)
+			all := append([]string{"E2B_SDK=" + sdk, "E2B_API_URL=" + s.url, "E2B_API_KEY=" + s.key, "E2B_SANDBOX_URL=http://" + s.proxy}, env...)
+			if err := s.runNodeEnv(ctx, all, files...); err != nil {
+				t.Fatalf("%v with %s failed: %v", files, sdk, err)
 			}
 		})
 	}
-	s.waitNoLeaks(t)
 }

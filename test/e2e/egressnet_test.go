@@ -1,36 +1,24 @@
 package e2e
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
-	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
-	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
-	"golang.org/x/net/dns/dnsmessage"
-
-	"github.com/lizard-build/lizard/internal/egress/socks5test"
+	"github.com/lizard-build/lizard/internal/egress/egresstest"
 )
 
 // egressNet is the egress proxy tests' fake internet: a network namespace
@@ -48,8 +36,8 @@ import (
 //   - .5:1080 is a SOCKS5 server (username/password), which connects to
 //     the names below by itself;
 //   - on the host side (.1:5353) a DNS server answers allowed.test,
-//     rules.test, denied.test, other.test and *.wild.test with .2 and
-//     far.test with .3; the server's resolver forwards to it
+//     rules.test, denied.test and other.test with .2 and far.test with
+//     .3; the server's resolver forwards to it
 //     (--dns-upstream), and the CA is the node's --egress-ca-file.
 //
 // Nothing leaves this machine.
@@ -65,7 +53,7 @@ type egressNet struct {
 	caFile   string
 	caPEM    []byte
 
-	socksServer *socks5test.Server
+	socksServer *egresstest.SOCKS5
 	mu          sync.Mutex
 	seen        map[string]http.Header // path → headers of requests for /probe/…
 }
@@ -123,8 +111,15 @@ func startEgressNet(t *testing.T) *egressNet {
 	run("ip", "-n", n.ns, "link", "set", "lo", "up")
 	run("ip", "-n", n.ns, "route", "add", "default", "via", n.gw.String())
 
-	ca, caKey := n.makeCA(t)
-	cert := n.serverCert(t, ca, caKey)
+	ca, err := egresstest.NewCA("egress e2e CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.caPEM = ca.PEM()
+	cert, err := ca.ServerCert(append(append([]string{}, egressNames...), "far.test"), n.web, n.far, n.near)
+	if err != nil {
+		t.Fatal(err)
+	}
 	n.caFile = filepath.Join(t.TempDir(), "egress-test-ca.pem")
 	if err := os.WriteFile(n.caFile, n.caPEM, 0o644); err != nil {
 		t.Fatal(err)
@@ -139,8 +134,8 @@ func startEgressNet(t *testing.T) *egressNet {
 	plain := &http.Server{Handler: http.HandlerFunc(n.echo), ReadHeaderTimeout: 10 * time.Second}
 	go plain.Serve(httpLn)
 	web := n.web.String()
-	n.socksServer = socks5test.Serve(socksLn, socks5test.WithAuth(egressSocksUser, egressSocksPass),
-		socks5test.WithDial(func(network, addr string) (net.Conn, error) {
+	n.socksServer = egresstest.ServeSOCKS5(socksLn, egresstest.WithAuth(egressSocksUser, egressSocksPass),
+		egresstest.WithDial(func(network, addr string) (net.Conn, error) {
 			host, port, _ := net.SplitHostPort(addr)
 			if strings.HasSuffix(host, ".test") {
 				host = web // the proxy's own resolution of the names
@@ -151,7 +146,7 @@ func startEgressNet(t *testing.T) *egressNet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go n.serveDNS(pc)
+	go egresstest.ServeDNS(pc, n.resolve)
 	t.Cleanup(func() {
 		srv.Close()
 		plain.Close()
@@ -174,61 +169,15 @@ func hostHasAddrIn(p netip.Prefix) bool {
 	return false
 }
 
-// listen opens a TCP listener in the fake internet's namespace: the
-// socket stays there whichever thread serves it.
+// listen opens a TCP listener in the fake internet's namespace.
 func (n *egressNet) listen(t *testing.T, addr string) net.Listener {
 	t.Helper()
-	goruntime.LockOSThread()
-	defer goruntime.UnlockOSThread()
-	orig, err := netns.Get()
+	ln, err := egresstest.ListenIn(n.ns, addr)
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer orig.Close()
-	ns, err := netns.GetFromName(n.ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	if err := netns.Set(ns); err != nil {
-		t.Fatal(err)
-	}
-	ln, lerr := net.Listen("tcp4", addr)
-	if err := netns.Set(orig); err != nil {
-		panic(fmt.Sprintf("back to the host's network namespace: %v", err))
-	}
-	if lerr != nil {
-		t.Fatal(lerr)
 	}
 	t.Cleanup(func() { ln.Close() })
 	return ln
-}
-
-func (n *egressNet) makeCA(t *testing.T) (*x509.Certificate, *ecdsa.PrivateKey) {
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "egress e2e CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	cert, _ := x509.ParseCertificate(der)
-	return cert, key
-}
-
-func (n *egressNet) serverCert(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey) tls.Certificate {
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "allowed.test"},
-		DNSNames:    append(append([]string{}, egressNames...), "*.wild.test", "far.test"),
-		IPAddresses: []net.IP{n.web.AsSlice(), n.far.AsSlice(), n.near.AsSlice()},
-		NotBefore:   time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
 // echoReply is what the fake internet's servers answer.
@@ -243,16 +192,7 @@ type echoReply struct {
 func (n *egressNet) echo(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/download":
-		size, _ := strconv.ParseInt(r.URL.Query().Get("n"), 10, 64)
-		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
-		buf := make([]byte, 64<<10)
-		for size > 0 {
-			k := min(size, int64(len(buf)))
-			if _, err := w.Write(buf[:k]); err != nil {
-				return
-			}
-			size -= k
-		}
+		egresstest.WriteBytes(w, r)
 		return
 	case "/seen":
 		n.mu.Lock()
@@ -282,48 +222,12 @@ func (n *egressNet) echo(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(e)
 }
 
-func (n *egressNet) serveDNS(pc net.PacketConn) {
-	buf := make([]byte, 1500)
-	for {
-		k, from, err := pc.ReadFrom(buf)
-		if err != nil {
-			return
-		}
-		var p dnsmessage.Parser
-		h, err := p.Start(buf[:k])
-		if err != nil {
-			continue
-		}
-		q, err := p.Question()
-		if err != nil {
-			continue
-		}
-		name := strings.TrimSuffix(strings.ToLower(q.Name.String()), ".")
-		var addr netip.Addr
-		switch {
-		case name == "far.test":
-			addr = n.far
-		case strings.HasSuffix(name, ".wild.test"):
-			addr = n.web
-		default:
-			for _, known := range egressNames {
-				if name == known {
-					addr = n.web
-				}
-			}
-		}
-		m := dnsmessage.Message{Header: dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true}, Questions: []dnsmessage.Question{q}}
-		switch {
-		case !addr.IsValid():
-			m.Header.RCode = dnsmessage.RCodeNameError
-		case q.Type == dnsmessage.TypeA:
-			m.Answers = []dnsmessage.Resource{{Header: dnsmessage.ResourceHeader{Name: q.Name, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET, TTL: 5},
-				Body: &dnsmessage.AResource{A: addr.As4()}}}
-		}
-		if b, err := m.Pack(); err == nil {
-			pc.WriteTo(b, from)
-		}
+// resolve is the fake internet's DNS.
+func (n *egressNet) resolve(name string) (netip.Addr, bool) {
+	if name == "far.test" {
+		return n.far, true
 	}
+	return n.web, slices.Contains(egressNames, name)
 }
 
 // env is what the SDK tests of the egress proxy are told of the fake

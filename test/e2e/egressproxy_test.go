@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,19 +25,7 @@ func TestEgressProxy(t *testing.T) {
 	if len(files) == 0 {
 		t.Fatal("no egress SDK test files")
 	}
-	for _, sdk := range e2bSDKs {
-		t.Run(sdk, func(t *testing.T) {
-			if _, err := os.Stat(filepath.Join("node_modules", sdk)); err != nil {
-				t.Fatalf("%s is not installed: run `npm install` in test/e2e (make test does)", sdk)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), budget(10*time.Minute))
-			defer cancel()
-			env := append([]string{"E2B_SDK=" + sdk, "E2B_API_URL=" + s.url, "E2B_API_KEY=" + s.key, "E2B_SANDBOX_URL=http://" + s.proxy}, n.env()...)
-			if err := s.runNodeEnv(ctx, env, files...); err != nil {
-				t.Fatalf("egress tests with %s failed: %v", sdk, err)
-			}
-		})
-	}
+	s.runE2BSDKs(t, n.env(), files...)
 	t.Run("metrics", func(t *testing.T) {
 		res, err := http.Get(s.url + "/metrics")
 		if err != nil {

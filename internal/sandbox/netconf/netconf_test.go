@@ -48,6 +48,19 @@ type logs map[string][]egress.Entry
 
 func (l logs) Entries(id string) []egress.Entry { return l[id] }
 
+// newCore is the sandbox service over the fake runtime.
+func newCore(t *testing.T) (*sandboxtest.Env, *sandbox.Service) {
+	t.Helper()
+	env := sandboxtest.NewEnv(t)
+	core := sandbox.New(sandbox.Config{Runtime: env.Runtime, Store: env.Store, Templates: env.Templates,
+		SnapshotDir: env.SnapshotDir, Logger: sandboxtest.Logger(t)})
+	if err := core.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(core.Close)
+	return env, core
+}
+
 func parse(t *testing.T, s network.Settings) network.Egress {
 	t.Helper()
 	e, err := network.ParseSettings("network", s, nil)
@@ -61,13 +74,7 @@ func parse(t *testing.T, s network.Settings) network.Egress {
 // in the record and in the runtime together, keeps httpsPorts and the node
 // API, and works on a paused sandbox; a refused update changes nothing.
 func TestSetNetwork(t *testing.T) {
-	env := sandboxtest.NewEnv(t)
-	core := sandbox.New(sandbox.Config{Runtime: env.Runtime, Store: env.Store, Templates: env.Templates,
-		SnapshotDir: env.SnapshotDir, Logger: sandboxtest.Logger(t)})
-	if err := core.Recover(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(core.Close)
+	env, core := newCore(t)
 	n := &names{secrets: map[string]bool{env.Project.ID + "/tok": true}, tokens: map[string]bool{}}
 	s := New(Config{Core: core, Runtime: env.Runtime, Secrets: n, Tokens: n})
 	ctx := context.Background()
@@ -162,13 +169,7 @@ func TestCheck(t *testing.T) {
 // TestSource: the proxy learns the sandbox at an address with the
 // configuration the network enforces and the project of the live record.
 func TestSource(t *testing.T) {
-	env := sandboxtest.NewEnv(t)
-	core := sandbox.New(sandbox.Config{Runtime: env.Runtime, Store: env.Store, Templates: env.Templates,
-		SnapshotDir: env.SnapshotDir, Logger: sandboxtest.Logger(t)})
-	if err := core.Recover(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(core.Close)
+	env, core := newCore(t)
 	rec, err := core.Create(context.Background(), sandbox.CreateRequest{ProjectID: env.Project.ID})
 	if err != nil {
 		t.Fatal(err)

@@ -1,8 +1,4 @@
-// Package socks5test is a SOCKS5 server for tests and bench (RFC 1928,
-// CONNECT only, with RFC 1929 username/password authentication when
-// asked): the egress proxy's tests, the e2e tests' fake internet and the
-// bench tunnel through it, and it records every CONNECT it was asked.
-package socks5test
+package egresstest
 
 import (
 	"encoding/binary"
@@ -13,8 +9,10 @@ import (
 	"sync"
 )
 
-// Server serves SOCKS5 on a listener.
-type Server struct {
+// SOCKS5 is a SOCKS5 server (RFC 1928, CONNECT only, with RFC 1929
+// username/password authentication when asked) that records every
+// CONNECT it was asked.
+type SOCKS5 struct {
 	ln                 net.Listener
 	username, password string
 	// Dial connects to a CONNECT's target; nil is net.Dial.
@@ -31,23 +29,23 @@ type Request struct {
 	ByName bool
 }
 
-// Option configures a Server.
-type Option func(*Server)
+// Option configures a SOCKS5 server.
+type Option func(*SOCKS5)
 
 // WithAuth requires username/password authentication.
 func WithAuth(username, password string) Option {
-	return func(s *Server) { s.username, s.password = username, password }
+	return func(s *SOCKS5) { s.username, s.password = username, password }
 }
 
 // WithDial makes the server connect to targets with dial (a test resolves
 // names of its own there).
 func WithDial(dial func(network, addr string) (net.Conn, error)) Option {
-	return func(s *Server) { s.dial = dial }
+	return func(s *SOCKS5) { s.dial = dial }
 }
 
-// Serve serves ln until Close.
-func Serve(ln net.Listener, opts ...Option) *Server {
-	s := &Server{ln: ln, dial: net.Dial}
+// ServeSOCKS5 serves SOCKS5 on ln until Close.
+func ServeSOCKS5(ln net.Listener, opts ...Option) *SOCKS5 {
+	s := &SOCKS5{ln: ln, dial: net.Dial}
 	for _, o := range opts {
 		o(s)
 	}
@@ -56,19 +54,19 @@ func Serve(ln net.Listener, opts ...Option) *Server {
 }
 
 // Addr is the server's address.
-func (s *Server) Addr() string { return s.ln.Addr().String() }
+func (s *SOCKS5) Addr() string { return s.ln.Addr().String() }
 
 // Close stops the server.
-func (s *Server) Close() error { return s.ln.Close() }
+func (s *SOCKS5) Close() error { return s.ln.Close() }
 
 // Requests are the CONNECTs asked so far.
-func (s *Server) Requests() []Request {
+func (s *SOCKS5) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]Request{}, s.requests...)
 }
 
-func (s *Server) loop() {
+func (s *SOCKS5) loop() {
 	for {
 		c, err := s.ln.Accept()
 		if err != nil {
@@ -78,7 +76,7 @@ func (s *Server) loop() {
 	}
 }
 
-func (s *Server) serve(c net.Conn) {
+func (s *SOCKS5) serve(c net.Conn) {
 	defer c.Close()
 	target, byName, err := s.handshake(c)
 	if err != nil {
@@ -112,7 +110,7 @@ func (s *Server) serve(c net.Conn) {
 }
 
 // handshake reads the greeting, authenticates, and reads the CONNECT.
-func (s *Server) handshake(c net.Conn) (target string, byName bool, err error) {
+func (s *SOCKS5) handshake(c net.Conn) (target string, byName bool, err error) {
 	b := make([]byte, 262)
 	if _, err := io.ReadFull(c, b[:2]); err != nil || b[0] != 5 {
 		return "", false, errors.New("not SOCKS5")
