@@ -40,7 +40,7 @@ type config struct {
 }
 
 // sections are what -only chooses from.
-var sections = []string{"core", "checkpoints", "restart", "proxy", "volume", "desktop", "templates", "e2b", "durable", "cluster"}
+var sections = []string{"core", "checkpoints", "restart", "proxy", "volume", "desktop", "templates", "e2b", "egress", "durable", "cluster"}
 
 // runs reports whether section is to be measured.
 func (c config) runs(section string) bool {
@@ -173,6 +173,14 @@ func run(ctx context.Context, cfg config) error {
 		}
 		fmt.Println()
 		printE2BTable(os.Stdout, er)
+	}
+	if cfg.runs("egress") {
+		// A server of its own, told of the bench's fake internet.
+		srv.stop()
+		fmt.Println()
+		if err := benchEgress(ctx, cfg, os.Stdout, cfg.n); err != nil {
+			return fmt.Errorf("egress: %w", err)
+		}
 	}
 	if cfg.runs("durable") {
 		// A server of its own, with an object store, on the same bridge:

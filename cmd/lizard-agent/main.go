@@ -45,5 +45,6 @@ func run(logger *slog.Logger) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	return server.Run(ctx, server.Config{Addr: *addr, Token: token, Logger: logger, EnvdTokenFile: agent.EnvdTokenFile})
+	return server.Run(ctx, server.Config{Addr: *addr, Token: token, Logger: logger, EnvdTokenFile: agent.EnvdTokenFile,
+		EgressCA: agent.EgressCAFile})
 }

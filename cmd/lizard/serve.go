@@ -29,6 +29,7 @@ import (
 	"github.com/lizard-build/lizard/internal/disk"
 	"github.com/lizard-build/lizard/internal/durable"
 	"github.com/lizard-build/lizard/internal/e2b"
+	"github.com/lizard-build/lizard/internal/egress"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/events"
 	"github.com/lizard-build/lizard/internal/identity"
@@ -43,6 +44,7 @@ import (
 	"github.com/lizard-build/lizard/internal/runtime/gvisor"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/desktop"
+	"github.com/lizard-build/lizard/internal/sandbox/netconf"
 	"github.com/lizard-build/lizard/internal/sandbox/preview"
 	"github.com/lizard-build/lizard/internal/sandbox/schedule"
 	"github.com/lizard-build/lizard/internal/sandbox/snapshot"
@@ -91,6 +93,8 @@ type serveConfig struct {
 	eventsRetention                            time.Duration
 	webhookAllow                               listFlag
 	webhookRetryBase                           time.Duration
+	egressCAFiles                              listFlag
+	egressCACert, egressCAKey                  string
 }
 
 // The default rate limit is far above what a client that waits for its
@@ -127,6 +131,10 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs.BoolVar(&c.codeInterpreterPublic, "code-interpreter-public", false, "serve port 8080 of code-interpreter-v1 sandboxes (the Lizard Python SDK's CodeSandbox) "+
 		"through the proxy without a token, as that client sends none: anyone who learns such a sandbox's id can run code in it (docs/SECURITY.md)")
 	fs.StringVar(&c.dnsUpstream, "dns-upstream", "", "where the sandboxes' DNS resolver forwards (host:port; default: the host's first nameserver)")
+	fs.Var(&c.egressCAFiles, "egress-ca-file", "PEM file of CA certificates the egress proxy trusts, beside the host's trust store, when it re-originates the TLS of hosts with transform rules (repeatable)")
+	fs.StringVar(&c.egressCACert, "egress-ca-cert", "", "the egress proxy's own CA (PEM certificate, with --egress-ca-key): sandboxes trust it, and the proxy signs the certificates of hosts it intercepts with it "+
+		"(default: one generated in DATA-DIR/egress and kept; give every node of a cluster the same one, docs/SECURITY.md)")
+	fs.StringVar(&c.egressCAKey, "egress-ca-key", "", "the private key (PEM) of --egress-ca-cert; it never enters a sandbox")
 	fs.IntVar(&c.maxVolumeGB, "max-volume-gb", 50, "largest volume size in GB")
 	fs.IntVar(&c.templateCacheGB, "template-cache-gb", 50, "with --object-store: most GB of template versions fetched from other nodes kept on this node "+
 		"(least recently used go first; never one a sandbox, paused sandbox or snapshot here uses); 0: no limit")
@@ -326,8 +334,16 @@ func serve(ctx context.Context, args []string) error {
 	// Sandboxes given a lizardToken reach the API at the gateway, on the
 	// API's port (none when the kernel picks it).
 	apiHost, apiPort := listenPort(c.listen)
+	egressCA, err := openEgressCA(c)
+	if err != nil {
+		return err
+	}
+	egressRoots, err := egress.RootPool(c.egressCAFiles...)
+	if err != nil {
+		return err
+	}
 	netm, err := network.New(network.Config{Bridge: c.bridge, Subnet: subnet, DNSUpstream: c.dnsUpstream, NetnsPrefix: c.build.cgroupParent,
-		APIPort: apiPort, Run: reap.Run, Logger: log.With("component", "network")})
+		APIPort: apiPort, EgressProxy: true, Run: reap.Run, Logger: log.With("component", "network")})
 	if err != nil {
 		return err
 	}
@@ -339,6 +355,7 @@ func serve(ctx context.Context, args []string) error {
 		RunscRoot: gvisor.RunscRootFor(c.dataDir),
 		AgentPath: agentPath,
 		CLIPath:   cliPath,
+		EgressCA:  egressCA.CertFile(),
 		Network:   netm,
 		Reaper:    reap,
 		Logger:    log.With("component", "gvisor"),
@@ -586,10 +603,20 @@ func serve(ctx context.Context, args []string) error {
 		stopScheds()
 		<-schedsDone
 	}()
+	egressLog := egress.NewLog(0)
+	networks := netconf.New(netconf.Config{Core: svc, Runtime: rt, Addresses: netm, Logs: egressLog, Secrets: secretSvc, Tokens: issuer})
+	egressProxy := egress.New(egress.Config{Listener: netm.EgressListener(), Sources: networks, Forbidden: netm.Forbidden, CA: egressCA,
+		RootCAs: egressRoots, Recorder: mets, Log: egressLog, Secrets: secretSvc, Tokens: issuer, Logger: log.With("component", "egress")})
+	go func() {
+		if err := egressProxy.Serve(); err != nil {
+			log.Error("egress proxy stopped", "err", err)
+		}
+	}()
+	defer egressProxy.Close()
 	builder := &templateBuilder{reg: reg, dist: tmpls, runtime: rt, run: reap.Run, dns: c.dnsUpstream, build: buildOpts, ready: svc, inUse: inUse, metrics: mets,
 		log: log.With("component", "template")}
 	tags, _ := st.(store.TemplateTags) // both backends keep them
-	e2bAPI := e2b.Handler(e2b.Config{Auth: api.Auth{Keys: apiKeys, Limiter: limiter}, Sandboxes: svc, Copies: snaps, Usage: usages, Templates: tmpls,
+	e2bAPI := e2b.Handler(e2b.Config{Auth: api.Auth{Keys: apiKeys, Limiter: limiter}, Sandboxes: svc, Copies: snaps, Usage: usages, Networks: networks, Templates: tmpls,
 		Snapshots: snaps, Volumes: vols, Agents: svc, SandboxCLI: gvisor.CLIPath,
 		Domain: e2bDomain, Logger: log.With("component", "e2b"), Cluster: apiCluster, Secrets: secretSvc, Identity: issuer,
 		Builder: builder, FilesDir: filepath.Join(c.dataDir, "e2b-files"), MaxUpload: c.maxBuildContext, Disk: guard, Tags: tags, BuildContext: ctx})
@@ -599,7 +626,7 @@ func serve(ctx context.Context, args []string) error {
 	var apiHandler http.Handler
 	mcpHTTP := mcp.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { apiHandler.ServeHTTP(w, r) }),
 		mcp.HandlerConfig{Version: lizardVersion(), Logger: log.With("component", "mcp"), Serving: ctx})
-	apiHandler = api.Handler(api.Config{E2B: e2bAPI, MCP: mcpHTTP, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Snapshots: snaps, Copies: snaps, Usage: usages, Ports: ports, Desktops: desktops, Schedules: scheds, Templates: tmpls, Previews: previews, Volumes: vols,
+	apiHandler = api.Handler(api.Config{E2B: e2bAPI, MCP: mcpHTTP, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Snapshots: snaps, Copies: snaps, Usage: usages, Ports: ports, Desktops: desktops, Schedules: scheds, Networks: networks, Templates: tmpls, Previews: previews, Volumes: vols,
 		Builder:         builder,
 		MaxBuildContext: c.maxBuildContext, Logger: log.With("component", "api"),
 		Metrics: mets, ServeMetrics: mln == nil, Ready: cm.readyChecks(readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm)),
@@ -702,6 +729,23 @@ func openEvents(c *serveConfig, st store.Store, cm *clusterMode, log *slog.Logge
 		return nil, nil, err
 	}
 	return evlog, hooks, nil
+}
+
+// openEgressCA is the operator's egress CA (--egress-ca-cert and
+// --egress-ca-key), else the node's own in DATA-DIR/egress, generated at
+// its first start.
+func openEgressCA(c serveConfig) (*egress.CA, error) {
+	if (c.egressCACert == "") != (c.egressCAKey == "") {
+		return nil, errors.New("--egress-ca-cert and --egress-ca-key: give both, or neither (the node makes its own)")
+	}
+	if c.egressCACert != "" {
+		return egress.LoadCA(c.egressCACert, c.egressCAKey)
+	}
+	name := c.cluster.nodeName
+	if name == "" {
+		name, _ = os.Hostname()
+	}
+	return egress.OpenCA(filepath.Join(c.dataDir, "egress"), name)
 }
 
 // codeInterpreterPorts makes the Lizard SDK's code-interpreter port of

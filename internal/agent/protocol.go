@@ -314,6 +314,13 @@ const EnvdHeader = "X-Lizard-Envd"
 // port 49999 (internal/codeinterp) checks /execute against it.
 const EnvdTokenFile = "/run/lizard/envd-token"
 
+// EgressCAFile is where the runtime mounts the egress proxy's CA
+// certificate (PEM, read-only) in a sandbox: the agent adds it to the
+// sandbox's trust store at boot and points the variables that Node,
+// Python requests, pip, curl and OpenSSL read at it (see
+// server.Config.EgressCA). Absent in sandboxes of servers without one.
+const EgressCAFile = "/.lizard/egress-ca.pem"
+
 // EnvdRequest configures envd (POST /envd/token).
 type EnvdRequest struct {
 	// Token is the access token; with Secure, every envd request must

@@ -58,6 +58,10 @@ type Config struct {
 	// Schedules keeps sandboxes' schedules (internal/sandbox/schedule);
 	// nil serves no schedule routes.
 	Schedules Schedules
+	// Networks reads and replaces sandboxes' network configurations
+	// (internal/sandbox/netconf); nil: `network` on a create is refused
+	// and the network routes answer 404.
+	Networks  Networks
 	Templates Templates
 	Previews  PreviewURLs
 	Volumes   Volumes
@@ -133,6 +137,7 @@ type server struct {
 	limiter   Limiter
 	sandboxes Sandboxes
 	copies    Copies
+	networks  Networks // a create's `network`
 	usage     Usages
 	log       *slog.Logger
 	disk      *disk.Guard
@@ -153,7 +158,7 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Identity == nil {
 		cfg.Identity = &identity.Issuer{} // off
 	}
-	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, copies: cfg.Copies, usage: cfg.Usage, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready, disk: cfg.Disk,
+	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, copies: cfg.Copies, networks: cfg.Networks, usage: cfg.Usage, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready, disk: cfg.Disk,
 		sessions: cfg.Sessions, cluster: cfg.Cluster, ids: cfg.Identity, sandboxURL: cfg.SandboxURL}
 	maxBuild := cfg.MaxBuildContext
 	if maxBuild <= 0 {
@@ -175,6 +180,7 @@ func Handler(cfg Config) http.Handler {
 	schedR := scheduleRoutes{schedules: cfg.Schedules}
 	eventR := eventRoutes{events: cfg.Events, log: cfg.Logger}
 	hookR := webhookRoutes{webhooks: cfg.Webhooks}
+	netR := networkRoutes{networks: cfg.Networks}
 	mux := http.NewServeMux()
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request, store.Project) error) {
 		mux.Handle(pattern, s.authed(h))
@@ -194,6 +200,11 @@ func Handler(cfg Config) http.Handler {
 	route("POST /api/sandboxes/{id}/fork", s.forkSandbox)
 	route("POST /api/sandboxes/{id}/expose/{port}", portR.expose)
 	route("DELETE /api/sandboxes/{id}/expose/{port}", portR.unexpose)
+	if cfg.Networks != nil {
+		route("GET /api/sandboxes/{id}/network", netR.getNetwork)
+		route("PUT /api/sandboxes/{id}/network", netR.setNetwork)
+		route("GET /api/sandboxes/{id}/network/log", netR.networkLog)
+	}
 
 	route("POST /api/sandboxes/{id}/snapshot", snapR.takeSnapshot)
 	route("GET /api/projects/{pid}/snapshots", snapR.listProjectSnapshots)

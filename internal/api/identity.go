@@ -94,3 +94,13 @@ func (s tokenRoutes) mint(w http.ResponseWriter, r *http.Request, p store.Projec
 	}{tok, exp.UTC().Format(time.RFC3339)})
 	return nil
 }
+
+// TokenNames are the names of a create's workload tokens, which its
+// network rules may name (${e2b.identity.tokens.NAME}).
+func TokenNames(tokens []store.SandboxToken) []string {
+	names := make([]string, len(tokens))
+	for i, t := range tokens {
+		names[i] = t.Name
+	}
+	return names
+}

@@ -36,7 +36,10 @@ type sandboxInfo struct {
 	// what a restricted sandbox may still reach.
 	InternetAccess bool     `json:"internetAccess"`
 	AllowedHosts   []string `json:"allowedHosts"`
-	VolumeID       *string  `json:"volumeId"`
+	// Network is the whole network configuration (a lizard addition,
+	// docs/API-EXTENSIONS.md).
+	Network  networkSettings `json:"network"`
+	VolumeID *string         `json:"volumeId"`
 	// ExposedPorts are the ports published on the preview proxy (a lizard
 	// addition; POST …/expose/{port} again answers a port's URL).
 	ExposedPorts []int `json:"exposedPorts"`
@@ -53,6 +56,7 @@ func infoOf(r sandbox.Record) sandboxInfo {
 		StartedAt: r.StartedAt.UTC().Format(time.RFC3339Nano), Status: r.Status,
 		Metadata: r.Metadata, Runtime: "container", Size: r.Size, CPUs: r.CPUs, MemoryMB: r.MemoryMB,
 		TimeoutMs: r.TimeoutMs, InternetAccess: !r.Egress.Restricted, AllowedHosts: r.Egress.Allowed,
+		Network: settingsOf(r.Egress),
 	}
 	if info.AllowedHosts == nil {
 		info.AllowedHosts = []string{}
@@ -102,6 +106,10 @@ type createRequest struct {
 	VolumeName     string            `json:"volumeName"`
 	InternetAccess *bool             `json:"internetAccess"`
 	AllowedHosts   []string          `json:"allowedHosts"`
+	// Network is E2B's network configuration (allowOut, denyOut, rules,
+	// egressProxy, httpsPorts), in place of internetAccess and
+	// allowedHosts (docs/API-EXTENSIONS.md).
+	Network *network.Settings `json:"network"`
 	// LizardToken is an API key of the project to give the sandbox, for
 	// the lizard CLI in it (see lizardToken).
 	LizardToken string `json:"lizardToken"`
@@ -151,7 +159,11 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request, p store.P
 	if req.VolumeID != "" {
 		vol = req.VolumeID
 	}
-	egress, err := network.ParseEgress(req.InternetAccess, req.AllowedHosts)
+	tokens, err := s.ids.Check("iam", req.IAM)
+	if err != nil {
+		return err
+	}
+	egress, err := createNetwork(r.Context(), s.networks, p.ID, req, TokenNames(tokens))
 	if err != nil {
 		return err
 	}
@@ -179,10 +191,6 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request, p store.P
 	timeout := int64(defaultTimeoutMs)
 	if req.TimeoutMs != nil {
 		timeout = *req.TimeoutMs
-	}
-	tokens, err := s.ids.Check("iam", req.IAM)
-	if err != nil {
-		return err
 	}
 	create := func() error {
 		var rec sandbox.Record

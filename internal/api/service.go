@@ -5,8 +5,11 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/agent"
+	"github.com/lizard-build/lizard/internal/egress"
+	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/desktop"
+	"github.com/lizard-build/lizard/internal/sandbox/netconf"
 	"github.com/lizard-build/lizard/internal/sandbox/preview"
 	"github.com/lizard-build/lizard/internal/sandbox/schedule"
 	"github.com/lizard-build/lizard/internal/sandbox/snapshot"
@@ -85,6 +88,17 @@ type Schedules interface {
 	Runs(ctx context.Context, projectID, id string, limit int) ([]schedule.RunView, error)
 }
 
+// Networks reads and replaces a sandbox's network configuration and reads
+// its egress log (*netconf.Service).
+type Networks interface {
+	// Check refuses a new sandbox's configuration naming a secret the
+	// project lacks or a workload token not in tokens.
+	Check(ctx context.Context, projectID string, e network.Egress, tokens []string) error
+	Network(projectID, id string) (network.Egress, error)
+	SetNetwork(ctx context.Context, projectID, id string, e network.Egress) (network.Egress, error)
+	Log(projectID, id string) ([]egress.Entry, error)
+}
+
 // Logs reads and follows a sandbox's log.
 type Logs interface {
 	// Get answers whether the sandbox is there before a stream begins.
@@ -94,7 +108,7 @@ type Logs interface {
 }
 
 // Sandboxes is what Config.Sandboxes must be: the core's concerns above.
-// Usages, Snapshots, Copies, Ports and Desktops are the feature
+// Usages, Snapshots, Copies, Ports, Desktops and Networks are the feature
 // packages', in Config fields of their own.
 type Sandboxes interface {
 	Lifecycle
@@ -110,4 +124,5 @@ var (
 	_ Ports     = (*preview.Service)(nil)
 	_ Desktops  = (*desktop.Service)(nil)
 	_ Schedules = (*schedule.Service)(nil)
+	_ Networks  = (*netconf.Service)(nil)
 )

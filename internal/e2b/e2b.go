@@ -110,7 +110,10 @@ type Config struct {
 	Copies api.Copies
 	// Usage answers the metrics routes and the lists' disk sizes
 	// (*usage.Sampler).
-	Usage     api.Usages
+	Usage api.Usages
+	// Networks checks and replaces sandboxes' network configurations
+	// (*netconf.Service).
+	Networks  api.Networks
 	Templates Templates
 	Snapshots Snapshots
 	Volumes   Volumes
@@ -152,6 +155,7 @@ type server struct {
 	sandboxes Sandboxes
 	copies    api.Copies
 	usage     api.Usages
+	networks  api.Networks
 	templates Templates
 	snapshots snapshotFinder
 	volumes   Volumes
@@ -176,7 +180,7 @@ func Handler(cfg Config) http.Handler {
 	}
 	refs := templateRefs{templates: cfg.Templates, tags: cfg.Tags}
 	snaps := snapshotFinder{snapshots: cfg.Snapshots, templates: cfg.Templates, cluster: cfg.Cluster}
-	s := &server{auth: cfg.Auth, sandboxes: cfg.Sandboxes, copies: cfg.Copies, usage: cfg.Usage, templates: cfg.Templates, snapshots: snaps, volumes: cfg.Volumes, agents: cfg.Agents,
+	s := &server{auth: cfg.Auth, sandboxes: cfg.Sandboxes, copies: cfg.Copies, usage: cfg.Usage, networks: cfg.Networks, templates: cfg.Templates, snapshots: snaps, volumes: cfg.Volumes, agents: cfg.Agents,
 		domain: cfg.Domain, log: cfg.Logger, cluster: cfg.Cluster, ids: cfg.Identity, refs: refs}
 	// E2B's Secret: create, pages (limit, nextToken, X-Next-Token), get,
 	// update (POST) and delete by id or name, values write-only.
@@ -200,6 +204,7 @@ func Handler(cfg Config) http.Handler {
 	route("POST /sandboxes/{id}/resume", s.resume)
 	route("POST /sandboxes/{id}/fork", s.fork)
 	route("GET /sandboxes/{id}/metrics", s.metrics)
+	route("PUT /sandboxes/{id}/network", s.updateNetwork)
 	route("GET /templates", s.listTemplates)
 	builds := newBuildRoutes(cfg, refs)
 	// GET /templates/aliases/{alias} and GET /templates/{templateID}/tags
@@ -242,7 +247,7 @@ func Handler(cfg Config) http.Handler {
 }
 
 // notSupported answers the calls of E2B's API that lizard does not serve
-// (network updates, …). Not a 404: the SDKs turn a 404 into "sandbox not found" or
+// (…). Not a 404: the SDKs turn a 404 into "sandbox not found" or
 // "does not exist" (SandboxNotFoundError, Volume.exists() false), which
 // would hide that the call cannot work here; a 400 surfaces as an error
 // that carries this message.

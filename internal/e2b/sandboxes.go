@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"net/http"
@@ -27,7 +28,7 @@ const sandboxSize = "small"
 const maxTimeout = sandbox.MaxTimeoutMs / 1000
 
 // newSandbox is E2B's NewSandbox. Fields the SDKs send that lizard does
-// not act on (mcp, iam, autoResume) are refused when set to something that
+// not act on (mcp, autoResume) are refused when set to something that
 // would need them.
 type newSandbox struct {
 	TemplateID          string                  `json:"templateID"`
@@ -38,16 +39,16 @@ type newSandbox struct {
 	Secure              *bool                   `json:"secure"`
 	AllowInternetAccess *bool                   `json:"allow_internet_access"`
 	Network             *struct {
-		AllowPublicTraffic *bool    `json:"allowPublicTraffic"`
-		AllowOut           []string `json:"allowOut"`
-		DenyOut            []string `json:"denyOut"`
-		MaskRequestHost    string   `json:"maskRequestHost"`
+		network.Settings
+		AllowPublicTraffic *bool  `json:"allowPublicTraffic"`
+		MaskRequestHost    string `json:"maskRequestHost"`
 	} `json:"network"`
 	Metadata     map[string]string `json:"metadata"`
 	EnvVars      map[string]string `json:"envVars"`
 	VolumeMounts []volumeMount     `json:"volumeMounts"`
 	Mcp          any               `json:"mcp"`
-	// IAM registers the sandbox's workload tokens (internal/identity).
+	// IAM registers the sandbox's workload tokens (internal/identity),
+	// which network transforms may name as ${e2b.identity.tokens.NAME}.
 	IAM *identity.IAM `json:"iam"`
 }
 
@@ -173,31 +174,25 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project)
 	if err != nil {
 		return err
 	}
-	allow := req.AllowInternetAccess
-	var allowed []string
+	var settings network.Settings
 	private, mask := false, ""
 	if n := req.Network; n != nil {
-		if len(n.DenyOut) > 0 {
-			return invalid("network.denyOut: not supported by lizard: set allow_internet_access false and list what may be reached in network.allowOut")
-		}
-		if len(n.AllowOut) > 0 {
-			if allow == nil || *allow {
-				return invalid("network.allowOut: needs allow_internet_access false (lizard restricts egress to a list)")
-			}
-			allowed = n.AllowOut
-		}
+		settings = n.Settings
 		private = n.AllowPublicTraffic != nil && !*n.AllowPublicTraffic
 		mask = n.MaskRequestHost
 		if err := sandbox.CheckMaskHost("network.maskRequestHost", mask); err != nil {
 			return err
 		}
 	}
-	egress, err := network.ParseEgress(allow, allowed)
+	egress, err := network.ParseSettings("network", settings, req.AllowInternetAccess)
 	if err != nil {
 		return err
 	}
 	tokens, err := s.ids.Check("iam", req.IAM)
 	if err != nil {
+		return err
+	}
+	if err := s.checkNetwork(r.Context(), p.ID, egress, api.TokenNames(tokens)); err != nil {
 		return err
 	}
 	create := func() error {
@@ -347,7 +342,20 @@ type detail struct {
 	EnvdAccessToken     string            `json:"envdAccessToken,omitempty"`
 	Domain              *string           `json:"domain,omitempty"`
 	AllowInternetAccess *bool             `json:"allowInternetAccess,omitempty"`
+	Network             *networkConfig    `json:"network,omitempty"`
 	Lifecycle           *lifecycle        `json:"lifecycle,omitempty"`
+}
+
+// networkConfig is E2B's SandboxNetworkConfig as getInfo shows it:
+// placeholders as written, the SOCKS5 proxy without its password.
+type networkConfig struct {
+	network.Settings
+	AllowPublicTraffic bool   `json:"allowPublicTraffic"`
+	MaskRequestHost    string `json:"maskRequestHost,omitempty"`
+}
+
+func networkOf(rec sandbox.Record) *networkConfig {
+	return &networkConfig{Settings: rec.Egress.Settings(), AllowPublicTraffic: rec.TrafficToken == "", MaskRequestHost: rec.MaskHost}
 }
 
 type lifecycle struct {
@@ -407,6 +415,7 @@ func (s *server) get(w http.ResponseWriter, r *http.Request, p store.Project) er
 	}
 	internet := !rec.Egress.Restricted
 	d.AllowInternetAccess = &internet
+	d.Network = networkOf(rec)
 	d.Lifecycle = &lifecycle{OnTimeout: "kill"}
 	if rec.AutoPause {
 		d.Lifecycle.OnTimeout = "pause"
@@ -516,5 +525,49 @@ func (s *server) fork(w http.ResponseWriter, r *http.Request, p store.Project) e
 		out[i].Sandbox = &info
 	}
 	api.WriteJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+// updateNetwork is PUT /sandboxes/{id}/network (E2B's updateNetwork): the
+// egress configuration replaced as a whole — what the body leaves out is
+// cleared —, followed by new connections once it answers 204.
+func (s *server) updateNetwork(w http.ResponseWriter, r *http.Request, p store.Project) error {
+	var req struct {
+		network.Settings
+		AllowInternetAccess *bool `json:"allow_internet_access"`
+	}
+	if err := api.Decode(w, r, maxBody, &req); err != nil {
+		return err
+	}
+	if len(req.HTTPSPorts) > 0 {
+		return invalid("network.httpsPorts: set when the sandbox is created, not changed by a network update")
+	}
+	egress, err := network.ParseSettings("network", req.Settings, req.AllowInternetAccess)
+	if err != nil {
+		return err
+	}
+	if s.networks == nil {
+		return errdefs.WithCode("feature_unavailable", invalid("PUT /sandboxes/{id}/network: this server cannot change a sandbox's network"))
+	}
+	rec, err := s.e2bSandbox(p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if _, err := s.networks.SetNetwork(r.Context(), p.ID, rec.ID, egress); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// checkNetwork checks a create's placeholders (Config.Networks); a server
+// without it takes none.
+func (s *server) checkNetwork(ctx context.Context, projectID string, e network.Egress, tokens []string) error {
+	if s.networks != nil {
+		return s.networks.Check(ctx, projectID, e, tokens)
+	}
+	if len(e.Placeholders()) > 0 {
+		return invalid("network.rules: placeholders are not resolved by this server")
+	}
 	return nil
 }

@@ -222,8 +222,9 @@ func fromSnapshot(req newSandbox, sn snapshot.Info) error {
 	if len(req.VolumeMounts) > 0 {
 		return invalid("volumeMounts: a sandbox made from snapshot %s has its source's volume, if it had one", sn.ID)
 	}
-	if n := req.Network; n != nil && (len(n.AllowOut) > 0 || len(n.DenyOut) > 0 || n.AllowPublicTraffic != nil || n.MaskRequestHost != "") {
-		return invalid("network: a sandbox made from snapshot %s has its source's network settings", sn.ID)
+	if n := req.Network; n != nil && (len(n.AllowOut) > 0 || len(n.DenyOut) > 0 || len(n.Rules) > 0 || n.EgressProxy != nil ||
+		len(n.HTTPSPorts) > 0 || n.AllowPublicTraffic != nil || n.MaskRequestHost != "") {
+		return invalid("network: a sandbox made from snapshot %s has its source's network settings (change them with updateNetwork once it runs)", sn.ID)
 	}
 	if a := req.AllowInternetAccess; a != nil && !*a && !sn.Egress.Restricted {
 		return invalid("allow_internet_access: false: snapshot %s is of a sandbox with internet access, and so are the sandboxes made from it", sn.ID)

@@ -140,10 +140,9 @@ func TestFromSnapshot(t *testing.T) {
 	open := snapshot.Info{Snapshot: snapshot.Snapshot{ID: "snap_o", Saved: sandbox.Saved{Secure: true}}}
 	closed := snapshot.Info{Snapshot: snapshot.Snapshot{ID: "snap_c", Saved: sandbox.Saved{Egress: network.Egress{Restricted: true}}}}
 	type net = struct {
-		AllowPublicTraffic *bool    `json:"allowPublicTraffic"`
-		AllowOut           []string `json:"allowOut"`
-		DenyOut            []string `json:"denyOut"`
-		MaskRequestHost    string   `json:"maskRequestHost"`
+		network.Settings
+		AllowPublicTraffic *bool  `json:"allowPublicTraffic"`
+		MaskRequestHost    string `json:"maskRequestHost"`
 	}
 	for _, tc := range []struct {
 		req     newSandbox
@@ -156,7 +155,8 @@ func TestFromSnapshot(t *testing.T) {
 		{newSandbox{Secure: &no, AllowInternetAccess: &yes}, closed, ""},
 		{newSandbox{Network: &net{}}, open, ""},
 		{newSandbox{VolumeMounts: []volumeMount{{Name: "v", Path: "/workspace"}}}, open, "volumeMounts"},
-		{newSandbox{Network: &net{AllowOut: []string{"pypi.org"}}}, open, "network"},
+		{newSandbox{Network: &net{Settings: network.Settings{AllowOut: []string{"pypi.org"}}}}, open, "network"},
+		{newSandbox{Network: &net{Settings: network.Settings{HTTPSPorts: []int{8443}}}}, open, "network"},
 		{newSandbox{Network: &net{AllowPublicTraffic: &no}}, open, "network"},
 		{newSandbox{AllowInternetAccess: &no}, open, "allow_internet_access"},
 		{newSandbox{Secure: &no, AllowInternetAccess: &yes}, closed, ""},

@@ -35,6 +35,9 @@ type Metrics struct {
 	proxyBytes     *prometheus.CounterVec
 	templateBuilds *prometheus.HistogramVec
 	agentRTT       prometheus.Histogram
+	egressConns    *prometheus.CounterVec
+	egressRequests *prometheus.CounterVec
+	egressBytes    *prometheus.CounterVec
 }
 
 // lifecycleBuckets span a warm restore (milliseconds) to a cold boot or a
@@ -79,6 +82,19 @@ func New() *Metrics {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}),
 	}
+	m.egressConns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lizard_egress_connections_total",
+		Help: "Connections through the egress proxy by decision: spliced, intercepted, http, tcp (allowed, by how), denied, error.",
+	}, []string{"decision"})
+	m.egressRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lizard_egress_requests_total",
+		Help: "Requests of parsed egress connections (plain HTTP, intercepted TLS) by outcome: forwarded, denied, unresolved, misdirected, upstream_error.",
+	}, []string{"outcome"})
+	m.egressBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lizard_egress_bytes_total",
+		Help: "Bytes through the egress proxy: out from sandboxes, in to them.",
+	}, []string{"direction"})
+	m.reg.MustRegister(m.egressConns, m.egressRequests, m.egressBytes)
 	m.reg.MustRegister(m.operations, m.apiRequests, m.apiDuration, m.proxyRequests, m.proxyBytes, m.templateBuilds, m.agentRTT,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -129,6 +145,28 @@ func (m *Metrics) ProxyRequest(outcome string, in, out int64) {
 	m.proxyRequests.WithLabelValues(outcome).Inc()
 	m.proxyBytes.WithLabelValues("in").Add(float64(in))
 	m.proxyBytes.WithLabelValues("out").Add(float64(out))
+}
+
+// EgressConnection counts a connection of the egress proxy by decision
+// (egress.Recorder).
+func (m *Metrics) EgressConnection(decision string) {
+	if m != nil {
+		m.egressConns.WithLabelValues(decision).Inc()
+	}
+}
+
+// EgressRequest counts a request of a parsed egress connection by outcome.
+func (m *Metrics) EgressRequest(outcome string) {
+	if m != nil {
+		m.egressRequests.WithLabelValues(outcome).Inc()
+	}
+}
+
+// EgressBytes counts bytes through the egress proxy by direction (out, in).
+func (m *Metrics) EgressBytes(direction string, n int64) {
+	if m != nil && n > 0 {
+		m.egressBytes.WithLabelValues(direction).Add(float64(n))
+	}
 }
 
 // TemplateBuild records one template build.

@@ -152,6 +152,12 @@ func TestEvents(t *testing.T) {
 	m.ProxyRequest("unauthorized", 0, 30)
 	m.TemplateBuild(time.Minute, nil)
 	m.AgentRoundTrip(time.Millisecond)
+	m.EgressConnection("spliced")
+	m.EgressConnection("denied")
+	m.EgressConnection("denied")
+	m.EgressRequest("unresolved")
+	m.EgressBytes("out", 100)
+	m.EgressBytes("in", 0)
 	fams := gather(t, m)
 	for _, c := range []struct {
 		name   string
@@ -168,6 +174,10 @@ func TestEvents(t *testing.T) {
 		{"lizard_proxy_bytes_total", []string{"direction", "out"}, 230},
 		{"lizard_template_build_duration_seconds", []string{"outcome", "ok"}, 1},
 		{"lizard_agent_round_trip_seconds", nil, 1},
+		{"lizard_egress_connections_total", []string{"decision", "spliced"}, 1},
+		{"lizard_egress_connections_total", []string{"decision", "denied"}, 2},
+		{"lizard_egress_requests_total", []string{"outcome", "unresolved"}, 1},
+		{"lizard_egress_bytes_total", []string{"direction", "out"}, 100},
 	} {
 		got, ok := series(fams, c.name, c.labels...)
 		if !ok || got != c.want {
@@ -193,4 +203,7 @@ func TestNil(t *testing.T) {
 	m.ProxyRequest("forwarded", 1, 1)
 	m.TemplateBuild(time.Second, nil)
 	m.AgentRoundTrip(time.Second)
+	m.EgressConnection("spliced")
+	m.EgressRequest("forwarded")
+	m.EgressBytes("in", 1)
 }

@@ -16,14 +16,15 @@ import (
 
 // resolver is the DNS server sandboxes are given (on the gateway, UDP 53).
 // It forwards queries upstream; for a sandbox whose egress is restricted it
-// answers only names its allow list admits, and lets the sandbox reach the
-// IPv4 addresses of the answers. A sandbox cannot get around it by asking
+// answers only names its allow list admits, and when anything is denied
+// it lets the sandbox reach the IPv4 addresses of the answers for allowed
+// names (the address path: Egress.AllowsAddr). A sandbox cannot get around it by asking
 // another server: it reaches no other address it is not allowed.
 type resolver struct {
 	conn     *net.UDPConn
 	upstream string
 	policy   func(netip.Addr) (Egress, bool)
-	allow    func(netip.Addr, []netip.Prefix) error
+	learn    func(addr netip.Addr, name string, answers []netip.Prefix) error
 	log      *slog.Logger
 }
 
@@ -43,12 +44,12 @@ func hostUpstream() string {
 	return ""
 }
 
-func startResolver(addr netip.Addr, upstream string, policy func(netip.Addr) (Egress, bool), allow func(netip.Addr, []netip.Prefix) error, log *slog.Logger) (*resolver, error) {
+func startResolver(addr netip.Addr, upstream string, policy func(netip.Addr) (Egress, bool), learn func(netip.Addr, string, []netip.Prefix) error, log *slog.Logger) (*resolver, error) {
 	conn, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(addr, 53)))
 	if err != nil {
 		return nil, err
 	}
-	r := &resolver{conn: conn, upstream: upstream, policy: policy, allow: allow, log: log}
+	r := &resolver{conn: conn, upstream: upstream, policy: policy, learn: learn, log: log}
 	go r.serve()
 	return r, nil
 }
@@ -81,7 +82,8 @@ func (r *resolver) handle(q []byte, src netip.AddrPort) {
 		return
 	}
 	pol := r.policyOf(src.Addr().Unmap())
-	if !pol.allowsName(question.Name.String()) {
+	name := question.Name.String()
+	if !pol.resolves(name) {
 		r.reply(src, refusal(hdr, question, dnsmessage.RCodeRefused))
 		return
 	}
@@ -95,11 +97,11 @@ func (r *resolver) handle(q []byte, src netip.AddrPort) {
 		r.reply(src, refusal(hdr, question, dnsmessage.RCodeServerFailure))
 		return
 	}
-	if !pol.open() {
+	if pol.learnsAddresses() && pol.AllowsName(name) {
 		// Let the sandbox reach what the allowed name resolved to before
 		// it learns the answer.
 		if ps := answerAddrs(ans); len(ps) > 0 {
-			if err := r.allow(src.Addr().Unmap(), ps); err != nil {
+			if err := r.learn(src.Addr().Unmap(), name, ps); err != nil {
 				r.log.Warn("dns: could not allow answer addresses", "sandbox", src.Addr(), "err", err)
 				r.reply(src, refusal(hdr, question, dnsmessage.RCodeServerFailure))
 				return

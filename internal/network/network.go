@@ -46,6 +46,11 @@ type Config struct {
 	// Egress.NodeAPI is set may reach: the server's API, which listens on
 	// the gateway's address too (see APIURL); 0: none may.
 	APIPort uint16
+	// EgressProxy makes the manager listen for the egress proxy on the
+	// gateway (EgressListener) and redirect there the TCP of endpoints
+	// whose Egress.Intercepts (ports 80 and 443) or Egress.Tunnelled (all
+	// ports) says so; without it those policies are refused.
+	EgressProxy bool
 	// Run runs a command (iptables) and waits for it; nil runs it plainly.
 	// A server that is a child subreaper passes its reaper's Run, so that
 	// the command's status is not reaped away from under it.
@@ -69,14 +74,33 @@ type Manager struct {
 	gateway netip.Addr
 	bridge  netlink.Link
 
-	fw  *firewall
-	fwd *hostForward // accepts the bridge's traffic in iptables FORWARD chains
-	dns *resolver
+	fw      *firewall
+	fwd     *hostForward // accepts the bridge's traffic in iptables FORWARD chains
+	dns     *resolver
+	proxyLn net.Listener // the egress proxy's (Config.EgressProxy)
 
-	mu       sync.Mutex
-	used     map[netip.Addr]bool
-	next     netip.Addr
-	policies map[netip.Addr]Egress
+	mu        sync.Mutex
+	used      map[netip.Addr]bool
+	next      netip.Addr
+	endpoints map[netip.Addr]*endpoint // by address, once its policy is known
+}
+
+// endpoint is what the manager enforces for one address.
+type endpoint struct {
+	id     string
+	egress Egress
+	// learned are the addresses the resolver answered for each name the
+	// policy allows, while the policy learns addresses (the address path).
+	learned map[string][]netip.Prefix
+}
+
+// learnedPrefixes are all of ep's learned addresses.
+func (ep *endpoint) learnedPrefixes() []netip.Prefix {
+	var out []netip.Prefix
+	for _, ps := range ep.learned {
+		out = append(out, ps...)
+	}
+	return out
 }
 
 const netnsDir = "/run/netns"
@@ -106,7 +130,7 @@ func New(cfg Config) (*Manager, error) {
 	} else if err != nil {
 		return nil, fmt.Errorf("network namespaces: %w", err)
 	}
-	m := &Manager{cfg: cfg, gateway: gw, used: map[netip.Addr]bool{}, next: gw.Next(), policies: map[netip.Addr]Egress{}}
+	m := &Manager{cfg: cfg, gateway: gw, used: map[netip.Addr]bool{}, next: gw.Next(), endpoints: map[netip.Addr]*endpoint{}}
 	br, err := netlink.LinkByName(cfg.Bridge)
 	if err != nil {
 		la := netlink.NewLinkAttrs()
@@ -138,24 +162,43 @@ func New(cfg Config) (*Manager, error) {
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
 		return nil, fmt.Errorf("enable IPv4 forwarding: %w", err)
 	}
-	if m.fw, err = newFirewall(cfg.Bridge, cfg.Subnet, gw, cfg.APIPort, cfg.Deny); err != nil {
-		return nil, fmt.Errorf("firewall: %w", err)
+	var proxyPort uint16
+	if cfg.EgressProxy {
+		// Its port is the redirect's: bound before the table is made.
+		if m.proxyLn, err = net.Listen("tcp4", netip.AddrPortFrom(gw, 0).String()); err != nil {
+			return nil, fmt.Errorf("egress proxy listener on %s: %w", gw, err)
+		}
+		proxyPort = uint16(m.proxyLn.Addr().(*net.TCPAddr).Port)
+	}
+	fail := func(err error) (*Manager, error) {
+		if m.proxyLn != nil {
+			m.proxyLn.Close()
+		}
+		return nil, err
+	}
+	if m.fw, err = newFirewall(cfg.Bridge, cfg.Subnet, gw, cfg.APIPort, proxyPort, cfg.Deny); err != nil {
+		return fail(fmt.Errorf("firewall: %w", err))
 	}
 	// After the table: the iptables rules only accept, and lizard's table
 	// must already reject what policies do not allow.
 	if m.fwd, err = allowForward(cfg.Bridge, cfg.Run, cfg.Logger); err != nil {
-		return nil, fmt.Errorf("firewall: %w", err)
+		return fail(fmt.Errorf("firewall: %w", err))
 	}
 	upstream := cfg.DNSUpstream
 	if upstream == "" {
 		upstream = hostUpstream()
 	}
-	if m.dns, err = startResolver(gw, upstream, m.policy, m.fw.allowRanges, cfg.Logger); err != nil {
+	if m.dns, err = startResolver(gw, upstream, m.policy, m.learn, cfg.Logger); err != nil {
 		m.fwd.close()
-		return nil, fmt.Errorf("DNS resolver on %s: %w", gw, err)
+		return fail(fmt.Errorf("DNS resolver on %s: %w", gw, err))
 	}
 	return m, nil
 }
+
+// EgressListener is where the egress proxy accepts the connections the
+// firewall redirects (Config.EgressProxy; nil without): a TCP listener on
+// the gateway. Its user serves and closes it.
+func (m *Manager) EgressListener() net.Listener { return m.proxyLn }
 
 // checkSubnetFree refuses a subnet that overlaps an address of another
 // interface of the host: the host would route the sandboxes' packets there,
@@ -189,7 +232,8 @@ func checkSubnetFree(bridge string, subnet netip.Prefix) error {
 }
 
 // Close stops the sandboxes' resolver and takes lizard's rules out of the
-// host's iptables FORWARD chains. The nftables table stays: sandboxes keep
+// host's iptables FORWARD chains (the egress listener is its user's to
+// close). The nftables table stays: sandboxes keep
 // running, and the next Manager re-applies every policy.
 func (m *Manager) Close() error {
 	m.fwd.close()
@@ -201,37 +245,130 @@ func (m *Manager) Close() error {
 func (m *Manager) policy(a netip.Addr) (Egress, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e, ok := m.policies[a]
+	ep, ok := m.endpoints[a]
 	if !ok {
 		// Not a sandbox we know: nothing.
 		return Egress{Restricted: true}, false
 	}
-	return e, true
+	return ep.egress, true
 }
 
-// setPolicy records and enforces what addr may reach.
-func (m *Manager) setPolicy(a netip.Addr, e Egress) error {
+// learn lets addr reach what an allowed name resolved to (the resolver
+// calls it before it answers).
+func (m *Manager) learn(a netip.Addr, name string, ps []netip.Prefix) error {
 	m.mu.Lock()
-	m.policies[a] = e
+	ep, ok := m.endpoints[a]
+	if !ok || !ep.egress.learnsAddresses() {
+		m.mu.Unlock()
+		return nil
+	}
+	name = canonicalName(name)
+	var fresh []netip.Prefix
+	for _, p := range ps {
+		if !inAny(p.Addr(), ep.egress.prefixes()) && !inAny(p.Addr(), ep.learnedPrefixes()) {
+			fresh = append(fresh, p)
+		}
+	}
+	if ep.learned == nil {
+		ep.learned = map[string][]netip.Prefix{}
+	}
+	ep.learned[name] = append(ep.learned[name], fresh...)
 	m.mu.Unlock()
-	return m.fw.apply(a, e)
+	return m.fw.allowRanges(a, fresh)
+}
+
+// setPolicy records and enforces what addr may reach. The addresses the
+// resolver answered for names the new policy still allows stay reachable.
+func (m *Manager) setPolicy(a netip.Addr, id string, e Egress) error {
+	if (e.Intercepts() || e.Tunnelled()) && m.proxyLn == nil {
+		return fmt.Errorf("this network has no egress proxy (domain rules on the wire, transforms, egressProxy): %w", errdefs.ErrUnavailable)
+	}
+	m.mu.Lock()
+	ep := &endpoint{id: id, egress: e}
+	if old, ok := m.endpoints[a]; ok && e.learnsAddresses() {
+		for name, ps := range old.learned {
+			if e.AllowsName(name) {
+				if ep.learned == nil {
+					ep.learned = map[string][]netip.Prefix{}
+				}
+				ep.learned[name] = ps
+			}
+		}
+	}
+	m.endpoints[a] = ep
+	learned := ep.learnedPrefixes()
+	// The firewall is changed under the lock, so that two changes of one
+	// address cannot apply in the other order than they were recorded.
+	defer m.mu.Unlock()
+	return m.fw.apply(a, e, learned)
+}
+
+// SetEgress replaces the policy of sandbox id's endpoint, at once for
+// new connections (connections already made keep going).
+func (m *Manager) SetEgress(id string, ep Endpoint, e Egress) error {
+	if !ep.Addr.IsValid() {
+		return fmt.Errorf("sandbox %q has no address: %w", id, errdefs.ErrNotFound)
+	}
+	return m.setPolicy(ep.Addr, id, e)
+}
+
+// Source is what the manager knows of the sandbox at an address.
+type Source struct {
+	ID     string
+	Egress Egress
+	// Learned are the addresses its resolver answered for names its
+	// policy allows (Egress.AllowsAddr).
+	Learned []netip.Prefix
+}
+
+// Lookup is the sandbox whose endpoint has address a, if its policy is
+// known.
+func (m *Manager) Lookup(a netip.Addr) (Source, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ep, ok := m.endpoints[a]
+	if !ok {
+		return Source{}, false
+	}
+	return Source{ID: ep.id, Egress: ep.egress, Learned: ep.learnedPrefixes()}, true
+}
+
+// Forbidden says whether a destination is never the egress proxy's to
+// dial whatever a policy says: what the firewall rejects for every
+// sandbox (169.254.0.0/16, the subnet, Config.Deny) and the host itself
+// (loopback, its own addresses), which sandboxes never reach.
+func (m *Manager) Forbidden(a netip.Addr) bool {
+	a = a.Unmap()
+	if !a.Is4() || a.IsLoopback() || a.IsUnspecified() || a.IsMulticast() || a.IsLinkLocalUnicast() || m.cfg.Subnet.Contains(a) || inAny(a, m.cfg.Deny) {
+		return true
+	}
+	routes, err := netlink.RouteGet(a.AsSlice())
+	if err != nil {
+		return true
+	}
+	for _, r := range routes {
+		if r.Type == unix.RTN_LOCAL {
+			return true
+		}
+	}
+	return false
 }
 
 // Attach takes back a running sandbox's endpoint after a restart: its
 // address is reserved and its egress policy enforced again.
-func (m *Manager) Attach(ep Endpoint, e Egress) error {
+func (m *Manager) Attach(id string, ep Endpoint, e Egress) error {
 	if !ep.Addr.IsValid() {
 		return nil
 	}
 	m.Reserve(ep.Addr)
 	m.mu.Lock()
-	_, known := m.policies[ep.Addr]
+	_, known := m.endpoints[ep.Addr]
 	m.mu.Unlock()
 	if known {
 		// Already enforced, with what its DNS answers added.
 		return nil
 	}
-	return m.setPolicy(ep.Addr, e)
+	return m.setPolicy(ep.Addr, id, e)
 }
 
 // bridgeMAC is a locally administered unicast address derived from the
@@ -302,7 +439,7 @@ func (m *Manager) Setup(id string, e Egress) (Endpoint, error) {
 	if err != nil {
 		return ep, err
 	}
-	if err := m.setPolicy(addr, e); err != nil {
+	if err := m.setPolicy(addr, id, e); err != nil {
 		m.Teardown(ep)
 		return Endpoint{}, fmt.Errorf("egress policy: %w", err)
 	}
@@ -319,7 +456,7 @@ func (m *Manager) Rebuild(id string, ep Endpoint, e Egress) error {
 	if _, err := m.setup(id, ep.Addr); err != nil {
 		return err
 	}
-	return m.Attach(ep, e)
+	return m.Attach(id, ep, e)
 }
 
 func (m *Manager) setup(id string, addr netip.Addr) (ep Endpoint, err error) {
@@ -423,7 +560,7 @@ func (m *Manager) Teardown(ep Endpoint) error {
 	}
 	if ep.Addr.IsValid() {
 		m.mu.Lock()
-		delete(m.policies, ep.Addr)
+		delete(m.endpoints, ep.Addr)
 		m.mu.Unlock()
 		if err := m.fw.remove(ep.Addr); err != nil {
 			errs = append(errs, fmt.Errorf("firewall: %w", err))

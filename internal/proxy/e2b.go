@@ -63,6 +63,9 @@ type E2BTarget struct {
 	// Host, when not "", is the Host header the request reaches the
 	// sandbox with (E2B's maskRequestHost), instead of its own.
 	Host string
+	// TLS: the port serves HTTPS (E2B's httpsPorts), reached over TLS,
+	// unverified.
+	TLS bool
 }
 
 type e2bKey struct{}
@@ -145,7 +148,7 @@ func (p *proxy) serveE2B(w http.ResponseWriter, r *http.Request, id string, port
 		return "unauthorized"
 	}
 	outcome := "forwarded"
-	ctx := context.WithValue(r.Context(), addrKey{}, target{id, t.Addr, p.runOf(id)})
+	ctx := context.WithValue(r.Context(), addrKey{}, target{sandbox: id, addr: t.Addr, run: p.runOf(id), tls: t.TLS})
 	ctx = context.WithValue(ctx, outcomeKey{}, &outcome)
 	ctx = context.WithValue(ctx, e2bKey{}, id)
 	ctx = context.WithValue(ctx, envdKey{}, t.Envd)

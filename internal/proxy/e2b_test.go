@@ -237,3 +237,49 @@ func TestE2BAnswerBeforeRequestEnds(t *testing.T) {
 		t.Fatalf("answer %q %v, want \"got hello\" whole", body, err)
 	}
 }
+
+// tlsE2B routes "tls" to a port that serves HTTPS (E2B's httpsPorts) and
+// "plain" to the same port as if it served HTTP.
+type tlsE2B struct{ addr string }
+
+func (f tlsE2B) E2BTarget(id string, port int) (E2BTarget, error) {
+	return E2BTarget{Addr: f.addr, TLS: id == "tls"}, nil
+}
+
+// tlsPreviews is fakePreviews whose port 443 serves HTTPS.
+type tlsPreviews struct{ fakePreviews }
+
+func (f *tlsPreviews) PortTLS(id string, port int) bool { return port == 443 }
+
+// TestHTTPSPorts: a port that serves HTTPS itself (a self-signed
+// certificate) is reached over TLS, unverified, by E2B-addressed and by
+// Lizard preview requests; the same port spoken to in plain HTTP fails.
+func TestHTTPSPorts(t *testing.T) {
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "tls=%v host=%s", r.TLS != nil, r.Host)
+	}))
+	defer up.Close()
+	addr := strings.TrimPrefix(up.URL, "https://")
+	prev := &tlsPreviews{fakePreviews{addr: addr}}
+	h := Handler(Config{Domain: "d.test", Previews: prev, E2B: tlsE2B{addr: addr}})
+	get := func(host string, hdr map[string]string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("GET", "http://"+host+"/", nil)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	if rec := get("8443-tls.d.test", nil); rec.Code != 200 || rec.Body.String() != "tls=true host=8443-tls.d.test" {
+		t.Fatalf("E2B httpsPorts: %d %q", rec.Code, rec.Body)
+	}
+	if rec := get("8443-plain.d.test", nil); rec.Code == 200 {
+		t.Fatalf("plain HTTP to a TLS port: %d %q", rec.Code, rec.Body)
+	}
+	fakeTokens["sb"][443] = "tls-token"
+	defer delete(fakeTokens["sb"], 443)
+	if rec := get("sb-443.d.test", map[string]string{TokenHeader: "tls-token"}); rec.Code != 200 || !strings.HasPrefix(rec.Body.String(), "tls=true") {
+		t.Fatalf("Lizard preview of an HTTPS port: %d %q", rec.Code, rec.Body)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -51,6 +52,16 @@ type Previews interface {
 	// requests; its errors may carry runtime detail, which the proxy logs
 	// and never shows.
 	PreviewAddr(ctx context.Context, sandboxID string, port int) (string, error)
+}
+
+// HTTPSPorts is implemented by Previews that know which sandbox ports serve
+// HTTPS themselves (E2B's network.httpsPorts): the proxy reaches those
+// over TLS, without verifying the certificate (a sandbox's is its own,
+// self-signed as often as not); the client's side is the proxy's either
+// way.
+type HTTPSPorts interface {
+	// PortTLS says whether port of the sandbox serves HTTPS.
+	PortTLS(sandboxID string, port int) bool
 }
 
 // Runs names the runs of sandboxes that pause and resume in place (see
@@ -154,8 +165,21 @@ type proxy struct {
 type addrKey struct{}
 
 // target is where a request goes: the sandbox, the address serving the
-// port and the sandbox's run (see Runs), which names the connection pool.
-type target struct{ sandbox, addr, run string }
+// port and the sandbox's run (see Runs), which names the connection pool,
+// and whether the port speaks TLS (HTTPSPorts, E2BTarget.TLS).
+type target struct {
+	sandbox, addr, run string
+	tls                bool
+}
+
+// targetOf is the target of a request to port of sandbox id at addr.
+func (p *proxy) targetOf(id string, port int, addr string) target {
+	t := target{sandbox: id, addr: addr, run: p.runOf(id)}
+	if hp, ok := p.cfg.Previews.(HTTPSPorts); ok {
+		t.tls = hp.PortTLS(id, port)
+	}
+	return t
+}
 
 // runOf is the current run of sandbox id, when the service tells.
 func (p *proxy) runOf(id string) string {
@@ -191,6 +215,22 @@ func (p *proxy) dial(ctx context.Context, network, _ string) (net.Conn, error) {
 		return nil, fmt.Errorf("%w (loopback: %w)", err, lerr)
 	}
 	return lc, nil
+}
+
+// dialTLS connects as dial does, then speaks TLS to a port that serves
+// HTTPS (HTTPSPorts), not verifying the sandbox's certificate. HTTP/1.1
+// only, so that upgrades (WebSocket) pass as on plain ports.
+func (p *proxy) dialTLS(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := p.dial(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	tc := tls.Client(c, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}}) //nolint:gosec // E2B's httpsPorts: not verified, by design
+	if err := tc.HandshakeContext(ctx); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("TLS to the sandbox's port: %w", err)
+	}
+	return tc, nil
 }
 
 // bufferPool lends the reverse proxy 64 KiB copy buffers.
@@ -231,7 +271,11 @@ func Handler(cfg Config) http.Handler {
 			if t.run != "" {
 				pool += "-" + t.run
 			}
-			pr.SetURL(&url.URL{Scheme: "http", Host: net.JoinHostPort(pool+".sandbox.invalid", port)})
+			scheme := "http"
+			if t.tls {
+				scheme = "https"
+			}
+			pr.SetURL(&url.URL{Scheme: scheme, Host: net.JoinHostPort(pool+".sandbox.invalid", port)})
 			pr.SetXForwarded()
 			// The app sees the host it was asked for, and no lizard token.
 			pr.Out.Host = pr.In.Host
@@ -248,6 +292,7 @@ func Handler(cfg Config) http.Handler {
 		},
 		Transport: &http.Transport{
 			DialContext:         p.dial,
+			DialTLSContext:      p.dialTLS,
 			MaxIdleConnsPerHost: 32,
 			IdleConnTimeout:     90 * time.Second,
 		},
@@ -355,7 +400,7 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request) string {
 		return "unavailable"
 	}
 	outcome := "forwarded"
-	ctx := context.WithValue(context.WithValue(r.Context(), addrKey{}, target{id, addr, p.runOf(id)}), outcomeKey{}, &outcome)
+	ctx := context.WithValue(context.WithValue(r.Context(), addrKey{}, p.targetOf(id, port, addr)), outcomeKey{}, &outcome)
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
 	return outcome
 }
@@ -374,7 +419,7 @@ func (p *proxy) servePublic(w http.ResponseWriter, r *http.Request, id string, p
 		return "unavailable", true
 	}
 	outcome := "forwarded"
-	ctx := context.WithValue(context.WithValue(r.Context(), addrKey{}, target{id, addr, p.runOf(id)}), outcomeKey{}, &outcome)
+	ctx := context.WithValue(context.WithValue(r.Context(), addrKey{}, p.targetOf(id, port, addr)), outcomeKey{}, &outcome)
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
 	return outcome, true
 }

@@ -181,6 +181,17 @@ type Runner interface {
 	Run(ctx context.Context, spec RunSpec) (exitCode int, err error)
 }
 
+// EgressSetter is implemented by backends that can change what a sandbox
+// may reach while it exists (E2B's updateNetwork).
+type EgressSetter interface {
+	// SetEgress replaces sandbox id's egress policy, running or paused:
+	// new connections follow it once SetEgress returns (connections
+	// already made keep going), and a resume or a restart of the server
+	// keeps it. An unknown id is errdefs.ErrNotFound; a failed SetEgress
+	// leaves the old policy.
+	SetEgress(ctx context.Context, id string, e network.Egress) error
+}
+
 // Stater is implemented by backends that can tell one sandbox's state on
 // its own, as it is at the time of the call (a listing may be older than a
 // sandbox made while it was taken).

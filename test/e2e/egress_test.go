@@ -3,12 +3,13 @@ package e2e
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/net/dns/dnsmessage"
+	"github.com/lizard-build/lizard/internal/egress/egresstest"
 )
 
 // fakeInternet is a test host in a network namespace of its own, reached
@@ -57,7 +58,7 @@ h.ThreadingHTTPServer(("0.0.0.0", 8080), H).serve_forever()`)
 		t.Fatal(err)
 	}
 	f.dns = pc
-	go serveTestDNS(pc)
+	go egresstest.ServeDNS(pc, resolveTestName)
 	t.Cleanup(func() {
 		pc.Close()
 		srv.Process.Kill()
@@ -68,33 +69,12 @@ h.ThreadingHTTPServer(("0.0.0.0", 8080), H).serve_forever()`)
 	return f
 }
 
-func serveTestDNS(pc net.PacketConn) {
-	names := map[string][4]byte{"allowed.test.": {10, 99, 0, 2}, "denied.test.": {10, 99, 0, 3}}
-	buf := make([]byte, 1500)
-	for {
-		n, from, err := pc.ReadFrom(buf)
-		if err != nil {
-			return
-		}
-		var p dnsmessage.Parser
-		h, err := p.Start(buf[:n])
-		if err != nil {
-			continue
-		}
-		q, err := p.Question()
-		if err != nil {
-			continue
-		}
-		m := dnsmessage.Message{Header: dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true}, Questions: []dnsmessage.Question{q}}
-		if a, ok := names[strings.ToLower(q.Name.String())]; ok && q.Type == dnsmessage.TypeA {
-			m.Answers = []dnsmessage.Resource{{Header: dnsmessage.ResourceHeader{Name: q.Name, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET, TTL: 60}, Body: &dnsmessage.AResource{A: a}}}
-		} else if !ok {
-			m.Header.RCode = dnsmessage.RCodeNameError
-		}
-		if b, err := m.Pack(); err == nil {
-			pc.WriteTo(b, from)
-		}
-	}
+// testNames are the fake internet's names.
+var testNames = map[string]netip.Addr{"allowed.test": netip.MustParseAddr("10.99.0.2"), "denied.test": netip.MustParseAddr("10.99.0.3")}
+
+func resolveTestName(name string) (netip.Addr, bool) {
+	a, ok := testNames[name]
+	return a, ok
 }
 
 func (s *server) createWith(t *testing.T, body map[string]any) sandboxInfoEgress {

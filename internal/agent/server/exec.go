@@ -52,7 +52,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, maxExecBody, &req); err != nil {
 		return err
 	}
-	spec, err := prepareExec(req, s.accts)
+	spec, err := prepareExec(req, s.accts, s.trustEnv)
 	var se *startError
 	if errors.As(err, &se) {
 		writeStartFailure(w, se)
@@ -76,7 +76,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 
 // prepareExec validates req and resolves user, environment, working
 // directory and executable.
-func prepareExec(req agent.ExecRequest, accts accounts) (*execSpec, error) {
+func prepareExec(req agent.ExecRequest, accts accounts, base map[string]string) (*execSpec, error) {
 	if err := validateCmd(req); err != nil {
 		return nil, err
 	}
@@ -87,7 +87,7 @@ func prepareExec(req agent.ExecRequest, accts accounts) (*execSpec, error) {
 	if err != nil {
 		return nil, err
 	}
-	env, pathVar, err := buildEnv(acct, req.Env)
+	env, pathVar, err := buildEnv(acct, base, req.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -134,10 +134,11 @@ func validateCmd(req agent.ExecRequest) error {
 	return nil
 }
 
-// buildEnv returns the child's environment: the user's defaults overridden
-// by extra. The agent's own environment (and with it its token) is never
-// inherited. It also returns the PATH that lookPath must search.
-func buildEnv(acct *account, extra map[string]string) ([]string, string, error) {
+// buildEnv returns the child's environment: the user's defaults and base
+// (the egress CA's variables) overridden by extra. The agent's own
+// environment (and with it its token) is never inherited. It also returns
+// the PATH that lookPath must search.
+func buildEnv(acct *account, base, extra map[string]string) ([]string, string, error) {
 	env := map[string]string{
 		"PATH":    defaultPath,
 		"HOME":    acct.home,
@@ -149,6 +150,9 @@ func buildEnv(acct *account, extra map[string]string) ([]string, string, error) 
 	}
 	if acct.tmp != "" {
 		env["TMPDIR"] = acct.tmp
+	}
+	for k, v := range base {
+		env[k] = v
 	}
 	for k, v := range extra {
 		if k == "" || strings.ContainsAny(k, "=\x00") {

@@ -99,7 +99,7 @@ func (s *Server) startIO(req agent.StartRequest, configEnv map[string]string) (*
 	if p := req.Pty; p != nil && (p.Cols < 1 || p.Cols > 65535 || p.Rows < 1 || p.Rows > 65535) {
 		return nil, errInvalid("pty size %dx%d: cols and rows must be 1 to 65535", p.Cols, p.Rows)
 	}
-	spec, err := prepareExec(req.ExecRequest, s.accts)
+	spec, err := prepareExec(req.ExecRequest, s.accts, s.trustEnv)
 	var se *startError
 	if errors.As(err, &se) {
 		// No stream to report an exit code in: the start itself fails.

@@ -41,6 +41,11 @@ type Config struct {
 	// kept for the sandbox's other servers (agent.EnvdTokenFile in a
 	// sandbox; tests leave the host's /run alone).
 	EnvdTokenFile string
+	// EgressCA, if not "", is where the egress proxy's CA certificate is
+	// mounted (agent.EgressCAFile in a sandbox): New adds it to the
+	// system trust store and commands get the variables that point the
+	// usual clients at it (installTrust). Absent, nothing is changed.
+	EgressCA string
 	// Home, if not "", makes the server stand in for a sandbox as an
 	// ordinary process on the host (package runtime/fake): what asks for
 	// root runs as the server's own user, with Home as its home and default
@@ -63,6 +68,9 @@ type Server struct {
 	envd     *envd
 	handler  http.Handler
 	accts    accounts
+	// trustEnv are the variables of the egress CA every command starts
+	// with (its own and the request's override them).
+	trustEnv map[string]string
 }
 
 // shutdownGrace bounds how long Run waits for open requests (exec streams
@@ -104,6 +112,15 @@ func New(cfg Config) (*Server, error) {
 		ios:      newIOTable(),
 		watches:  newWatchHub(log),
 		bg:       &bgLog{},
+	}
+	if cfg.EgressCA != "" {
+		env, err := installTrust("/", cfg.EgressCA)
+		if err != nil {
+			// A sandbox whose bundle is read-only still gets the
+			// variables of what was done.
+			log.Warn("egress CA not trusted everywhere", "err", err)
+		}
+		s.trustEnv = env
 	}
 	s.envd = s.newEnvd()
 	s.envd.tokenFile = cfg.EnvdTokenFile

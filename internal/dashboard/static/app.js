@@ -381,6 +381,18 @@ function createForm (created) {
 
 // ---- one sandbox -------------------------------------------------------------
 
+// internetOf says in a few words what a sandbox may reach (the Network
+// tab has the whole configuration).
+function internetOf (s) {
+  const n = s.network || {}
+  const denied = (n.denyOut || []).filter((d) => d !== '0.0.0.0/0')
+  let out = s.internetAccess ? 'yes' : `restricted (${(s.allowedHosts || []).join(', ') || 'nothing'})`
+  if (s.internetAccess && denied.length) out += `, but not ${denied.join(', ')}`
+  if (n.rules && Object.keys(n.rules).length) out += `; transforms for ${Object.keys(n.rules).join(', ')}`
+  if (n.egressProxy) out += `; through ${n.egressProxy.address}`
+  return out
+}
+
 function viewSandbox (main, id) {
   const cleanups = []
   const p = `/api/sandboxes/${encodeURIComponent(id)}`
@@ -390,8 +402,8 @@ function viewSandbox (main, id) {
   const body = h('div')
   const sections = {}
   let current = null
-  const tabNames = { terminal: 'Terminal', logs: 'Logs', files: 'Files', metrics: 'Metrics', ports: 'Ports', desktop: 'Desktop', schedules: 'Schedules' }
-  const makers = { terminal: terminalTab, logs: logsTab, files: filesTab, metrics: metricsTab, ports: portsTab, desktop: desktopTab, schedules: schedulesTab }
+  const tabNames = { terminal: 'Terminal', logs: 'Logs', files: 'Files', metrics: 'Metrics', ports: 'Ports', network: 'Network', desktop: 'Desktop', schedules: 'Schedules' }
+  const makers = { terminal: terminalTab, logs: logsTab, files: filesTab, metrics: metricsTab, ports: portsTab, network: networkTab, desktop: desktopTab, schedules: schedulesTab }
   const show = (name) => {
     current = name
     for (const b of tabs.children) b.classList.toggle('on', b.dataset.tab === name)
@@ -418,7 +430,7 @@ function viewSandbox (main, id) {
         h('dt', null, 'Size'), h('dd', null, `${s.size} (${s.cpus} CPU, ${s.memoryMb} MB)`),
         h('dt', null, 'Started'), h('dd', null, fmtTime(s.startedAt)),
         h('dt', null, 'Time left'), h('dd', null, s.endAt ? fmtDur(Date.parse(s.endAt) - Date.now()) : (s.status === 'paused' ? 'paused' : 'no limit')),
-        h('dt', null, 'Internet'), h('dd', null, s.internetAccess ? 'yes' : `restricted (${(s.allowedHosts || []).join(', ') || 'nothing'})`),
+        h('dt', null, 'Internet'), h('dd', null, internetOf(s)),
         h('dt', null, 'Volume'), h('dd', null, s.volumeId || '—'),
         h('dt', null, 'Metadata'), h('dd', { class: 'meta', html: Object.entries(s.metadata || {}).map(([k, v]) => `<span>${esc(k)}=${esc(v)}</span>`).join('') || '—' })))
   }
@@ -675,6 +687,40 @@ function portsTab (el, id, p, getInfo) {
       h('button', { class: 'danger', onclick: (e) => act(e.target, () => api('DELETE', `${p}/expose/${u.port}`).then(load), `Port ${u.port} unexposed`) }, 'Unexpose'))))
   }
   onFirstShow(el, load)
+}
+
+// networkTab shows the sandbox's network configuration (GET …/network:
+// placeholders as written, never a secret's value) and its egress log
+// (GET …/network/log), refreshed every 3 s while it is shown.
+function networkTab (el, id, p) {
+  const conf = h('dl', { class: 'kv', id: 'network-config' })
+  const rows = h('tbody', { id: 'egress-log' })
+  const table = h('table', null, h('thead', null, h('tr', null, ...['Time', 'Host', 'Address', 'Decision', 'How', 'Rule', 'Out', 'In', 'Why'].map((c) => h('th', null, c)))), rows)
+  el.append(h('h2', null, 'Configuration'), conf, h('h2', null, 'Egress log'),
+    h('p', { class: 'dim' }, 'What the node\'s egress proxy decided for this sandbox\'s connections on ports 80 and 443 (every port with an egress proxy), newest first.'), table)
+  const list = (xs) => (xs && xs.length) ? xs.join(', ') : '—'
+  const load = async () => {
+    const n = await api('GET', `${p}/network`)
+    const rules = Object.entries(n.rules || {})
+    conf.replaceChildren(
+      h('dt', null, 'Allow out'), h('dd', { class: 'mono' }, list(n.allowOut)),
+      h('dt', null, 'Deny out'), h('dd', { class: 'mono' }, list(n.denyOut)),
+      h('dt', null, 'Rules'), h('dd', { class: 'mono' }, rules.length
+        ? h('ul', { id: 'network-rules' }, ...rules.map(([host, rs]) => h('li', null, host, ' → ',
+          rs.map((r) => Object.entries((r.transform && r.transform.headers) || {}).map(([k, v]) => `${k}: ${v}`).join('; ') || '(no transform)').join(' | '))))
+        : '—'),
+      h('dt', null, 'Egress proxy'), h('dd', { class: 'mono' }, n.egressProxy ? n.egressProxy.address + (n.egressProxy.username ? ` (as ${n.egressProxy.username})` : '') : 'direct'),
+      h('dt', null, 'HTTPS ports'), h('dd', { class: 'mono' }, list((n.httpsPorts || []).map(String))))
+    const log = (await api('GET', `${p}/network/log`)).entries.slice().reverse()
+    if (!log.length) { rows.replaceChildren(h('tr', null, h('td', { colspan: 9, class: 'dim' }, 'Nothing yet.'))); return }
+    rows.replaceChildren(...log.map((e) => h('tr', { class: e.decision === 'denied' ? 'denied' : '' },
+      h('td', null, new Date(e.time).toLocaleTimeString()), h('td', { class: 'mono' }, e.host || '—'), h('td', { class: 'mono' }, `${e.addr}:${e.port}`),
+      h('td', null, e.decision), h('td', null, e.via + (e.proxied ? ' (SOCKS5)' : '')), h('td', { class: 'mono' }, e.rule || '—'),
+      h('td', null, fmtBytes(e.bytesOut)), h('td', null, fmtBytes(e.bytesIn)), h('td', { class: 'dim' }, e.reason || ''))))
+  }
+  let stop = null
+  el.addEventListener('shown', () => { if (!stop) stop = poller(load, 3000) })
+  return () => stop && stop()
 }
 
 // desktopTab links the desktop's noVNC pages rather than framing them: the

@@ -51,6 +51,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/agent/server"
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/runtime"
 )
 
@@ -76,6 +77,7 @@ var (
 	_ runtime.Checkpointer = (*Runtime)(nil)
 	_ runtime.PauseImager  = (*Runtime)(nil)
 	_ runtime.Stater       = (*Runtime)(nil)
+	_ runtime.EgressSetter = (*Runtime)(nil)
 )
 
 // sandbox is one fake sandbox; its fields are guarded by Runtime.mu.
@@ -89,6 +91,7 @@ type sandbox struct {
 	srv      *server.Server // nil unless running
 	hs       *http.Server   // nil unless running
 	ln       net.Listener   // held from Create to Start, keeping the port
+	egress   network.Egress // recorded, not applied
 }
 
 // New returns a Runtime keeping its sandboxes under cfg.Dir.
@@ -154,7 +157,7 @@ func (r *Runtime) create(spec runtime.Spec, tokenSum [sha256.Size]byte, from str
 	}
 	// Reserved under the lock, so that a concurrent Create of the id
 	// conflicts; removed again if the rest fails.
-	sb := &sandbox{id: spec.ID, state: runtime.StateCreated, tokenSum: tokenSum}
+	sb := &sandbox{id: spec.ID, state: runtime.StateCreated, tokenSum: tokenSum, egress: spec.Egress}
 	r.sbs[spec.ID] = sb
 	n := r.next
 	r.next = (r.next + 1) % (254 << 16)
@@ -189,6 +192,30 @@ func (r *Runtime) create(spec runtime.Spec, tokenSum [sha256.Size]byte, from str
 	out := sb.view()
 	r.mu.Unlock()
 	return out, nil
+}
+
+// SetEgress implements runtime.EgressSetter: it records the policy (see
+// Egress); the fake applies none.
+func (r *Runtime) SetEgress(ctx context.Context, id string, e network.Egress) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sb, err := r.get(id)
+	if err != nil {
+		return err
+	}
+	sb.egress = e
+	return nil
+}
+
+// Egress is the policy sandbox id was created or last set with.
+func (r *Runtime) Egress(id string) (network.Egress, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sb, ok := r.sbs[id]
+	if !ok {
+		return network.Egress{}, false
+	}
+	return sb.egress, true
 }
 
 func (sb *sandbox) view() runtime.Sandbox {

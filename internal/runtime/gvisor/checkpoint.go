@@ -239,7 +239,7 @@ func (r *Runtime) attachAll() map[string]state {
 			continue
 		}
 		states[id] = st
-		if err := r.cfg.Network.Attach(st.Endpoint, st.Egress); err != nil {
+		if err := r.cfg.Network.Attach(id, st.Endpoint, st.Egress); err != nil {
 			r.cfg.Logger.Error("re-apply network policy", "sandbox", id, "err", err)
 		}
 	}

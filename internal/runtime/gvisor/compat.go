@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/lizard-build/lizard/internal/agent"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -43,6 +44,10 @@ type Manifest struct {
 	// CLIPath), so its restores must have it too; false in images of
 	// sandboxes made before the CLI was.
 	LizardCLI bool `json:"lizardCli,omitempty"`
+	// EgressCA: the saved sandbox had the egress CA's certificate mounted
+	// (at agent.EgressCAFile), so its restores must have it too; false in
+	// images of sandboxes made before there was one.
+	EgressCA bool `json:"egressCa,omitempty"`
 }
 
 // build is the manifest of this server's runsc on this host, computed once.
@@ -117,20 +122,22 @@ func (r *Runtime) writeManifest(ctx context.Context, id, image string) error {
 	if err := readJSON(filepath.Join(r.dir(id), "bundle", "config.json"), &spec); err != nil {
 		return fmt.Errorf("the saved sandbox's spec: %w", err)
 	}
-	m.LizardCLI = hasCLI(&spec)
+	m.LizardCLI = hasMount(&spec, CLIPath)
+	m.EgressCA = hasMount(&spec, agent.EgressCAFile)
 	return writeJSON(filepath.Join(image, manifestFile), m)
 }
 
-// imageHasCLI says whether image's sandbox had the lizard CLI mounted.
-func imageHasCLI(image string) (bool, error) {
+// imageMounts says which of the runtime's own optional mounts image's
+// sandbox had: the lizard CLI, the egress CA.
+func imageMounts(image string) (cli, ca bool, err error) {
 	var m Manifest
 	if err := readJSON(filepath.Join(image, manifestFile), &m); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return false, nil // older than manifests, and than the CLI
+			return false, false, nil // older than manifests, the CLI and the CA
 		}
-		return false, fmt.Errorf("checkpoint manifest of %s: %w", image, err)
+		return false, false, fmt.Errorf("checkpoint manifest of %s: %w", image, err)
 	}
-	return m.LizardCLI, nil
+	return m.LizardCLI, m.EgressCA, nil
 }
 
 // compatible refuses an image this server cannot restore: written by

@@ -42,7 +42,12 @@ type Config struct {
 	// CLIPath is the host path of the static lizard binary, bind-mounted
 	// read-only at CLIPath in every sandbox created (a restore mounts it
 	// when its image's sandbox had it: see Manifest.LizardCLI); "": none.
-	CLIPath  string
+	CLIPath string
+	// EgressCA is the host path of the egress proxy's CA certificate
+	// (PEM), bind-mounted read-only at agent.EgressCAFile in every sandbox
+	// created, whose agent trusts it (a restore mounts it when its image's
+	// sandbox had it: see Manifest.EgressCA); "": none.
+	EgressCA string
 	Platform string // "systrap" unless told otherwise
 	// Network is the sandboxes' network. A runtime without one (and
 	// without an agent) makes no sandboxes: it only Runs commands, each
@@ -241,18 +246,25 @@ func (r *Runtime) make(ctx context.Context, spec runtime.Spec, image string) (sb
 		}
 	}
 	// runsc restores an image only into a spec with the mounts it was
-	// taken with: the CLI goes where the image's sandbox had it.
-	cli := r.cfg.CLIPath
+	// taken with: the CLI and the CA go where the image's sandbox had them.
+	cli, ca := r.cfg.CLIPath, r.cfg.EgressCA
 	if image != "" {
-		if had, err := imageHasCLI(image); err != nil {
+		hadCLI, hadCA, err := imageMounts(image)
+		if err != nil {
 			return sb, err
-		} else if !had {
+		}
+		if !hadCLI {
 			cli = ""
 		} else if cli == "" {
 			return sb, errdefs.WithCause(errdefs.ErrConflict, "the image was taken of a sandbox with the lizard CLI mounted, and this runtime has none to mount", fmt.Errorf("image %s", image))
 		}
+		if !hadCA {
+			ca = ""
+		} else if ca == "" {
+			return sb, errdefs.WithCause(errdefs.ErrConflict, "the image was taken of a sandbox with the egress CA mounted, and this runtime has none to mount", fmt.Errorf("image %s", image))
+		}
 	}
-	if err := writeJSON(filepath.Join(dir, "bundle", "config.json"), ociSpec(spec, r.cfg.AgentPath, cli, etc, r.cgroupPath(spec.ID), ep)); err != nil {
+	if err := writeJSON(filepath.Join(dir, "bundle", "config.json"), ociSpec(spec, r.cfg.AgentPath, cli, ca, etc, r.cgroupPath(spec.ID), ep)); err != nil {
 		return sb, err
 	}
 	console, err := os.OpenFile(filepath.Join(dir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -398,7 +410,7 @@ func (r *Runtime) List(ctx context.Context) ([]runtime.Sandbox, error) {
 		sb := runtime.Sandbox{ID: e.Name(), State: runtime.StateStopped}
 		if err := readJSON(filepath.Join(r.dir(e.Name()), "state.json"), &st); err == nil {
 			sb.Addr, sb.Agent = st.Endpoint.Addr, agentAt(st.Endpoint.Addr)
-			if err := r.cfg.Network.Attach(st.Endpoint, st.Egress); err != nil {
+			if err := r.cfg.Network.Attach(e.Name(), st.Endpoint, st.Egress); err != nil {
 				r.cfg.Logger.Error("re-apply network policy", "sandbox", e.Name(), "err", err)
 			}
 		}

@@ -25,9 +25,10 @@ var defaultCaps = []string{
 }
 
 // ociSpec is the bundle's config.json for a sandbox whose cgroup is
-// cgroupsPath: the agent as its init, bind-mounted read-only, and the
-// lizard CLI at CLIPath, read-only too, unless cliHostPath is "".
-func ociSpec(s runtime.Spec, agentHostPath, cliHostPath, etcDir, cgroupsPath string, ep network.Endpoint) *specs.Spec {
+// cgroupsPath: the agent as its init, bind-mounted read-only, the lizard
+// CLI at CLIPath, read-only too, unless cliHostPath is "", and the egress
+// CA's certificate at agent.EgressCAFile unless caHostPath is "".
+func ociSpec(s runtime.Spec, agentHostPath, cliHostPath, caHostPath, etcDir, cgroupsPath string, ep network.Endpoint) *specs.Spec {
 	proc := process([]string{agentPath}, []string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME=/root",
@@ -36,6 +37,9 @@ func ociSpec(s runtime.Spec, agentHostPath, cliHostPath, etcDir, cgroupsPath str
 	own := []specs.Mount{{Destination: agentPath, Type: "bind", Source: agentHostPath, Options: []string{"bind", "ro"}}}
 	if cliHostPath != "" {
 		own = append(own, specs.Mount{Destination: CLIPath, Type: "bind", Source: cliHostPath, Options: []string{"bind", "ro"}})
+	}
+	if caHostPath != "" {
+		own = append(own, specs.Mount{Destination: agent.EgressCAFile, Type: "bind", Source: caHostPath, Options: []string{"bind", "ro"}})
 	}
 	spec := containerSpec(s.ID, s.Rootfs, etcDir, ep.Netns, cgroupsPath, proc, s.Resources, own, s.Mounts)
 	// A sandbox always has a CPU quota (of 0 when asked none, as ever:
@@ -47,10 +51,10 @@ func ociSpec(s runtime.Spec, agentHostPath, cliHostPath, etcDir, cgroupsPath str
 	return spec
 }
 
-// hasCLI says whether the bundle's spec mounts the lizard CLI.
-func hasCLI(spec *specs.Spec) bool {
+// hasMount says whether the bundle's spec mounts something at dest.
+func hasMount(spec *specs.Spec, dest string) bool {
 	for _, m := range spec.Mounts {
-		if m.Destination == CLIPath {
+		if m.Destination == dest {
 			return true
 		}
 	}

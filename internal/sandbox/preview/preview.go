@@ -45,6 +45,7 @@ var (
 	_ proxy.Previews   = (*Service)(nil)
 	_ proxy.E2BTargets = (*Service)(nil)
 	_ proxy.E2BSigned  = (*Service)(nil)
+	_ proxy.HTTPSPorts = (*Service)(nil)
 )
 
 func validPort(port int) error {
@@ -204,11 +205,17 @@ func (s *Service) E2BTarget(id string, port int) (proxy.E2BTarget, error) {
 	if err != nil {
 		return proxy.E2BTarget{}, err
 	}
-	t := proxy.E2BTarget{Addr: addr, Envd: port == agent.Port, TrafficToken: rec.TrafficToken}
+	t := proxy.E2BTarget{Addr: addr, Envd: port == agent.Port, TrafficToken: rec.TrafficToken, TLS: slices.Contains(rec.Egress.HTTPSPorts, port)}
 	if rec.MaskHost != "" && !t.Envd {
 		t.Host = strings.ReplaceAll(rec.MaskHost, "${PORT}", strconv.Itoa(port))
 	}
 	return t, nil
+}
+
+// PortTLS implements proxy.HTTPSPorts: the ports of network.httpsPorts.
+func (s *Service) PortTLS(id string, port int) bool {
+	rec, ok := s.core.Live(id)
+	return ok && slices.Contains(rec.Egress.HTTPSPorts, port)
 }
 
 // E2BSignedFile implements proxy.E2BSigned: the running E2B sandbox whose
