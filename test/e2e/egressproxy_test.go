@@ -19,7 +19,11 @@ import (
 // a fake internet of the test's own (egressNet).
 func TestEgressProxy(t *testing.T) {
 	n := startEgressNet(t)
-	s := startServer(t, "", "--dns-upstream", n.dnsAddr, "--egress-ca-file", n.caFile)
+	// A secrets key and an issuer at the API's address: transforms name
+	// secrets and workload tokens.
+	addr := freeAddr(t)
+	s := startServer(t, "", "--dns-upstream", n.dnsAddr, "--egress-ca-file", n.caFile,
+		"--listen", addr, "--secrets-key-file", secretsKeyFile(t), "--oidc-issuer", "http://"+addr)
 	t.Run("lizard API", func(t *testing.T) { egressLizardAPI(t, s, n) })
 	files := jsFiles("js/egress/*.test.mjs")
 	if len(files) == 0 {

@@ -6,6 +6,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'
+import { createPublicKey, verify } from 'node:crypto'
 import { budget } from '../budget.mjs'
 import { sdk, Sandbox, get, sleep } from '../e2b/helpers.mjs'
 
@@ -90,21 +91,10 @@ test('a transform injects a header; the sandbox never holds its value', async ()
   })
 })
 
-// The secret variant needs the E2B API's /secrets (the secrets store,
-// issue 22's other half). Where the server does not serve them it says so
-// and the test is skipped with that reason.
-test('a transform injects ${e2b.secrets.NAME}: updated values, a destroyed secret is a 502', async (t) => {
+test('a transform injects ${e2b.secrets.NAME}: updated values, a destroyed secret is a 502', async () => {
   const name = `tok-${run}`
   const value = `s3cr3t-${run}-first`
-  try {
-    await Secret.create(name, value)
-  } catch (err) {
-    if (/not supported by lizard/.test(err.message)) {
-      t.skip(`waiting for the secrets branch: ${err.message}`)
-      return
-    }
-    throw err
-  }
+  await Secret.create(name, value)
   try {
     await withSandbox({
       network: {
@@ -131,6 +121,41 @@ test('a transform injects ${e2b.secrets.NAME}: updated values, a destroyed secre
   } finally {
     await Secret.destroy(name).catch(() => {})
   }
+})
+
+// b64url decodes a JWT part.
+const b64url = (part) => Buffer.from(part.replace(/-/g, '+').replace(/_/g, '/'), 'base64')
+
+test('a transform injects ${e2b.identity.tokens.NAME}: a fresh JWT of the sandbox that the issuer\'s key set verifies', async () => {
+  const audience = `aud-${run}.test`
+  await withSandbox({
+    iam: { tokens: { cloud: Secret.iamToken({ audience, tokenType: 'JWT-SVID' }) } },
+    network: {
+      allowOut: ['rules.test'], denyOut: [ALL],
+      rules: { 'rules.test': [{ transform: { headers: { Authorization: 'Bearer ${e2b.identity.tokens.cloud}' } } }] },
+    },
+  }, async (sbx) => {
+    const first = await reach(sbx, `https://rules.test/probe/${run}-token-1`)
+    const second = await reach(sbx, `https://rules.test/probe/${run}-token-2`)
+    const jwt = first.headers.Authorization.replace(/^Bearer /, '')
+    assert.notEqual(jwt, second.headers.Authorization.replace(/^Bearer /, ''), 'a token is minted per request')
+    const [h, p, sig] = jwt.split('.')
+    const header = JSON.parse(b64url(h)), claims = JSON.parse(b64url(p))
+    assert.equal(claims.aud, audience)
+    assert.match(claims.sub, new RegExp(`/sandbox/${sbx.sandboxId}$`))
+    assert.equal(claims.sandbox_id, sbx.sandboxId)
+    assert.ok(claims.exp - claims.iat <= 3600 && claims.exp > Date.now() / 1000, `a short-lived token: ${JSON.stringify(claims)}`)
+    // The issuer's key set (its discovery document names it) verifies it.
+    const disco = await (await fetch(`${process.env.E2B_API_URL}/.well-known/openid-configuration`)).json()
+    const jwks = await (await fetch(disco.jwks_uri)).json()
+    const jwk = jwks.keys.find((k) => k.kid === header.kid)
+    assert.ok(jwk, `kid ${header.kid} in the key set`)
+    const key = createPublicKey({ key: jwk, format: 'jwk' })
+    assert.ok(verify('RSA-SHA256', Buffer.from(`${h}.${p}`), key, b64url(sig)), 'the signature verifies')
+    assert.ok(!verify('RSA-SHA256', Buffer.from(`${h}.${p}x`), key, b64url(sig)), 'a changed token does not')
+    // Nothing in the sandbox holds the token.
+    await notInSandbox(sbx, sig)
+  })
 })
 
 test('an allowed name without rules is spliced: the sandbox sees the upstream certificate', async () => {
