@@ -1,12 +1,18 @@
-// Package sandbox is the service behind the sandbox API: it creates sandboxes
-// from templates on a runtime.Runtime, keeps their records in the store,
-// enforces their deadlines, runs commands and file operations through each
-// sandbox's agent, pauses, snapshots, restores and forks them when the
-// runtime is a runtime.Checkpointer, and after a restart reattaches to the
-// sandboxes that survived or cleans up those that did not. Its callers are
-// the two APIs (internal/api, internal/e2b), the preview proxy (through the
-// interfaces internal/proxy declares), cluster mode (internal/cluster) and
-// cmd/lizard, which wires them; it knows nothing of HTTP.
+// Package sandbox is the core of the sandbox service: it creates sandboxes
+// from templates on a runtime.Runtime, keeps their records and statuses in
+// the store and in its live table, enforces their deadlines and admission,
+// runs commands and file operations through each sandbox's agent, pauses
+// and resumes them when the runtime is a runtime.Checkpointer, tells of
+// their lifecycle (EventSink), and after a restart reattaches to the
+// sandboxes that survived or cleans up those that did not. Features are
+// packages of their own under internal/sandbox/ over the seams of live.go
+// (Update, Live, EachLive) and copy.go (Checkpoint, Copy and warm copies):
+// snapshots, forks and pools (snapshot), moves (move), previews, the
+// desktop, usage, schedules, network configurations. Its callers are the
+// two APIs (internal/api, internal/e2b), the feature packages, the preview
+// proxy (through the interfaces internal/proxy declares), cluster mode
+// (internal/cluster) and cmd/lizard, which wires them; it knows nothing of
+// HTTP.
 package sandbox
 
 import (
