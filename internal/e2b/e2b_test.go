@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -364,7 +365,10 @@ func FuzzE2B(f *testing.F) {
 		req.Header.Set("X-API-Key", testKey)
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, req)
-		if w.Code >= 500 {
+		// Only root mounts a volume: a server that is not cannot make one,
+		// and says so with a 503 (lizard runs as root).
+		mountRefused := os.Geteuid() != 0 && w.Code == http.StatusServiceUnavailable && strings.Contains(w.Body.String(), "mount failed")
+		if w.Code >= 500 && !mountRefused {
 			t.Fatalf("%s %q ?%q %q: %d %s", method, path, query, body, w.Code, w.Body)
 		}
 	})

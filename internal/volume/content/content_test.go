@@ -53,6 +53,7 @@ func TestClean(t *testing.T) {
 }
 
 func TestWriteReadStat(t *testing.T) {
+	needRoot(t)
 	f, dir := open(t)
 	e, err := f.Write("/hello.txt", strings.NewReader("hi"), Attrs{}, false)
 	if err != nil {
@@ -113,6 +114,7 @@ func TestWriteReadStat(t *testing.T) {
 
 // A failed write leaves the file as it was and no upload behind.
 func TestWriteFails(t *testing.T) {
+	needRoot(t)
 	f, dir := open(t)
 	if _, err := f.Write("/keep", strings.NewReader("old"), Attrs{}, false); err != nil {
 		t.Fatal(err)
@@ -133,6 +135,7 @@ type failing struct{}
 func (failing) Read([]byte) (int, error) { return 0, errors.New("client went away") }
 
 func TestMakeDirAndList(t *testing.T) {
+	needRoot(t)
 	f, _ := open(t)
 	if _, err := f.MakeDir("/a/b/c", Attrs{}, false); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("mkdir without parents, no force: %v", err)
@@ -218,6 +221,7 @@ func TestRemove(t *testing.T) {
 // Symbolic links in a volume cannot lead out of it: not absolute ones
 // (which a sandbox makes, meaning its own paths), not ones that climb.
 func TestLinksStayInside(t *testing.T) {
+	needRoot(t)
 	f, dir := open(t)
 	outside := t.TempDir()
 	os.WriteFile(filepath.Join(outside, "secret"), []byte("host"), 0o644)
@@ -248,9 +252,7 @@ func TestLinksStayInside(t *testing.T) {
 }
 
 func TestSetAttrs(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("changing owners needs root")
-	}
+	needRoot(t)
 	f, _ := open(t)
 	f.Write("/x", strings.NewReader("x"), Attrs{UID: u32(0), GID: u32(0)}, false)
 	e, err := f.SetAttrs("/x", Attrs{UID: u32(1001), GID: u32(1002), Mode: u32(0o755)})
@@ -272,6 +274,7 @@ func TestSetAttrs(t *testing.T) {
 // A request run through Main (as in a sandbox) answers what Do answers,
 // its error classed as it was.
 func TestMainRoundTrip(t *testing.T) {
+	needRoot(t)
 	_, dir := open(t)
 	run := func(req Request) Reply {
 		t.Helper()
@@ -311,5 +314,14 @@ func TestMainRoundTrip(t *testing.T) {
 	}
 	if err := Main([]string{dir}, io.Discard); err == nil {
 		t.Fatal("Main with one argument")
+	}
+}
+
+// needRoot skips a test that gives files to another owner (what is
+// written belongs to uid 1000 unless asked otherwise), which only root may.
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: what a volume's file API writes is given to uid 1000")
 	}
 }
