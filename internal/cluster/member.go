@@ -75,6 +75,9 @@ type Member struct {
 	mu      sync.Mutex
 	fence   store.Fence
 	fenced  bool      // a write or heartbeat answered ErrFenced: register again
+	// unsettled: registered again after a fence, but the rows this node
+	// lost could not be read yet; the next round reads them.
+	unsettled bool
 	lastOK  time.Time // last successful heartbeat (or registration), by our clock
 	streak  time.Time // since when every heartbeat succeeded; zero after a failure
 	lost    map[string]bool
@@ -261,11 +264,14 @@ func (m *Member) tick(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.Lease/3)
 	defer cancel()
 	m.mu.Lock()
-	f, fenced := m.fence, m.fenced
+	f, fenced, unsettled := m.fence, m.fenced, m.unsettled
 	m.mu.Unlock()
 	if fenced {
 		m.rejoin(ctx)
 		return
+	}
+	if unsettled {
+		m.settleLost(ctx)
 	}
 	err := m.cfg.DB.Heartbeat(ctx, f, m.cfg.Info(), m.cfg.Lease)
 	now := m.cfg.Now()
@@ -381,11 +387,20 @@ func (m *Member) rejoin(ctx context.Context) {
 		m.cfg.Log.Error("cluster: register again after a fence", "node", m.name, "err", err)
 		return
 	}
+	m.settleLost(ctx)
+}
+
+// settleLost reads which of this node's rows were lost and has OnFenced
+// destroy their sandboxes. A read that fails (a slow or unreachable
+// database: when fences happen) is tried again the next round, never
+// given up: the lost sandboxes must not run on here.
+func (m *Member) settleLost(ctx context.Context) {
 	live, err := m.loadLost(ctx)
+	m.mu.Lock()
+	m.unsettled = err != nil
+	m.mu.Unlock()
 	if err != nil {
-		// Registered: the next heartbeat goes on; the lost sandboxes are
-		// found by the next fence or restart.
-		m.cfg.Log.Error("cluster: list this node's sandboxes after a fence", "node", m.name, "err", err)
+		m.cfg.Log.Error("cluster: list this node's sandboxes after a fence; trying again", "node", m.name, "err", err)
 		return
 	}
 	inc := m.Fence().Incarnation

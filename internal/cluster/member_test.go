@@ -261,6 +261,77 @@ func TestMemberFenced(t *testing.T) {
 	}
 }
 
+// slowLookups is a database whose next lists of a node's rows fail (a
+// database too slow for the round's deadline), as many as fail holds.
+type slowLookups struct {
+	Database
+	fail atomic.Int32
+}
+
+func (s *slowLookups) SandboxesOn(ctx context.Context, node string) ([]store.Sandbox, error) {
+	if s.fail.Add(-1) >= 0 {
+		return nil, context.DeadlineExceeded
+	}
+	return s.Database.SandboxesOn(ctx, node)
+}
+
+// TestMemberFencedSlowDatabase: a member registered again after a fence
+// whose database does not list its rows in time tries again the next
+// rounds, and destroys what it lost once it can; it never gives up on it.
+func TestMemberFencedSlowDatabase(t *testing.T) {
+	srv := pgtest.ForTest(t)
+	url := newDB(t, srv)
+	ctx := context.Background()
+	slow := &slowLookups{Database: openDB(t, url)}
+	destroyed := make(chan []string, 4)
+	a, err := NewMember(MemberConfig{
+		DB:    slow,
+		Info:  func() store.NodeInfo { return store.NodeInfo{Name: "a", Address: "a:7070", VCPUs: 4, MemoryMB: 4096} },
+		Lease: testLease, DeadAfter: testDeadAfter,
+		OnFenced: func(ctx context.Context, keep func(string) bool) {
+			var gone []string
+			for _, id := range []string{"sb1", "sb2"} {
+				if !keep(id) {
+					gone = append(gone, id)
+				}
+			}
+			destroyed <- gone
+		},
+		Log: slog.New(slog.NewTextHandler(t.Output(), nil)).With("member", "a"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	db := openDB(t, url)
+	p := project(t, db)
+	na := NewNodeStore(a, NodeStoreConfig{Holding: []string{"running"}})
+	for _, id := range []string{"sb1", "sb2"} {
+		if err := na.PutSandbox(ctx, row(p, id, "running")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Removed while its next three lists fail: its rows are lost.
+	slow.fail.Store(3)
+	if err := db.RemoveNode(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case gone := <-destroyed:
+		if !slices.Equal(gone, []string{"sb1", "sb2"}) {
+			t.Fatalf("destroyed after a removal: %v, want [sb1 sb2]", gone)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the lost sandboxes were never destroyed: the member gave up after a failed list")
+	}
+	if n := slow.fail.Load(); n >= 0 {
+		t.Fatalf("the lists did not fail as arranged (%d left)", n+1)
+	}
+}
+
 // TestNodeStore: rows, snapshots and volumes are this node's; admission
 // counts the node's capacity.
 func TestNodeStore(t *testing.T) {
