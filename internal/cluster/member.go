@@ -72,17 +72,17 @@ type Member struct {
 	cfg  MemberConfig
 	name string
 
-	mu      sync.Mutex
-	fence   store.Fence
-	fenced  bool      // a write or heartbeat answered ErrFenced: register again
+	mu     sync.Mutex
+	fence  store.Fence
+	fenced bool // a write or heartbeat answered ErrFenced: register again
 	// unsettled: registered again after a fence, but the rows this node
 	// lost could not be read yet; the next round reads them.
 	unsettled bool
-	lastOK  time.Time // last successful heartbeat (or registration), by our clock
-	streak  time.Time // since when every heartbeat succeeded; zero after a failure
-	lost    map[string]bool
-	nodes   []store.Node
-	nodesAt time.Time
+	lastOK    time.Time // last successful heartbeat (or registration), by our clock
+	streak    time.Time // since when every heartbeat succeeded; zero after a failure
+	lost      map[string]bool
+	nodes     []store.Node
+	nodesAt   time.Time
 
 	kick   chan struct{}
 	cancel context.CancelFunc
