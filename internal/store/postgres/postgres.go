@@ -46,6 +46,17 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		cfg.ConnConfig.ConnectTimeout = tcpdial.DialTimeout
 	}
 	cfg.ConnConfig.DialFunc = tcpdial.New().DialContext
+	// A node cut off from the database in the middle of a transaction
+	// leaves its session idle in that transaction, holding its row locks
+	// (its node row, under every fenced write) until TCP gives up, hours
+	// later: no other node could declare it dead meanwhile. Every
+	// transaction here is statements only, so a session idle in one for
+	// longer than this is gone, and the server ends it.
+	for name, value := range sessionLimits {
+		if _, set := cfg.ConnConfig.RuntimeParams[name]; !set {
+			cfg.ConnConfig.RuntimeParams[name] = value
+		}
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", describe(cfg), err)
@@ -55,6 +66,15 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		return nil, fmt.Errorf("%s: %w", describe(cfg), err)
 	}
 	return &Store{pool: pool}, nil
+}
+
+// sessionLimits are the session settings Open gives every connection,
+// unless the url sets them: a session idle in a transaction for 10 s is
+// ended (idle_in_transaction_session_timeout), and so is one whose client
+// does not acknowledge what the server sends for 10 s (tcp_user_timeout).
+var sessionLimits = map[string]string{
+	"idle_in_transaction_session_timeout": "10s",
+	"tcp_user_timeout":                    "10000",
 }
 
 // describe names a database for messages, without its password.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -167,5 +168,60 @@ func TestKeySecretNotStored(t *testing.T) {
 	}
 	if err := st.pool.QueryRow(ctx, `SELECT count(*) FROM api_keys WHERE strpos(id || hash || prefix || project_id, $1) > 0`, secret).Scan(&leaks); err != nil || leaks != 0 {
 		t.Fatalf("rows holding the secret: %d (%v)", leaks, err)
+	}
+}
+
+// TestDeclareDeadPastAStuckTransaction: a node cut off from the database in
+// the middle of a transaction leaves its session idle in it, holding its
+// node row's lock; the server ends that session (sessionLimits), so
+// another node can still declare it dead once its lease has lapsed.
+func TestDeclareDeadPastAStuckTransaction(t *testing.T) {
+	ctx := context.Background()
+	url, err := pgtest.ForTest(t).NewDatabase(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stuck, err := Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stuck.Close()
+	other, err := Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	var setting string
+	if err := other.pool.QueryRow(ctx, `SHOW idle_in_transaction_session_timeout`).Scan(&setting); err != nil || setting != "10s" {
+		t.Fatalf("idle_in_transaction_session_timeout = %q (%v), want 10s", setting, err)
+	}
+	if _, err := stuck.RegisterNode(ctx, store.NodeInfo{Name: "c", Address: "10.0.0.3:7070"}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// c's fenced write, cut off before its commit: the row stays locked.
+	tx, err := stuck.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM nodes WHERE name = 'c' FOR NO KEY UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	time.Sleep(2 * time.Second) // c's lease lapses
+	for {
+		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		done, err := other.DeclareDead(dctx, "c", 0)
+		cancel()
+		if err == nil && done {
+			break
+		}
+		if time.Since(start) > time.Minute {
+			t.Fatalf("node c not declared dead a minute after its session stalled: %v %v", done, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if took := time.Since(start); took < 9*time.Second {
+		t.Fatalf("declared dead after %v, while the stalled session held its lock (want about 10 s)", took)
 	}
 }
