@@ -17,7 +17,8 @@ import (
 )
 
 // counterScript starts a process whose count lives only in its memory and
-// shows in /tmp/counter as "pid n".
+// shows in /tmp/counter as "pid n", and waits (a minute at most: a starved
+// host may take seconds to start python) until it has counted once.
 const counterScript = `cat > /tmp/counter.py <<'PY'
 import os, time
 n = 0
@@ -29,7 +30,8 @@ while True:
     time.sleep(0.02)
 PY
 nohup python3 /tmp/counter.py > /dev/null 2>&1 &
-sleep 0.3; echo data > /root/file; cat /tmp/counter`
+i=0; until [ -s /tmp/counter ] || [ $i -ge 1200 ]; do sleep 0.05; i=$((i+1)); done
+echo data > /root/file; cat /tmp/counter`
 
 func (s *server) create(t *testing.T) string {
 	t.Helper()
