@@ -28,7 +28,9 @@ async function template(name) {
 test('GET /api/templates lists the built-in templates with their versions', async () => {
   const { status, body } = await getTemplates()
   assert.equal(status, 200)
-  assert.deepEqual(body.map((t) => t.name), ['base', 'code-interpreter-v1', 'desktop', 'interpreter', 'node', 'python'])
+  // claude and codex (the prompt schedules' agents) are listed built or
+  // not: make templates leaves them out unless TEMPLATES names them.
+  assert.deepEqual(body.map((t) => t.name), ['base', 'claude', 'code-interpreter-v1', 'codex', 'desktop', 'interpreter', 'node', 'python'])
   const by = Object.fromEntries(body.map((t) => [t.name, t]))
   // E2B's code-interpreter template: the interpreter's files with the
   // code-interpreter server as its start command.
