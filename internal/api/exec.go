@@ -165,7 +165,7 @@ func (s *server) execStream(w http.ResponseWriter, r *http.Request, p store.Proj
 }
 
 func (s *server) listProcesses(w http.ResponseWriter, r *http.Request, p store.Project) error {
-	ag, _, err := s.sandboxes.Agent(p.ID, r.PathValue("id"))
+	ag, _, err := s.sandboxes.Wake(r.Context(), p.ID, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -202,7 +202,7 @@ func (s *server) signalProcess(w http.ResponseWriter, r *http.Request, p store.P
 	if !signals[req.Signal] {
 		return fmt.Errorf("signal %q: must be one of SIGTERM SIGKILL SIGINT SIGHUP SIGQUIT SIGUSR1 SIGUSR2: %w", req.Signal, errdefs.ErrInvalid)
 	}
-	ag, _, err := s.sandboxes.Agent(p.ID, r.PathValue("id"))
+	ag, _, err := s.sandboxes.Wake(r.Context(), p.ID, r.PathValue("id"))
 	if err != nil {
 		return err
 	}

@@ -16,7 +16,7 @@ import (
 
 // agentFor returns the agent of the request's sandbox.
 func (s *server) agentFor(r *http.Request, p store.Project) (*agent.Client, error) {
-	ag, _, err := s.sandboxes.Agent(p.ID, r.PathValue("id"))
+	ag, _, err := s.sandboxes.Wake(r.Context(), p.ID, r.PathValue("id"))
 	return ag, err
 }
 

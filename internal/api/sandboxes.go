@@ -48,6 +48,9 @@ type sandboxInfo struct {
 	Metrics *usagePoint `json:"metrics,omitempty"`
 	// Node holds the sandbox (cluster mode only).
 	Node string `json:"node,omitempty"`
+	// AutoResume: paused, it is resumed by the first request that needs
+	// it (a lizard addition, docs/API-EXTENSIONS.md).
+	AutoResume bool `json:"autoResume"`
 }
 
 func infoOf(r sandbox.Record) sandboxInfo {
@@ -56,7 +59,7 @@ func infoOf(r sandbox.Record) sandboxInfo {
 		StartedAt: r.StartedAt.UTC().Format(time.RFC3339Nano), Status: r.Status,
 		Metadata: r.Metadata, Runtime: "container", Size: r.Size, CPUs: r.CPUs, MemoryMB: r.MemoryMB,
 		TimeoutMs: r.TimeoutMs, InternetAccess: !r.Egress.Restricted, AllowedHosts: r.Egress.Allowed,
-		Network: settingsOf(r.Egress),
+		Network: settingsOf(r.Egress), AutoResume: r.AutoResume,
 	}
 	if info.AllowedHosts == nil {
 		info.AllowedHosts = []string{}
@@ -120,6 +123,10 @@ type createRequest struct {
 	// IAM registers the sandbox's workload tokens (internal/identity), as
 	// E2B's create does.
 	IAM *identity.IAM `json:"iam"`
+	// AutoResume: once paused, the sandbox is resumed by the first request
+	// that needs it (exec, files, processes, previews) instead of
+	// answering 409 sandbox_not_running.
+	AutoResume bool `json:"autoResume"`
 }
 
 // defaultEnvironment is the one sandbox environment a project has here:
@@ -182,6 +189,9 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request, p store.P
 		// (a snapshot of a sandbox given a key has it).
 		return fmt.Errorf("lizardToken: not taken with snapshotId (a restored sandbox keeps the envs and the key of the sandbox its snapshot was taken of): %w", errdefs.ErrInvalid)
 	}
+	if req.AutoResume && req.SnapshotID != "" {
+		return fmt.Errorf("autoResume: not taken with snapshotId (a restored sandbox keeps its snapshot's lifecycle): %w", errdefs.ErrInvalid)
+	}
 	if req.LizardToken != "" {
 		if envs, err = s.lizardToken(p, req.LizardToken, req.Envs); err != nil {
 			return err
@@ -200,7 +210,7 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request, p store.P
 		} else {
 			rec, err = s.sandboxes.Create(r.Context(), sandbox.CreateRequest{
 				ProjectID: p.ID, Template: req.Template, Size: req.Size, TimeoutMs: timeout,
-				Metadata: req.Metadata, Envs: envs, Egress: egress, Volume: vol,
+				Metadata: req.Metadata, Envs: envs, Egress: egress, Volume: vol, AutoResume: req.AutoResume,
 			})
 		}
 		if err != nil {

@@ -36,9 +36,10 @@ type Usages interface {
 	LatestUsage(id string) (usage.Sample, bool)
 }
 
-// Agents runs commands and file operations in a running sandbox.
+// Agents runs commands and file operations in a running sandbox (Wake:
+// one made with autoResume is resumed by the request first).
 type Agents interface {
-	Agent(projectID, id string) (*agent.Client, sandbox.Record, error)
+	Wake(ctx context.Context, projectID, id string) (*agent.Client, sandbox.Record, error)
 	Exec(ctx context.Context, projectID, id string, req sandbox.ExecRequest, onEvent func(agent.Event) error) error
 	StartProcess(ctx context.Context, projectID, id string, req agent.StartRequest) (*agent.Client, int, error)
 }

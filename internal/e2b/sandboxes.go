@@ -140,8 +140,11 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project)
 	if req.Mcp != nil {
 		return invalid("mcp: MCP gateways are not supported by lizard")
 	}
-	if req.AutoResume != nil && req.AutoResume.Enabled {
-		return invalid("autoResume: not supported by lizard: resume a paused sandbox with Sandbox.connect()")
+	autoPause := req.AutoPause != nil && *req.AutoPause
+	autoResume := req.AutoResume != nil && req.AutoResume.Enabled
+	if autoResume && !autoPause {
+		// As E2B: what resumes by traffic must be paused at its timeout.
+		return invalid("autoResume: needs autoPause (lifecycle.onTimeout 'pause'): a sandbox killed at its timeout has nothing to resume")
 	}
 	if req.AutoPauseMemory != nil && !*req.AutoPauseMemory {
 		return invalid("autoPauseMemory: false is not supported by lizard: a pause always keeps memory")
@@ -199,7 +202,7 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project)
 		rec, err := s.sandboxes.Create(r.Context(), sandbox.CreateRequest{
 			ProjectID: p.ID, Template: tpl, Size: sandboxSize, TimeoutMs: timeout, Metadata: req.Metadata, Envs: req.EnvVars,
 			Egress: egress, E2B: true, Secure: secure(req.Secure), PrivateTraffic: private,
-			AutoPause: req.AutoPause != nil && *req.AutoPause, MaskRequestHost: mask, Volume: vol,
+			AutoPause: autoPause, AutoResume: autoResume, MaskRequestHost: mask, Volume: vol,
 		})
 		if err != nil {
 			return err
@@ -416,7 +419,7 @@ func (s *server) get(w http.ResponseWriter, r *http.Request, p store.Project) er
 	internet := !rec.Egress.Restricted
 	d.AllowInternetAccess = &internet
 	d.Network = networkOf(rec)
-	d.Lifecycle = &lifecycle{OnTimeout: "kill"}
+	d.Lifecycle = &lifecycle{OnTimeout: "kill", AutoResume: rec.AutoResume}
 	if rec.AutoPause {
 		d.Lifecycle.OnTimeout = "pause"
 	}

@@ -260,6 +260,7 @@ func (s *server) restore(w http.ResponseWriter, r *http.Request, p store.Project
 				rec.Envs = envs
 			}
 			rec.AutoPause = req.AutoPause != nil && *req.AutoPause
+			rec.AutoResume = rec.AutoPause && req.AutoResume != nil && req.AutoResume.Enabled
 			return nil
 		})
 		if err == nil && len(req.EnvVars) > 0 {

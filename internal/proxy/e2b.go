@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -33,10 +34,21 @@ const (
 // E2b-Sandbox-Id and E2b-Sandbox-Port headers.
 type E2BTargets interface {
 	// E2BTarget returns where a request to port of a sandbox made through
-	// the E2B API goes. It has no side effects: a paused sandbox is not
-	// resumed (errdefs.ErrUnavailable), and an unknown sandbox, or one not
-	// made through the E2B API, is errdefs.ErrNotFound.
+	// the E2B API goes. It has no side effects: a paused sandbox is
+	// errdefs.ErrUnavailable, or, when it was made with autoResume, a
+	// target with Asleep set (and no Addr) for the proxy to authenticate
+	// the request to before it wakes it (E2BWaker). An unknown sandbox, or
+	// one not made through the E2B API, is errdefs.ErrNotFound.
 	E2BTarget(sandboxID string, port int) (E2BTarget, error)
+}
+
+// E2BWaker is implemented by E2BTargets whose sandboxes can be woken by
+// traffic (E2B's lifecycle.autoResume).
+type E2BWaker interface {
+	// E2BWake resumes the paused sandbox of an Asleep target, for a
+	// request the proxy has authenticated; it returns once the sandbox
+	// runs (one resume for any number of requests).
+	E2BWake(ctx context.Context, sandboxID string) error
 }
 
 // E2BSigned is implemented by E2BTargets that can tell which sandbox an
@@ -66,6 +78,12 @@ type E2BTarget struct {
 	// TLS: the port serves HTTPS (E2B's httpsPorts), reached over TLS,
 	// unverified.
 	TLS bool
+	// Asleep: the sandbox is paused and made with autoResume; a request
+	// the proxy admits wakes it (E2BWaker). AccessToken is then envd's
+	// access token of a secure sandbox, which a request to envd's port
+	// must carry in X-Access-Token to wake it.
+	Asleep      bool
+	AccessToken string
 }
 
 type e2bKey struct{}
@@ -127,9 +145,13 @@ func ParseE2BHost(host, domain string) (id string, port int, err error) {
 // serveE2B forwards an E2B-addressed request as E2B's proxy does: ports
 // are public unless the sandbox's traffic needs its token; envd's port
 // goes to the agent's envd routes; an unknown or paused sandbox and a
-// closed port are a 502 with E2B's error body, and nothing is resumed.
+// closed port are a 502 with E2B's error body; a paused sandbox made with
+// autoResume is resumed first, once the request is admitted (E2BWaker).
 func (p *proxy) serveE2B(w http.ResponseWriter, r *http.Request, id string, port int) string {
 	t, err := p.cfg.E2B.E2BTarget(id, port)
+	if err == nil && t.Asleep {
+		t, err = p.wakeE2B(r, id, port, t)
+	}
 	if err != nil {
 		p.cfg.Logger.Debug("e2b traffic refused", "sandbox", id, "port", port, "err", err)
 		msg := "The sandbox is not running."
@@ -166,6 +188,27 @@ func (p *proxy) serveE2B(w http.ResponseWriter, r *http.Request, id string, port
 	_ = http.NewResponseController(w).EnableFullDuplex()
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
 	return outcome
+}
+
+// wakeE2B resumes the sleeping sandbox of t for r when r would be
+// admitted: a private port's traffic token, envd's access token of a
+// secure sandbox. A request that would not is told the sandbox is not
+// running, and it stays paused. It returns the target once awake.
+func (p *proxy) wakeE2B(r *http.Request, id string, port int, t E2BTarget) (E2BTarget, error) {
+	waker, ok := p.cfg.E2B.(E2BWaker)
+	asleep := fmt.Errorf("sandbox %q is paused: %w", id, errdefs.ErrUnavailable)
+	switch {
+	case !ok:
+		return E2BTarget{}, asleep
+	case t.Envd && t.AccessToken != "" && !equal(r.Header.Get("X-Access-Token"), t.AccessToken):
+		return E2BTarget{}, asleep
+	case !t.Envd && t.TrafficToken != "" && !equal(r.Header.Get(TrafficTokenHeader), t.TrafficToken):
+		return t, nil // refused with 403 as for a running sandbox
+	}
+	if err := waker.E2BWake(r.Context(), id); err != nil {
+		return E2BTarget{}, err
+	}
+	return p.cfg.E2B.E2BTarget(id, port)
 }
 
 // e2bBadGateway is E2B's answer for a sandbox or port it cannot reach:

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -281,5 +283,67 @@ func TestHTTPSPorts(t *testing.T) {
 	defer delete(fakeTokens["sb"], 443)
 	if rec := get("sb-443.d.test", map[string]string{TokenHeader: "tls-token"}); rec.Code != 200 || !strings.HasPrefix(rec.Body.String(), "tls=true") {
 		t.Fatalf("Lizard preview of an HTTPS port: %d %q", rec.Code, rec.Body)
+	}
+}
+
+// sleepyE2B has sandbox "sleepy" (secure: envd token "at"; private: traffic
+// token "tt"), paused with autoResume until E2BWake.
+type sleepyE2B struct {
+	addr  string
+	woken atomic.Int32
+}
+
+func (f *sleepyE2B) E2BTarget(id string, port int) (E2BTarget, error) {
+	if id != "sleepy" {
+		return E2BTarget{}, errdefs.ErrNotFound
+	}
+	t := E2BTarget{Envd: port == 49983, TrafficToken: "tt"}
+	if f.woken.Load() == 0 {
+		t.Asleep, t.AccessToken = true, "at"
+		return t, nil
+	}
+	t.Addr = f.addr
+	return t, nil
+}
+
+func (f *sleepyE2B) E2BWake(ctx context.Context, id string) error {
+	f.woken.Add(1)
+	return nil
+}
+
+// TestE2BWake: a sleeping autoResume sandbox is woken only by a request
+// the proxy admits (envd's access token, a private port's traffic token),
+// which is then forwarded; the others get the answers a running sandbox
+// would give them, or E2B's "not running", and wake nothing.
+func TestE2BWake(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "up") }))
+	defer up.Close()
+	f := &sleepyE2B{addr: strings.TrimPrefix(up.URL, "http://")}
+	h := Handler(Config{Domain: "d.test", Previews: &fakePreviews{}, E2B: f})
+	do := func(host string, hdr map[string]string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("GET", "http://"+host+"/", nil)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	for _, tc := range []struct {
+		name   string
+		host   string
+		hdr    map[string]string
+		status int
+	}{
+		{"envd without its access token", "49983-sleepy.d.test", nil, 502},
+		{"envd with a wrong access token", "49983-sleepy.d.test", map[string]string{"X-Access-Token": "no"}, 502},
+		{"a private port without its traffic token", "3000-sleepy.d.test", nil, 403},
+	} {
+		if rec := do(tc.host, tc.hdr); rec.Code != tc.status || f.woken.Load() != 0 {
+			t.Fatalf("%s: %d %s (woken %d), want %d and asleep", tc.name, rec.Code, rec.Body, f.woken.Load(), tc.status)
+		}
+	}
+	if rec := do("3000-sleepy.d.test", map[string]string{TrafficTokenHeader: "tt"}); rec.Code != 200 || rec.Body.String() != "up" || f.woken.Load() != 1 {
+		t.Fatalf("an admitted request: %d %q (woken %d), want it woken once and forwarded", rec.Code, rec.Body, f.woken.Load())
 	}
 }

@@ -43,7 +43,7 @@ func (s *Service) Exec(ctx context.Context, projectID, id string, req ExecReques
 	if err := CheckEnvs("envs", req.Envs); err != nil {
 		return err
 	}
-	ag, rec, err := s.Agent(projectID, id)
+	ag, rec, err := s.Wake(ctx, projectID, id)
 	if err != nil {
 		return err
 	}
@@ -94,7 +94,7 @@ func (s *Service) StartProcess(ctx context.Context, projectID, id string, req ag
 	if err := CheckEnvs("envs", req.Env); err != nil {
 		return nil, 0, err
 	}
-	ag, rec, err := s.Agent(projectID, id)
+	ag, rec, err := s.Wake(ctx, projectID, id)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -476,3 +476,56 @@ func TestFakeUsageAndQuota(t *testing.T) {
 		t.Fatalf("Reserved after the kill = %v, %d", cpus, mem)
 	}
 }
+
+// TestFakeWake: a command for a paused sandbox made with AutoResume
+// resumes it (the resume told as caused by traffic) and runs; one made
+// without answers sandbox_not_running and stays paused.
+func TestFakeWake(t *testing.T) {
+	env := newFakeEnv(t)
+	var mu sync.Mutex
+	var causes []string
+	s := env.service(t, func(c *Config) {
+		c.Events = sinkFunc(func(ev Event) {
+			if ev.Type == EventResumed {
+				mu.Lock()
+				causes = append(causes, ev.By)
+				mu.Unlock()
+			}
+		})
+	})
+	ctx := context.Background()
+	wakes := env.create(t, s, CreateRequest{AutoResume: true})
+	sleeps := env.create(t, s, CreateRequest{})
+	for _, id := range []string{wakes.ID, sleeps.ID} {
+		if err := s.Pause(ctx, env.Project.ID, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := env.run(t, s, wakes.ID, "echo awake"); got != "awake\n" {
+		t.Fatalf("exec in the paused autoResume sandbox: %q", got)
+	}
+	if got, _ := s.Get(env.Project.ID, wakes.ID); got.Status != StatusRunning || !got.AutoResume {
+		t.Fatalf("after the exec: %s (autoResume %v), want running", got.Status, got.AutoResume)
+	}
+	mu.Lock()
+	got := append([]string(nil), causes...)
+	mu.Unlock()
+	if len(got) != 1 || got[0] != CauseTraffic {
+		t.Fatalf("resumes and their causes: %q, want one by traffic", got)
+	}
+	err := s.Exec(ctx, env.Project.ID, sleeps.ID, ExecRequest{Cmd: []string{"true"}}, func(agent.Event) error { return nil })
+	if errdefs.Code(err) != "sandbox_not_running" {
+		t.Fatalf("exec in a paused sandbox without autoResume: %v, want sandbox_not_running", err)
+	}
+	if _, _, err := s.Wake(ctx, env.Project.ID, sleeps.ID); errdefs.Code(err) != "sandbox_not_running" {
+		t.Fatalf("Wake of a sandbox without autoResume: %v, want sandbox_not_running", err)
+	}
+	if got, _ := s.Get(env.Project.ID, sleeps.ID); got.Status != StatusPaused {
+		t.Fatalf("a sandbox without autoResume: %s, want paused", got.Status)
+	}
+}
+
+// sinkFunc is an EventSink of a function.
+type sinkFunc func(Event)
+
+func (f sinkFunc) Publish(ev Event) { f(ev) }

@@ -260,6 +260,10 @@ type Record struct {
 	// AutoPause pauses the sandbox at its deadline instead of killing it
 	// (E2B's autoPause).
 	AutoPause bool `json:"autoPause,omitempty"`
+	// AutoResume: once paused, the sandbox is resumed by the first
+	// authenticated request that needs it (E2B's lifecycle.autoResume;
+	// internal/sandbox/preview's E2BTarget).
+	AutoResume bool `json:"autoResume,omitempty"`
 }
 
 // DesktopSize is a desktop's screen size in pixels (internal/sandbox/desktop
@@ -306,8 +310,9 @@ type CreateRequest struct {
 	Volume string
 	// E2B marks a sandbox made through the E2B API; Secure gives it an E2B
 	// envd access token, PrivateTraffic an E2B traffic access token;
-	// AutoPause pauses it at its deadline.
-	E2B, Secure, PrivateTraffic, AutoPause bool
+	// AutoPause pauses it at its deadline, AutoResume resumes it paused
+	// by traffic (Record.AutoResume).
+	E2B, Secure, PrivateTraffic, AutoPause, AutoResume bool
 	// MaskRequestHost is Record.MaskHost (CheckMaskHost).
 	MaskRequestHost string
 }
@@ -341,7 +346,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Record, err 
 	rec := s.newRecord(req.ProjectID, req.Template, size, req.TimeoutMs)
 	rec.Metadata, rec.Envs, rec.Egress = req.Metadata, mergeEnv(tpl.Env, req.Envs), req.Egress
 	rec.User, rec.Workdir, rec.Rootfs = tpl.User, tpl.Workdir, tpl.Rootfs
-	rec.E2B, rec.Secure, rec.AutoPause, rec.MaskHost = req.E2B, req.Secure, req.AutoPause, req.MaskRequestHost
+	rec.E2B, rec.Secure, rec.AutoPause, rec.AutoResume, rec.MaskHost = req.E2B, req.Secure, req.AutoPause, req.AutoResume, req.MaskRequestHost
 	if req.Secure {
 		rec.EnvdToken = randomToken()
 	}
@@ -771,6 +776,26 @@ func (s *Service) Agent(projectID, id string) (*agent.Client, Record, error) {
 			fmt.Errorf("sandbox %q is %s: resume it first: %w", id, e.rec.Status, errdefs.ErrConflict))
 	}
 	return e.agent, e.rec, nil
+}
+
+// Wake is Agent for a request that needs the sandbox: one made with
+// AutoResume that is paused (or pausing, or resuming) is resumed first,
+// the resume caused by traffic (one resume however many ask at once:
+// Resume waits for the one under way).
+func (s *Service) Wake(ctx context.Context, projectID, id string) (*agent.Client, Record, error) {
+	e, err := s.lookup(projectID, id)
+	if err != nil {
+		return nil, Record{}, err
+	}
+	s.mu.Lock()
+	asleep := e.rec.AutoResume && (e.rec.Status == StatusPaused || e.rec.Status == StatusPausing || e.rec.Status == StatusResuming)
+	s.mu.Unlock()
+	if asleep {
+		if _, err := s.Resume(WithCause(ctx, CauseTraffic), projectID, id); err != nil {
+			return nil, Record{}, err
+		}
+	}
+	return s.Agent(projectID, id)
 }
 
 func (s *Service) lookup(projectID, id string) (*entry, error) {

@@ -67,6 +67,51 @@ func (s *server) status(t *testing.T, id string) string {
 	return info.Status
 }
 
+// TestAutoResume: a sandbox made with autoResume through the Lizard API,
+// paused, is resumed by the next exec and file read (its counter process
+// going on, same pid); one made without answers 409 sandbox_not_running
+// and stays paused.
+func TestAutoResume(t *testing.T) {
+	s := startServer(t, "")
+	var sb sandboxInfo
+	if code, body := s.do("POST", "/api/sandboxes", map[string]any{"template": "base", "timeoutMs": 600000, "autoResume": true}, &sb); code >= 300 {
+		t.Fatalf("create with autoResume: %d %s", code, body)
+	}
+	wakes, sleeps := sb.SandboxID, s.create(t)
+	s.sh(t, wakes, counterScript)
+	pid, n := s.counter(t, wakes)
+	for _, id := range []string{wakes, sleeps} {
+		if code, body := s.do("POST", "/api/sandboxes/"+id+"/pause", nil, nil); code != 200 {
+			t.Fatalf("pause %s: %d %s", id, code, body)
+		}
+	}
+	if pid2, n2 := s.counter(t, wakes); pid2 != pid || n2 < n {
+		t.Fatalf("after a wake by exec: counter pid %d at %d, want pid %d from %d", pid2, n2, pid, n)
+	}
+	if st := s.status(t, wakes); st != "running" {
+		t.Fatalf("the autoResume sandbox after an exec is %s", st)
+	}
+	if code, body := s.do("POST", "/api/sandboxes/"+wakes+"/pause", nil, nil); code != 200 {
+		t.Fatalf("pause again: %d %s", code, body)
+	}
+	if code, body := s.do("GET", "/api/sandboxes/"+wakes+"/files?path=/root/file", nil, nil); code != 200 || string(body) != "data\n" {
+		t.Fatalf("a file read of the paused autoResume sandbox: %d %q", code, body)
+	}
+	code, body := s.do("POST", "/api/sandboxes/"+sleeps+"/exec", map[string]any{"cmd": "true"}, nil)
+	if code != 409 || !strings.Contains(string(body), "sandbox_not_running") {
+		t.Fatalf("exec in a paused sandbox without autoResume: %d %s, want 409 sandbox_not_running", code, body)
+	}
+	if st := s.status(t, sleeps); st != "paused" {
+		t.Fatalf("the sandbox without autoResume is %s, want paused", st)
+	}
+	for _, id := range []string{wakes, sleeps} {
+		if code, body := s.do("DELETE", "/api/sandboxes/"+id, nil, nil); code >= 300 {
+			t.Fatalf("kill %s: %d %s", id, code, body)
+		}
+	}
+	s.waitNoLeaks(t)
+}
+
 // TestPauseResumeCycles: 20 pauses and resumes in a row of a sandbox with a
 // running process and files: same pid, counting on, files kept, every time.
 func TestPauseResumeCycles(t *testing.T) {

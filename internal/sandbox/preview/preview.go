@@ -162,7 +162,7 @@ func (s *Service) PreviewAddr(ctx context.Context, id string, port int) (string,
 		return "", err
 	}
 	if rec.Status == sandbox.StatusPaused {
-		if rec, err = s.core.Resume(ctx, rec.ProjectID, id); err != nil {
+		if rec, err = s.core.Resume(sandbox.WithCause(ctx, sandbox.CauseTraffic), rec.ProjectID, id); err != nil {
 			return "", err
 		}
 	}
@@ -188,8 +188,10 @@ func (s *Service) CodeInterpreterAddr(id string, port int) (string, error) {
 
 // E2BTarget implements proxy.E2BTargets: where E2B-addressed traffic to
 // port of a sandbox goes. It only reads the live table: a sandbox that is
-// not running (paused, pausing, resuming) is ErrUnavailable and is never
-// resumed by traffic, as in E2B; an unknown one is ErrNotFound.
+// not running (paused, pausing, resuming) is ErrUnavailable, as in E2B,
+// unless it was made with autoResume (Record.AutoResume): then it is a
+// target with Asleep set, which the proxy wakes (E2BWake) for a request
+// it admits. An unknown one is ErrNotFound.
 func (s *Service) E2BTarget(id string, port int) (proxy.E2BTarget, error) {
 	if port < 1 || port > 65535 {
 		return proxy.E2BTarget{}, fmt.Errorf("port %d: %w", port, errdefs.ErrNotFound)
@@ -198,6 +200,10 @@ func (s *Service) E2BTarget(id string, port int) (proxy.E2BTarget, error) {
 	if !ok || !rec.E2B {
 		return proxy.E2BTarget{}, sandbox.NotFound(id)
 	}
+	envd := port == agent.Port
+	if rec.AutoResume && (rec.Status == sandbox.StatusPaused || rec.Status == sandbox.StatusPausing || rec.Status == sandbox.StatusResuming) {
+		return proxy.E2BTarget{Asleep: true, Envd: envd, TrafficToken: rec.TrafficToken, AccessToken: rec.EnvdToken}, nil
+	}
 	if rec.Status != sandbox.StatusRunning {
 		return proxy.E2BTarget{}, fmt.Errorf("sandbox %q is %s: %w", id, rec.Status, errdefs.ErrUnavailable)
 	}
@@ -205,11 +211,24 @@ func (s *Service) E2BTarget(id string, port int) (proxy.E2BTarget, error) {
 	if err != nil {
 		return proxy.E2BTarget{}, err
 	}
-	t := proxy.E2BTarget{Addr: addr, Envd: port == agent.Port, TrafficToken: rec.TrafficToken, TLS: slices.Contains(rec.Egress.HTTPSPorts, port)}
+	t := proxy.E2BTarget{Addr: addr, Envd: envd, TrafficToken: rec.TrafficToken, TLS: slices.Contains(rec.Egress.HTTPSPorts, port)}
 	if rec.MaskHost != "" && !t.Envd {
 		t.Host = strings.ReplaceAll(rec.MaskHost, "${PORT}", strconv.Itoa(port))
 	}
 	return t, nil
+}
+
+// E2BWake implements proxy.E2BWaker: it resumes the sandbox id, paused
+// and made with autoResume, for a request the proxy admitted (the resume
+// caused by traffic; the core's Resume serves any number of callers with
+// one resume).
+func (s *Service) E2BWake(ctx context.Context, id string) error {
+	rec, ok := s.core.Live(id)
+	if !ok || !rec.E2B || !rec.AutoResume {
+		return sandbox.NotFound(id)
+	}
+	_, err := s.core.Resume(sandbox.WithCause(ctx, sandbox.CauseTraffic), rec.ProjectID, id)
+	return err
 }
 
 // PortTLS implements proxy.HTTPSPorts: the ports of network.httpsPorts.

@@ -6,7 +6,9 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/lizard-build/lizard/internal/agent"
@@ -184,5 +186,86 @@ func TestE2BTargets(t *testing.T) {
 		if _, err := s.E2BTarget(other.ID, port); !errors.Is(err, errdefs.ErrNotFound) {
 			t.Fatalf("port %s: %v, want ErrNotFound", strconv.Itoa(port), err)
 		}
+	}
+}
+
+// resumes records the sandboxes' resumes and what caused each.
+type resumes struct {
+	mu sync.Mutex
+	by []string
+}
+
+func (r *resumes) Publish(ev sandbox.Event) {
+	if ev.Type == sandbox.EventResumed {
+		r.mu.Lock()
+		r.by = append(r.by, ev.By)
+		r.mu.Unlock()
+	}
+}
+
+// TestE2BAutoResume: a paused sandbox made with autoResume is an Asleep
+// target (with its tokens, for the proxy to check) and is woken by
+// E2BWake — once for wakes arriving together, the resume told as caused by
+// traffic — after which it is a target like any running one; without
+// autoResume it stays ErrUnavailable and cannot be woken.
+func TestE2BAutoResume(t *testing.T) {
+	env := sandboxtest.NewEnv(t)
+	events := &resumes{}
+	core := sandbox.New(sandbox.Config{Runtime: env.Runtime, Store: env.Store, Templates: env.Templates,
+		SnapshotDir: env.SnapshotDir, Logger: sandboxtest.Logger(t), Events: events})
+	if err := core.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(core.Close)
+	s := New(core)
+	ctx := context.Background()
+	wakes := create(t, env, core, sandbox.CreateRequest{E2B: true, Secure: true, AutoPause: true, AutoResume: true})
+	sleeps := create(t, env, core, sandbox.CreateRequest{E2B: true, AutoPause: true})
+	for _, id := range []string{wakes.ID, sleeps.ID} {
+		if err := core.Pause(ctx, env.Project.ID, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	asleep, err := s.E2BTarget(wakes.ID, agent.Port)
+	if err != nil || !asleep.Asleep || asleep.Addr != "" || !asleep.Envd || asleep.AccessToken == "" || asleep.AccessToken != wakes.EnvdToken {
+		t.Fatalf("the paused autoResume sandbox: %+v %v, want an Asleep envd target with its access token", asleep, err)
+	}
+	if got, _ := core.Get(env.Project.ID, wakes.ID); got.Status != sandbox.StatusPaused {
+		t.Fatalf("looking it up woke it: %s", got.Status)
+	}
+
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.E2BWake(ctx, wakes.ID)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("wake %d: %v", i, err)
+		}
+	}
+	if awake, err := s.E2BTarget(wakes.ID, agent.Port); err != nil || awake.Asleep || awake.Addr == "" {
+		t.Fatalf("after the wake: %+v %v, want envd's address", awake, err)
+	}
+	events.mu.Lock()
+	by := slices.Clone(events.by)
+	events.mu.Unlock()
+	if !slices.Equal(by, []string{sandbox.CauseTraffic}) {
+		t.Fatalf("resumes and their causes: %q, want one, by traffic", by)
+	}
+
+	if _, err := s.E2BTarget(sleeps.ID, agent.Port); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("a paused sandbox without autoResume: %v, want ErrUnavailable", err)
+	}
+	if err := s.E2BWake(ctx, sleeps.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("waking a sandbox without autoResume: %v, want ErrNotFound", err)
+	}
+	if got, _ := core.Get(env.Project.ID, sleeps.ID); got.Status != sandbox.StatusPaused {
+		t.Fatalf("a sandbox without autoResume was resumed: %s", got.Status)
 	}
 }

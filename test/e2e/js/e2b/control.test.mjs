@@ -88,6 +88,27 @@ test('pause, pause again, isRunning, connect resumes', async () => {
   }, { metadata: { run, kind: 'pause' } })
 })
 
+test('lifecycle.autoResume: traffic to the paused sandbox resumes it, memory and all', async () => {
+  const sbx = await Sandbox.create({ lifecycle: { onTimeout: 'pause', autoResume: true }, metadata: { run, kind: 'autoresume' }, timeoutMs: 120_000 })
+  try {
+    assert.deepEqual((await sbx.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: true })
+    // A value only the shell's memory holds, and a file.
+    await sbx.commands.run('echo kept > /tmp/f; sleep 600 & echo $! > /tmp/pid')
+    assert.equal(await sbx.pause(), true)
+    assert.equal((await sbx.getInfo()).state, 'paused')
+    // Three commands at once: one resume serves them all.
+    const outs = await Promise.all([0, 1, 2].map(() => sbx.commands.run('cat /tmp/f; kill -0 $(cat /tmp/pid) && echo alive')))
+    for (const out of outs) assert.equal(out.stdout, 'kept\nalive\n')
+    assert.equal((await sbx.getInfo()).state, 'running')
+    // autoResume needs a pause at the timeout, as E2B says.
+    const res = await api('POST', '/sandboxes', { templateID: 'base', autoResume: { enabled: true } })
+    assert.equal(res.status, 400, res.text)
+    assert.match(res.text, /autoResume/)
+  } finally {
+    await sbx.kill()
+  }
+})
+
 test('getMetrics returns usage samples', async () => {
   await withSandbox(async (sbx) => {
     let metrics = []
