@@ -441,7 +441,10 @@ func testDeliveryFence(t *testing.T, ctx context.Context, open func() store.Clus
 	// Two nodes claim at once, a few at a time, until nothing is left.
 	var mu sync.Mutex
 	claimed := map[string]string{}
+	// first is one delivery and the node that claimed it (either may take
+	// them all).
 	var first store.Delivery
+	var firstBy store.Fence
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
 	for _, f := range []store.Fence{fa, fb} {
@@ -464,8 +467,8 @@ func testDeliveryFence(t *testing.T, ctx context.Context, open func() store.Clus
 						errs <- fmt.Errorf("delivery %s claimed by %s and %s", d.ID, by, f.Node)
 					}
 					claimed[d.ID] = f.Node
-					if f == fa && first.ID == "" {
-						first = d
+					if first.ID == "" {
+						first, firstBy = d, f
 					}
 				}
 				mu.Unlock()
@@ -484,7 +487,7 @@ func testDeliveryFence(t *testing.T, ctx context.Context, open func() store.Clus
 	if err := st.RecordAttempt(ctx, old, first.ID, first.Claim, ok); !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("an attempt recorded by a node's old incarnation: %v, want ErrFenced", err)
 	}
-	if err := st.RecordAttempt(ctx, fa, first.ID, first.Claim, ok); err != nil {
+	if err := st.RecordAttempt(ctx, firstBy, first.ID, first.Claim, ok); err != nil {
 		t.Fatal(err)
 	}
 	// A node declared dead records nothing more.
