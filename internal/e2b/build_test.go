@@ -71,6 +71,22 @@ func TestPlanBuild(t *testing.T) {
 }
 
 // TestPlanBuildInvalid: bad steps are 400s naming the field.
+// TestPlanBuildBaseImage: fromBaseImage() (E2B's e2bdev/base, at any tag
+// or registry spelling) builds from lizard's base template; another image
+// of that name's prefix is pulled as it is.
+func TestPlanBuildBaseImage(t *testing.T) {
+	for _, ref := range []string{"e2bdev/base", "e2bdev/base:latest", "docker.io/e2bdev/base", "index.docker.io/e2bdev/base:1"} {
+		s, _, err := planBuild(buildStart{FromImage: ref}, "v")
+		if err != nil || s.From != "base" || s.FromImage {
+			t.Fatalf("%s: from %q (image %v) %v, want the base template", ref, s.From, s.FromImage, err)
+		}
+	}
+	s, _, err := planBuild(buildStart{FromImage: "e2bdev/base-other"}, "v")
+	if err != nil || s.From != "e2bdev/base-other" || !s.FromImage {
+		t.Fatalf("e2bdev/base-other: from %q (image %v) %v, want the image", s.From, s.FromImage, err)
+	}
+}
+
 func TestPlanBuildInvalid(t *testing.T) {
 	hash := strings.Repeat("0", 64)
 	img := func(steps ...buildStep) buildStart { return buildStart{FromImage: "debian:12", Steps: steps} }

@@ -61,6 +61,10 @@ func planBuild(req buildStart, version string) (template.Steps, []copySource, er
 	switch {
 	case req.FromImage != "" && req.FromTemplate != "":
 		return s, nil, invalid("fromImage and fromTemplate: give one of them, not both")
+	case isBaseImage(req.FromImage):
+		// Template().fromBaseImage(): E2B's base image is what its base
+		// template runs; here that is lizard's base template.
+		s.From = "base"
 	case req.FromImage != "":
 		s.From, s.FromImage = req.FromImage, true
 	case req.FromTemplate != "":
@@ -104,6 +108,15 @@ func planBuild(req buildStart, version string) (template.Steps, []copySource, er
 		s.ReadyCommand = readyArgv(req.ReadyCmd)
 	}
 	return s, copies, nil
+}
+
+// isBaseImage reports whether ref names E2B's base image (e2bdev/base, what
+// the SDK's fromBaseImage() sends), at any tag, on Docker Hub.
+func isBaseImage(ref string) bool {
+	ref = strings.TrimPrefix(strings.TrimPrefix(ref, "docker.io/"), "index.docker.io/")
+	name, _, _ := strings.Cut(ref, "@")
+	name, _, _ = strings.Cut(name, ":")
+	return name == "e2bdev/base"
 }
 
 // stepOf translates one of E2B's steps (args as E2B's builder reads them).
