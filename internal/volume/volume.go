@@ -564,6 +564,18 @@ func (m *Manager) unmount(ctx context.Context, id string) error {
 	if !mounted(dir) {
 		return nil
 	}
+	// A sandbox's gofer keeps the filesystem mounted in a namespace of its
+	// own until it has exited, which a killed one may not have yet: the
+	// umount here then only detaches it, and what the sandbox wrote last
+	// may still be in the page cache, not in the image a sync reads (a
+	// moved volume had a file of zeros). syncfs writes it out first.
+	if f, err := os.Open(dir); err == nil {
+		err = unix.Syncfs(int(f.Fd()))
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("flush volume %s: %w", id, err)
+		}
+	}
 	// The loop device goes with it: mount set it up to clear itself.
 	return m.run(ctx, "umount", dir)
 }

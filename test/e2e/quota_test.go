@@ -92,7 +92,9 @@ func (s *server) deleteAll(t *testing.T) {
 	var list []sandboxInfo
 	s.do("GET", "/api/sandboxes", nil, &list)
 	for _, sb := range list {
-		if code, body := s.do("DELETE", "/api/sandboxes/"+sb.SandboxID, nil, nil); code >= 300 {
+		// On a starved host the deletes take seconds each, and a sandbox
+		// listed may reach its deadline before its turn: gone is gone.
+		if code, body := s.do("DELETE", "/api/sandboxes/"+sb.SandboxID, nil, nil); code >= 300 && code != http.StatusNotFound {
 			t.Errorf("delete %s: %d %s", sb.SandboxID, code, body)
 		}
 	}
