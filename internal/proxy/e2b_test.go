@@ -264,15 +264,7 @@ func TestHTTPSPorts(t *testing.T) {
 	addr := strings.TrimPrefix(up.URL, "https://")
 	prev := &tlsPreviews{fakePreviews{addr: addr}}
 	h := Handler(Config{Domain: "d.test", Previews: prev, E2B: tlsE2B{addr: addr}})
-	get := func(host string, hdr map[string]string) *httptest.ResponseRecorder {
-		req := httptest.NewRequest("GET", "http://"+host+"/", nil)
-		for k, v := range hdr {
-			req.Header.Set(k, v)
-		}
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		return rec
-	}
+	get := func(host string, hdr map[string]string) *httptest.ResponseRecorder { return getHost(h, host, hdr) }
 	if rec := get("8443-tls.d.test", nil); rec.Code != 200 || rec.Body.String() != "tls=true host=8443-tls.d.test" {
 		t.Fatalf("E2B httpsPorts: %d %q", rec.Code, rec.Body)
 	}
@@ -320,15 +312,7 @@ func TestE2BWake(t *testing.T) {
 	defer up.Close()
 	f := &sleepyE2B{addr: strings.TrimPrefix(up.URL, "http://")}
 	h := Handler(Config{Domain: "d.test", Previews: &fakePreviews{}, E2B: f})
-	do := func(host string, hdr map[string]string) *httptest.ResponseRecorder {
-		req := httptest.NewRequest("GET", "http://"+host+"/", nil)
-		for k, v := range hdr {
-			req.Header.Set(k, v)
-		}
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		return rec
-	}
+	do := func(host string, hdr map[string]string) *httptest.ResponseRecorder { return getHost(h, host, hdr) }
 	for _, tc := range []struct {
 		name   string
 		host   string
@@ -346,4 +330,15 @@ func TestE2BWake(t *testing.T) {
 	if rec := do("3000-sleepy.d.test", map[string]string{TrafficTokenHeader: "tt"}); rec.Code != 200 || rec.Body.String() != "up" || f.woken.Load() != 1 {
 		t.Fatalf("an admitted request: %d %q (woken %d), want it woken once and forwarded", rec.Code, rec.Body, f.woken.Load())
 	}
+}
+
+// getHost sends h a GET of / on host with headers hdr.
+func getHost(h http.Handler, host string, hdr map[string]string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest("GET", "http://"+host+"/", nil)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
 }
