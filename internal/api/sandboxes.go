@@ -51,6 +51,9 @@ type sandboxInfo struct {
 	// AutoResume: paused, it is resumed by the first request that needs
 	// it (a lizard addition, docs/API-EXTENSIONS.md).
 	AutoResume bool `json:"autoResume"`
+	// PauseMemory, while it is paused (or pausing): false when the pause
+	// kept its files only, so that a resume boots it (a lizard addition).
+	PauseMemory *bool `json:"pauseMemory,omitempty"`
 }
 
 func infoOf(r sandbox.Record) sandboxInfo {
@@ -60,6 +63,7 @@ func infoOf(r sandbox.Record) sandboxInfo {
 		Metadata: r.Metadata, Runtime: "container", Size: r.Size, CPUs: r.CPUs, MemoryMB: r.MemoryMB,
 		TimeoutMs: r.TimeoutMs, InternetAccess: !r.Egress.Restricted, AllowedHosts: r.Egress.Allowed,
 		Network: settingsOf(r.Egress), AutoResume: r.AutoResume,
+		PauseMemory: pauseMemory(r),
 	}
 	if info.AllowedHosts == nil {
 		info.AllowedHosts = []string{}
@@ -127,6 +131,15 @@ type createRequest struct {
 	// that needs it (exec, files, processes, previews) instead of
 	// answering 409 sandbox_not_running.
 	AutoResume bool `json:"autoResume"`
+}
+
+// pauseMemory is sandboxInfo.PauseMemory.
+func pauseMemory(r sandbox.Record) *bool {
+	if r.Status != sandbox.StatusPaused && r.Status != sandbox.StatusPausing {
+		return nil
+	}
+	kept := !r.FilesOnly
+	return &kept
 }
 
 // defaultEnvironment is the one sandbox environment a project has here:
@@ -301,8 +314,19 @@ func (s *server) setTimeout(w http.ResponseWriter, r *http.Request, p store.Proj
 }
 
 // pauseSandbox checkpoints the sandbox; it is paused when this answers.
+// {"memory": false} (a lizard addition) pauses it keeping its files only.
 func (s *server) pauseSandbox(w http.ResponseWriter, r *http.Request, p store.Project) error {
-	if err := s.sandboxes.Pause(r.Context(), p.ID, r.PathValue("id")); err != nil {
+	var req struct {
+		Memory *bool `json:"memory"`
+	}
+	if err := decode(w, r, maxBody, &req); err != nil {
+		return err
+	}
+	pause := s.sandboxes.Pause
+	if req.Memory != nil && !*req.Memory {
+		pause = s.sandboxes.PauseFiles
+	}
+	if err := pause(r.Context(), p.ID, r.PathValue("id")); err != nil {
 		return err
 	}
 	return s.getSandbox(w, r, p)

@@ -27,6 +27,7 @@ type Lifecycle interface {
 	Kill(ctx context.Context, projectID, id string) error
 	SetTimeout(ctx context.Context, projectID, id string, timeoutMs int64) error
 	Pause(ctx context.Context, projectID, id string) error
+	PauseFiles(ctx context.Context, projectID, id string) error
 	Resume(ctx context.Context, projectID, id string) (sandbox.Record, error)
 }
 

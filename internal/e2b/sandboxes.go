@@ -146,8 +146,10 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project)
 		// As E2B: what resumes by traffic must be paused at its timeout.
 		return invalid("autoResume: needs autoPause (lifecycle.onTimeout 'pause'): a sandbox killed at its timeout has nothing to resume")
 	}
-	if req.AutoPauseMemory != nil && !*req.AutoPauseMemory {
-		return invalid("autoPauseMemory: false is not supported by lizard: a pause always keeps memory")
+	autoPauseFiles := req.AutoPauseMemory != nil && !*req.AutoPauseMemory
+	if autoPauseFiles && autoResume {
+		// As E2B: traffic would find a sandbox booted afresh.
+		return invalid("autoPauseMemory: false cannot be combined with autoResume: a sandbox paused without its memory is resumed only by connect")
 	}
 	if err := sandbox.CheckMetadata("metadata", req.Metadata); err != nil {
 		return err
@@ -202,7 +204,7 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p store.Project)
 		rec, err := s.sandboxes.Create(r.Context(), sandbox.CreateRequest{
 			ProjectID: p.ID, Template: tpl, Size: sandboxSize, TimeoutMs: timeout, Metadata: req.Metadata, Envs: req.EnvVars,
 			Egress: egress, E2B: true, Secure: secure(req.Secure), PrivateTraffic: private,
-			AutoPause: autoPause, AutoResume: autoResume, MaskRequestHost: mask, Volume: vol,
+			AutoPause: autoPause, AutoResume: autoResume, AutoPauseFiles: autoPauseFiles && autoPause, MaskRequestHost: mask, Volume: vol,
 		})
 		if err != nil {
 			return err
@@ -262,9 +264,7 @@ func (s *server) connect(w http.ResponseWriter, r *http.Request, p store.Project
 	if err := api.Decode(w, r, maxBody, &req); err != nil {
 		return err
 	}
-	if req.Memory != nil && !*req.Memory {
-		return invalid("memory: false (onResume: 'reboot') is not supported by lizard: a resume always restores memory")
-	}
+	reboot := req.Memory != nil && !*req.Memory
 	var timeout int64
 	if req.Timeout != nil {
 		t, err := timeoutMs("timeout", req.Timeout, 0)
@@ -284,6 +284,16 @@ func (s *server) connect(w http.ResponseWriter, r *http.Request, p store.Project
 		// old deadline cannot pause it again on the way.
 		if timeout > 0 {
 			if err := s.sandboxes.SetTimeout(r.Context(), p.ID, rec.ID, timeout); err != nil {
+				return err
+			}
+		}
+		if reboot && !rec.FilesOnly {
+			// onResume 'reboot' of a sandbox paused with its memory: its
+			// files are taken without it, and it boots over them.
+			if rec, err = s.sandboxes.Resume(r.Context(), p.ID, rec.ID); err != nil {
+				return err
+			}
+			if err := s.sandboxes.PauseFiles(r.Context(), p.ID, rec.ID); err != nil {
 				return err
 			}
 		}
@@ -467,8 +477,9 @@ func (s *server) pause(w http.ResponseWriter, r *http.Request, p store.Project) 
 	if err := api.Decode(w, r, maxBody, &req); err != nil {
 		return err
 	}
+	pause := s.sandboxes.Pause
 	if req.Memory != nil && !*req.Memory {
-		return invalid("memory: false is not supported by lizard: a pause always keeps memory")
+		pause = s.sandboxes.PauseFiles // a filesystem-only snapshot
 	}
 	rec, err := s.e2bSandbox(p, r.PathValue("id"))
 	if err != nil {
@@ -477,7 +488,7 @@ func (s *server) pause(w http.ResponseWriter, r *http.Request, p store.Project) 
 	if rec.Status != sandbox.StatusRunning {
 		return fmt.Errorf("sandbox %q is %s: %w", rec.ID, rec.Status, errdefs.ErrConflict)
 	}
-	if err := s.sandboxes.Pause(r.Context(), p.ID, rec.ID); err != nil {
+	if err := pause(r.Context(), p.ID, rec.ID); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -130,6 +130,27 @@ type Checkpointer interface {
 	Restore(ctx context.Context, spec Spec, dir string) (Sandbox, error)
 }
 
+// FilesPauser is implemented by Checkpointers that can also pause a
+// sandbox keeping its files only (E2B's keepMemory false): nothing of its
+// memory or processes is saved, so the image is as small as what the
+// sandbox wrote, and a resume boots it afresh over its files.
+type FilesPauser interface {
+	// PauseFiles saves the running sandbox's writable layer (what it
+	// wrote over its root filesystem, deletions included) as its pause
+	// image and ends its processes, freeing its memory; List then reports
+	// it paused. Resume of it boots it: its init, the agent, answering to
+	// the token it was created with, over its root filesystem plus that
+	// layer, with the same network identity and mounts. Restore of a copy
+	// of that image (IsFilesImage) boots sandbox spec.ID the same way,
+	// its agent answering to spec.AgentToken. A failed PauseFiles leaves
+	// the sandbox running. PauseFiles of a paused sandbox is a no-op; of
+	// an unknown id, errdefs.ErrNotFound.
+	PauseFiles(ctx context.Context, id string) error
+	// IsFilesImage reports whether the image in dir was made by
+	// PauseFiles (a restore of it boots) rather than by Pause.
+	IsFilesImage(dir string) bool
+}
+
 // PauseImager is implemented by Checkpointers whose pause image is a
 // directory of plain files: the sandbox service makes it durable in an
 // object store after Pause and, when it is missing (the node lost it, or

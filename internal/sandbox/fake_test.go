@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -529,3 +530,87 @@ func TestFakeWake(t *testing.T) {
 type sinkFunc func(Event)
 
 func (f sinkFunc) Publish(ev Event) { f(ev) }
+
+// TestFakePauseFiles: a files-only pause keeps what the sandbox wrote and
+// ends its processes; its resume boots it (the same id and token); traffic
+// does not wake it; a deadline's auto-pause can be files-only; a
+// restarted service keeps the kind of a pause.
+func TestFakePauseFiles(t *testing.T) {
+	env := newFakeEnv(t)
+	var mu sync.Mutex
+	var details []string
+	edit := func(c *Config) {
+		c.Events = sinkFunc(func(ev Event) {
+			if ev.Type == EventPaused || ev.Type == EventResumed {
+				mu.Lock()
+				details = append(details, ev.Type+":"+ev.Detail)
+				mu.Unlock()
+			}
+		})
+	}
+	s := env.service(t, edit)
+	ctx := context.Background()
+	p := env.Project.ID
+	rec := env.create(t, s, CreateRequest{E2B: true, AutoResume: true, AutoPause: true})
+	env.run(t, s, rec.ID, `echo kept > "$HOME/f"; sleep 300 >/dev/null 2>&1 & echo $! > "$HOME/pid"`)
+	if err := s.PauseFiles(ctx, p, rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PauseFiles(ctx, p, rec.ID); err != nil {
+		t.Fatalf("a second PauseFiles: %v, want a no-op", err)
+	}
+	got, _ := s.Get(p, rec.ID)
+	if got.Status != StatusPaused || !got.FilesOnly || got.Wakes() {
+		t.Fatalf("after PauseFiles: %s filesOnly %v wakes %v, want paused files-only, not woken by traffic", got.Status, got.FilesOnly, got.Wakes())
+	}
+	if st := env.runtimeState(t, rec.ID); st != runtime.StatePaused {
+		t.Fatalf("runtime state %s, want paused", st)
+	}
+	if _, _, err := s.Wake(ctx, p, rec.ID); errdefs.Code(err) != "sandbox_not_running" {
+		t.Fatalf("Wake of a files-only pause: %v, want sandbox_not_running", err)
+	}
+
+	// A restarted service knows the kind of the pause.
+	s.Close()
+	s = env.service(t, edit)
+	sandboxtest.Eventually(t, "the paused sandbox to be reattached", func() bool {
+		got, err := s.Get(p, rec.ID)
+		return err == nil && got.Status == StatusPaused && got.FilesOnly
+	})
+	resumed, err := s.Resume(ctx, p, rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resumed.Status != StatusRunning || resumed.FilesOnly || resumed.AgentToken != rec.AgentToken {
+		t.Fatalf("resumed: %s filesOnly %v, token kept %v", resumed.Status, resumed.FilesOnly, resumed.AgentToken == rec.AgentToken)
+	}
+	if out := env.run(t, s, rec.ID, `cat "$HOME/f"; kill -0 $(cat "$HOME/pid") 2>/dev/null && echo alive || echo ended`); out != "kept\nended\n" {
+		t.Fatalf("after the files-only resume: %q, want the file kept and the process ended", out)
+	}
+	mu.Lock()
+	want := []string{EventPaused + ":files only", EventResumed + ":booted over its files"}
+	if !slices.Equal(details, want) {
+		t.Errorf("events %q, want %q", details, want)
+	}
+	mu.Unlock()
+
+	// A memory pause is still one, and traffic wakes it.
+	if err := s.Pause(ctx, p, rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Get(p, rec.ID); got.FilesOnly || !got.Wakes() {
+		t.Fatalf("a memory pause after a files-only one: filesOnly %v wakes %v", got.FilesOnly, got.Wakes())
+	}
+
+	for _, req := range []CreateRequest{{AutoPauseFiles: true}, {AutoPause: true, AutoResume: true, AutoPauseFiles: true}} {
+		req.ProjectID = p
+		if _, err := s.Create(ctx, req); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Fatalf("create %+v: %v, want ErrInvalid", req, err)
+		}
+	}
+	timed := env.create(t, s, CreateRequest{TimeoutMs: 1000, AutoPause: true, AutoPauseFiles: true})
+	sandboxtest.Eventually(t, "the deadline's files-only pause", func() bool {
+		got, err := s.Get(p, timed.ID)
+		return err == nil && got.Status == StatusPaused && got.FilesOnly
+	})
+}

@@ -110,7 +110,9 @@ func (s *Service) adopt(ctx context.Context, rec Record) (Record, error) {
 			}
 		}
 	}()
+	files := rec.FilesOnly
 	rec.Status, rec.PauseError, rec.DurableAt, rec.Rootfs, rec.Region = StatusRunning, "", nil, rootfs, s.cfg.Region
+	rec.FilesOnly = false
 	rec.EndAt = nil
 	if rec.RemainingMs > 0 {
 		rec.EndAt = deadline(time.Now().UTC(), rec.RemainingMs)
@@ -137,7 +139,12 @@ func (s *Service) adopt(ctx context.Context, rec Record) (Record, error) {
 	s.images.Drop(PauseImageName(id))
 	s.log.Info("sandbox resumed from another node", "sandbox", id, "took", time.Since(start))
 	s.logs.event(id, "resumed on this node from the object store")
-	s.emit(EventResumed, rec, causeOf(ctx), "on another node than it was paused on")
+	how := "on another node than it was paused on"
+	if files {
+		how += ", booted over its files"
+		s.restartCommand(ctx, rec)
+	}
+	s.emit(EventResumed, rec, causeOf(ctx), how)
 	return rec, nil
 }
 

@@ -27,17 +27,31 @@ func NoCheckpoints(feature string) error {
 // processes and memory. Its deadline stops until Resume. Pausing a paused
 // sandbox is a no-op. A failed pause leaves it running with pauseError set.
 func (s *Service) Pause(ctx context.Context, projectID, id string) error {
-	return s.pause(ctx, projectID, id, false)
+	return s.pause(ctx, projectID, id, false, false)
 }
 
-// pause is Pause. timedOut is a pause by the sandbox's own deadline
-// (autoPause): its next run gets its whole timeout back rather than the
-// millisecond it had left, set under the same lock as the pause, so that a
-// resume cannot come in between and have its deadline overwritten.
-func (s *Service) pause(ctx context.Context, projectID, id string, timedOut bool) (err error) {
+// PauseFiles pauses the sandbox keeping its files only (E2B's keepMemory
+// false): its processes end and its memory and runtime are released
+// entirely; its writable layer (and volume) is kept. Resume boots it
+// afresh over those files with the same id, tokens, metadata, envs,
+// network and template start command. Pausing a paused sandbox (either
+// way) is a no-op.
+func (s *Service) PauseFiles(ctx context.Context, projectID, id string) error {
+	return s.pause(ctx, projectID, id, false, true)
+}
+
+// pause is Pause, or PauseFiles when files. timedOut is a pause by the
+// sandbox's own deadline (autoPause): its next run gets its whole timeout
+// back rather than the millisecond it had left, set under the same lock
+// as the pause, so that a resume cannot come in between and have its
+// deadline overwritten.
+func (s *Service) pause(ctx context.Context, projectID, id string, timedOut, files bool) (err error) {
 	defer s.observe(opPause, time.Now(), &err)
 	if err := s.checkpointer("pause"); err != nil {
 		return err
+	}
+	if files && s.fp == nil {
+		return errdefs.WithCode("feature_unavailable", fmt.Errorf("pause without memory: this server's runtime cannot: %w", errdefs.ErrInvalid))
 	}
 	ctx, cancel := detach(ctx)
 	defer cancel()
@@ -59,6 +73,7 @@ func (s *Service) pause(ctx context.Context, projectID, id string, timedOut bool
 		return nil
 	}
 	e.rec.Status = StatusPausing
+	e.rec.FilesOnly = files
 	e.rec.PauseError = ""
 	e.rec.RemainingMs = 0
 	switch {
@@ -73,15 +88,20 @@ func (s *Service) pause(ctx context.Context, projectID, id string, timedOut bool
 	rec := e.rec
 	s.mu.Unlock()
 	if err := s.persist(ctx, rec); err != nil {
-		s.setStatus(e, StatusRunning, "")
+		s.setRunning(e, "")
 		return err
 	}
 
 	start := time.Now()
-	if err := s.cp.Pause(ctx, id); err != nil {
+	if files {
+		err = s.fp.PauseFiles(ctx, id)
+	} else {
+		err = s.cp.Pause(ctx, id)
+	}
+	if err != nil {
 		s.log.Error("pause failed; the sandbox keeps running", "sandbox", id, "err", err)
 		s.logs.event(id, "pause failed: %v", err)
-		s.setStatus(e, StatusRunning, err.Error())
+		s.setRunning(e, err.Error())
 		return fmt.Errorf("pause sandbox %q: %w", id, err)
 	}
 	s.mu.Lock()
@@ -91,18 +111,34 @@ func (s *Service) pause(ctx context.Context, projectID, id string, timedOut bool
 	// The connections to its agent died with its processes.
 	e.conns.cut()
 	s.mu.Unlock()
-	s.log.Info("sandbox paused", "sandbox", id, "took", time.Since(start))
-	s.logs.event(id, "paused")
+	how := ""
+	if files {
+		how = "files only"
+	}
+	s.log.Info("sandbox paused", "sandbox", id, "took", time.Since(start), "filesOnly", files)
+	if files {
+		s.logs.event(id, "paused (files only: its processes ended)")
+	} else {
+		s.logs.event(id, "paused")
+	}
 	by := causeOf(ctx)
 	if timedOut {
 		by = CauseTimeout
 	}
-	s.emit(EventPaused, rec, by, "")
+	s.emit(EventPaused, rec, by, how)
 	if err := s.persist(context.WithoutCancel(ctx), rec); err != nil {
 		return err
 	}
 	s.makePauseDurable(e, id)
 	return nil
+}
+
+// setRunning puts e back to running after a pause that did not happen.
+func (s *Service) setRunning(e *entry, pauseError string) {
+	s.mu.Lock()
+	e.rec.FilesOnly = false
+	s.mu.Unlock()
+	s.setStatus(e, StatusRunning, pauseError)
 }
 
 // setStatus puts e back to status (running after a failed pause, paused
@@ -176,11 +212,23 @@ func (s *Service) Resume(ctx context.Context, projectID, id string) (_ Record, e
 		return Record{}, fmt.Errorf("resume sandbox %q: %w", id, err)
 	}
 	s.mu.Lock()
-	ag := e.agent
+	ag, files := e.agent, e.rec.FilesOnly
 	s.mu.Unlock()
-	if err := waitReady(ctx, ag, s.agentWait(time.Since(start))); err != nil {
+	err = waitReady(ctx, ag, s.agentWait(time.Since(start)))
+	if err == nil && files {
+		// Booted afresh: envd learns its settings again.
+		s.mu.Lock()
+		rec := e.rec
+		s.mu.Unlock()
+		err = giveEnvdToken(ctx, ag, rec)
+	}
+	if err != nil {
 		// It runs but does not answer: pause it again so nothing is lost.
-		s.cp.Pause(context.WithoutCancel(ctx), id)
+		if files {
+			s.fp.PauseFiles(context.WithoutCancel(ctx), id)
+		} else {
+			s.cp.Pause(context.WithoutCancel(ctx), id)
+		}
 		s.mu.Lock()
 		e.rec.DurableAt = nil
 		s.mu.Unlock()
@@ -198,13 +246,37 @@ func (s *Service) Resume(ctx context.Context, projectID, id string) (_ Record, e
 	}
 	e.rec.RemainingMs = 0
 	e.rec.DurableAt = nil
+	e.rec.FilesOnly = false
 	s.armLocked(e)
 	rec := e.rec
 	s.mu.Unlock()
 	// Its image is gone: so go the objects that kept it.
 	s.images.Drop(PauseImageName(id))
-	s.log.Info("sandbox resumed", "sandbox", id, "took", time.Since(start))
-	s.logs.event(id, "resumed")
-	s.emit(EventResumed, rec, causeOf(ctx), "")
-	return rec, s.persist(context.WithoutCancel(ctx), rec)
+	s.log.Info("sandbox resumed", "sandbox", id, "took", time.Since(start), "booted", files)
+	how := ""
+	if files {
+		how = "booted over its files"
+		s.logs.event(id, "resumed: booted over its files")
+	} else {
+		s.logs.event(id, "resumed")
+	}
+	s.emit(EventResumed, rec, causeOf(ctx), how)
+	err = s.persist(context.WithoutCancel(ctx), rec)
+	if files {
+		s.restartCommand(ctx, rec)
+	}
+	return rec, err
+}
+
+// restartCommand starts the template's start command again in a sandbox
+// booted over its files (a files-only pause's resume), as a create does.
+func (s *Service) restartCommand(ctx context.Context, rec Record) {
+	tpl, err := s.cfg.Templates.Lookup(rec.ProjectID, rec.Template)
+	if err != nil {
+		s.logs.event(rec.ID, "start command: template %s: %v", rec.Template, err)
+		return
+	}
+	if len(tpl.StartCommand) > 0 {
+		s.startCommand(ctx, rec, tpl.StartCommand)
+	}
 }

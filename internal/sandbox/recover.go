@@ -441,6 +441,7 @@ func (s *Service) reattach(ctx context.Context, rec Record, st runtime.State) er
 			// The pause did not complete: it never happened.
 			rec.Status, rec.RemainingMs = StatusRunning, 0
 		}
+		rec.FilesOnly = false
 	default:
 		return errNotLive
 	}

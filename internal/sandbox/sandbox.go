@@ -138,6 +138,7 @@ type Service struct {
 	cfg  Config
 	log  *slog.Logger
 	cp   runtime.Checkpointer // nil when the runtime cannot checkpoint
+	fp   runtime.FilesPauser  // nil when it cannot pause keeping files only
 	logs *logs
 
 	mu         sync.Mutex
@@ -264,6 +265,21 @@ type Record struct {
 	// authenticated request that needs it (E2B's lifecycle.autoResume;
 	// internal/sandbox/preview's E2BTarget).
 	AutoResume bool `json:"autoResume,omitempty"`
+	// AutoPauseFiles: the pause at its deadline (AutoPause) keeps its
+	// files only (PauseFiles; E2B's autoPauseMemory false).
+	AutoPauseFiles bool `json:"autoPauseFiles,omitempty"`
+	// FilesOnly: paused (or pausing) keeping its files only: nothing of
+	// it runs or holds memory, and its resume boots it over its files.
+	FilesOnly bool `json:"filesOnly,omitempty"`
+}
+
+// Wakes reports whether the sandbox is asleep and wakes by traffic: made
+// with AutoResume, paused (or pausing, or resuming) with its memory. A
+// files-only pause is resumed only when asked (E2B's rule: traffic would
+// get a sandbox booted afresh, its processes gone).
+func (r Record) Wakes() bool {
+	asleep := r.Status == StatusPaused || r.Status == StatusPausing || r.Status == StatusResuming
+	return r.AutoResume && asleep && !r.FilesOnly
 }
 
 // DesktopSize is a desktop's screen size in pixels (internal/sandbox/desktop
@@ -288,8 +304,9 @@ func New(cfg Config) *Service {
 		cfg.RecoverProbeTimeout = DefaultRecoverProbeTimeout
 	}
 	cp, _ := cfg.Runtime.(runtime.Checkpointer)
+	fp, _ := cfg.Runtime.(runtime.FilesPauser)
 	bgCtx, bgCancel := context.WithCancel(context.Background())
-	s := &Service{cfg: cfg, log: cfg.Logger, cp: cp, logs: newLogs(cfg.LogDir, cfg.LogMaxBytes), sandboxes: map[string]*entry{},
+	s := &Service{cfg: cfg, log: cfg.Logger, cp: cp, fp: fp, logs: newLogs(cfg.LogDir, cfg.LogMaxBytes), sandboxes: map[string]*entry{},
 		launching: map[string]string{}, pinned: map[string]int{},
 		pending: map[string]reservation{}, recovering: map[string]Record{}, unresponsive: map[string]*stalled{}, moving: map[string]struct{}{}, bgCtx: bgCtx, bgCancel: bgCancel,
 		images: images.New(cfg.Images, cfg.Logger), recovered: make(chan struct{})}
@@ -313,6 +330,9 @@ type CreateRequest struct {
 	// AutoPause pauses it at its deadline, AutoResume resumes it paused
 	// by traffic (Record.AutoResume).
 	E2B, Secure, PrivateTraffic, AutoPause, AutoResume bool
+	// AutoPauseFiles makes AutoPause's pause keep files only
+	// (Record.AutoPauseFiles); it needs AutoPause and refuses AutoResume.
+	AutoPauseFiles bool
 	// MaskRequestHost is Record.MaskHost (CheckMaskHost).
 	MaskRequestHost string
 }
@@ -343,10 +363,14 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Record, err 
 	if err := CheckMaskHost("network.maskRequestHost", req.MaskRequestHost); err != nil {
 		return Record{}, err
 	}
+	if req.AutoPauseFiles && (!req.AutoPause || req.AutoResume) {
+		return Record{}, fmt.Errorf("a files-only auto-pause needs autoPause and cannot wake by traffic (autoResume): %w", errdefs.ErrInvalid)
+	}
 	rec := s.newRecord(req.ProjectID, req.Template, size, req.TimeoutMs)
 	rec.Metadata, rec.Envs, rec.Egress = req.Metadata, mergeEnv(tpl.Env, req.Envs), req.Egress
 	rec.User, rec.Workdir, rec.Rootfs = tpl.User, tpl.Workdir, tpl.Rootfs
 	rec.E2B, rec.Secure, rec.AutoPause, rec.AutoResume, rec.MaskHost = req.E2B, req.Secure, req.AutoPause, req.AutoResume, req.MaskRequestHost
+	rec.AutoPauseFiles = req.AutoPauseFiles
 	if req.Secure {
 		rec.EnvdToken = randomToken()
 	}
@@ -788,7 +812,7 @@ func (s *Service) Wake(ctx context.Context, projectID, id string) (*agent.Client
 		return nil, Record{}, err
 	}
 	s.mu.Lock()
-	asleep := e.rec.AutoResume && (e.rec.Status == StatusPaused || e.rec.Status == StatusPausing || e.rec.Status == StatusResuming)
+	asleep := e.rec.Wakes()
 	s.mu.Unlock()
 	if asleep {
 		if _, err := s.Resume(WithCause(ctx, CauseTraffic), projectID, id); err != nil {
@@ -904,12 +928,13 @@ func (s *Service) armLocked(e *entry) {
 func (s *Service) expire(id string, e *entry) {
 	s.mu.Lock()
 	autoPause := !e.gone && e.rec.AutoPause && s.cp != nil
+	files := e.rec.AutoPauseFiles
 	projectID := e.rec.ProjectID
 	s.mu.Unlock()
 	if autoPause && s.due(e) {
 		s.log.Info("sandbox timed out: pausing it (autoPause)", "sandbox", id)
 		s.logs.event(id, "timed out: pausing")
-		err := s.pause(context.Background(), projectID, id, true)
+		err := s.pause(context.Background(), projectID, id, true, files)
 		if err == nil || errors.Is(err, errdefs.ErrNotFound) {
 			return
 		}

@@ -74,6 +74,7 @@ type Runtime struct {
 
 var (
 	_ runtime.Runtime      = (*Runtime)(nil)
+	_ runtime.FilesPauser  = (*Runtime)(nil)
 	_ runtime.Checkpointer = (*Runtime)(nil)
 	_ runtime.PauseImager  = (*Runtime)(nil)
 	_ runtime.Stater       = (*Runtime)(nil)
@@ -88,10 +89,13 @@ type sandbox struct {
 	agent netip.AddrPort
 	// tokenSum is the agent's token while it is not serving.
 	tokenSum [sha256.Size]byte
-	srv      *server.Server // nil unless running
-	hs       *http.Server   // nil unless running
-	ln       net.Listener   // held from Create to Start, keeping the port
-	egress   network.Egress // recorded, not applied
+	// bootSum is the token its agent boots with (its spec's): what a
+	// files-only pause's resume answers to.
+	bootSum [sha256.Size]byte
+	srv     *server.Server // nil unless running
+	hs      *http.Server   // nil unless running
+	ln      net.Listener   // held from Create to Start, keeping the port
+	egress  network.Egress // recorded, not applied
 }
 
 // New returns a Runtime keeping its sandboxes under cfg.Dir.
@@ -157,7 +161,8 @@ func (r *Runtime) create(spec runtime.Spec, tokenSum [sha256.Size]byte, from str
 	}
 	// Reserved under the lock, so that a concurrent Create of the id
 	// conflicts; removed again if the rest fails.
-	sb := &sandbox{id: spec.ID, state: runtime.StateCreated, tokenSum: tokenSum, egress: spec.Egress}
+	sb := &sandbox{id: spec.ID, state: runtime.StateCreated, tokenSum: tokenSum, egress: spec.Egress,
+		bootSum: sha256.Sum256([]byte(spec.AgentToken))}
 	r.sbs[spec.ID] = sb
 	n := r.next
 	r.next = (r.next + 1) % (254 << 16)
@@ -351,6 +356,26 @@ func (r *Runtime) moving(id string, from, to runtime.State) (*sandbox, error) {
 // Pause implements runtime.Checkpointer: it moves the home directory into
 // the pause image and kills the sandbox's processes.
 func (r *Runtime) Pause(ctx context.Context, id string) error {
+	return r.pause(id, false)
+}
+
+// filesMarker marks a pause image made by PauseFiles.
+const filesMarker = "files-only"
+
+// PauseFiles implements runtime.FilesPauser: the fake keeps no processes
+// either way; its image is marked, and answers to the token the sandbox
+// booted with.
+func (r *Runtime) PauseFiles(ctx context.Context, id string) error {
+	return r.pause(id, true)
+}
+
+// IsFilesImage implements runtime.FilesPauser.
+func (r *Runtime) IsFilesImage(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, filesMarker))
+	return err == nil
+}
+
+func (r *Runtime) pause(id string, files bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	sb, err := r.moving(id, runtime.StateRunning, runtime.StatePaused)
@@ -363,8 +388,13 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 	}
 	sb.halt(runtime.StatePaused)
 	err = os.Rename(r.home(id), filepath.Join(image, "home"))
+	sum := sb.tokenSum
+	if err == nil && files {
+		sum = sb.bootSum
+		err = os.WriteFile(filepath.Join(image, filesMarker), nil, 0o600)
+	}
 	if err == nil {
-		if err = writeTokenSum(image, sb.tokenSum); err != nil {
+		if err = writeTokenSum(image, sum); err != nil {
 			err = errors.Join(err, os.Rename(filepath.Join(image, "home"), r.home(id)))
 		}
 	}
@@ -446,6 +476,9 @@ func (r *Runtime) Restore(ctx context.Context, spec runtime.Spec, dir string) (r
 	sum, err := readTokenSum(dir)
 	if err != nil {
 		return runtime.Sandbox{}, fmt.Errorf("restore %q: image %s: %w", spec.ID, dir, err)
+	}
+	if r.IsFilesImage(dir) {
+		sum = sha256.Sum256([]byte(spec.AgentToken)) // a boot
 	}
 	if _, err := r.create(spec, sum, filepath.Join(dir, "home")); err != nil {
 		return runtime.Sandbox{}, err

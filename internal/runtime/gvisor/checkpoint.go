@@ -17,6 +17,7 @@ import (
 var (
 	_ runtime.Checkpointer = (*Runtime)(nil)
 	_ runtime.PauseImager  = (*Runtime)(nil)
+	_ runtime.FilesPauser  = (*Runtime)(nil)
 )
 
 // A pause writes the image into checkpoint.tmp, renames it to checkpoint
@@ -59,7 +60,7 @@ func (r *Runtime) save(ctx context.Context, id, image string) error {
 	os.RemoveAll(tmp)
 	err := r.runsc(ctx, nil, "checkpoint", "--leave-running", "--image-path", tmp, id)
 	if err == nil {
-		err = r.writeManifest(ctx, id, tmp)
+		err = r.writeManifest(ctx, id, tmp, false)
 	}
 	if err == nil {
 		err = os.Rename(tmp, image)
@@ -97,6 +98,63 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 	}
 	// The image is the sandbox now: what the container does from here on
 	// is not kept.
+	if err := r.runsc(context.WithoutCancel(ctx), nil, "delete", "--force", id); err != nil {
+		r.cfg.Logger.Warn("delete container after pause; retried at next start", "sandbox", id, "err", err)
+	}
+	return nil
+}
+
+// filesImageFile is the file runsc fscheckpoint writes first into a
+// files-only image: its index of what the image holds.
+const filesImageFile = "fscheckpoint.pb"
+
+// IsFilesImage implements runtime.FilesPauser.
+func (r *Runtime) IsFilesImage(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, filesImageFile))
+	return err == nil
+}
+
+// PauseFiles implements runtime.FilesPauser with runsc fscheckpoint: the
+// overlay's upper layer (what the sandbox wrote, whiteouts for what it
+// deleted) goes into the image, and the container is deleted. As Pause,
+// the image is complete (renamed from .tmp) and state.json says paused
+// before the container goes, so a crash in between leaves the sandbox
+// either running or paused.
+func (r *Runtime) PauseFiles(ctx context.Context, id string) error {
+	if err := r.ready(ctx); err != nil {
+		return err
+	}
+	st, err := r.readState(id)
+	if err != nil {
+		return err
+	}
+	if st.Paused {
+		return nil
+	}
+	image := filepath.Join(r.dir(id), checkpointDir)
+	os.RemoveAll(image)
+	tmp := image + tmpSuffix
+	os.RemoveAll(tmp)
+	err = os.Mkdir(tmp, 0o700)
+	if err == nil {
+		err = r.writeManifest(ctx, id, tmp, true)
+	}
+	if err == nil {
+		err = r.runsc(ctx, nil, "fscheckpoint", "--leave-running", "--image-path", tmp, id)
+	}
+	if err == nil {
+		err = os.Rename(tmp, image)
+	}
+	if err != nil {
+		err = disk.Classify(filepath.Dir(tmp), err)
+		os.RemoveAll(tmp)
+		return r.notRunning(ctx, id, fmt.Errorf("files checkpoint: %w", err))
+	}
+	st.Paused = true
+	if err := writeJSON(filepath.Join(r.dir(id), "state.json"), st); err != nil {
+		os.RemoveAll(image)
+		return err
+	}
 	if err := r.runsc(context.WithoutCancel(ctx), nil, "delete", "--force", id); err != nil {
 		r.cfg.Logger.Warn("delete container after pause; retried at next start", "sandbox", id, "err", err)
 	}
@@ -143,7 +201,12 @@ func (r *Runtime) Resume(ctx context.Context, id string) error {
 		return err
 	}
 	defer console.Close()
-	if err := r.restore(ctx, st, image, console); err != nil {
+	if r.IsFilesImage(image) {
+		err = r.boot(ctx, st, image, console)
+	} else {
+		err = r.restore(ctx, st, image, console)
+	}
+	if err != nil {
 		return err
 	}
 	st.Paused = false
@@ -169,6 +232,29 @@ func (r *Runtime) restore(ctx context.Context, st state, image string, console *
 		r.runsc(context.WithoutCancel(ctx), nil, "delete", "--force", st.ID)
 		r.removeCgroups(st.ID)
 		return fmt.Errorf("runsc restore: %w", err)
+	}
+	return nil
+}
+
+// boot creates and starts container st.ID afresh from its bundle over the
+// files of the files-only image: the resume of a sandbox PauseFiles
+// paused. A failed boot leaves no container behind.
+func (r *Runtime) boot(ctx context.Context, st state, image string, console *os.File) error {
+	if err := network.ConfigureInside(st.Endpoint); err != nil {
+		return fmt.Errorf("network: %w", err)
+	}
+	args := append(r.overlayFlag(st), "create", "--fs-restore-image-path", image,
+		"--bundle", filepath.Join(r.dir(st.ID), "bundle"), st.ID)
+	err := r.runsc(ctx, console, args...)
+	if err != nil {
+		err = fmt.Errorf("runsc create: %w", err)
+	} else if err = r.runsc(ctx, console, "start", st.ID); err != nil {
+		err = fmt.Errorf("runsc start: %w", err)
+	}
+	if err != nil {
+		r.runsc(context.WithoutCancel(ctx), nil, "delete", "--force", st.ID)
+		r.removeCgroups(st.ID)
+		return err
 	}
 	return nil
 }
@@ -205,7 +291,7 @@ func (r *Runtime) notRunning(ctx context.Context, id string, err error) error {
 
 // Restore implements runtime.Checkpointer.
 func (r *Runtime) Restore(ctx context.Context, spec runtime.Spec, dir string) (runtime.Sandbox, error) {
-	if _, err := os.Stat(filepath.Join(dir, runtime.ImageFile)); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, runtime.ImageFile)); err != nil && !r.IsFilesImage(dir) {
 		return runtime.Sandbox{}, errdefs.WithCause(errdefs.ErrNotFound, "the checkpoint image is missing", fmt.Errorf("image %s: %w", dir, err))
 	}
 	if err := r.compatible(ctx, dir); err != nil {

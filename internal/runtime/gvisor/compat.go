@@ -48,6 +48,9 @@ type Manifest struct {
 	// (at agent.EgressCAFile), so its restores must have it too; false in
 	// images of sandboxes made before there was one.
 	EgressCA bool `json:"egressCa,omitempty"`
+	// FilesOnly: the image holds the sandbox's files only (PauseFiles):
+	// a boot over them, to which the host's CPU features do not matter.
+	FilesOnly bool `json:"filesOnly,omitempty"`
 }
 
 // build is the manifest of this server's runsc on this host, computed once.
@@ -113,7 +116,7 @@ func cpuFeatures() ([]string, error) {
 
 // writeManifest records in image, just saved of sandbox id, what restoring
 // it needs.
-func (r *Runtime) writeManifest(ctx context.Context, id, image string) error {
+func (r *Runtime) writeManifest(ctx context.Context, id, image string, filesOnly bool) error {
 	m, err := r.manifest(ctx)
 	if err != nil {
 		return err
@@ -124,6 +127,7 @@ func (r *Runtime) writeManifest(ctx context.Context, id, image string) error {
 	}
 	m.LizardCLI = hasMount(&spec, CLIPath)
 	m.EgressCA = hasMount(&spec, agent.EgressCAFile)
+	m.FilesOnly = filesOnly
 	return writeJSON(filepath.Join(image, manifestFile), m)
 }
 
@@ -163,6 +167,9 @@ func (r *Runtime) compatible(ctx context.Context, image string) error {
 	}
 	var missing []string
 	for _, f := range img.CPUFeatures {
+		if img.FilesOnly {
+			break // no process of it is restored
+		}
 		if _, ok := slices.BinarySearch(cur.CPUFeatures, f); !ok {
 			missing = append(missing, f)
 		}

@@ -248,7 +248,8 @@ func (r *Runtime) make(ctx context.Context, spec runtime.Spec, image string) (sb
 	// runsc restores an image only into a spec with the mounts it was
 	// taken with: the CLI and the CA go where the image's sandbox had them.
 	cli, ca := r.cfg.CLIPath, r.cfg.EgressCA
-	if image != "" {
+	files := image != "" && r.IsFilesImage(image)
+	if image != "" && !files {
 		hadCLI, hadCA, err := imageMounts(image)
 		if err != nil {
 			return sb, err
@@ -273,7 +274,12 @@ func (r *Runtime) make(ctx context.Context, spec runtime.Spec, image string) (sb
 	}
 	defer console.Close()
 	if image != "" {
-		if err := r.restore(ctx, st, image, console); err != nil {
+		if files {
+			err = r.boot(ctx, st, image, console)
+		} else {
+			err = r.restore(ctx, st, image, console)
+		}
+		if err != nil {
 			return sb, err
 		}
 		return runtime.Sandbox{ID: spec.ID, State: runtime.StateRunning, Addr: ep.Addr, Agent: agentAt(ep.Addr)}, nil

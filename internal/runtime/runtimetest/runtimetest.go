@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -275,6 +276,85 @@ func RunCheckpointer(t *testing.T, rt runtime.Runtime, env Env) {
 	t.Run("PauseResumeKeepsProcesses", func(t *testing.T) { testPauseResume(t, rt, cp, env) })
 	t.Run("SnapshotRestoreCopies", func(t *testing.T) { testSnapshotRestore(t, rt, cp, env) })
 	t.Run("CheckpointOfStopped", func(t *testing.T) { testCheckpointStopped(t, rt, cp, env) })
+	if fp, ok := rt.(runtime.FilesPauser); ok {
+		t.Run("PauseFilesKeepsFilesOnly", func(t *testing.T) { testPauseFiles(t, rt, cp, fp, env) })
+	}
+}
+
+// testPauseFiles: a files-only pause keeps what the sandbox wrote and
+// ends its processes; its resume boots the agent with the token the
+// sandbox was created with, at the same address; a copy of the image
+// restores as a booted sandbox answering to its own token.
+func testPauseFiles(t *testing.T, rt runtime.Runtime, cp runtime.Checkpointer, fp runtime.FilesPauser, env Env) {
+	ctx := context.Background()
+	id := NewID()
+	ag := started(t, rt, env, id, "tok")
+	addr := sandboxAgent(t, rt, id)
+	sh(t, ag, counter+"; echo bye > $HOME/gone; rm $HOME/gone")
+	if err := ag.SetToken(ctx, "a-later-token-of-16"); err != nil {
+		t.Fatal(err)
+	}
+	ag = agentAt(t, runtime.Sandbox{Agent: addr}, "a-later-token-of-16")
+	pid := sh(t, ag, "cat $HOME/counter.pid")
+	const gone = "kill -0 $(cat $HOME/counter.pid) 2>/dev/null && echo alive || echo ended; cat $HOME/file; ls $HOME"
+	for i := range 2 {
+		if err := fp.PauseFiles(ctx, id); err != nil {
+			t.Fatalf("PauseFiles %d: %v", i, err)
+		}
+		if err := fp.PauseFiles(ctx, id); err != nil {
+			t.Fatalf("second PauseFiles must be a no-op: %v", err)
+		}
+		if got := state(t, rt, id); got != runtime.StatePaused {
+			t.Fatalf("after PauseFiles: state %q", got)
+		}
+		if pi, ok := rt.(runtime.PauseImager); ok && !fp.IsFilesImage(pi.PauseImage(id)) {
+			t.Fatalf("the pause image is not a files image")
+		}
+		if err := cp.Resume(ctx, id); err != nil {
+			t.Fatalf("Resume %d: %v", i, err)
+		}
+		if got := state(t, rt, id); got != runtime.StateRunning {
+			t.Fatalf("after Resume: state %q", got)
+		}
+		// Booted: the agent answers to the token it was created with.
+		ag = agentAt(t, runtime.Sandbox{Agent: addr}, "tok")
+		want := "ended\nhello\ncount\ncounter.pid\nfile\n"
+		if got := sh(t, ag, gone); got != want {
+			t.Fatalf("after files-only resume %d: %q, want the counter (pid %s) ended, its files kept and the deleted file still gone", i, got, strings.TrimSpace(pid))
+		}
+	}
+	pi, ok := rt.(runtime.PauseImager)
+	if !ok {
+		return
+	}
+	if err := fp.PauseFiles(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	image := filepath.Join(t.TempDir(), "image")
+	if err := exec.Command("cp", "-a", pi.PauseImage(id), image).Run(); err != nil {
+		t.Fatal(err)
+	}
+	if !fp.IsFilesImage(image) {
+		t.Fatalf("a copy of the files image is not one")
+	}
+	cid := NewID()
+	t.Cleanup(func() { rt.Destroy(ctx, cid) })
+	sb, err := cp.Restore(ctx, spec(cid, env.Rootfs, "copy-token"), image)
+	if err != nil {
+		t.Fatalf("Restore of a files image: %v", err)
+	}
+	c := agentAt(t, sb, "copy-token")
+	if got := sh(t, c, "cat $HOME/file; hostname"); got != "hello\n"+cid+"\n" && !(env.Lacks.Hostname && strings.HasPrefix(got, "hello\n")) {
+		t.Fatalf("copy of a files image: %q, want the file and hostname %s", got, cid)
+	}
+	for _, id := range []string{id, cid} {
+		if err := rt.Destroy(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if leaks := env.Leaks(id); len(leaks) > 0 {
+			t.Fatalf("leaked: %v", leaks)
+		}
+	}
 }
 
 // testCheckpointStopped: a stopped sandbox cannot be paused or

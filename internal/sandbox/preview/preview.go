@@ -189,7 +189,7 @@ func (s *Service) CodeInterpreterAddr(id string, port int) (string, error) {
 // E2BTarget implements proxy.E2BTargets: where E2B-addressed traffic to
 // port of a sandbox goes. It only reads the live table: a sandbox that is
 // not running (paused, pausing, resuming) is ErrUnavailable, as in E2B,
-// unless it was made with autoResume (Record.AutoResume): then it is a
+// unless it wakes by traffic (Record.Wakes): then it is a
 // target with Asleep set, which the proxy wakes (E2BWake) for a request
 // it admits. An unknown one is ErrNotFound.
 func (s *Service) E2BTarget(id string, port int) (proxy.E2BTarget, error) {
@@ -201,7 +201,7 @@ func (s *Service) E2BTarget(id string, port int) (proxy.E2BTarget, error) {
 		return proxy.E2BTarget{}, sandbox.NotFound(id)
 	}
 	envd := port == agent.Port
-	if rec.AutoResume && (rec.Status == sandbox.StatusPaused || rec.Status == sandbox.StatusPausing || rec.Status == sandbox.StatusResuming) {
+	if rec.Wakes() {
 		return proxy.E2BTarget{Asleep: true, Envd: envd, TrafficToken: rec.TrafficToken, AccessToken: rec.EnvdToken}, nil
 	}
 	if rec.Status != sandbox.StatusRunning {
@@ -226,6 +226,9 @@ func (s *Service) E2BWake(ctx context.Context, id string) error {
 	rec, ok := s.core.Live(id)
 	if !ok || !rec.E2B || !rec.AutoResume {
 		return sandbox.NotFound(id)
+	}
+	if rec.FilesOnly {
+		return fmt.Errorf("sandbox %q is paused without its memory: it resumes only when asked: %w", id, errdefs.ErrUnavailable)
 	}
 	_, err := s.core.Resume(sandbox.WithCause(ctx, sandbox.CauseTraffic), rec.ProjectID, id)
 	return err

@@ -21,6 +21,7 @@ type hold struct {
 	mu    sync.Mutex // held while waking or putting to sleep
 	runs  int
 	woken bool // a run of ours resumed it
+	files bool // it slept without its memory: it goes back so
 }
 
 // Run runs the schedules of this node's sandboxes until ctx ends, which
@@ -257,7 +258,7 @@ func (s *Service) acquire(ctx context.Context, r store.ScheduleRun) (bool, error
 	if _, err := s.cfg.Core.Resume(sandbox.WithCause(ctx, sandbox.CauseSchedule), r.ProjectID, r.SandboxID); err != nil {
 		return false, fmt.Errorf("wake the sandbox: %w", err)
 	}
-	h.woken = true
+	h.woken, h.files = true, rec.FilesOnly
 	return true, nil
 }
 
@@ -286,7 +287,11 @@ func (s *Service) release(ctx context.Context, r store.ScheduleRun) bool {
 	h.mu.Lock()
 	slept := false
 	if h.woken {
-		if err := s.cfg.Core.Pause(sandbox.WithCause(ctx, sandbox.CauseSchedule), r.ProjectID, r.SandboxID); err != nil {
+		pause := s.cfg.Core.Pause
+		if h.files {
+			pause = s.cfg.Core.PauseFiles
+		}
+		if err := pause(sandbox.WithCause(ctx, sandbox.CauseSchedule), r.ProjectID, r.SandboxID); err != nil {
 			if !isGone(err) {
 				s.log.Error("schedules: put the sandbox back to sleep", "sandbox", r.SandboxID, "run", r.ID, "err", err)
 			}

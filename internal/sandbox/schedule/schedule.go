@@ -24,6 +24,7 @@ type Core interface {
 	Live(id string) (sandbox.Record, bool)
 	Exec(ctx context.Context, projectID, id string, req sandbox.ExecRequest, onEvent func(agent.Event) error) error
 	Pause(ctx context.Context, projectID, id string) error
+	PauseFiles(ctx context.Context, projectID, id string) error
 	Resume(ctx context.Context, projectID, id string) (sandbox.Record, error)
 }
 

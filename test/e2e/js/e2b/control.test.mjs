@@ -3,7 +3,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { budget } from '../budget.mjs'
-import { sdk, Sandbox, withSandbox, api, sleep } from './helpers.mjs'
+import { sdk, Sandbox, withSandbox, api, sleep, get } from './helpers.mjs'
 
 const run = Math.random().toString(36).slice(2)
 console.log(`e2b control tests: run ${run}, sdk ${process.env.E2B_SDK}`)
@@ -107,6 +107,60 @@ test('lifecycle.autoResume: traffic to the paused sandbox resumes it, memory and
   } finally {
     await sbx.kill()
   }
+})
+
+test('pause({ keepMemory: false }): files kept, processes ended, connect boots it with the same credentials', async () => {
+  const sbx = await Sandbox.create({ secure: true, lifecycle: { onTimeout: 'pause', autoResume: true }, metadata: { run, kind: 'filespause' }, timeoutMs: 120_000 })
+  try {
+    await sbx.commands.run('echo kept > /home/user/f; sleep 600 >/dev/null 2>&1 & echo $! > /home/user/pid')
+    await sbx.commands.run('rm /etc/motd', { user: 'root' })
+    const boot = (await sbx.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout
+    assert.equal(await sbx.pause({ keepMemory: false }), true)
+    assert.equal(await sbx.pause({ keepMemory: false }), false, 'a second pause: already paused')
+    assert.equal((await sbx.getInfo()).state, 'paused')
+    // Traffic does not wake a files-only pause, even with autoResume: envd answers as for any paused sandbox.
+    const envd = await get(sbx.getHost(49983), {}, '/health')
+    assert.equal(envd.status, 502, `envd of a files-only paused sandbox: ${envd.body}`)
+    assert.equal((await sbx.getInfo()).state, 'paused')
+    const again = await sbx.connect()
+    assert.equal(again.sandboxId, sbx.sandboxId)
+    assert.equal(await again.isRunning(), true)
+    const out = await again.commands.run('cat /home/user/f; ls /etc/motd 2>&1 || true; kill -0 $(cat /home/user/pid) 2>/dev/null && echo alive || echo ended')
+    assert.match(out.stdout, /^kept\n.*No such file.*\nended\n$/s)
+    assert.notEqual((await again.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout, boot, 'a fresh boot')
+    assert.equal(await again.files.read('/home/user/f'), 'kept\n')
+  } finally {
+    await sbx.kill()
+  }
+})
+
+test('onTimeout { action: pause, keepMemory: false } pauses files only; connect({ onResume: reboot }) boots a memory pause', async () => {
+  const sbx = await Sandbox.create({ lifecycle: { onTimeout: { action: 'pause', keepMemory: false } }, metadata: { run, kind: 'filesautopause' }, timeoutMs: 3_000 })
+  try {
+    await sbx.files.write('/home/user/marker', 'files')
+    const boot = (await sbx.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout
+    for (const end = Date.now() + budget(30_000); (await sbx.getInfo()).state !== 'paused';) {
+      assert.ok(Date.now() < end, 'the deadline did not pause it')
+      await sleep(200)
+    }
+    await sbx.connect({ timeoutMs: 120_000 })
+    assert.equal(await sbx.files.read('/home/user/marker'), 'files')
+    const booted = (await sbx.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout
+    assert.notEqual(booted, boot)
+    // A memory pause, then a resume asked to reboot: the files, not the processes.
+    await sbx.commands.run('sleep 600 >/dev/null 2>&1 & echo $! > /home/user/pid')
+    assert.equal(await sbx.pause(), true)
+    await sbx.connect({ onResume: 'reboot', timeoutMs: 120_000 })
+    const out = await sbx.commands.run('cat /home/user/marker; echo; kill -0 $(cat /home/user/pid) 2>/dev/null && echo alive || echo ended')
+    assert.equal(out.stdout, 'files\nended\n')
+    assert.notEqual((await sbx.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout, booted)
+  } finally {
+    await sbx.kill()
+  }
+  // As E2B: a files-only auto-pause cannot wake by traffic.
+  const res = await api('POST', '/v2/sandboxes', { templateID: 'base', autoPause: true, autoPauseMemory: false, autoResume: { enabled: true } })
+  assert.equal(res.status, 400, res.text)
+  assert.match(res.text, /autoPauseMemory/)
 })
 
 test('getMetrics returns usage samples', async () => {
