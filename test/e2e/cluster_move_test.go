@@ -99,6 +99,47 @@ func TestClusterResumeAnywhere(t *testing.T) {
 	waitNoObjects(t, st)
 }
 
+// TestClusterPauseFilesAnywhere: a sandbox paused on a without its memory
+// is durable as a memory pause is; with a removed, a resume through b boots
+// it on b or c over its files (its processes ended); its image then leaves
+// the object store.
+func TestClusterPauseFilesAnywhere(t *testing.T) {
+	c, st := startDurableCluster(t, 3)
+	a, b := c.node("a"), c.node("b")
+	id := c.createOn(b, "a")
+	b.sh(t, id, counterScript+"; rm /etc/motd")
+	pid, _ := b.counter(t, id)
+	if code, body := b.do("POST", "/api/sandboxes/"+id+"/pause", map[string]any{"memory": false}, nil); code >= 300 {
+		t.Fatalf("files-only pause through b: %d %s", code, body)
+	}
+	b.waitDurable(t, "/api/sandboxes/"+id)
+	a.crash()
+	c.nodesCLI("remove", "a")
+	c.waitState("a", "removed")
+	for deadline := time.Now().Add(budget(30 * time.Second)); ; time.Sleep(200 * time.Millisecond) {
+		var info sandboxInfo
+		code, body := b.do("POST", "/api/sandboxes/"+id+"/resume", nil, &info)
+		if code == http.StatusOK && info.Status == "running" {
+			break
+		}
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("resume through b after a was removed: %d %s, want running", code, body)
+		}
+	}
+	if w := c.where(b, id); w != "b" && w != "c" {
+		t.Fatalf("resumed on %q, want b or c", w)
+	}
+	out := c.node("c").sh(t, id, "cat /root/file; test -e /etc/motd && echo motd back; kill -0 "+strconv.Itoa(pid)+" 2>/dev/null && echo counter alive; true")
+	if out != "data\n" {
+		t.Fatalf("after the files-only resume on another node: %q, want the file, /etc/motd still deleted and the counter ended", out)
+	}
+	waitNoObjects(t, st)
+	// a comes back: fenced, it removes its copy.
+	a.start()
+	a.waitNoLeaks(t)
+	c.killAll(b)
+}
+
 // previewOK checks that the preview of hostname answers through every
 // node. A client reconnects: right after a move, a node that cached the
 // old owner may answer one 401 (the old owner's proxy no longer knows the

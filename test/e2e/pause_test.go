@@ -12,8 +12,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lizard-build/lizard/internal/codeinterp"
 	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/runtime/gvisor"
+	"github.com/lizard-build/lizard/internal/slowness"
 )
 
 // counterScript starts a process whose count lives only in its memory and
@@ -295,4 +297,96 @@ func TestPausedSurvivesReboot(t *testing.T) {
 	}
 	s.do("DELETE", "/api/sandboxes/"+id, nil, nil)
 	s.waitNoLeaks(t)
+}
+
+// TestPauseFiles: a pause with {"memory": false} keeps the sandbox's files
+// (a template file it deleted stays deleted) and nothing else: while it is
+// paused no process and no cgroup of it is on the host, and its image holds
+// what it wrote, not the 96 MiB a process of it held in memory; the resume
+// boots it (its processes gone, its files there, the same address); a
+// template's start command (the interpreter's server) runs again.
+func TestPauseFiles(t *testing.T) {
+	s := startServer(t, "")
+	id := s.create(t)
+	s.sh(t, id, counterScript+`; rm /etc/motd; head -c 4194304 /dev/urandom > /root/blob; md5sum /root/blob > /root/blob.md5
+nohup python3 -c 'import time; b = bytearray(96 << 20); b[::4096] = b"x" * len(b[::4096]); time.sleep(3600)' >/dev/null 2>&1 &
+sleep 1`)
+	pid, _ := s.counter(t, id)
+	var before sandboxInfo
+	s.do("GET", "/api/sandboxes/"+id, nil, &before)
+	var info struct {
+		sandboxInfo
+		PauseMemory *bool `json:"pauseMemory"`
+	}
+	if code, body := s.do("POST", "/api/sandboxes/"+id+"/pause", map[string]any{"memory": false}, &info); code != 200 || info.Status != "paused" || info.PauseMemory == nil || *info.PauseMemory {
+		t.Fatalf("pause without memory: %d %s", code, body)
+	}
+	// Nothing of it runs on the host, nothing holds its memory.
+	if out, err := exec.Command("pgrep", "-af", id).Output(); err == nil {
+		t.Fatalf("processes of the files-only paused sandbox on the host:\n%s", out)
+	}
+	for _, ctl := range []string{"", "memory", "cpu", "pids"} {
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", ctl, s.names.cgroupParent, id)); err == nil {
+			t.Fatalf("the files-only paused sandbox keeps its cgroup %s", filepath.Join(ctl, s.names.cgroupParent, id))
+		}
+	}
+	image := filepath.Join(s.dataDir, "sandboxes", id, "checkpoint")
+	if size := duBytes(t, image); size > 32<<20 || size < 4<<20 {
+		t.Fatalf("the files-only image is %d bytes: want the 4 MiB written and little more (not the 96 MiB held in memory)", size)
+	}
+	code, body := s.do("POST", "/api/sandboxes/"+id+"/exec", map[string]any{"cmd": "true"}, nil)
+	if code != 409 || !strings.Contains(string(body), "sandbox_not_running") {
+		t.Fatalf("exec in the paused sandbox: %d %s", code, body)
+	}
+	var resumed sandboxInfo
+	if code, body := s.do("POST", "/api/sandboxes/"+id+"/resume", nil, &resumed); code != 200 || resumed.Status != "running" {
+		t.Fatalf("resume: %d %s", code, body)
+	}
+	out := s.sh(t, id, fmt.Sprintf(`md5sum -c /root/blob.md5 >/dev/null && echo blob ok; cat /root/file; test -e /etc/motd && echo motd back; kill -0 %d 2>/dev/null && echo counter alive; hostname -I`, pid))
+	if want := "blob ok\ndata\n"; !strings.HasPrefix(out, want) || strings.Contains(out, "alive") || strings.Contains(out, "motd") {
+		t.Fatalf("after the files-only resume: %q, want the blob and file kept, /etc/motd still deleted and the counter ended", out)
+	}
+
+	// The interpreter's server, the template's start command, runs again.
+	ci, _ := s.createdAt(t, "code-interpreter-v1", "")
+	ready := strings.Join(codeinterp.ReadyCommand(), " ")
+	s.sh(t, ci, ready) // a create answers once it serves
+	if code, body := s.do("POST", "/api/sandboxes/"+ci+"/pause", map[string]any{"memory": false}, nil); code != 200 {
+		t.Fatalf("pause the interpreter without memory: %d %s", code, body)
+	}
+	if code, body := s.do("POST", "/api/sandboxes/"+ci+"/resume", nil, nil); code != 200 {
+		t.Fatalf("resume the interpreter: %d %s", code, body)
+	}
+	var waited execReply
+	code, body = s.do("POST", "/api/sandboxes/"+ci+"/exec", map[string]any{"cmd": "while ! " + ready + "; do sleep 0.1; done", "timeoutMs": slowness.Scale(2 * time.Minute).Milliseconds()}, &waited)
+	if code != 200 || waited.ExitCode != 0 {
+		t.Fatalf("the code interpreter's server after a files-only resume: %d %s", code, body)
+	}
+	for _, id := range []string{id, ci} {
+		if code, body := s.do("DELETE", "/api/sandboxes/"+id, nil, nil); code >= 300 {
+			t.Fatalf("kill %s: %d %s", id, code, body)
+		}
+	}
+	s.waitNoLeaks(t)
+}
+
+// duBytes is the disk space the files under dir take.
+func duBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	var n int64
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			return err
+		}
+		n += st.Blocks * 512
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
