@@ -94,6 +94,7 @@ func benchCheckpoints(ctx context.Context, s *server, raw *rawRunsc, n int, big 
 	resume.note = "runsc: restore --detach from the image + runsc exec true"
 	rs = append(rs, pause, resume)
 
+
 	// snapshot, restore → first exec, warm-pool restore
 	snap := result{name: "snapshot" + suffix}
 	restore := result{name: "restore → first exec" + suffix}
@@ -214,7 +215,13 @@ func benchCheckpoints(ctx context.Context, s *server, raw *rawRunsc, n int, big 
 		fork.note = "runsc: checkpoint --leave-running + that many restores, 4 at a time"
 		rs = append(rs, fork)
 	}
-	return rs, nil
+
+	// Last: a files-only resume ends the processes the rows above keep.
+	files, err := benchFilesPause(ctx, s, raw, id, rid, n, big, suffix)
+	if err != nil {
+		return nil, err
+	}
+	return append(rs, files...), nil
 }
 
 func (s *server) restoreSnapshot(snapID string) (string, error) {
@@ -325,4 +332,96 @@ func (r *rawRunsc) restoreMany(ctx context.Context, img string, n int) ([]string
 		}
 	}
 	return ids, nil
+}
+
+// benchFilesPause measures a files-only pause ({"memory": false}) and its
+// resume → first exec of sandbox id beside runsc fscheckpoint and a boot
+// over its image of container rid, and the resume beside a create of the
+// same template through lizard (the target: a files-only resume costs what
+// a create does). A files-only resume ends the sandbox's processes: a big
+// one is given its 256 MiB holder again before each pause (untimed).
+func benchFilesPause(ctx context.Context, s *server, raw *rawRunsc, id, rid string, n int, big bool, suffix string) ([]result, error) {
+	pause := result{name: "files-only pause" + suffix}
+	resume := result{name: "files-only resume → first exec" + suffix}
+	vsCreate := result{name: "files-only resume vs lizard create → first exec" + suffix}
+	for range n {
+		if big {
+			if err := s.call("POST", "/api/sandboxes/"+id+"/exec", map[string]any{"cmd": hold256}, nil); err != nil {
+				return nil, err
+			}
+			if err := raw.holdMemory(ctx, rid); err != nil {
+				return nil, err
+			}
+		}
+		t := time.Now()
+		if err := s.post("/api/sandboxes/"+id+"/pause", map[string]any{"memory": false}, nil); err != nil {
+			return nil, err
+		}
+		pause.lizard = append(pause.lizard, time.Since(t))
+		t = time.Now()
+		if err := s.post("/api/sandboxes/"+id+"/resume", nil, nil); err != nil {
+			return nil, err
+		}
+		if err := s.execTrue(id); err != nil {
+			return nil, err
+		}
+		d := time.Since(t)
+		resume.lizard = append(resume.lizard, d)
+		vsCreate.lizard = append(vsCreate.lizard, d)
+
+		t = time.Now()
+		cid, err := s.create()
+		if err == nil {
+			err = s.execTrue(cid)
+		}
+		vsCreate.floor = append(vsCreate.floor, time.Since(t))
+		if cid != "" {
+			s.kill(cid)
+		}
+		if err != nil {
+			return nil, err
+		}
+
+		img := filepath.Join(raw.dir, "fs-img")
+		t = time.Now()
+		if out, err := raw.cmd(ctx, "fscheckpoint", "--image-path", img, rid).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("runsc fscheckpoint: %v %s", err, out)
+		}
+		raw.cmd(ctx, "delete", "--force", rid).Run()
+		pause.floor = append(pause.floor, time.Since(t))
+		t = time.Now()
+		if err := raw.bootFrom(ctx, rid, img); err != nil {
+			return nil, err
+		}
+		if err := raw.exec(ctx, rid, nil, "true"); err != nil {
+			return nil, err
+		}
+		resume.floor = append(resume.floor, time.Since(t))
+		os.RemoveAll(img)
+	}
+	pause.note = "runsc: fscheckpoint (the container stops) + delete"
+	resume.note = "runsc: create --fs-restore-image-path + start + runsc exec true"
+	vsCreate.note = "floor: a lizard create of the same template → first exec"
+	return []result{pause, resume, vsCreate}, nil
+}
+
+// bootFrom creates and starts id (its bundle is still in place) afresh
+// over the files of the files-only image img.
+func (r *rawRunsc) bootFrom(ctx context.Context, id, img string) error {
+	cdir := filepath.Join(r.dir, id)
+	log, err := os.OpenFile(filepath.Join(cdir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	c := r.cmd(ctx, "--overlay2", "root:dir="+filepath.Join(cdir, "overlay"), "create", "--fs-restore-image-path", img,
+		"--bundle", filepath.Join(cdir, "bundle"), id)
+	c.Stdout, c.Stderr = log, log
+	if err := c.Run(); err != nil {
+		return fmt.Errorf("runsc create --fs-restore-image-path: %v", err)
+	}
+	if out, err := r.cmd(ctx, "start", id).CombinedOutput(); err != nil {
+		return fmt.Errorf("runsc start: %v %s", err, out)
+	}
+	return nil
 }
