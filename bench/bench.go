@@ -40,7 +40,7 @@ type config struct {
 }
 
 // sections are what -only chooses from.
-var sections = []string{"core", "checkpoints", "restart", "proxy", "volume", "desktop", "templates", "e2b", "egress", "durable", "cluster"}
+var sections = []string{"core", "checkpoints", "restart", "proxy", "volume", "desktop", "templates", "e2b", "egress", "durable", "cluster", "tracing"}
 
 // runs reports whether section is to be measured.
 func (c config) runs(section string) bool {
@@ -76,6 +76,10 @@ func run(ctx context.Context, cfg config) error {
 	if cfg.only == "cluster" {
 		// A cluster of its own: no single-node server beside it.
 		return benchClusterSection(ctx, cfg, os.Stdout, cfg.n)
+	}
+	if cfg.only == "tracing" {
+		// Servers of its own, one with tracing off, one on.
+		return benchTracing(ctx, cfg, os.Stdout, cfg.n*5)
 	}
 	srv, err := startServer(ctx, cfg)
 	if err != nil {
@@ -189,6 +193,13 @@ func run(ctx context.Context, cfg config) error {
 		fmt.Println()
 		if err := benchDurable(ctx, cfg, os.Stdout, max(3, cfg.n/4)); err != nil {
 			return fmt.Errorf("durable: %w", err)
+		}
+	}
+	if cfg.runs("tracing") {
+		srv.stop()
+		fmt.Println()
+		if err := benchTracing(ctx, cfg, os.Stdout, cfg.n*5); err != nil {
+			return fmt.Errorf("tracing: %w", err)
 		}
 	}
 	if cfg.runs("cluster") {

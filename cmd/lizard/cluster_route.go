@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/cluster"
 	"github.com/lizard-build/lizard/internal/proxy"
@@ -68,9 +70,10 @@ func (cr *clusterRouting) hooks() (api.Cluster, proxy.Forwarder) {
 
 // server is the server of --internal-listen: the requests peers forward,
 // to this node's API handler and preview proxy, and their list calls.
-func (cr *clusterRouting) server(apiH, proxyH http.Handler) *http.Server {
+func (cr *clusterRouting) server(apiH, proxyH http.Handler, tp trace.TracerProvider) *http.Server {
 	return &http.Server{
-		Handler:           cluster.InternalHandler(cluster.InternalConfig{Signer: cr.signer, API: apiH, Proxy: proxyH, Local: cr.local, Resume: cr.resume, Pools: cr.pools, Logger: cr.log}),
+		Handler: cluster.InternalHandler(cluster.InternalConfig{Signer: cr.signer, API: apiH, Proxy: proxyH, Local: cr.local, Resume: cr.resume, Pools: cr.pools,
+			Logger: cr.log, Tracing: tp}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"golang.org/x/sys/unix"
 
 	"github.com/lizard-build/lizard/internal/api"
@@ -53,6 +54,7 @@ import (
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
 	"github.com/lizard-build/lizard/internal/tmpldist"
+	"github.com/lizard-build/lizard/internal/tracing"
 	"github.com/lizard-build/lizard/internal/volume"
 	"github.com/lizard-build/lizard/internal/webhook"
 )
@@ -95,6 +97,7 @@ type serveConfig struct {
 	webhookRetryBase                           time.Duration
 	egressCAFiles                              listFlag
 	egressCACert, egressCAKey                  string
+	otlpEndpoint, otlpProtocol                 string
 }
 
 // The default rate limit is far above what a client that waits for its
@@ -168,6 +171,9 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	fs.DurationVar(&c.eventsRetention, "events-retention", events.DefaultRetention, "how long lifecycle events are kept: GET /api/events replays and resumes (Last-Event-ID) within it; at least 1h")
 	fs.Var(&c.webhookAllow, "webhook-allow", "HOST[:PORT] a webhook URL may name although it is on a loopback, link-local or private address (repeatable)")
 	fs.DurationVar(&c.webhookRetryBase, "webhook-retry-base", webhook.DefaultRetryBase, "wait before the first retry of a failed webhook delivery; each next one waits twice as long (at most 1h, with jitter), for 24h after the event")
+	fs.StringVar(&c.otlpEndpoint, "otlp-endpoint", "", "export traces over OTLP to this receiver (http://host:4318 for http/protobuf, http://host:4317 for grpc; https for TLS); "+
+		"default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing (docs/OPERATIONS.md, Tracing)")
+	fs.StringVar(&c.otlpProtocol, "otlp-protocol", "", "grpc or http/protobuf (default: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)")
 	return fs
 }
 
@@ -206,6 +212,27 @@ func serve(ctx context.Context, args []string) error {
 		return fmt.Errorf("--usage-interval %s: must be at least 100ms", c.usageInterval)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// Tracing is set up first so that a setting it cannot honour stops
+	// the start, and shut down last (deferred first): after the servers
+	// stopped and every part closed, its buffered spans are exported.
+	traces, err := tracing.Setup(ctx, tracing.Config{Endpoint: c.otlpEndpoint, Protocol: c.otlpProtocol, Version: lizardVersion()})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := traces.Shutdown(sctx); err != nil {
+			log.Warn("tracing: flushing the last spans", "err", err)
+		}
+	}()
+	if traces.Enabled() {
+		// The SDK reports export failures only through its global
+		// handler.
+		tlog := log.With("component", "tracing")
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { tlog.Warn("tracing", "err", err) }))
+		log.Info("tracing", "export", traces.String())
+	}
 	// Every step until the API listens is timed (debug): a start must reach
 	// its listeners within a second or two whatever the host's load, and
 	// these lines say where the time went when it does not.
@@ -629,7 +656,7 @@ func serve(ctx context.Context, args []string) error {
 	apiHandler = api.Handler(api.Config{E2B: e2bAPI, MCP: mcpHTTP, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Snapshots: snaps, Copies: snaps, Usage: usages, Ports: ports, Desktops: desktops, Schedules: scheds, Networks: networks, Templates: tmpls, Previews: previews, Volumes: vols,
 		Builder:         builder,
 		MaxBuildContext: c.maxBuildContext, Logger: log.With("component", "api"),
-		Metrics: mets, ServeMetrics: mln == nil, Ready: cm.readyChecks(readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm)),
+		Metrics: mets, ServeMetrics: mln == nil, Tracing: traces.TracerProvider(), Ready: cm.readyChecks(readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm)),
 		Disk: guard, KeyStore: st, Sessions: sessions, Dashboard: assets, Cluster: apiCluster, SandboxURL: netm.APIURL(),
 		Secrets: secretSvc, Identity: issuer, Events: evlog, Webhooks: hooks})
 	srv := &http.Server{
@@ -656,7 +683,7 @@ func serve(ctx context.Context, args []string) error {
 	}
 	isrv := &http.Server{}
 	if iln != nil {
-		isrv = routing.server(srv.Handler, psrv.Handler)
+		isrv = routing.server(srv.Handler, psrv.Handler, traces.TracerProvider())
 		go func() { errc <- isrv.Serve(iln) }()
 	}
 	if mln != nil {

@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -93,6 +96,35 @@ func TestEventFlags(t *testing.T) {
 		err := c.validate()
 		if tc.bad == "" && err != nil || tc.bad != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.bad)) {
 			t.Errorf("%v: %v, want an error naming %q", tc.args, err, tc.bad)
+		}
+	}
+}
+
+// TestServeTracingConfig: a tracing setting lizard cannot honour stops
+// serve at start, naming it.
+func TestServeTracingConfig(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "lizard.toml")
+	if err := os.WriteFile(cfg, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		env, val, want string
+		args           []string
+	}{
+		{env: "OTEL_EXPORTER_OTLP_PROTOCOL", val: "http/json", want: `OTEL_EXPORTER_OTLP_PROTOCOL="http/json": want grpc or http/protobuf`},
+		{env: "OTEL_TRACES_SAMPLER", val: "sometimes", want: "OTEL_TRACES_SAMPLER"},
+		{args: []string{"--otlp-endpoint", "collector:4318"}, want: "--otlp-endpoint"},
+		{args: []string{"--otlp-endpoint", "http://127.0.0.1:4318", "--otlp-protocol", "thrift"}, want: "--otlp-protocol"},
+	} {
+		if tc.env != "" {
+			t.Setenv(tc.env, tc.val)
+		}
+		err := serve(context.Background(), append([]string{"--config", cfg, "--data-dir", t.TempDir()}, tc.args...))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s=%s %v: serve: %v, want an error naming %s", tc.env, tc.val, tc.args, err, tc.want)
+		}
+		if tc.env != "" {
+			os.Unsetenv(tc.env)
 		}
 	}
 }

@@ -13,10 +13,15 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/tracing"
 )
 
 // maxErrorBody bounds how much of an error answer the client reads.
@@ -321,7 +326,21 @@ func (c *Client) callQuery(ctx context.Context, path string, query url.Values, o
 
 // do sends one request and returns a 2xx answer; any other answer becomes
 // an error of the agent's class.
-func (c *Client) do(ctx context.Context, method, path string, query url.Values, body io.Reader, ctype string) (*http.Response, error) {
+func (c *Client) do(ctx context.Context, method, path string, query url.Values, body io.Reader, ctype string) (resp *http.Response, err error) {
+	// The span lasts until the answer's body is closed (an exec's
+	// stream), and is named by the route: never the query, which holds
+	// paths.
+	ctx, span := tracing.StartClient(ctx, "agent "+method+" "+route(path))
+	defer func() {
+		if err != nil {
+			tracing.End(span, err)
+			return
+		}
+		if span.IsRecording() {
+			span.SetAttributes(semconv.HTTPResponseStatusCode(resp.StatusCode))
+			resp.Body = &spanBody{ReadCloser: resp.Body, span: span}
+		}
+	}()
 	u := c.base + path
 	if len(query) > 0 {
 		u += "?" + query.Encode()
@@ -334,7 +353,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
 	}
-	resp, err := c.hc.Do(req)
+	resp, err = c.hc.Do(req)
 	if err != nil {
 		// The error names the agent's address: for the log only.
 		return nil, errdefs.WithCause(errdefs.ErrUnavailable, fmt.Sprintf("agent %s %s: the sandbox's agent did not answer", method, path), err)
@@ -344,6 +363,30 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		return nil, responseError(resp)
 	}
 	return resp, nil
+}
+
+// route is path with its process ids as {pid}.
+func route(path string) string {
+	parts := strings.Split(path, "/")
+	for i, p := range parts {
+		if p != "" && strings.Trim(p, "0123456789") == "" {
+			parts[i] = "{pid}"
+		}
+	}
+	return strings.Join(parts, "/")
+}
+
+// spanBody ends an agent call's span when its answer is closed.
+type spanBody struct {
+	io.ReadCloser
+	span trace.Span
+	once sync.Once
+}
+
+func (b *spanBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(func() { b.span.End() })
+	return err
 }
 
 // drain reads and closes a body the caller has no use for, so the

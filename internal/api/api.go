@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/lizard-build/lizard/internal/apikey"
 	"github.com/lizard-build/lizard/internal/disk"
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -77,6 +79,9 @@ type Config struct {
 	// GET /metrics serves them (unauthenticated, like /healthz).
 	Metrics      *metrics.Metrics
 	ServeMetrics bool
+	// Tracing makes each request's server span (internal/tracing), a
+	// child of the trace its traceparent names; nil makes none.
+	Tracing trace.TracerProvider
 	// Ready are what GET /readyz checks.
 	Ready []ReadyCheck
 	// KeyStore manages the project's API keys (/api/keys).
@@ -142,6 +147,7 @@ type server struct {
 	log       *slog.Logger
 	disk      *disk.Guard
 	metrics   *metrics.Metrics
+	tracing   trace.TracerProvider
 	ready     []ReadyCheck
 	sessions  Sessions
 	cluster   Cluster
@@ -158,7 +164,7 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Identity == nil {
 		cfg.Identity = &identity.Issuer{} // off
 	}
-	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, copies: cfg.Copies, networks: cfg.Networks, usage: cfg.Usage, log: cfg.Logger, metrics: cfg.Metrics, ready: cfg.Ready, disk: cfg.Disk,
+	s := &server{keys: cfg.Keys, limiter: cfg.Limiter, sandboxes: cfg.Sandboxes, copies: cfg.Copies, networks: cfg.Networks, usage: cfg.Usage, log: cfg.Logger, metrics: cfg.Metrics, tracing: cfg.Tracing, ready: cfg.Ready, disk: cfg.Disk,
 		sessions: cfg.Sessions, cluster: cfg.Cluster, ids: cfg.Identity, sandboxURL: cfg.SandboxURL}
 	maxBuild := cfg.MaxBuildContext
 	if maxBuild <= 0 {

@@ -7,7 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/lizard-build/lizard/internal/tracing"
 )
 
 // RequestIDHeader carries a request's id: the client's when it sends a
@@ -83,13 +88,27 @@ func (w *recorder) Flush() { http.NewResponseController(w.ResponseWriter).Flush(
 
 func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// logged gives each request its id, turns a panic into a 500 JSON answer,
+// spanAttrs are the ids a request's span carries: its project and the
+// sandbox its route names.
+func spanAttrs(r *http.Request, ri *requestInfo) []attribute.KeyValue {
+	var attrs []attribute.KeyValue
+	if ri.project != "" {
+		attrs = append(attrs, tracing.ProjectID.String(ri.project))
+	}
+	if _, path, _ := strings.Cut(r.Pattern, " "); strings.HasPrefix(path, "/api/sandboxes/{id}") {
+		attrs = append(attrs, tracing.SandboxID.String(r.PathValue("id")))
+	}
+	return attrs
+}
+
+// logged gives each request its id, starts its span, turns a panic into a 500 JSON answer,
 // logs one line per request and counts it in the metrics. Only the route
 // pattern is logged and counted, never the query (a preview token may be
 // in one) or headers (API keys).
 func (s *server) logged(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
+		r, span := tracing.StartServer(s.tracing, r)
 		id := requestID(r)
 		w.Header().Set(RequestIDHeader, id)
 		ri := &requestInfo{}
@@ -114,6 +133,7 @@ func (s *server) logged(next http.Handler) http.Handler {
 				slog.String("method", r.Method), slog.String("route", r.Pattern), slog.Int("status", status),
 				slog.Int64("bytes", rec.bytes), slog.Float64("duration_ms", float64(took.Microseconds())/1000),
 				slog.String("project", ri.project), slog.String("request_id", id))
+			tracing.EndServer(span, r.Method, r.Pattern, status, spanAttrs(r, ri)...)
 		}()
 		next.ServeHTTP(rec, r)
 	})

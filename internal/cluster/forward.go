@@ -14,10 +14,14 @@ import (
 	"sync"
 	"time"
 
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/tcpdial"
+	"github.com/lizard-build/lizard/internal/tracing"
 )
 
 // Defaults of RouterConfig.
@@ -130,6 +134,8 @@ func NewRouter(cfg RouterConfig) *Router {
 			if t.requestID != "" {
 				pr.Out.Header.Set(api.RequestIDHeader, t.requestID)
 			}
+			// The owner's server span is a child of this hop's.
+			tracing.Inject(pr.Out.Context(), pr.Out.Header)
 			rt.cfg.Signer.sign(pr.Out, t.kind)
 		},
 		Transport: cfg.Transport,
@@ -138,6 +144,7 @@ func NewRouter(cfg RouterConfig) *Router {
 		FlushInterval: -1,
 		ModifyResponse: func(resp *http.Response) error {
 			t := resp.Request.Context().Value(hopKey{}).(*hop)
+			trace.SpanFromContext(resp.Request.Context()).SetAttributes(semconv.HTTPResponseStatusCode(resp.StatusCode))
 			if t.requestID != "" {
 				// This node's answer carries it already.
 				resp.Header.Del(api.RequestIDHeader)
@@ -301,7 +308,9 @@ func (rt *Router) send(w http.ResponseWriter, r *http.Request, t *hop) error {
 	// A client may still be sending its body while the answer streams
 	// (E2B's envd streams, uploads answered early).
 	_ = http.NewResponseController(w).EnableFullDuplex()
-	rt.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), hopKey{}, t)))
+	ctx, span := tracing.StartClient(r.Context(), "forward "+t.kind, semconv.ServerAddress(t.addr), tracing.SandboxID.String(t.sandbox))
+	rt.rp.ServeHTTP(w, r.WithContext(context.WithValue(ctx, hopKey{}, t)))
+	tracing.End(span, t.err)
 	if errors.Is(t.err, errMoved) {
 		return errMoved
 	}

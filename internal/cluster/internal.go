@@ -12,6 +12,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lizard-build/lizard/internal/tracing"
 )
 
 // Headers of a request between nodes. The signature covers the time, the
@@ -132,6 +136,10 @@ type InternalConfig struct {
 	// Pools adopts and drops peers' warm pools here (pools.go).
 	Pools  PoolHost
 	Logger *slog.Logger
+	// Tracing makes the server spans of the /internal/v1 calls, children
+	// of the calling node's (the API and the proxy make their own); nil
+	// makes none.
+	Tracing trace.TracerProvider
 }
 
 // msgUnauthorized is the one answer to every request that is not signed
@@ -182,9 +190,27 @@ func InternalHandler(cfg InternalConfig) http.Handler {
 		case kind == kindProxy && cfg.Proxy != nil:
 			cfg.Proxy.ServeHTTP(w, r)
 		case kind == kindInternal && strings.HasPrefix(r.URL.Path, "/internal/v1/"):
-			internal.ServeHTTP(w, r)
+			r, span := tracing.StartServer(cfg.Tracing, r)
+			sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+			internal.ServeHTTP(sw, r)
+			tracing.EndServer(span, r.Method, r.Pattern, sw.status, tracing.Node.String(node))
 		default:
 			http.Error(w, fmt.Sprintf("internal listener: nothing serves %s %s of kind %q", r.Method, r.URL.Path, kind), http.StatusNotFound)
 		}
 	})
+}
+
+// statusWriter remembers the status of an /internal/v1 answer for its
+// span.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	if !w.wrote {
+		w.status, w.wrote = status, true
+	}
+	w.ResponseWriter.WriteHeader(status)
 }

@@ -14,11 +14,14 @@ import (
 	"sync"
 	"time"
 
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/snapshot"
 	"github.com/lizard-build/lizard/internal/sandbox/usage"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/tracing"
 	"github.com/lizard-build/lizard/internal/volume"
 )
 
@@ -216,10 +219,13 @@ func mayHoldLive(n store.Node) bool {
 func (rt *Router) internalCall(ctx context.Context, method string, n store.Node, uri string, timeout time.Duration, v any) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	ctx, span := tracing.StartClient(ctx, "internal "+method, tracing.Node.String(n.Name), semconv.ServerAddress(n.Address))
+	defer span.End()
 	req, err := http.NewRequestWithContext(ctx, method, "http://"+n.Address+uri, nil)
 	if err != nil {
 		return err
 	}
+	tracing.Inject(ctx, req.Header)
 	rt.cfg.Signer.sign(req, kindInternal)
 	resp, err := rt.client.Do(req)
 	if err != nil {

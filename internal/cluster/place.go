@@ -15,10 +15,13 @@ import (
 	"strings"
 	"time"
 
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+
 	"github.com/lizard-build/lizard/internal/api"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
+	"github.com/lizard-build/lizard/internal/tracing"
 )
 
 // K is how many candidates placement samples before taking the freest
@@ -246,8 +249,15 @@ func (rt *Router) createOn(w http.ResponseWriter, r *http.Request, n store.Node,
 	if id := w.Header().Get(api.RequestIDHeader); id != "" {
 		req.Header.Set(api.RequestIDHeader, id)
 	}
+	ctx, span := tracing.StartClient(ctx, "forward create", tracing.Node.String(n.Name), semconv.ServerAddress(n.Address))
+	req = req.WithContext(ctx)
+	tracing.Inject(ctx, req.Header)
 	rt.cfg.Signer.sign(req, kindAPI)
 	resp, err := rt.client.Do(req)
+	if err == nil {
+		span.SetAttributes(semconv.HTTPResponseStatusCode(resp.StatusCode))
+	}
+	defer tracing.End(span, err)
 	if err != nil {
 		var op *net.OpError
 		if errors.As(err, &op) && op.Op == "dial" {

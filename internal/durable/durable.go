@@ -43,6 +43,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/objstore"
+	"github.com/lizard-build/lizard/internal/tracing"
 )
 
 // ChunkSize is the uncompressed size of a blob (the last of a file may be
@@ -153,7 +154,9 @@ func ValidName(name string) bool {
 // there, then the manifest. dir must not change meanwhile. Upload again
 // replaces the manifest. A failed or canceled Upload leaves no manifest
 // (blobs it stored are swept by a later Delete).
-func (im *Images) Upload(ctx context.Context, name, dir string) (Manifest, error) {
+func (im *Images) Upload(ctx context.Context, name, dir string) (_ Manifest, err error) {
+	ctx, span := tracing.Start(ctx, "durable upload", tracing.Image.String(name))
+	defer func() { tracing.End(span, err) }()
 	if !ValidName(name) {
 		return Manifest{}, fmt.Errorf("image name %q: %w", name, errdefs.ErrInvalid)
 	}
@@ -161,7 +164,7 @@ func (im *Images) Upload(ctx context.Context, name, dir string) (Manifest, error
 	if b, err := os.ReadFile(filepath.Join(dir, CheckpointFile)); err == nil && json.Valid(b) {
 		m.Checkpoint = json.RawMessage(b)
 	}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -376,7 +379,9 @@ func corrupt(key, name, why string) error {
 // with code corrupt_object naming the object, and leaves no dir; a store
 // that does not answer, errdefs.ErrUnavailable; no such image,
 // errdefs.ErrNotFound.
-func (im *Images) Materialize(ctx context.Context, name, dir string) (Manifest, error) {
+func (im *Images) Materialize(ctx context.Context, name, dir string) (_ Manifest, err error) {
+	ctx, span := tracing.Start(ctx, "durable materialize", tracing.Image.String(name))
+	defer func() { tracing.End(span, err) }()
 	m, err := im.Stat(ctx, name)
 	if err != nil {
 		return m, err

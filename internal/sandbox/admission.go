@@ -8,6 +8,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/tracing"
 	"github.com/lizard-build/lizard/internal/volume"
 )
 
@@ -133,7 +134,9 @@ func fmtGiB(gb float64) string { return store.FormatGiB(gb) }
 // admit decides, without reserving, whether n more sandboxes of rec's size
 // would fit now: the early refusal of work that reserves later (a fork's
 // copies, a start from a ready state).
-func (s *Service) admit(ctx context.Context, project string, need usage) error {
+func (s *Service) admit(ctx context.Context, project string, need usage) (err error) {
+	ctx, span := tracing.Start(ctx, "admission", tracing.ProjectID.String(project))
+	defer func() { tracing.End(span, err) }()
 	lim, err := s.limits(ctx, project)
 	if err != nil {
 		return err
@@ -151,6 +154,8 @@ func (s *Service) admit(ctx context.Context, project string, need usage) error {
 // until release is called, which the launch does once the sandbox is live
 // (or gone). The decision and the reservation are one critical section.
 func (s *Service) reserve(ctx context.Context, rec Record) (release func(), err error) {
+	ctx, span := tracing.Start(ctx, "admission", tracing.SandboxID.String(rec.ID), tracing.ProjectID.String(rec.ProjectID))
+	defer func() { tracing.End(span, err) }()
 	lim, err := s.limits(ctx, rec.ProjectID)
 	if err != nil {
 		return nil, err

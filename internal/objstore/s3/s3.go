@@ -20,9 +20,11 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/objstore"
+	"github.com/lizard-build/lizard/internal/tracing"
 )
 
 // PartSize is the part of a streamed upload held in memory at a time.
@@ -163,8 +165,14 @@ func Open(raw string) (*Store, error) {
 // String names the bucket (no credentials).
 func (s *Store) String() string { return "s3://" + s.bucket + "/" + s.prefix }
 
+// objectKey is the attribute of an object's key in spans (keys are
+// content digests and image names, never contents).
+const objectKey = attribute.Key("lizard.object.key")
+
 // Put implements objstore.Store.
-func (s *Store) Put(ctx context.Context, key string, r io.Reader) (objstore.Info, error) {
+func (s *Store) Put(ctx context.Context, key string, r io.Reader) (_ objstore.Info, err error) {
+	ctx, span := tracing.StartClient(ctx, "objstore put", objectKey.String(key))
+	defer func() { tracing.End(span, err) }()
 	size := int64(-1)
 	if l, ok := r.(interface{ Len() int }); ok {
 		// In memory already (bytes.Buffer, bytes.Reader): one request, no
@@ -178,11 +186,15 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader) (objstore.Info
 	if err != nil {
 		return objstore.Info{}, classify("put", key, err)
 	}
+	span.SetAttributes(tracing.Bytes.Int64(info.Size))
 	return objstore.Info{Key: key, Size: info.Size, Modified: info.LastModified}, nil
 }
 
 // Get implements objstore.Store.
-func (s *Store) Get(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+func (s *Store) Get(ctx context.Context, key string, off, n int64) (_ io.ReadCloser, err error) {
+	// Until the answer's headers: the bytes are read by the caller.
+	ctx, span := tracing.StartClient(ctx, "objstore get", objectKey.String(key))
+	defer func() { tracing.End(span, err) }()
 	var opts minio.GetObjectOptions
 	if off < 0 || n == 0 {
 		return nil, fmt.Errorf("get %q: range %d+%d: %w", key, off, n, errdefs.ErrInvalid)

@@ -12,6 +12,7 @@ import (
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/runtime"
+	"github.com/lizard-build/lizard/internal/tracing"
 )
 
 var (
@@ -58,7 +59,9 @@ func (r *Runtime) rawStatus(ctx context.Context, id string) string {
 func (r *Runtime) save(ctx context.Context, id, image string) error {
 	tmp := image + tmpSuffix
 	os.RemoveAll(tmp)
-	err := r.runsc(ctx, nil, "checkpoint", "--leave-running", "--image-path", tmp, id)
+	cctx, span := tracing.Start(ctx, "runsc checkpoint", tracing.SandboxID.String(id))
+	err := r.runsc(cctx, nil, "checkpoint", "--leave-running", "--image-path", tmp, id)
+	tracing.End(span, err)
 	if err == nil {
 		err = r.writeManifest(ctx, id, tmp, false)
 	}
@@ -75,7 +78,9 @@ func (r *Runtime) save(ctx context.Context, id, image string) error {
 }
 
 // Pause implements runtime.Checkpointer.
-func (r *Runtime) Pause(ctx context.Context, id string) error {
+func (r *Runtime) Pause(ctx context.Context, id string) (err error) {
+	ctx, span := tracing.Start(ctx, "runtime pause", tracing.SandboxID.String(id))
+	defer func() { tracing.End(span, err) }()
 	if err := r.ready(ctx); err != nil {
 		return err
 	}
@@ -120,7 +125,9 @@ func (r *Runtime) IsFilesImage(dir string) bool {
 // the image is complete (renamed from .tmp) and state.json says paused
 // before the container goes, so a crash in between leaves the sandbox
 // either running or paused.
-func (r *Runtime) PauseFiles(ctx context.Context, id string) error {
+func (r *Runtime) PauseFiles(ctx context.Context, id string) (err error) {
+	ctx, span := tracing.Start(ctx, "runtime pause files", tracing.SandboxID.String(id))
+	defer func() { tracing.End(span, err) }()
 	if err := r.ready(ctx); err != nil {
 		return err
 	}
@@ -165,7 +172,9 @@ func (r *Runtime) PauseFiles(ctx context.Context, id string) error {
 func (r *Runtime) PauseImage(id string) string { return filepath.Join(r.dir(id), checkpointDir) }
 
 // Resume implements runtime.Checkpointer.
-func (r *Runtime) Resume(ctx context.Context, id string) error {
+func (r *Runtime) Resume(ctx context.Context, id string) (err error) {
+	ctx, span := tracing.Start(ctx, "runtime resume", tracing.SandboxID.String(id))
+	defer func() { tracing.End(span, err) }()
 	if err := r.ready(ctx); err != nil {
 		return err
 	}
@@ -193,7 +202,10 @@ func (r *Runtime) Resume(ctx context.Context, id string) error {
 		return fmt.Errorf("clear the way for resume: %w", err)
 	}
 	// After a reboot the namespace (on /run) is gone; the address is kept.
-	if err := r.cfg.Network.Rebuild(id, st.Endpoint, st.Egress); err != nil {
+	_, nspan := tracing.Start(ctx, "network rebuild", tracing.SandboxID.String(id))
+	err = r.cfg.Network.Rebuild(id, st.Endpoint, st.Egress)
+	tracing.End(nspan, err)
+	if err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
 	console, err := os.OpenFile(filepath.Join(r.dir(id), "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -222,7 +234,9 @@ func (r *Runtime) Resume(ctx context.Context, id string) error {
 // restore brings container st.ID up from image. runsc takes the addresses
 // off the veth when a sandbox boots, so they are put back first. A failed
 // restore leaves no container behind.
-func (r *Runtime) restore(ctx context.Context, st state, image string, console *os.File) error {
+func (r *Runtime) restore(ctx context.Context, st state, image string, console *os.File) (err error) {
+	ctx, span := tracing.Start(ctx, "runsc restore", tracing.SandboxID.String(st.ID))
+	defer func() { tracing.End(span, err) }()
 	if err := network.ConfigureInside(st.Endpoint); err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
@@ -239,13 +253,15 @@ func (r *Runtime) restore(ctx context.Context, st state, image string, console *
 // boot creates and starts container st.ID afresh from its bundle over the
 // files of the files-only image: the resume of a sandbox PauseFiles
 // paused. A failed boot leaves no container behind.
-func (r *Runtime) boot(ctx context.Context, st state, image string, console *os.File) error {
+func (r *Runtime) boot(ctx context.Context, st state, image string, console *os.File) (err error) {
+	ctx, span := tracing.Start(ctx, "runsc boot over files", tracing.SandboxID.String(st.ID))
+	defer func() { tracing.End(span, err) }()
 	if err := network.ConfigureInside(st.Endpoint); err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
 	args := append(r.overlayFlag(st), "create", "--fs-restore-image-path", image,
 		"--bundle", filepath.Join(r.dir(st.ID), "bundle"), st.ID)
-	err := r.runsc(ctx, console, args...)
+	err = r.runsc(ctx, console, args...)
 	if err != nil {
 		err = fmt.Errorf("runsc create: %w", err)
 	} else if err = r.runsc(ctx, console, "start", st.ID); err != nil {
@@ -260,7 +276,9 @@ func (r *Runtime) boot(ctx context.Context, st state, image string, console *os.
 }
 
 // Snapshot implements runtime.Checkpointer.
-func (r *Runtime) Snapshot(ctx context.Context, id, dir string) error {
+func (r *Runtime) Snapshot(ctx context.Context, id, dir string) (err error) {
+	ctx, span := tracing.Start(ctx, "runtime snapshot", tracing.SandboxID.String(id))
+	defer func() { tracing.End(span, err) }()
 	if err := r.ready(ctx); err != nil {
 		return err
 	}
@@ -290,7 +308,9 @@ func (r *Runtime) notRunning(ctx context.Context, id string, err error) error {
 }
 
 // Restore implements runtime.Checkpointer.
-func (r *Runtime) Restore(ctx context.Context, spec runtime.Spec, dir string) (runtime.Sandbox, error) {
+func (r *Runtime) Restore(ctx context.Context, spec runtime.Spec, dir string) (sb runtime.Sandbox, err error) {
+	ctx, span := tracing.Start(ctx, "runtime restore", tracing.SandboxID.String(spec.ID))
+	defer func() { tracing.End(span, err) }()
 	if _, err := os.Stat(filepath.Join(dir, runtime.ImageFile)); err != nil && !r.IsFilesImage(dir) {
 		return runtime.Sandbox{}, errdefs.WithCause(errdefs.ErrNotFound, "the checkpoint image is missing", fmt.Errorf("image %s: %w", dir, err))
 	}

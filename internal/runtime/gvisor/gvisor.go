@@ -31,6 +31,7 @@ import (
 	"github.com/lizard-build/lizard/internal/reaper"
 	"github.com/lizard-build/lizard/internal/runtime"
 	"github.com/lizard-build/lizard/internal/stray"
+	"github.com/lizard-build/lizard/internal/tracing"
 )
 
 // Config wires the backend.
@@ -186,7 +187,9 @@ func (r *Runtime) cgroupPath(id string) string { return cgroupPath(r.cfg.CgroupP
 func cgroupPath(parent, id string) string { return "/" + parent + "/" + id }
 
 // Create implements runtime.Runtime.
-func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
+func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (sb runtime.Sandbox, err error) {
+	ctx, span := tracing.Start(ctx, "runtime create", tracing.SandboxID.String(spec.ID))
+	defer func() { tracing.End(span, err) }()
 	return r.make(ctx, spec, "")
 }
 
@@ -225,7 +228,9 @@ func (r *Runtime) make(ctx context.Context, spec runtime.Spec, image string) (sb
 			return sb, err
 		}
 	}
+	_, nspan := tracing.Start(ctx, "network setup", tracing.SandboxID.String(spec.ID))
 	ep, err := r.cfg.Network.Setup(spec.ID, spec.Egress)
+	tracing.End(nspan, err)
 	if err != nil {
 		return sb, fmt.Errorf("network: %w", err)
 	}
@@ -285,7 +290,10 @@ func (r *Runtime) make(ctx context.Context, spec runtime.Spec, image string) (sb
 		return runtime.Sandbox{ID: spec.ID, State: runtime.StateRunning, Addr: ep.Addr, Agent: agentAt(ep.Addr)}, nil
 	}
 	args := append(r.overlayFlag(st), "create", "--bundle", filepath.Join(dir, "bundle"), spec.ID)
-	if err := r.runsc(ctx, console, args...); err != nil {
+	cctx, cspan := tracing.Start(ctx, "runsc create", tracing.SandboxID.String(spec.ID))
+	err = r.runsc(cctx, console, args...)
+	tracing.End(cspan, err)
+	if err != nil {
 		return sb, fmt.Errorf("runsc create: %w", err)
 	}
 	return runtime.Sandbox{ID: spec.ID, State: runtime.StateCreated, Addr: ep.Addr, Agent: agentAt(ep.Addr)}, nil
@@ -298,7 +306,9 @@ func (r *Runtime) overlayFlag(st state) []string {
 }
 
 // Start implements runtime.Runtime.
-func (r *Runtime) Start(ctx context.Context, id string) error {
+func (r *Runtime) Start(ctx context.Context, id string) (err error) {
+	ctx, span := tracing.Start(ctx, "runtime start", tracing.SandboxID.String(id))
+	defer func() { tracing.End(span, err) }()
 	if err := r.ready(ctx); err != nil {
 		return err
 	}
@@ -307,7 +317,7 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	}
 	// Start first and ask why only when it fails: a runsc state before
 	// every start costs a create one more runsc run.
-	err := r.runsc(ctx, nil, "start", id)
+	err = r.runsc(ctx, nil, "start", id)
 	if err == nil {
 		return nil
 	}
