@@ -37,10 +37,12 @@ type config struct {
 	bridge, subnet string
 	// slowness: measure only the tests' slowness factor (printSlowness).
 	slowness bool
+	// sleepers is how many sandboxes the sleep section puts to sleep.
+	sleepers int
 }
 
 // sections are what -only chooses from.
-var sections = []string{"core", "checkpoints", "restart", "proxy", "volume", "desktop", "templates", "e2b", "egress", "durable", "cluster", "tracing"}
+var sections = []string{"core", "checkpoints", "restart", "proxy", "volume", "desktop", "templates", "e2b", "egress", "durable", "cluster", "tracing", "sleep"}
 
 // runs reports whether section is to be measured.
 func (c config) runs(section string) bool {
@@ -200,6 +202,13 @@ func run(ctx context.Context, cfg config) error {
 		fmt.Println()
 		if err := benchTracing(ctx, cfg, os.Stdout, cfg.n*5); err != nil {
 			return fmt.Errorf("tracing: %w", err)
+		}
+	}
+	if cfg.runs("sleep") {
+		srv.stop()
+		fmt.Println()
+		if err := benchSleep(ctx, cfg, os.Stdout, max(3, cfg.n/2), cfg.sleepers); err != nil {
+			return fmt.Errorf("sleep: %w", err)
 		}
 	}
 	if cfg.runs("cluster") {

@@ -94,7 +94,6 @@ func benchCheckpoints(ctx context.Context, s *server, raw *rawRunsc, n int, big 
 	resume.note = "runsc: restore --detach from the image + runsc exec true"
 	rs = append(rs, pause, resume)
 
-
 	// snapshot, restore → first exec, warm-pool restore
 	snap := result{name: "snapshot" + suffix}
 	restore := result{name: "restore → first exec" + suffix}

@@ -2,7 +2,7 @@
 // work, and prints a table (min, median, p95 over N runs, and the ratio of
 // medians). It starts its own `lizard serve` on a scratch data directory.
 //
-//	go run ./bench [-n 20] [-runsc PATH] [-template-dir DIR] [-only core,checkpoints,restart,proxy,volume,desktop,templates,e2b,egress,durable,cluster,tracing]
+//	go run ./bench [-n 20] [-runsc PATH] [-template-dir DIR] [-only core,checkpoints,restart,proxy,volume,desktop,templates,e2b,egress,durable,cluster,tracing,sleep] [-sleepers 1000]
 //
 // With -slowness it measures only raw runsc's create → first exec and
 // prints this machine's slowness factor for the tests (internal/slowness;
@@ -29,6 +29,7 @@ func main() {
 	flag.StringVar(&cfg.only, "only", "", "measure only these sections, comma-separated: "+strings.Join(sections, ", "))
 	flag.StringVar(&cfg.bridge, "bridge", "lizardb0", "the bench server's sandbox bridge")
 	flag.StringVar(&cfg.subnet, "subnet", "10.254.0.0/16", "the bench server's sandbox subnet")
+	flag.IntVar(&cfg.sleepers, "sleepers", 1000, "sandboxes the sleep section puts to sleep files-only at once")
 	flag.BoolVar(&cfg.slowness, "slowness", false, "print only this machine's slowness factor for the tests: raw runsc create → first exec over the reference machine's (internal/slowness), at least 1")
 	flag.Parse()
 	if err := run(ctx, cfg); err != nil {
