@@ -160,14 +160,10 @@ func benchSleepers(s *server, w io.Writer, count int) error {
 	}
 	time.Sleep(2 * time.Second) // the freed memory settles
 	memAfter, procsAfter := hostMemUsed(), hostProcs()
-	asleep := map[string]bool{}
-	for _, id := range ids {
-		asleep[id] = true
-	}
 	held := 0 // processes that name a sleeping sandbox (runsc's do)
 	for _, cmd := range procCmdlines() {
-		for _, f := range strings.Fields(cmd) {
-			if asleep[filepath.Base(f)] {
+		for _, id := range ids {
+			if strings.Contains(cmd, id) {
 				held++
 				break
 			}
