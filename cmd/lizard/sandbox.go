@@ -26,7 +26,7 @@ const sandboxUsage = `usage: lizard sandbox COMMAND (the API at $LIZARD_API_URL,
   shell ID [--cmd CMD]                          an interactive terminal (exit with the shell's status)
   logs ID [-f] [--tail N] [--json]              the sandbox's log (-f: follow)
   cp SRC DST                                    one of them ID:/path; - is stdin or stdout
-  pause ID | resume ID [--json]
+  pause ID [--files-only] | resume ID [--json]
   snapshot ID [--name N] [--json]               print the snapshot's id
   schedule ls|add|info|set|run|runs|rm ...      schedules (lizard sandbox schedule help)
   kill ID... [--json]`
@@ -236,11 +236,19 @@ func sandboxInfo(ctx context.Context, c *apiclient.Client, args []string) error 
 func sandboxLifecycle(op string) func(context.Context, *apiclient.Client, []string) error {
 	return func(ctx context.Context, c *apiclient.Client, args []string) error {
 		fs, asJSON := sandboxFlags(op)
+		var filesOnly *bool
+		if op == "pause" {
+			filesOnly = fs.Bool("files-only", false, "keep its files only: its processes end, its memory is freed, a resume boots it")
+		}
 		id, err := oneID(fs, args)
 		if err != nil {
 			return err
 		}
-		raw, err := c.Call(ctx, http.MethodPost, apiclient.SandboxPath(id, "/", op), nil)
+		var body any
+		if filesOnly != nil && *filesOnly {
+			body = map[string]any{"memory": false}
+		}
+		raw, err := c.Call(ctx, http.MethodPost, apiclient.SandboxPath(id, "/", op), body)
 		if err != nil {
 			return err
 		}

@@ -338,6 +338,17 @@ func TestHTTPCheckpoints(t *testing.T) {
 	if st := status(call(t, cs, "resume_sandbox", map[string]any{"sandboxId": id})); st != "running" {
 		t.Fatalf("resume_sandbox: status %q", st)
 	}
+	var paused struct {
+		Status      string `json:"status"`
+		PauseMemory *bool  `json:"pauseMemory"`
+	}
+	structured(t, call(t, cs, "pause_sandbox", map[string]any{"sandboxId": id, "filesOnly": true}), &paused)
+	if paused.Status != "paused" || paused.PauseMemory == nil || *paused.PauseMemory {
+		t.Fatalf("pause_sandbox filesOnly: %+v", paused)
+	}
+	if st := status(call(t, cs, "resume_sandbox", map[string]any{"sandboxId": id})); st != "running" {
+		t.Fatalf("resume_sandbox after a files-only pause: status %q", st)
+	}
 	var snap struct {
 		ID   string `json:"id"`
 		Name string `json:"name"`

@@ -24,6 +24,11 @@ type sandboxRef struct {
 	SandboxID string `json:"sandboxId" jsonschema:"the sandbox's id (sandboxId of create_sandbox or list_sandboxes)"`
 }
 
+type pauseIn struct {
+	SandboxID string `json:"sandboxId" jsonschema:"the sandbox's id (sandboxId of create_sandbox or list_sandboxes)"`
+	FilesOnly bool   `json:"filesOnly,omitempty" jsonschema:"keep only its files: its processes end and resume_sandbox boots it afresh (default false: memory and processes are kept)"`
+}
+
 type createIn struct {
 	Template       string            `json:"template,omitempty" jsonschema:"the template: base (Debian with a shell), python, node, code-interpreter-v1 (needed by run_code), desktop (needed by the desktop tools), or one of the project's own"`
 	Size           string            `json:"size,omitempty" jsonschema:"the machine size: nano (0.5 vCPU, 1 GB), mini (1, 2 GB), small (2, 4 GB), medium (4, 8 GB), large (8, 16 GB), big (16, 32 GB)"`
@@ -109,9 +114,13 @@ func (t *tools) addSandboxTools(s *sdk.Server) {
 			return textResult(fmt.Sprintf("sandbox %s is killed in %d s", in.SandboxID, in.TimeoutSeconds), nil), nil
 		})
 	addTool(s, "pause_sandbox", "Pause a sandbox",
-		"Pause a sandbox: its memory, processes and files are saved and it stops using CPU and memory until resume_sandbox.",
-		sets, sandboxIDs, func(ctx context.Context, req *sdk.CallToolRequest, in sandboxRef) (*sdk.CallToolResult, error) {
-			return t.long(ctx, req, "pausing sandbox "+in.SandboxID, http.MethodPost, apiclient.SandboxPath(in.SandboxID, "/pause"), nil, "sandbox")
+		"Pause a sandbox: its memory, processes and files are saved (with filesOnly, its files only) and it stops using CPU and memory until resume_sandbox.",
+		sets, sandboxIDs, func(ctx context.Context, req *sdk.CallToolRequest, in pauseIn) (*sdk.CallToolResult, error) {
+			var body any
+			if in.FilesOnly {
+				body = map[string]any{"memory": false}
+			}
+			return t.long(ctx, req, "pausing sandbox "+in.SandboxID, http.MethodPost, apiclient.SandboxPath(in.SandboxID, "/pause"), body, "sandbox")
 		})
 	addTool(s, "resume_sandbox", "Resume a sandbox",
 		"Resume a paused sandbox where it was paused: same processes, files and id.",

@@ -85,6 +85,8 @@ var (
 // Check refuses hostport (host or host:port) unless it is allowed or
 // every address its host resolves to is public. A refusal wraps
 // ErrRefused; a name that does not resolve is the resolver's error.
+// "localhost" and names under it are loopback by definition (RFC 6761)
+// and refused without asking a resolver, which may not know them.
 func (p *Policy) Check(ctx context.Context, hostport string) error {
 	host, port := hostport, ""
 	if h, pt, err := net.SplitHostPort(hostport); err == nil {
@@ -92,6 +94,9 @@ func (p *Policy) Check(ctx context.Context, hostport string) error {
 	}
 	if p.Allowed(host, port) {
 		return nil
+	}
+	if name := strings.TrimSuffix(strings.ToLower(host), "."); name == "localhost" || strings.HasSuffix(name, ".localhost") {
+		return fmt.Errorf("%s: %w", host, ErrRefused)
 	}
 	if a, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
 		if Refused(a) {

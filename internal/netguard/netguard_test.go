@@ -33,7 +33,9 @@ func TestCheck(t *testing.T) {
 	for dest, refused := range map[string]bool{
 		"127.0.0.1:5000":         false, // allowed
 		"127.0.0.1:5001":         true,  // another port
-		"localhost:5000":         true,  // resolves to loopback
+		"localhost:5000":         true,  // loopback without a resolver (RFC 6761)
+		"LocalHost.:9":           true,
+		"registry.localhost":     true,
 		"169.254.169.254":        true,
 		"[::1]:5000":             true,
 		"registry.internal":      false, // allowed at any port

@@ -182,10 +182,10 @@ func testSchedules(t *testing.T, ctx context.Context, open func() store.Store) {
 		runs[0].Output != "out" || !runs[0].Woke || !runs[0].Slept || runs[0].EndedAt == nil || runs[0].DurationMs == nil || *runs[0].DurationMs != 2000 {
 		t.Fatalf("the ended run: %+v %v", runs, err)
 	}
-	if r, err := st.ClaimRun(ctx, claimOf(a, "run_2", ts(130), ts(190))); err != nil || r != store.Claimed {
+	if r, err := st.ClaimRun(ctx, claimOf(a, "run_second", ts(130), ts(190))); err != nil || r != store.Claimed {
 		t.Fatalf("claim after the run ended: %v %v", r, err)
 	}
-	end("run_2", store.RunTimeout, true)
+	end("run_second", store.RunTimeout, true)
 	got, _ = st.Schedule(ctx, "sch_a")
 	if got.Enabled || got.DisabledReason != "failed twice" || got.NextRunAt != nil || got.ConsecutiveFailures != 2 {
 		t.Fatalf("after two failures in a row: %+v, want it off", got)
