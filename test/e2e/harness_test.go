@@ -259,8 +259,10 @@ func (s *server) launch() error {
 		s.cmd = exec.Command("nsenter", append([]string{"--net=" + s.node.path, "--", filepath.Join(s.bin, "lizard")}, args...)...)
 	}
 	s.cmd.Env = append(os.Environ(), "LIZARD_API_KEY="+s.key)
-	s.cmd.Stdout = &logWriter{s: s}
-	s.cmd.Stderr = &logWriter{s: s}
+	// One writer for both, so that exec gives the server one pipe and its
+	// log keeps the order the server wrote in.
+	w := &logWriter{s: s}
+	s.cmd.Stdout, s.cmd.Stderr = w, w
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := s.cmd.Start(); err != nil {
 		return err

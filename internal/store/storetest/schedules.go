@@ -207,12 +207,12 @@ func testSchedules(t *testing.T, ctx context.Context, open func() store.Store) {
 	if ids := due(ts(0)); len(ids) != 1 || ids[0] != "sch_a" {
 		t.Fatalf("due with a run asked for: %v, want sch_a", ids)
 	}
-	req := claimOf(a, "run_3", ts(200), time.Time{})
+	req := claimOf(a, "run_asked", ts(200), time.Time{})
 	req.Requested = true
 	if r, err := other.ClaimRun(ctx, req); err != nil || r != store.Claimed {
 		t.Fatalf("claim of the requested run: %v %v", r, err)
 	}
-	req.Run.ID = "run_4"
+	req.Run.ID = "run_asked2"
 	if r, err := st.ClaimRun(ctx, req); err != nil || r != store.ClaimLost {
 		t.Fatalf("second claim of the requested run: %v %v, want lost", r, err)
 	}
@@ -232,7 +232,7 @@ func testSchedules(t *testing.T, ctx context.Context, open func() store.Store) {
 
 	// A server stopped during run_3: its runs are interrupted at start.
 	ir, err := st.InterruptRuns(ctx, "", ts(400))
-	if err != nil || len(ir) != 1 || ir[0].ID != "run_3" {
+	if err != nil || len(ir) != 1 || ir[0].ID != "run_asked" {
 		t.Fatalf("InterruptRuns: %+v %v, want run_3", ir, err)
 	}
 	if runs, _ := st.Runs(ctx, "sch_a", 1); len(runs) != 1 || runs[0].Status != store.RunInterrupted || runs[0].EndedAt == nil {
@@ -264,7 +264,7 @@ func testSchedules(t *testing.T, ctx context.Context, open func() store.Store) {
 	}
 	// A run that went with them is not an error to end.
 	e := ts(500)
-	if err := st.UpdateRun(ctx, nil, store.ScheduleRun{ID: "run_3", ScheduleID: "sch_a", SandboxID: sb.ID, Status: store.RunSucceeded, EndedAt: &e},
+	if err := st.UpdateRun(ctx, nil, store.ScheduleRun{ID: "run_asked", ScheduleID: "sch_a", SandboxID: sb.ID, Status: store.RunSucceeded, EndedAt: &e},
 		&store.RunEnd{}); err != nil {
 		t.Fatalf("UpdateRun of a run that is gone: %v", err)
 	}

@@ -7,7 +7,7 @@ import { Sandbox, NotFoundError } from '@lizard-build/sdk'
 import { budget, lizard, withSandbox, sleep } from './helpers.mjs'
 
 // The counter lives only in a process's memory; it prints its pid and value
-// to a file every 50 ms.
+// to a file every 50 ms. COUNTER starts it and waits for its first count.
 const COUNTER = `cat > /tmp/counter.py <<'PY'
 import os, time
 n = 0
@@ -19,7 +19,8 @@ while True:
     time.sleep(0.05)
 PY
 nohup python3 /tmp/counter.py > /dev/null 2>&1 &
-sleep 0.3; cat /tmp/counter`
+# python may take a while to start on a loaded host: wait for its first count
+for i in $(seq 300); do [ -f /tmp/counter ] && break; sleep 0.1; done; cat /tmp/counter`
 
 async function counter(sb) {
   const r = await sb.process.exec('cat /tmp/counter')
