@@ -30,7 +30,7 @@ const usage = `usage:
   lizard keys ls --project P [--data-dir DIR | --database URL]
   lizard keys revoke ID [--data-dir DIR | --database URL]
   lizard nodes ls|drain NODE [--undo]|remove NODE --database URL   (cluster mode)
-  lizard template build NAME [--if-missing] [--seed-max-age D] [--debian-mirror URL] [--template-dir DIR]
+  lizard template build NAME [--if-missing] [--seed-max-age D] [--debian-mirror URL] [--template-dir DIR] [--runsc PATH]
   lizard template build NAME -f DOCKERFILE [CONTEXT] [--project P] [--build-arg K=V]... [--runsc PATH]
         [--registry-allow HOST[:PORT]]... [--registry-auth FILE] [--build-bridge BR] [--build-subnet CIDR]
         [--template-dir DIR] [--data-dir DIR | --database URL]
@@ -188,7 +188,7 @@ func templates(ctx context.Context, args []string) error {
 	ifMissing := fs.Bool("if-missing", false, "build only when not built yet")
 	seedAge := fs.Duration("seed-max-age", time.Hour, "start a built-in build from the debootstrapped tree an earlier build left if younger than this (0: debootstrap every time)")
 	dockerfile := fs.String("f", "", "build from this Dockerfile (context: CONTEXT, default the Dockerfile's directory)")
-	runsc := fs.String("runsc", "", "runsc binary for RUN steps (default: $LIZARD_RUNSC, else runsc in PATH)")
+	runsc := fs.String("runsc", "", "runsc binary for RUN steps and built-in recipes' steps (default: $LIZARD_RUNSC, else runsc in PATH)")
 	readyCmd := fs.String("ready-cmd", "", "shell command that passes once the start command (CMD) is ready; replaces the Dockerfile's HEALTHCHECK")
 	var buildArgs buildArgFlag
 	fs.Var(&buildArgs, "build-arg", "NAME=VALUE for an ARG of the Dockerfile (repeatable)")
@@ -266,11 +266,40 @@ func templates(ctx context.Context, args []string) error {
 		}
 		return err
 	case len(pos) == 2 && pos[0] == "build":
+		// The recipe's steps (debootstrap's second stage, apt-get, useradd,
+		// checks) run in gVisor on the build network, as RUN steps do. A
+		// template --if-missing finds built needs no runsc.
+		subnet, err := netip.ParsePrefix(*sandboxSubnet)
+		if err != nil {
+			return fmt.Errorf("--subnet: %w", err)
+		}
+		opts, err := bf.options(subnet)
+		if err != nil {
+			return err
+		}
+		reg.BuildNetwork = opts.Network()
+		rs, noRunsc := findRunsc(*runsc)
+		if noRunsc == nil {
+			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			rt, err := buildRuntime(rs, bf.cgroupParent+"-build", log)
+			if err != nil {
+				return err
+			}
+			defer func() {
+				if err := rt.RemoveState(); err != nil {
+					log.Warn("remove the build's runtime state", "err", err)
+				}
+			}()
+			reg.Runtime = rt
+		}
 		build := reg.Build
 		if *ifMissing {
 			build = reg.EnsureBuilt
 		}
-		_, err := build(ctx, pos[1], os.Stdout)
+		_, err = build(ctx, pos[1], os.Stdout)
+		if err != nil && noRunsc != nil {
+			return fmt.Errorf("%w (%v)", err, noRunsc)
+		}
 		return err
 	case len(pos) == 2 && (pos[0] == "rm" || pos[0] == "remove"):
 		preg, err := projectReg()
