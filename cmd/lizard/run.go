@@ -216,6 +216,27 @@ func templates(ctx context.Context, args []string) error {
 		}
 		return reg.Project(p.ID)
 	}
+	// buildOptions are the build network's options the flags say.
+	buildOptions := func() (template.DockerfileOptions, error) {
+		subnet, err := netip.ParsePrefix(*sandboxSubnet)
+		if err != nil {
+			return template.DockerfileOptions{}, fmt.Errorf("--subnet: %w", err)
+		}
+		return bf.options(subnet)
+	}
+	// stepRuntime is the runtime a build's steps run with (runsc rs);
+	// done removes its state.
+	stepRuntime := func(rs string, log *slog.Logger) (rt *gvisor.Runtime, done func(), err error) {
+		rt, err = buildRuntime(rs, bf.cgroupParent+"-build", log)
+		if err != nil {
+			return nil, nil, err
+		}
+		return rt, func() {
+			if err := rt.RemoveState(); err != nil {
+				log.Warn("remove the build's runtime state", "err", err)
+			}
+		}, nil
+	}
 	switch {
 	case *dockerfile != "" && (len(pos) == 2 || len(pos) == 3) && pos[0] == "build":
 		if *ifMissing {
@@ -233,11 +254,7 @@ func templates(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		subnet, err := netip.ParsePrefix(*sandboxSubnet)
-		if err != nil {
-			return fmt.Errorf("--subnet: %w", err)
-		}
-		opts, err := bf.options(subnet)
+		opts, err := buildOptions()
 		if err != nil {
 			return err
 		}
@@ -247,15 +264,13 @@ func templates(ctx context.Context, args []string) error {
 		}
 		opts.Dockerfile, opts.DockerfileName, opts.Context = data, *dockerfile, context
 		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
-		rt, err := buildRuntime(rs, bf.cgroupParent+"-build", opts.Logger)
+		rt, done, err := stepRuntime(rs, opts.Logger)
 		if err != nil {
 			return err
 		}
 		opts.BuildArgs, opts.ReadyCommand, opts.Runtime = buildArgs.m, *readyCmd, rt
 		t, err := preg.BuildDockerfile(ctx, pos[1], opts, os.Stdout)
-		if rerr := rt.RemoveState(); rerr != nil {
-			opts.Logger.Warn("remove the build's runtime state", "err", rerr)
-		}
+		done()
 		if err == nil && len(t.StartCommand) > 0 {
 			// The ready state is a checkpoint the server takes with its own
 			// runtime and network; `lizard serve` looks for new templates
@@ -269,27 +284,18 @@ func templates(ctx context.Context, args []string) error {
 		// The recipe's steps (debootstrap's second stage, apt-get, useradd,
 		// checks) run in gVisor on the build network, as RUN steps do. A
 		// template --if-missing finds built needs no runsc.
-		subnet, err := netip.ParsePrefix(*sandboxSubnet)
-		if err != nil {
-			return fmt.Errorf("--subnet: %w", err)
-		}
-		opts, err := bf.options(subnet)
+		opts, err := buildOptions()
 		if err != nil {
 			return err
 		}
 		reg.BuildNetwork = opts.Network()
 		rs, noRunsc := findRunsc(*runsc)
 		if noRunsc == nil {
-			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-			rt, err := buildRuntime(rs, bf.cgroupParent+"-build", log)
+			rt, done, err := stepRuntime(rs, slog.New(slog.NewTextHandler(os.Stderr, nil)))
 			if err != nil {
 				return err
 			}
-			defer func() {
-				if err := rt.RemoveState(); err != nil {
-					log.Warn("remove the build's runtime state", "err", err)
-				}
-			}()
+			defer done()
 			reg.Runtime = rt
 		}
 		build := reg.Build

@@ -26,7 +26,7 @@ import (
 func needRealBuild(t *testing.T, dir string) (*Registry, *testRuntime) {
 	t.Helper()
 	if testing.Short() {
-		t.Skip("real debootstrap build (about a minute); not with -short")
+		t.Skip("real debootstrap build (minutes); not with -short")
 	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (debootstrap, chroot mounts)")
