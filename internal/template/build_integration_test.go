@@ -29,7 +29,7 @@ func needRealBuild(t *testing.T, dir string) (*Registry, *testRuntime) {
 		t.Skip("real debootstrap build (minutes); not with -short")
 	}
 	if os.Geteuid() != 0 {
-		t.Skip("needs root (debootstrap, chroot mounts)")
+		t.Skip("needs root (debootstrap, gVisor, network namespaces)")
 	}
 	if _, err := NewRegistry(t.TempDir()).debootstrapPath(); err != nil {
 		t.Skip(err)
@@ -258,7 +258,7 @@ func TestBuildFailureCleansUp(t *testing.T) {
 }
 
 // TestBuildCancelDuringApt: a build cancelled while apt-get installs the
-// template's packages in the chroot leaves nothing behind, nothing mounted,
+// template's packages in its container leaves nothing behind, nothing mounted,
 // and no process running in the build tree (about 50 s).
 func TestBuildCancelDuringApt(t *testing.T) {
 	r, rt := needRealBuild(t, "")
