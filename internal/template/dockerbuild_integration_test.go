@@ -326,7 +326,7 @@ func buildLeaks(dir string, rt *testRuntime) []string {
 	for _, pattern := range []string{
 		filepath.Join(dir, ".build-*"), filepath.Join(dir, ".old-*"), filepath.Join(dir, ".link-*"), filepath.Join(dir, ".layers", ".tmp-*"),
 		"/run/netns/" + rt.net.NetnsPrefix + "-lzb*", "/sys/fs/cgroup/*/" + rt.cgroup + "/lzb*", "/sys/fs/cgroup/" + rt.cgroup + "/lzb*",
-		filepath.Join(rt.dir, ".run", "*"), filepath.Join(rt.dir, "runsc", "*"),
+		filepath.Join(rt.dir, ".run", "*"),
 		"/sys/class/net/" + rt.net.Bridge, "/sys/class/net/lzv*",
 	} {
 		ms, _ := filepath.Glob(pattern)
