@@ -22,7 +22,7 @@ type buildFlags struct {
 }
 
 func (f *buildFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.bridge, "build-bridge", template.DefaultBuildBridge, "host bridge of the network Dockerfile RUN steps run on")
+	fs.StringVar(&f.bridge, "build-bridge", template.DefaultBuildBridge, "host bridge of the network build steps run on (Dockerfile RUN steps, built-in recipes' apt-get, useradd, checks)")
 	fs.StringVar(&f.subnet, "build-subnet", template.DefaultBuildSubnet.String(), "subnet of the build network (another server on the host needs another)")
 	fs.Var(&f.allow, "registry-allow", "HOST[:PORT] of a registry FROM may pull from although it is on a loopback, link-local or private address (repeatable)")
 	fs.StringVar(&f.auth, "registry-auth", "", "registry credentials for image pulls, a file in Docker's config.json format (\"auths\"); default: none")

@@ -30,7 +30,7 @@ const usage = `usage:
   lizard keys ls --project P [--data-dir DIR | --database URL]
   lizard keys revoke ID [--data-dir DIR | --database URL]
   lizard nodes ls|drain NODE [--undo]|remove NODE --database URL   (cluster mode)
-  lizard template build NAME [--if-missing] [--seed-max-age D] [--debian-mirror URL] [--template-dir DIR]
+  lizard template build NAME [--if-missing] [--seed-max-age D] [--debian-mirror URL] [--template-dir DIR] [--runsc PATH]
   lizard template build NAME -f DOCKERFILE [CONTEXT] [--project P] [--build-arg K=V]... [--runsc PATH]
         [--registry-allow HOST[:PORT]]... [--registry-auth FILE] [--build-bridge BR] [--build-subnet CIDR]
         [--template-dir DIR] [--data-dir DIR | --database URL]
@@ -188,7 +188,7 @@ func templates(ctx context.Context, args []string) error {
 	ifMissing := fs.Bool("if-missing", false, "build only when not built yet")
 	seedAge := fs.Duration("seed-max-age", time.Hour, "start a built-in build from the debootstrapped tree an earlier build left if younger than this (0: debootstrap every time)")
 	dockerfile := fs.String("f", "", "build from this Dockerfile (context: CONTEXT, default the Dockerfile's directory)")
-	runsc := fs.String("runsc", "", "runsc binary for RUN steps (default: $LIZARD_RUNSC, else runsc in PATH)")
+	runsc := fs.String("runsc", "", "runsc binary for RUN steps and built-in recipes' steps (default: $LIZARD_RUNSC, else runsc in PATH)")
 	readyCmd := fs.String("ready-cmd", "", "shell command that passes once the start command (CMD) is ready; replaces the Dockerfile's HEALTHCHECK")
 	var buildArgs buildArgFlag
 	fs.Var(&buildArgs, "build-arg", "NAME=VALUE for an ARG of the Dockerfile (repeatable)")
@@ -216,6 +216,27 @@ func templates(ctx context.Context, args []string) error {
 		}
 		return reg.Project(p.ID)
 	}
+	// buildOptions are the build network's options the flags say.
+	buildOptions := func() (template.DockerfileOptions, error) {
+		subnet, err := netip.ParsePrefix(*sandboxSubnet)
+		if err != nil {
+			return template.DockerfileOptions{}, fmt.Errorf("--subnet: %w", err)
+		}
+		return bf.options(subnet)
+	}
+	// stepRuntime is the runtime a build's steps run with (runsc rs);
+	// done removes its state.
+	stepRuntime := func(rs string, log *slog.Logger) (rt *gvisor.Runtime, done func(), err error) {
+		rt, err = buildRuntime(rs, bf.cgroupParent+"-build", log)
+		if err != nil {
+			return nil, nil, err
+		}
+		return rt, func() {
+			if err := rt.RemoveState(); err != nil {
+				log.Warn("remove the build's runtime state", "err", err)
+			}
+		}, nil
+	}
 	switch {
 	case *dockerfile != "" && (len(pos) == 2 || len(pos) == 3) && pos[0] == "build":
 		if *ifMissing {
@@ -233,11 +254,7 @@ func templates(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		subnet, err := netip.ParsePrefix(*sandboxSubnet)
-		if err != nil {
-			return fmt.Errorf("--subnet: %w", err)
-		}
-		opts, err := bf.options(subnet)
+		opts, err := buildOptions()
 		if err != nil {
 			return err
 		}
@@ -247,15 +264,13 @@ func templates(ctx context.Context, args []string) error {
 		}
 		opts.Dockerfile, opts.DockerfileName, opts.Context = data, *dockerfile, context
 		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
-		rt, err := buildRuntime(rs, bf.cgroupParent+"-build", opts.Logger)
+		rt, done, err := stepRuntime(rs, opts.Logger)
 		if err != nil {
 			return err
 		}
 		opts.BuildArgs, opts.ReadyCommand, opts.Runtime = buildArgs.m, *readyCmd, rt
 		t, err := preg.BuildDockerfile(ctx, pos[1], opts, os.Stdout)
-		if rerr := rt.RemoveState(); rerr != nil {
-			opts.Logger.Warn("remove the build's runtime state", "err", rerr)
-		}
+		done()
 		if err == nil && len(t.StartCommand) > 0 {
 			// The ready state is a checkpoint the server takes with its own
 			// runtime and network; `lizard serve` looks for new templates
@@ -266,11 +281,31 @@ func templates(ctx context.Context, args []string) error {
 		}
 		return err
 	case len(pos) == 2 && pos[0] == "build":
+		// The recipe's steps (debootstrap's second stage, apt-get, useradd,
+		// checks) run in gVisor on the build network, as RUN steps do. A
+		// template --if-missing finds built needs no runsc.
+		opts, err := buildOptions()
+		if err != nil {
+			return err
+		}
+		reg.BuildNetwork = opts.Network()
+		rs, noRunsc := findRunsc(*runsc)
+		if noRunsc == nil {
+			rt, done, err := stepRuntime(rs, slog.New(slog.NewTextHandler(os.Stderr, nil)))
+			if err != nil {
+				return err
+			}
+			defer done()
+			reg.Runtime = rt
+		}
 		build := reg.Build
 		if *ifMissing {
 			build = reg.EnsureBuilt
 		}
-		_, err := build(ctx, pos[1], os.Stdout)
+		_, err = build(ctx, pos[1], os.Stdout)
+		if err != nil && noRunsc != nil {
+			return fmt.Errorf("%w (%v)", err, noRunsc)
+		}
 		return err
 	case len(pos) == 2 && (pos[0] == "rm" || pos[0] == "remove"):
 		preg, err := projectReg()

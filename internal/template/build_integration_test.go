@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,16 +19,17 @@ import (
 )
 
 // needRealBuild skips a test of a real debootstrap build when this machine
-// lacks what one needs: root, debootstrap and an answering Debian mirror.
-// `make test` has them all, so these tests run there. -short skips them too
-// (each takes about a minute).
-func needRealBuild(t *testing.T) {
+// lacks what one needs: root, debootstrap, runsc and an answering Debian
+// mirror. `make test` has them all, so these tests run there. -short skips
+// them too (each takes minutes). It returns a registry in dir ("" a
+// temporary one) whose recipe steps run with a test runtime.
+func needRealBuild(t *testing.T, dir string) (*Registry, *testRuntime) {
 	t.Helper()
 	if testing.Short() {
-		t.Skip("real debootstrap build (about a minute); not with -short")
+		t.Skip("real debootstrap build (minutes); not with -short")
 	}
 	if os.Geteuid() != 0 {
-		t.Skip("needs root (debootstrap, chroot mounts)")
+		t.Skip("needs root (debootstrap, gVisor, network namespaces)")
 	}
 	if _, err := NewRegistry(t.TempDir()).debootstrapPath(); err != nil {
 		t.Skip(err)
@@ -46,18 +48,35 @@ func needRealBuild(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Skipf("the Debian mirror answers %s for %s", resp.Status, release)
 	}
+	return recipeRegistry(t, dir)
+}
+
+// recipeRegistry returns a registry in dir ("" a temporary one) whose
+// built-in builds run their steps with a test runtime (LIZARD_RUNSC, else
+// runsc in PATH; skips the test without) on the test's build network.
+func recipeRegistry(t *testing.T, dir string) (*Registry, *testRuntime) {
+	t.Helper()
+	runsc := os.Getenv("LIZARD_RUNSC")
+	if runsc == "" {
+		var err error
+		if runsc, err = exec.LookPath("runsc"); err != nil {
+			t.Skip("runsc (gVisor) not installed: built-in recipes' steps run in it")
+		}
+	}
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	rt := newTestRuntime(t, runsc)
+	r := NewRegistry(dir)
+	r.Runtime, r.BuildNetwork = rt, rt.net
+	return r, rt
 }
 
 // TestBuildBaseReal runs the real debootstrap build of "base" (about 75 s).
 // LIZARD_TEST_TEMPLATE_DIR keeps the registry in that directory instead of a
 // temporary one (to look at the result afterwards).
 func TestBuildBaseReal(t *testing.T) {
-	needRealBuild(t)
-	dir := os.Getenv("LIZARD_TEST_TEMPLATE_DIR")
-	if dir == "" {
-		dir = t.TempDir()
-	}
-	r := NewRegistry(dir)
+	r, rt := needRealBuild(t, os.Getenv("LIZARD_TEST_TEMPLATE_DIR"))
 	ctx, cancel := context.WithTimeout(context.Background(), slowness.Scale(20*time.Minute))
 	defer cancel()
 
@@ -111,6 +130,9 @@ func TestBuildBaseReal(t *testing.T) {
 	}
 	checkClean(t, r)
 	checkBaseRootfs(t, got.Rootfs)
+	if leaks := buildLeaks(r.Dir(), rt); len(leaks) > 0 {
+		t.Errorf("left behind: %q", leaks)
+	}
 }
 
 func checkBaseRootfs(t *testing.T, rootfs string) {
@@ -212,7 +234,7 @@ func TestBuildFailureCleansUp(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (debootstrap)")
 	}
-	r := NewRegistry(t.TempDir())
+	r, _ := recipeRegistry(t, "")
 	if _, err := r.debootstrapPath(); err != nil {
 		t.Skip(err)
 	}
@@ -236,11 +258,10 @@ func TestBuildFailureCleansUp(t *testing.T) {
 }
 
 // TestBuildCancelDuringApt: a build cancelled while apt-get installs the
-// template's packages in the chroot leaves nothing behind, nothing mounted,
+// template's packages in its container leaves nothing behind, nothing mounted,
 // and no process running in the build tree (about 50 s).
 func TestBuildCancelDuringApt(t *testing.T) {
-	needRealBuild(t)
-	r := NewRegistry(t.TempDir())
+	r, rt := needRealBuild(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), slowness.Scale(20*time.Minute))
 	defer cancel()
 	cctx, ccancel := context.WithCancel(ctx)
@@ -260,22 +281,25 @@ func TestBuildCancelDuringApt(t *testing.T) {
 		t.Error("a cancelled build is visible")
 	}
 	checkClean(t, r)
-	// No process is left with its root in the registry.
+	// No process is left with its root in the registry, nor any
+	// container of the step.
 	procs, _ := filepath.Glob("/proc/[0-9]*/root")
 	for _, p := range procs {
 		if root, err := os.Readlink(p); err == nil && strings.HasPrefix(root, r.Dir()) {
 			t.Errorf("%s is %s", p, root)
 		}
 	}
+	if leaks := buildLeaks(r.Dir(), rt); len(leaks) > 0 {
+		t.Errorf("left behind: %q", leaks)
+	}
 }
 
 // TestBuildAptFailure: a package apt cannot find fails the build with apt's
 // reason and leaves nothing behind (about 45 s).
 func TestBuildAptFailure(t *testing.T) {
-	needRealBuild(t)
+	r, _ := needRealBuild(t, "")
 	builtins["broken"] = debian([]string{"no-such-package-lizard"}, nil)
 	defer delete(builtins, "broken")
-	r := NewRegistry(t.TempDir())
 	ctx, cancel := context.WithTimeout(context.Background(), slowness.Scale(20*time.Minute))
 	defer cancel()
 	_, err := r.Build(ctx, "broken", testWriter{t})

@@ -17,7 +17,6 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -31,6 +30,9 @@ func (r *Registry) build(ctx context.Context, name string, progress io.Writer, i
 	rec := builtins[name]
 	rep := newReporter(progress, name)
 
+	if r.Runtime == nil {
+		return Template{}, fmt.Errorf("build template %q: no runtime to run the recipe's steps in (Registry.Runtime; lizard template build finds runsc with --runsc or $LIZARD_RUNSC): %w", name, errdefs.ErrUnavailable)
+	}
 	if os.Geteuid() != 0 {
 		return Template{}, fmt.Errorf("build template %q: debootstrap needs root: %w", name, errdefs.ErrPermission)
 	}
@@ -83,14 +85,26 @@ func (r *Registry) build(ctx context.Context, name string, progress io.Writer, i
 			return Template{}, fmt.Errorf("build template %q: %w", name, err)
 		}
 	}
+	// Every step that runs the rootfs's programs runs in a container of
+	// r.Runtime on the build network.
+	net := &stepNet{cfg: r.BuildNetwork, run: r.RunCommand, printf: rep.printf}
+	defer net.close()
+	steps := &recipeSteps{rt: r.Runtime, net: net, rootfs: rootfs, rep: rep}
+
 	rep.printf("building %s (%s, debootstrap --variant=%s) from %s", name, rec.Suite, rec.Variant, mirror)
-	if err := r.debootstrap(ctx, deb, rec, rootfs, mirror, lock.f, rep); err != nil {
+	secondStage := func(ctx context.Context) error {
+		// container=lxc: debootstrap then skips its test that it can make
+		// device nodes in the target (gVisor's gofer root cannot; the
+		// container's /dev is the runtime's).
+		return steps.exec(ctx, rep.debootstrapLine, "/usr/bin/env", "container=lxc", "/debootstrap/debootstrap", "--second-stage")
+	}
+	if err := r.debootstrap(ctx, deb, rec, rootfs, mirror, lock.f, rep, secondStage); err != nil {
 		return Template{}, fmt.Errorf("build template %q: %w", name, err)
 	}
 
 	rep.setStep(stepFinish)
 	if len(rec.Install) > 0 {
-		if err := aptInstall(ctx, r.RunCommand, rootfs, rec.Install, lock.f, rep); err != nil {
+		if err := steps.aptInstall(ctx, rec.Install); err != nil {
 			return Template{}, fmt.Errorf("build template %q: %w", name, err)
 		}
 	}
@@ -98,16 +112,17 @@ func (r *Registry) build(ctx context.Context, name string, progress io.Writer, i
 		if err := ctx.Err(); err != nil {
 			return Template{}, fmt.Errorf("build template %q: %w", name, err)
 		}
-		if err := s.Run(ctx, rootfs, r.RunCommand); err != nil {
+		if err := s.Run(ctx, rootfs, steps.in); err != nil {
 			return Template{}, fmt.Errorf("build template %q: %s: %w", name, s.Desc, err)
 		}
 	}
 	for _, argv := range rec.Check {
 		rep.printf("checking: %s", strings.Join(argv, " "))
-		if err := runInRootfs(ctx, r.RunCommand, rootfs, lock.f, rep, rep.toolLine, argv...); err != nil {
-			return Template{}, fmt.Errorf("build template %q: %w", name, toolFailed(ctx, "check "+strings.Join(argv, " "), err, rep))
+		if err := steps.run(ctx, "check "+strings.Join(argv, " "), rep.toolLine, argv...); err != nil {
+			return Template{}, fmt.Errorf("build template %q: %w", name, err)
 		}
 	}
+	net.close()
 	versions, err := readVersions(rootfs)
 	if err != nil {
 		return Template{}, fmt.Errorf("build template %q: read package versions: %w", name, err)
@@ -422,9 +437,13 @@ func (l *buildLock) unlock() {
 
 // ---- debootstrap ----
 
-// runDebootstrap runs debootstrap into rootfs, feeding its output to rep.
-func runDebootstrap(ctx context.Context, run RunFunc, deb string, rec recipe, rootfs, mirror string, lockFile *os.File, rep *reporter) error {
-	args := []string{"--variant=" + rec.Variant}
+// runDebootstrap runs debootstrap into rootfs, feeding its output to rep:
+// its first stage (downloading and unpacking, no package's code) on the
+// host, with run, then secondStage: debootstrap's second stage (installing
+// and configuring the packages: their maintainer scripts), which the
+// caller runs in a container whose root is rootfs.
+func runDebootstrap(ctx context.Context, run RunFunc, deb string, rec recipe, rootfs, mirror string, lockFile *os.File, rep *reporter, secondStage func(context.Context) error) error {
+	args := []string{"--foreign", "--variant=" + rec.Variant}
 	if len(rec.Packages) > 0 {
 		args = append(args, "--include="+strings.Join(rec.Packages, ","))
 	}
@@ -435,6 +454,12 @@ func runDebootstrap(ctx context.Context, run RunFunc, deb string, rec recipe, ro
 	cmd.Env = toolEnv()
 	rep.setStep(stepResolve)
 	werr := runTool(ctx, run, cmd, lockFile, rep, rep.debootstrapLine)
+	if werr == nil {
+		werr = prepareSecondStage(rootfs)
+	}
+	if werr == nil {
+		werr = secondStage(ctx)
+	}
 	if werr == nil || ctx.Err() != nil {
 		return werr
 	}
@@ -459,6 +484,20 @@ func runDebootstrap(ctx context.Context, run RunFunc, deb string, rec recipe, ro
 		return fmt.Errorf("debootstrap: %s (%v): %w", reason, werr, errdefs.ErrUnavailable)
 	}
 	return fmt.Errorf("debootstrap: %v: %w", werr, errdefs.ErrUnavailable)
+}
+
+// prepareSecondStage makes the tree of debootstrap's first stage one a
+// container can start in: the first stage leaves /proc a symbolic link to
+// the host's /proc (for a chroot), where the runtime mounts its own proc.
+func prepareSecondStage(rootfs string) error {
+	p := filepath.Join(rootfs, "proc")
+	if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		if err := os.Remove(p); err != nil {
+			return err
+		}
+		return os.Mkdir(p, 0o555)
+	}
+	return nil
 }
 
 // runTool runs cmd (a build tool: debootstrap, apt-get; made with
@@ -491,25 +530,9 @@ func runTool(ctx context.Context, run RunFunc, cmd *exec.Cmd, lockFile *os.File,
 	// after it exits.
 	cmd.WaitDelay = 15 * time.Second
 
-	stop := make(chan struct{})
-	var beats sync.WaitGroup
-	beats.Add(1)
-	go func() {
-		defer beats.Done()
-		tick := time.NewTicker(5 * time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				rep.heartbeat(15 * time.Second)
-			}
-		}
-	}()
+	stop := rep.heartbeats()
 	werr := run(cmd)
-	close(stop)
-	beats.Wait()
+	stop()
 	lw.Flush()
 	if cmd.Process == nil {
 		return fmt.Errorf("start %s: %w", filepath.Base(cmd.Path), werr)
@@ -555,20 +578,6 @@ func logTail(path string, n int) []string {
 		}
 	}
 	return lines
-}
-
-// chrootRun runs prog (a path inside rootfs) chrooted into rootfs, with run
-// (nil: cmd.Run). It is only used on trees this package has just built.
-func chrootRun(ctx context.Context, run RunFunc, rootfs, prog string, args ...string) error {
-	cmd := exec.CommandContext(ctx, prog, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: rootfs}
-	cmd.Dir = "/"
-	cmd.Env = []string{"PATH=" + hostPath, "LC_ALL=C", "HOME=/root", "DEBIAN_FRONTEND=noninteractive"}
-	out, err := combinedOutput(run, cmd)
-	if err != nil {
-		return fmt.Errorf("%s %s: %v: %s", prog, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return nil
 }
 
 // ---- measuring ----

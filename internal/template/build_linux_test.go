@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/reaper"
 )
 
@@ -280,15 +281,12 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// TestBuildToolsRunCommand: the commands of a built-in build (debootstrap,
-// the chroot's) go through the registry's RunCommand, so that in a server
-// (a child subreaper) they run through its reaper: their exit statuses
-// come back intact while the reaper reaps, and a cancelled tool's group is
-// stopped.
+// TestBuildToolsRunCommand: the host commands of a built-in build
+// (debootstrap's first stage) go through the registry's RunCommand, so that
+// in a server (a child subreaper) they run through its reaper: their exit
+// statuses come back intact while the reaper reaps, and a cancelled tool's
+// group is stopped.
 func TestBuildToolsRunCommand(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("chroot needs root")
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	reap, err := reaper.Start(ctx)
@@ -307,22 +305,19 @@ func TestBuildToolsRunCommand(t *testing.T) {
 		}
 		return ee.ExitCode()
 	}
-	for i := range 20 {
-		if err := chrootRun(ctx, run, "/", "/bin/sh", "-c", "exit 0"); err != nil {
-			t.Fatalf("run %d: %v", i, err)
-		}
-	}
-	if err := chrootRun(ctx, run, "/", "/bin/sh", "-c", "exit 3"); err == nil || !strings.Contains(err.Error(), "exit status 3") {
-		t.Fatalf("chroot command: %v, want exit status 3", err)
-	}
 	lock, err := os.CreateTemp(t.TempDir(), "lock")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lock.Close()
 	rep := newReporter(nil, "test")
-	if code := exitCode(runInRootfs(ctx, run, "/", lock, rep, func(string) {}, "sh", "-c", "exit 4")); code != 4 {
-		t.Fatalf("command in the build chroot: exit %d, want 4", code)
+	for i := range 20 {
+		if err := runTool(ctx, run, exec.CommandContext(ctx, "/bin/sh", "-c", "exit 0"), lock, rep, func(string) {}); err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+	}
+	if code := exitCode(runTool(ctx, run, exec.CommandContext(ctx, "/bin/sh", "-c", "exit 4"), lock, rep, func(string) {})); code != 4 {
+		t.Fatalf("tool: exit %d, want 4", code)
 	}
 
 	// Cancelled once it runs: the group (sh and its sleep) is stopped.
@@ -337,8 +332,8 @@ func TestBuildToolsRunCommand(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled tool: %v, want context.Canceled", err)
 	}
-	if n := ran.Load(); n != 23 {
-		t.Fatalf("%d commands went through RunCommand, want 23", n)
+	if n := ran.Load(); n != 22 {
+		t.Fatalf("%d commands went through RunCommand, want 22", n)
 	}
 	pid, err := strconv.Atoi(sleeper)
 	if err != nil {
@@ -355,5 +350,18 @@ func TestBuildToolsRunCommand(t *testing.T) {
 			t.Fatalf("the cancelled tool's sleep (pid %d) still runs", pid)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestBuildWithoutRuntime: a built-in build needs a runtime to run its
+// steps in; without one it fails at once, naming what is missing.
+func TestBuildWithoutRuntime(t *testing.T) {
+	r := NewRegistry(t.TempDir())
+	_, err := r.Build(context.Background(), "base", nil)
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "no runtime to run the recipe's steps in (Registry.Runtime") {
+		t.Fatalf("build without a runtime: %v, want ErrUnavailable naming Registry.Runtime", err)
+	}
+	if _, err := os.Stat(filepath.Join(r.Dir(), "base")); !os.IsNotExist(err) {
+		t.Errorf("a build without a runtime left %s (%v)", filepath.Join(r.Dir(), "base"), err)
 	}
 }

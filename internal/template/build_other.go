@@ -15,10 +15,6 @@ func (r *Registry) build(ctx context.Context, name string, progress io.Writer, i
 	return Template{}, fmt.Errorf("build template %q: template builds need Linux: %w", name, errdefs.ErrUnavailable)
 }
 
-func chrootRun(ctx context.Context, rootfs, prog string, args ...string) error {
-	return fmt.Errorf("chroot needs Linux: %w", errdefs.ErrUnavailable)
-}
-
 // Prune removes the template versions nothing uses; template builds, and
 // so versions, need Linux.
 func (r *Registry) Prune(inUse func(rootfs string) bool) (removed []string, err error) {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,6 +60,7 @@ RUN echo v1 > /tmp/last.txt
 		tpl, err := r.BuildDockerfile(ctx, "custom", DockerfileOptions{
 			Dockerfile: []byte(df), DockerfileName: "Dockerfile", Context: bctx,
 			BuildArgs: map[string]string{"WHO": "test"}, Runtime: rt,
+			BuildBridge: rt.net.Bridge, BuildSubnet: rt.net.Subnet, NetnsPrefix: rt.net.NetnsPrefix,
 		}, &out)
 		t.Logf("build output:\n%s", out.String())
 		return tpl, out.String(), err
@@ -142,7 +144,7 @@ RUN echo v1 > /tmp/last.txt
 	if now, err := r.Get("custom"); err != nil || now.Version != tpl2.Version {
 		t.Errorf("after a failed build the template is %+v, %v; want version %s", now, err, tpl2.Version)
 	}
-	if leaks := dockerBuildLeaks(dir, rt); len(leaks) > 0 {
+	if leaks := buildLeaks(dir, rt); len(leaks) > 0 {
 		t.Errorf("left behind: %q", leaks)
 	}
 }
@@ -179,6 +181,31 @@ func realBaseRegistry(t *testing.T) (*Registry, *testRuntime) {
 type testRuntime struct {
 	*gvisor.Runtime
 	dir string // its state directory, runsc's root under it
+	// net is the build network the test's steps run on and cgroup the
+	// steps' cgroup parent: LIZARD_TEST_BUILD_BRIDGE,
+	// LIZARD_TEST_BUILD_SUBNET and LIZARD_TEST_CGROUP_PARENT, else the
+	// defaults (so that tests beside a server on the host use their own).
+	net    BuildNetwork
+	cgroup string
+}
+
+// testBuildNetwork returns the build network and cgroup parent of a test's
+// steps (see testRuntime).
+func testBuildNetwork(t *testing.T) (BuildNetwork, string) {
+	t.Helper()
+	n := BuildNetwork{Bridge: os.Getenv("LIZARD_TEST_BUILD_BRIDGE"), NetnsPrefix: os.Getenv("LIZARD_TEST_CGROUP_PARENT")}
+	if s := os.Getenv("LIZARD_TEST_BUILD_SUBNET"); s != "" {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			t.Fatalf("LIZARD_TEST_BUILD_SUBNET: %v", err)
+		}
+		n.Subnet = p
+	}
+	n = n.withDefaults()
+	if n.NetnsPrefix == "" {
+		n.NetnsPrefix = network.DefaultNetnsPrefix
+	}
+	return n, n.NetnsPrefix
 }
 
 func newTestRuntime(t *testing.T, runsc string) *testRuntime {
@@ -190,7 +217,8 @@ func newTestRuntime(t *testing.T, runsc string) *testRuntime {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := gvisor.New(gvisor.Config{Runsc: runsc, StateDir: dir, RunscRoot: filepath.Join(dir, "runsc")})
+	net, cgroup := testBuildNetwork(t)
+	rt, err := gvisor.New(gvisor.Config{Runsc: runsc, StateDir: dir, RunscRoot: filepath.Join(dir, "runsc"), CgroupParent: cgroup})
 	if err != nil {
 		os.RemoveAll(dir)
 		t.Fatal(err)
@@ -200,7 +228,7 @@ func newTestRuntime(t *testing.T, runsc string) *testRuntime {
 			t.Errorf("remove the runtime's state: %v", err)
 		}
 	})
-	return &testRuntime{Runtime: rt, dir: dir}
+	return &testRuntime{Runtime: rt, dir: dir, net: net, cgroup: cgroup}
 }
 
 // TestDockerfileBeforeSwitch: the hook sees the new version complete at
@@ -286,35 +314,35 @@ func TestDockerfileBeforeSwitch(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(first.Rootfs, "opt/n.txt")); err != nil || string(b) != "1" {
 		t.Errorf("first version after the rebuild: %q, %v", b, err)
 	}
-	if leaks := dockerBuildLeaks(r.Dir(), rt); len(leaks) > 0 {
+	if leaks := buildLeaks(r.Dir(), rt); len(leaks) > 0 {
 		t.Errorf("left behind: %q", leaks)
 	}
 }
 
-// dockerBuildLeaks lists what Dockerfile builds may leave on the host: in
-// the registry dir, of the build network, and of the steps' containers run
-// by rt.
-func dockerBuildLeaks(dir string, rt *testRuntime) []string {
+// buildLeaks lists what builds may leave on the host: in the registry dir,
+// of the build network, and of the steps' containers run by rt.
+func buildLeaks(dir string, rt *testRuntime) []string {
 	var out []string
 	for _, pattern := range []string{
 		filepath.Join(dir, ".build-*"), filepath.Join(dir, ".old-*"), filepath.Join(dir, ".link-*"), filepath.Join(dir, ".layers", ".tmp-*"),
-		"/run/netns/lizard-lzb*", "/sys/fs/cgroup/*/lizard/lzb*", "/sys/fs/cgroup/lizard/lzb*", filepath.Join(rt.dir, ".run", "*"),
-		"/sys/class/net/" + DefaultBuildBridge, "/sys/class/net/lzv*",
+		"/run/netns/" + rt.net.NetnsPrefix + "-lzb*", "/sys/fs/cgroup/*/" + rt.cgroup + "/lzb*", "/sys/fs/cgroup/" + rt.cgroup + "/lzb*",
+		filepath.Join(rt.dir, ".run", "*"),
+		"/sys/class/net/" + rt.net.Bridge, "/sys/class/net/lzv*",
 	} {
 		ms, _ := filepath.Glob(pattern)
 		for _, m := range ms {
 			if strings.HasPrefix(m, "/sys/class/net/lzv") {
 				// Sandboxes of a running server have veths too: only the
 				// build bridge's ports are ours.
-				if l, err := os.Readlink(filepath.Join(m, "master")); err != nil || filepath.Base(l) != DefaultBuildBridge {
+				if l, err := os.Readlink(filepath.Join(m, "master")); err != nil || filepath.Base(l) != rt.net.Bridge {
 					continue
 				}
 			}
 			out = append(out, m)
 		}
 	}
-	if b, err := exec.Command("nft", "list", "tables").Output(); err == nil && bytes.Contains(b, []byte(network.TableName(DefaultBuildBridge))) {
-		out = append(out, "nftables table lizard_"+DefaultBuildBridge)
+	if b, err := exec.Command("nft", "list", "tables").Output(); err == nil && bytes.Contains(b, []byte(network.TableName(rt.net.Bridge))) {
+		out = append(out, "nftables table "+network.TableName(rt.net.Bridge))
 	}
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {

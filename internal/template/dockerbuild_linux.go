@@ -4,17 +4,13 @@ package template
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path"
@@ -26,34 +22,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
-	"github.com/lizard-build/lizard/internal/network"
-	"github.com/lizard-build/lizard/internal/runtime"
 )
-
-// The build network: RUN steps reach the Debian mirror (apt-get) through a
-// bridge and NAT of their own, never the host's network namespace, behind
-// the sandboxes' firewall (internal/network): no host service, no
-// 169.254.0.0/16, nothing on the bridge. It exists only while a build runs
-// RUN steps; builds on one bridge take turns on it (its lock in
-// buildStateDir), so one build's teardown never pulls it from under
-// another. Servers on one host use bridges and subnets of their own
-// (DockerfileOptions.BuildBridge, BuildSubnet), and each bridge has its own
-// lock. The steps run as containers of the node's runtime
-// (DockerfileOptions.Runtime) on that network.
-const (
-	DefaultBuildBridge = "lizardbuild0"
-	buildStateDir      = "/run/lizard"
-)
-
-// DefaultBuildSubnet is the build network's subnet unless
-// DockerfileOptions.BuildSubnet says otherwise.
-var DefaultBuildSubnet = netip.MustParsePrefix("10.247.0.0/16")
-
-// BuildNetworkLock is the lock file builds on bridge take turns with (it
-// stays after them; a host's tests remove theirs).
-func BuildNetworkLock(bridge string) string {
-	return filepath.Join(buildStateDir, "build-network-"+bridge+".lock")
-}
 
 // layerInfo is <layer>/layer.json: what made the layer (informational).
 type layerInfo struct {
@@ -71,8 +40,7 @@ type dbuild struct {
 	out    *dprogress
 	layers string // <registry>/.layers
 
-	netm    *network.Manager
-	netLock *os.File
+	net *stepNet // where RUN steps run
 
 	// What FROM named, once parsed: a template, or a pulled image.
 	base  Template
@@ -201,7 +169,8 @@ func (r *Registry) buildPlan(ctx context.Context, name string, opts DockerfileOp
 	}
 	opts.Context = ctxDir
 	b := &dbuild{r: r, name: name, opts: opts, out: newDProgress(progress, name), layers: filepath.Join(r.dir, ".layers")}
-	defer b.closeNetwork()
+	b.net = &stepNet{cfg: opts.Network(), run: opts.RunCommand, log: opts.Logger, printf: b.out.printf}
+	defer b.net.close()
 
 	// The layer cache is in use from the parse on: FROM an image pulls
 	// into it.
@@ -327,7 +296,7 @@ func (r *Registry) buildPlan(ctx context.Context, name string, opts DockerfileOp
 			cur = l
 		}
 	}
-	b.closeNetwork()
+	b.net.close()
 	return b.install(ctx, p, base, cur, key)
 }
 
@@ -587,65 +556,10 @@ func (b *dbuild) beforeSwitch(ctx context.Context, vdir string) (Template, error
 
 // ---- RUN ----
 
-// network returns the build network, making it on first use.
-func (b *dbuild) network(ctx context.Context) (*network.Manager, error) {
-	if b.netm != nil {
-		return b.netm, nil
-	}
-	if err := os.MkdirAll(buildStateDir, 0o755); err != nil {
-		return nil, err
-	}
-	f, err := flock(ctx, BuildNetworkLock(b.opts.BuildBridge), syscall.LOCK_EX, func() {
-		b.out.printf("waiting for another build's RUN steps to finish (builds take turns on the build network)")
-	})
-	if err != nil {
-		return nil, err
-	}
-	m, err := network.New(network.Config{Bridge: b.opts.BuildBridge, Subnet: b.opts.BuildSubnet, DNSUpstream: b.opts.DNSUpstream,
-		Deny: b.opts.BuildDeny, NetnsPrefix: b.opts.NetnsPrefix, Run: b.opts.RunCommand, Logger: b.opts.Logger})
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("build network (bridge %s, subnet %s; see --build-bridge, --build-subnet): %w", b.opts.BuildBridge, b.opts.BuildSubnet, err)
-	}
-	b.netm, b.netLock = m, f
-	return m, nil
-}
-
-// closeNetwork removes the build network (bridge, firewall table,
-// resolver) and lets other builds have it: RUN steps of all builds hold
-// the same lock, so none is using it now.
-func (b *dbuild) closeNetwork() {
-	if b.netm != nil {
-		if err := b.netm.Remove(); err != nil {
-			b.out.printf("warning: removing the build network: %v", err)
-		}
-		b.netm = nil
-	}
-	if b.netLock != nil {
-		b.netLock.Close()
-		b.netLock = nil
-	}
-}
-
 // run runs a RUN step with the node's runtime (opts.Runtime), in a
 // container on the build network whose root is rootfs itself: the writes
 // are the layer.
 func (b *dbuild) run(ctx context.Context, rootfs string, st dfStep) (err error) {
-	netm, err := b.network(ctx)
-	if err != nil {
-		return err
-	}
-	var rnd [6]byte
-	rand.Read(rnd[:])
-	id := "lzb" + hex.EncodeToString(rnd[:])
-	// The step's log lives beside the rootfs, in the layer's temporary
-	// directory, and goes before it is renamed.
-	work := filepath.Join(filepath.Dir(rootfs), ".run")
-	if err := os.Mkdir(work, 0o700); err != nil {
-		return err
-	}
-	defer os.RemoveAll(work)
-
 	uid, gid, home, err := lookupUser(rootfs, st.User)
 	if err != nil {
 		return fmt.Errorf("USER %s: %w", st.User, err)
@@ -667,31 +581,10 @@ func (b *dbuild) run(ctx context.Context, rootfs string, st dfStep) (err error) 
 	if _, ok := lookupEnv(env, "HOME"); !ok {
 		env = setEnv(env, "HOME", home)
 	}
-	spec := runtime.RunSpec{
-		ID: id, Rootfs: rootfs, Hostname: "build",
-		Args: st.Argv, Env: env, Cwd: st.Workdir, UID: uid, GID: gid,
-		Resources: runtime.Resources{MemoryMB: 8 << 10, Pids: 16384},
-		Network:   netm,
-	}
-	// gVisor mounts a tmpfs on /tmp unless the spec mounts something there;
-	// what a RUN writes to /tmp belongs to the layer, as in Docker.
-	if tmpDir, err := resolveInRoot(rootfs, "/tmp"); err == nil {
-		if fi, err := os.Lstat(tmpDir); err == nil && fi.IsDir() {
-			spec.Mounts = append(spec.Mounts, runtime.Mount{Source: tmpDir, Destination: "/tmp"})
-		}
-	}
-	logPath := filepath.Join(work, "output.log")
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
-	spec.Output = logf
-
-	tail := b.out.follow(logPath)
-	defer tail.stop()
-	code, rerr := b.opts.Runtime.Run(ctx, spec)
-	tail.stop()
+	code, last, rerr := runStep(ctx, b.opts.Runtime, b.net, step{
+		Rootfs: rootfs, Args: st.Argv, Env: env, Cwd: st.Workdir, UID: uid, GID: gid,
+		OnLine: func(l string) { b.out.printf("  | %s", l) },
+	})
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -704,7 +597,6 @@ func (b *dbuild) run(ctx context.Context, rootfs string, st dfStep) (err error) 
 	if code == 0 {
 		return nil
 	}
-	last := tail.last(10)
 	status := fmt.Sprintf("exit code %d", code)
 	if code > 128 && code < 128+65 {
 		status = fmt.Sprintf("exit code %d (signal %s)", code, syscall.Signal(code-128))
@@ -918,105 +810,4 @@ func (p *dprogress) printf(format string, args ...any) {
 
 func fmtDuration(d time.Duration) string {
 	return fmt.Sprintf("%.1f s", d.Seconds())
-}
-
-// follower streams the lines a RUN step writes to its log file.
-type follower struct {
-	p    *dprogress
-	path string
-	quit chan struct{}
-	done chan struct{}
-	once sync.Once
-
-	mu   sync.Mutex
-	tail []string
-}
-
-// follow starts streaming path's lines, "  | line", until stop.
-func (p *dprogress) follow(path string) *follower {
-	f := &follower{p: p, path: path, quit: make(chan struct{}), done: make(chan struct{})}
-	go f.loop()
-	return f
-}
-
-func (f *follower) loop() {
-	defer close(f.done)
-	var off int64
-	var partial []byte
-	read := func(final bool) {
-		file, err := os.Open(f.path)
-		if err != nil {
-			return
-		}
-		defer file.Close()
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := file.ReadAt(buf, off)
-			off += int64(n)
-			partial = append(partial, buf[:n]...)
-			for {
-				i := bytes.IndexByte(partial, '\n')
-				if i < 0 {
-					break
-				}
-				f.line(string(partial[:i]))
-				partial = partial[i+1:]
-			}
-			if len(partial) > 64<<10 {
-				f.line(string(partial))
-				partial = nil
-			}
-			if err != nil || n == 0 {
-				break
-			}
-		}
-		if final && len(partial) > 0 {
-			f.line(string(partial))
-			partial = nil
-		}
-	}
-	t := time.NewTicker(200 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-f.quit:
-			read(true)
-			return
-		case <-t.C:
-			read(false)
-		}
-	}
-}
-
-func (f *follower) line(s string) {
-	s = strings.TrimRight(s, "\r")
-	if i := strings.LastIndexByte(s, '\r'); i >= 0 {
-		s = s[i+1:] // progress bars redraw the line
-	}
-	if strings.TrimSpace(s) == "" {
-		return
-	}
-	f.mu.Lock()
-	f.tail = append(f.tail, s)
-	if len(f.tail) > tailLines {
-		f.tail = f.tail[len(f.tail)-tailLines:]
-	}
-	f.mu.Unlock()
-	f.p.printf("  | %s", s)
-}
-
-// stop reads what is left and stops; it may be called more than once.
-func (f *follower) stop() {
-	f.once.Do(func() { close(f.quit) })
-	<-f.done
-}
-
-// last returns the last n lines seen.
-func (f *follower) last(n int) []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.tail) > n {
-		return append([]string(nil), f.tail[len(f.tail)-n:]...)
-	}
-	return append([]string(nil), f.tail...)
 }

@@ -88,6 +88,27 @@ type DockerfileOptions struct {
 	BeforeSwitch func(ctx context.Context, t Template, progress io.Writer) error
 }
 
+// BuildNetwork is the network a build's steps run on: a bridge and subnet
+// of their own with NAT to the internet, behind the sandboxes' firewall.
+// Zero fields are the defaults (DefaultBuildBridge, DefaultBuildSubnet, the
+// host's first nameserver, network.DefaultNetnsPrefix).
+type BuildNetwork struct {
+	Bridge string
+	Subnet netip.Prefix
+	// Deny are more destinations steps never reach (the sandboxes'
+	// subnet).
+	Deny []netip.Prefix
+	// NetnsPrefix prefixes the steps' network namespaces' names.
+	NetnsPrefix string
+	// DNSUpstream is where the network's resolver forwards.
+	DNSUpstream string
+}
+
+// Network returns the build network o says.
+func (o DockerfileOptions) Network() BuildNetwork {
+	return BuildNetwork{Bridge: o.BuildBridge, Subnet: o.BuildSubnet, Deny: o.BuildDeny, NetnsPrefix: o.NetnsPrefix, DNSUpstream: o.DNSUpstream}
+}
+
 // RunFunc runs a command to its end, like (*exec.Cmd).Run.
 type RunFunc func(*exec.Cmd) error
 

@@ -42,6 +42,7 @@ func TestDockerfileFromImage(t *testing.T) {
 		var out bytes.Buffer
 		tpl, err := r.BuildDockerfile(ctx, "fromimage", DockerfileOptions{
 			Dockerfile: []byte(df), DockerfileName: "Dockerfile", Context: t.TempDir(), Runtime: rt, Pull: policy,
+			BuildBridge: rt.net.Bridge, BuildSubnet: rt.net.Subnet, NetnsPrefix: rt.net.NetnsPrefix,
 		}, &out)
 		t.Logf("build output:\n%s", out.String())
 		return tpl, out.String(), err
@@ -105,7 +106,7 @@ func TestDockerfileFromImage(t *testing.T) {
 			t.Errorf("FROM %s: %v (code %q), want %v, code %q, naming it", c.from, err, errdefs.Code(err), c.want, c.code)
 		}
 	}
-	if l := dockerBuildLeaks(r.Dir(), rt); len(l) > 0 {
+	if l := buildLeaks(r.Dir(), rt); len(l) > 0 {
 		t.Errorf("left behind: %v", l)
 	}
 }

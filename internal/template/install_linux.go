@@ -6,82 +6,90 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/runtime"
 )
 
-// mountScript runs first in the build chroot: package scripts and the
-// programs checks run expect /proc (and sometimes /sys and /dev/pts). The
-// mounts are made in the command's own mount namespace, so they are never
-// visible on the host and vanish with the command, even when this process
-// is killed; nothing is left to unmount. sysfs and devpts are optional.
-const mountScript = `set -e
-mount -t proc proc /proc
-mount -t sysfs sysfs /sys 2>/dev/null || true
-mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts /dev/pts 2>/dev/null || true
-exec "$@"`
+// stepEnv is the environment of the recipes' steps: nothing of the host's.
+var stepEnv = []string{"PATH=" + hostPath, "LC_ALL=C", "HOME=/root",
+	"DEBIAN_FRONTEND=noninteractive", "DEBCONF_NONINTERACTIVE_SEEN=true"}
 
-// runInRootfs runs argv chrooted into rootfs (a tree this package has just
-// built) with /proc mounted, feeding its output to onLine.
-func runInRootfs(ctx context.Context, run RunFunc, rootfs string, lockFile *os.File, rep *reporter, onLine func(string), argv ...string) error {
-	cmd := exec.CommandContext(ctx, "/bin/sh", append([]string{"-c", mountScript, "sh"}, argv...)...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: rootfs, Unshareflags: syscall.CLONE_NEWNS}
-	cmd.Dir = "/"
-	cmd.Env = chrootEnv()
-	return runTool(ctx, run, cmd, lockFile, rep, onLine)
+// recipeSteps runs the programs of one built-in build's rootfs: each a
+// container of the registry's runtime on the build network, as root.
+type recipeSteps struct {
+	rt     runtime.Runner
+	net    *stepNet
+	rootfs string
+	rep    *reporter
 }
 
-// chrootEnv is the environment of programs run in a build chroot: nothing
-// of the host's but its proxy settings, which apt needs to reach the
-// mirror the same way debootstrap did.
-func chrootEnv() []string {
-	env := []string{"PATH=" + hostPath, "LC_ALL=C", "HOME=/root",
-		"DEBIAN_FRONTEND=noninteractive", "DEBCONF_NONINTERACTIVE_SEEN=true"}
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		switch strings.ToLower(k) {
-		case "http_proxy", "https_proxy", "no_proxy", "all_proxy":
-			env = append(env, kv)
-		}
+// exec runs argv in the rootfs, feeding its output to onLine; a non-zero
+// exit is an error naming it.
+func (s *recipeSteps) exec(ctx context.Context, onLine func(string), argv ...string) error {
+	s.rep.clearTail()
+	defer s.rep.heartbeats()()
+	code, _, err := runStep(ctx, s.rt, s.net, step{Rootfs: s.rootfs, Args: argv, Env: stepEnv, Cwd: "/", OnLine: onLine})
+	if ctx.Err() != nil {
+		return ctx.Err()
 	}
-	return env
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return fmt.Errorf("exit code %d", code)
+	}
+	return nil
 }
 
-// policyRCD keeps package scripts from starting services in the build
-// chroot (invoke-rc.d asks it; 101 means "not allowed").
+// run is exec with a failure shown and explained by toolFailed; what names
+// the step.
+func (s *recipeSteps) run(ctx context.Context, what string, onLine func(string), argv ...string) error {
+	if err := s.exec(ctx, onLine, argv...); err != nil {
+		return toolFailed(ctx, what, err, s.rep)
+	}
+	return nil
+}
+
+// in is the runIn of post steps.
+func (s *recipeSteps) in(ctx context.Context, argv ...string) error {
+	return s.run(ctx, strings.Join(argv, " "), s.rep.toolLine, argv...)
+}
+
+// policyRCD keeps package scripts from starting services during the build
+// (invoke-rc.d asks it; 101 means "not allowed").
 const policyRCD = "#!/bin/sh\nexit 101\n"
 
 // aptInstall installs pkgs (and what they depend on, without recommends)
-// into rootfs with the rootfs's own apt-get, from the sources debootstrap
-// configured: the mirror the template was bootstrapped from.
-func aptInstall(ctx context.Context, run RunFunc, rootfs string, pkgs []string, lockFile *os.File, rep *reporter) error {
+// into the rootfs with the rootfs's own apt-get, from the sources
+// debootstrap configured: the mirror the template was bootstrapped from.
+func (s *recipeSteps) aptInstall(ctx context.Context, pkgs []string) error {
+	rep := s.rep
 	rep.printf("installing with apt-get: %s", strings.Join(pkgs, " "))
-	rcd := filepath.Join(rootfs, "usr", "sbin", "policy-rc.d")
+	rcd := filepath.Join(s.rootfs, "usr", "sbin", "policy-rc.d")
 	if err := replaceFile(rcd, []byte(policyRCD), 0o755); err != nil {
 		return err
 	}
 	apt := []string{"apt-get", "-q", "-y", "-o", "Acquire::Retries=3", "-o", "Dpkg::Use-Pty=0"}
 	prog := &aptProgress{rep: rep}
-	if err := runInRootfs(ctx, run, rootfs, lockFile, rep, prog.line, append(apt, "update")...); err != nil {
-		return toolFailed(ctx, "apt-get update", err, rep)
+	if err := s.run(ctx, "apt-get update", prog.line, append(apt, "update")...); err != nil {
+		return err
 	}
 	install := append(apt,
 		"-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold",
 		"install", "--no-install-recommends")
-	if err := runInRootfs(ctx, run, rootfs, lockFile, rep, prog.line, append(install, pkgs...)...); err != nil {
-		return toolFailed(ctx, "apt-get install", err, rep)
+	if err := s.run(ctx, "apt-get install", prog.line, append(install, pkgs...)...); err != nil {
+		return err
 	}
 	rep.setDetail("")
 	rep.printf("installed %d packages (%s)", prog.setUp, fmtSeconds(rep.elapsed()))
 	return os.Remove(rcd)
 }
 
-// toolFailed turns the failure of a tool run in the chroot into an error
+// toolFailed turns the failure of a tool run in the rootfs into an error
 // naming the reason apt or dpkg gave, and shows the tool's last output.
 func toolFailed(ctx context.Context, what string, err error, rep *reporter) error {
 	if ctx.Err() != nil {

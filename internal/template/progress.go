@@ -97,6 +97,31 @@ func (r *reporter) setStepLocked(s int) {
 	r.stepLineLocked()
 }
 
+// heartbeats shows the step line again while a tool is quiet for 15 s,
+// until the returned stop is called.
+func (r *reporter) heartbeats() (stop func()) {
+	quit := make(chan struct{})
+	var beats sync.WaitGroup
+	beats.Add(1)
+	go func() {
+		defer beats.Done()
+		tick := time.NewTicker(5 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+				r.heartbeat(15 * time.Second)
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		beats.Wait()
+	}
+}
+
 // heartbeat repeats the current step line when nothing was printed for
 // every; call it periodically.
 func (r *reporter) heartbeat(every time.Duration) {

@@ -11,8 +11,10 @@ import (
 )
 
 // recipe says how to build one built-in template: a debootstrap of Suite
-// with Packages, then Install installed with apt-get in a chroot, then Post
-// steps run against the new tree, then Check run in it.
+// with Packages, then Install installed with apt-get, then Post steps run
+// against the new tree, then Check run in it. What runs the tree's own
+// programs (debootstrap's second stage, apt-get, Post's commands, Check)
+// runs in a container of the build's runtime (Registry.Runtime).
 type recipe struct {
 	Suite    string
 	Variant  string // debootstrap --variant
@@ -43,12 +45,17 @@ func (r recipe) allPackages() []string {
 	return out
 }
 
-// postStep is one configuration step of a new rootfs. Steps may run programs
-// inside the rootfs only through chrootRun, with run (nil: cmd.Run).
+// postStep is one configuration step of a new rootfs. A step writes files
+// into rootfs itself, but runs the rootfs's programs only with in: each in
+// a container of the build's runtime, never on the host.
 type postStep struct {
 	Desc string
-	Run  func(ctx context.Context, rootfs string, run RunFunc) error
+	Run  func(ctx context.Context, rootfs string, in runIn) error
 }
+
+// runIn runs argv as root in the rootfs being built, in a container of its
+// own on the build network (see runStep), and fails unless it exits 0.
+type runIn func(ctx context.Context, argv ...string) error
 
 // basePackages are in every built-in template (debootstrap --include).
 var basePackages = []string{"coreutils", "procps", "python3", "curl", "ca-certificates", "iproute2"}
@@ -170,7 +177,7 @@ func AliasesOf(name string) []string {
 // works as it does on other sandbox platforms: a sandbox is disposable, so
 // there is no system to protect from pip, and agents expect plain
 // `pip install` to succeed.
-var allowPip = postStep{"letting pip install packages", func(_ context.Context, rootfs string, _ RunFunc) error {
+var allowPip = postStep{"letting pip install packages", func(_ context.Context, rootfs string, _ runIn) error {
 	matches, err := filepath.Glob(filepath.Join(rootfs, "usr", "lib", "python3*", "EXTERNALLY-MANAGED"))
 	if err != nil {
 		return err
@@ -188,7 +195,7 @@ var allowPip = postStep{"letting pip install packages", func(_ context.Context, 
 // MPLBACKEND in the environment: ipykernel selects the inline backend (plots
 // as image/png results) only when MPLBACKEND is unset, and the environment
 // variable would override it.
-var aggBackend = postStep{"making Agg matplotlib's default backend", func(_ context.Context, rootfs string, _ RunFunc) error {
+var aggBackend = postStep{"making Agg matplotlib's default backend", func(_ context.Context, rootfs string, _ runIn) error {
 	p := filepath.Join(rootfs, "etc", "matplotlibrc")
 	old, err := os.ReadFile(p)
 	if err != nil && !os.IsNotExist(err) {
@@ -208,14 +215,11 @@ var aggBackend = postStep{"making Agg matplotlib's default backend", func(_ cont
 	return replaceFile(p, []byte(b.String()), 0o644)
 }}
 
-// addUser creates group and user name with uid = gid = id, home
-// /home/<name> owned by it and shell /bin/bash, using the rootfs's own
-
 // sudoersUser lets "user" run anything as root without a password, as in
 // E2B's sandboxes: the sandbox is the isolation boundary, not the account.
 const sudoersUser = "user ALL=(ALL:ALL) NOPASSWD: ALL\n"
 
-var sudoForUser = postStep{"letting user sudo without a password", func(_ context.Context, rootfs string, _ RunFunc) error {
+var sudoForUser = postStep{"letting user sudo without a password", func(_ context.Context, rootfs string, _ runIn) error {
 	dir := filepath.Join(rootfs, "etc", "sudoers.d")
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return err
@@ -223,15 +227,17 @@ var sudoForUser = postStep{"letting user sudo without a password", func(_ contex
 	return os.WriteFile(filepath.Join(dir, "user"), []byte(sudoersUser), 0o440)
 }}
 
-// groupadd/useradd in a chroot.
-func addUser(name string, id int) func(context.Context, string, RunFunc) error {
-	return func(ctx context.Context, rootfs string, run RunFunc) error {
+// addUser creates group and user name with uid = gid = id, home
+// /home/<name> owned by it and shell /bin/bash, with the rootfs's own
+// groupadd and useradd.
+func addUser(name string, id int) func(context.Context, string, runIn) error {
+	return func(ctx context.Context, rootfs string, in runIn) error {
 		ids := fmt.Sprint(id)
-		if err := chrootRun(ctx, run, rootfs, "/usr/sbin/groupadd", "--gid", ids, name); err != nil {
+		if err := in(ctx, "/usr/sbin/groupadd", "--gid", ids, name); err != nil {
 			return err
 		}
 		home := "/home/" + name
-		if err := chrootRun(ctx, run, rootfs, "/usr/sbin/useradd",
+		if err := in(ctx, "/usr/sbin/useradd",
 			"--uid", ids, "--gid", ids, "--home-dir", home, "--create-home",
 			"--shell", "/bin/bash", "--comment", name, name); err != nil {
 			return err
@@ -246,7 +252,7 @@ func addUser(name string, id int) func(context.Context, string, RunFunc) error {
 }
 
 // makeLizardDir creates the empty /.lizard mount point.
-func makeLizardDir(_ context.Context, rootfs string, _ RunFunc) error {
+func makeLizardDir(_ context.Context, rootfs string, _ runIn) error {
 	p := filepath.Join(rootfs, ".lizard")
 	if err := os.Mkdir(p, 0o755); err != nil && !os.IsExist(err) {
 		return err
@@ -261,13 +267,13 @@ ff02::2	ip6-allrouters
 `
 
 // writeHosts writes an /etc/hosts that does not depend on a hostname.
-func writeHosts(_ context.Context, rootfs string, _ RunFunc) error {
+func writeHosts(_ context.Context, rootfs string, _ runIn) error {
 	return replaceFile(filepath.Join(rootfs, "etc", "hosts"), []byte(hostsFile), 0o644)
 }
 
 // removeHostFiles removes /etc/hostname, which debootstrap copies from the
 // build host: the sandbox's hostname comes from the runtime.
-func removeHostFiles(_ context.Context, rootfs string, _ RunFunc) error {
+func removeHostFiles(_ context.Context, rootfs string, _ runIn) error {
 	err := os.Remove(filepath.Join(rootfs, "etc", "hostname"))
 	if err != nil && !os.IsNotExist(err) {
 		return err
@@ -277,7 +283,7 @@ func removeHostFiles(_ context.Context, rootfs string, _ RunFunc) error {
 
 // cleanApt removes downloaded packages and package lists; `apt-get update`
 // inside a sandbox brings the lists back.
-func cleanApt(_ context.Context, rootfs string, _ RunFunc) error {
+func cleanApt(_ context.Context, rootfs string, _ runIn) error {
 	for _, pattern := range []string{
 		"var/cache/apt/archives/*.deb",
 		"var/cache/apt/*.bin",

@@ -45,12 +45,12 @@ var desktopChecks = [][]string{
 	{"sh", "-n", "/usr/local/bin/lizard-desktop"},
 }
 
-func writeExecutable(rel, content string) func(context.Context, string, RunFunc) error {
+func writeExecutable(rel, content string) func(context.Context, string, runIn) error {
 	return writeFile(rel, content, 0o755)
 }
 
-func writeFile(rel, content string, mode os.FileMode) func(context.Context, string, RunFunc) error {
-	return func(_ context.Context, rootfs string, _ RunFunc) error {
+func writeFile(rel, content string, mode os.FileMode) func(context.Context, string, runIn) error {
+	return func(_ context.Context, rootfs string, _ runIn) error {
 		p := filepath.Join(rootfs, rel)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err

@@ -34,9 +34,9 @@ func seedKey(rec recipe, mirror string) string {
 // is there, else debootstrap's own, which is then kept as the seed (a
 // failure to keep it is only a warning). Builds of different templates at
 // once wait for each other here, so debootstrap runs once.
-func (r *Registry) debootstrap(ctx context.Context, deb string, rec recipe, rootfs, mirror string, lockFile *os.File, rep *reporter) error {
+func (r *Registry) debootstrap(ctx context.Context, deb string, rec recipe, rootfs, mirror string, lockFile *os.File, rep *reporter, secondStage func(context.Context) error) error {
 	if r.SeedMaxAge <= 0 {
-		return runDebootstrap(ctx, r.RunCommand, deb, rec, rootfs, mirror, lockFile, rep)
+		return runDebootstrap(ctx, r.RunCommand, deb, rec, rootfs, mirror, lockFile, rep, secondStage)
 	}
 	dir := filepath.Join(r.dir, seedsDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -63,7 +63,7 @@ func (r *Registry) debootstrap(ctx context.Context, deb string, rec recipe, root
 		}
 		return nil
 	}
-	if err := runDebootstrap(ctx, r.RunCommand, deb, rec, rootfs, mirror, lockFile, rep); err != nil {
+	if err := runDebootstrap(ctx, r.RunCommand, deb, rec, rootfs, mirror, lockFile, rep, secondStage); err != nil {
 		return err
 	}
 	if err := r.keepSeed(ctx, dir, key, rootfs); err != nil {

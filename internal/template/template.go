@@ -62,6 +62,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/runtime"
 )
 
 // CodeNotFound is the API code of errors about templates that do not exist.
@@ -183,11 +184,18 @@ type Registry struct {
 	// Debootstrap is the debootstrap program; "" means "debootstrap" from
 	// PATH, falling back to /usr/sbin/debootstrap.
 	Debootstrap string
-	// RunCommand runs the commands of Build and EnsureBuilt (debootstrap,
-	// the build chroot's commands) to their end; nil means cmd.Run. A
-	// server passes its reaper's Run, so that its child subreaper does
-	// not take their exit statuses.
+	// RunCommand runs the host commands of Build and EnsureBuilt
+	// (debootstrap's first stage, cp, the build network's ip and nft) to
+	// their end; nil means cmd.Run. A server passes its reaper's Run, so
+	// that its child subreaper does not take their exit statuses.
 	RunCommand RunFunc
+	// Runtime runs the built-in recipes' steps that run the rootfs's own
+	// programs (debootstrap's second stage, apt-get and the packages'
+	// scripts, useradd, npm, the checks), each a container on the build
+	// network BuildNetwork, as Dockerfile RUN steps run. Build and
+	// EnsureBuilt of a built-in template fail without it.
+	Runtime      runtime.Runner
+	BuildNetwork BuildNetwork
 	// SeedMaxAge, when positive, lets a build of a built-in template start
 	// from the debootstrapped tree an earlier build left (seed_linux.go)
 	// if that tree is younger than this, instead of running debootstrap

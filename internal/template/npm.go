@@ -1,15 +1,10 @@
-//go:build linux
-
 package template
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 )
 
 // hostCA is the host's certificate bundle: what the host trusts for TLS.
@@ -21,7 +16,7 @@ const hostCA = "/etc/ssl/certs/ca-certificates.crt"
 // there): the host's bundle is copied in for the step and removed after,
 // with npm's cache, so none of it stays in the template.
 func npmGlobal(pkgs ...string) postStep {
-	return postStep{"installing " + strings.Join(pkgs, " ") + " with npm", func(ctx context.Context, rootfs string, run RunFunc) error {
+	return postStep{"installing " + strings.Join(pkgs, " ") + " with npm", func(ctx context.Context, rootfs string, in runIn) error {
 		const ca = "/tmp/lizard-host-ca.crt"
 		args := []string{"npm", "install", "--global", "--no-fund", "--no-audit", "--no-update-notifier", "--loglevel=error"}
 		if b, err := os.ReadFile(hostCA); err == nil {
@@ -32,13 +27,6 @@ func npmGlobal(pkgs ...string) postStep {
 			args = append(args, "--cafile", ca)
 		}
 		defer os.RemoveAll(filepath.Join(rootfs, "root", ".npm"))
-		cmd := exec.CommandContext(ctx, "/bin/sh", append([]string{"-c", mountScript, "sh"}, append(args, pkgs...)...)...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: rootfs, Unshareflags: syscall.CLONE_NEWNS}
-		cmd.Dir = "/"
-		cmd.Env = chrootEnv()
-		if out, err := combinedOutput(run, cmd); err != nil {
-			return fmt.Errorf("npm install %s: %v: %s", strings.Join(pkgs, " "), err, strings.TrimSpace(string(out)))
-		}
-		return nil
+		return in(ctx, append(args, pkgs...)...)
 	}}
 }
