@@ -57,7 +57,7 @@ build:
 
 templates: deps build
 	set -e; for t in $(TEMPLATES); do \
-		$(BIN)/lizard template build $$t --if-missing --template-dir $(TEMPLATE_DIR); \
+		$(BIN)/lizard template build $$t --if-missing --template-dir $(TEMPLATE_DIR) --runsc $(RUNSC); \
 	done
 
 run: deps build templates

@@ -14,9 +14,21 @@ import (
 	"github.com/lizard-build/lizard/internal/runtime"
 )
 
-// stepEnv is the environment of the recipes' steps: nothing of the host's.
-var stepEnv = []string{"PATH=" + hostPath, "LC_ALL=C", "HOME=/root",
-	"DEBIAN_FRONTEND=noninteractive", "DEBCONF_NONINTERACTIVE_SEEN=true"}
+// stepEnv is the environment of the recipes' steps: nothing of the host's
+// but its proxy settings, which apt needs to reach the mirror the way
+// debootstrap's first stage (on the host) did.
+func stepEnv() []string {
+	env := []string{"PATH=" + hostPath, "LC_ALL=C", "HOME=/root",
+		"DEBIAN_FRONTEND=noninteractive", "DEBCONF_NONINTERACTIVE_SEEN=true"}
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch strings.ToLower(k) {
+		case "http_proxy", "https_proxy", "no_proxy", "all_proxy":
+			env = append(env, kv)
+		}
+	}
+	return env
+}
 
 // recipeSteps runs the programs of one built-in build's rootfs: each a
 // container of the registry's runtime on the build network, as root.
@@ -32,7 +44,7 @@ type recipeSteps struct {
 func (s *recipeSteps) exec(ctx context.Context, onLine func(string), argv ...string) error {
 	s.rep.clearTail()
 	defer s.rep.heartbeats()()
-	code, _, err := runStep(ctx, s.rt, s.net, step{Rootfs: s.rootfs, Args: argv, Env: stepEnv, Cwd: "/", OnLine: onLine})
+	code, _, err := runStep(ctx, s.rt, s.net, step{Rootfs: s.rootfs, Args: argv, Env: stepEnv(), Cwd: "/", OnLine: onLine})
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
