@@ -146,14 +146,38 @@ func TestClusterTemplateEverywhere(t *testing.T) {
 	// A corrupted object: b is the only node taking sandboxes and lacks
 	// the template; one of its blobs is overwritten.
 	buildTemplateOn(t, a, bad, "FROM base\nRUN echo bad > /bad.txt\n")
+	// The blob corrupted is one only this template has: its archive shares
+	// most chunks with the others' (b holds those), and which ones depends
+	// on where the build's files fall in it.
 	im := durable.New(st, nil)
-	mkey := templateManifestKey(t, st, bad)
-	m, err := im.Stat(context.Background(), strings.TrimSuffix(strings.TrimPrefix(mkey, "images/"), "/manifest.json"))
-	if err != nil {
-		t.Fatal(err)
+	manifest := func(name string) durable.Manifest {
+		t.Helper()
+		mkey := templateManifestKey(t, st, name)
+		m, err := im.Stat(context.Background(), strings.TrimSuffix(strings.TrimPrefix(mkey, "images/"), "/manifest.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
 	}
-	f := m.Files[0]
-	blob := "blobs/sha256/" + f.Chunks[len(f.Chunks)-1].StoredSHA256
+	shared := map[string]bool{}
+	for _, other := range []string{name, child} {
+		for _, f := range manifest(other).Files {
+			for _, ch := range f.Chunks {
+				shared[ch.StoredSHA256] = true
+			}
+		}
+	}
+	blob := ""
+	for _, f := range manifest(bad).Files {
+		for _, ch := range f.Chunks {
+			if !ch.Hole && ch.StoredSHA256 != "" && !shared[ch.StoredSHA256] && blob == "" {
+				blob = "blobs/sha256/" + ch.StoredSHA256
+			}
+		}
+	}
+	if blob == "" {
+		t.Fatalf("%s has no blob of its own", bad)
+	}
 	if _, err := st.Put(context.Background(), blob, bytes.NewReader([]byte("not the bytes the manifest names"))); err != nil {
 		t.Fatal(err)
 	}

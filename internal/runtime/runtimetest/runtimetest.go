@@ -296,7 +296,9 @@ func testPauseFiles(t *testing.T, rt runtime.Runtime, cp runtime.Checkpointer, f
 	}
 	ag = agentAt(t, runtime.Sandbox{Agent: addr}, "a-later-token-of-16")
 	pid := sh(t, ag, "cat $HOME/counter.pid")
-	const gone = "kill -0 $(cat $HOME/counter.pid) 2>/dev/null && echo alive || echo ended; cat $HOME/file; ls $HOME"
+	// The counter's pid may belong to another process after a boot (pids
+	// start over), so "ended" is a count that no longer moves.
+	const gone = `a=$(cat $HOME/count); sleep 0.3; [ "$a" = "$(cat $HOME/count)" ] && echo ended || echo alive; cat $HOME/file; ls $HOME`
 	for i := range 2 {
 		if err := fp.PauseFiles(ctx, id); err != nil {
 			t.Fatalf("PauseFiles %d: %v", i, err)
