@@ -108,6 +108,7 @@ func benchCheckpoints(ctx context.Context, s *server, raw *rawRunsc, n int, big 
 		}
 		snap.lizard = append(snap.lizard, time.Since(t))
 		img := filepath.Join(raw.dir, fmt.Sprintf("snap-%d", i))
+		os.RemoveAll(img) // an earlier pass's (idle, then busy)
 		t = time.Now()
 		if err := raw.checkpoint(ctx, rid, img, true); err != nil {
 			return nil, err
