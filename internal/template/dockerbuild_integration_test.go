@@ -5,6 +5,8 @@ package template
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"io"
 	"net/netip"
@@ -182,9 +184,12 @@ type testRuntime struct {
 	*gvisor.Runtime
 	dir string // its state directory, runsc's root under it
 	// net is the build network the test's steps run on and cgroup the
-	// steps' cgroup parent: LIZARD_TEST_BUILD_BRIDGE,
-	// LIZARD_TEST_BUILD_SUBNET and LIZARD_TEST_CGROUP_PARENT, else the
-	// defaults (so that tests beside a server on the host use their own).
+	// steps' cgroup parent (also their namespaces' prefix):
+	// LIZARD_TEST_BUILD_BRIDGE, LIZARD_TEST_BUILD_SUBNET and
+	// LIZARD_TEST_CGROUP_PARENT, else the default bridge and subnet and a
+	// cgroup parent of this test process's own (testNames), so that what a
+	// run killed half-way left on the host never counts as this run's
+	// leak, and tests beside a server on the host use their own.
 	net    BuildNetwork
 	cgroup string
 }
@@ -203,10 +208,18 @@ func testBuildNetwork(t *testing.T) (BuildNetwork, string) {
 	}
 	n = n.withDefaults()
 	if n.NetnsPrefix == "" {
-		n.NetnsPrefix = network.DefaultNetnsPrefix
+		n.NetnsPrefix = testNames
 	}
 	return n, n.NetnsPrefix
 }
+
+// testNames is this test process's cgroup parent and namespace prefix
+// (see testRuntime).
+var testNames = func() string {
+	var b [3]byte
+	rand.Read(b[:])
+	return "lzbt" + hex.EncodeToString(b[:])
+}()
 
 func newTestRuntime(t *testing.T, runsc string) *testRuntime {
 	t.Helper()
@@ -226,6 +239,15 @@ func newTestRuntime(t *testing.T, runsc string) *testRuntime {
 	t.Cleanup(func() {
 		if err := rt.RemoveState(); err != nil {
 			t.Errorf("remove the runtime's state: %v", err)
+		}
+		if cgroup == testNames {
+			// runsc makes the parent cgroups and nothing else removes
+			// them; one that still holds a step's stays (a leak the
+			// test reports).
+			dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", cgroup))
+			for _, d := range append(dirs, filepath.Join("/sys/fs/cgroup", cgroup)) {
+				syscall.Rmdir(d)
+			}
 		}
 	})
 	return &testRuntime{Runtime: rt, dir: dir, net: net, cgroup: cgroup}

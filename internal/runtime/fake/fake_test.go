@@ -25,7 +25,7 @@ func newRuntime(t *testing.T) (*fake.Runtime, runtimetest.Env) {
 	}
 	return rt, runtimetest.Env{
 		Rootfs: t.TempDir(), Leaks: rt.Leaks,
-		Lacks: runtimetest.Capabilities{ProcessCheckpoints: true, Hostname: true},
+		Lacks: runtimetest.Capabilities{ProcessCheckpoints: true, Hostname: true, Mounts: true},
 	}
 }
 

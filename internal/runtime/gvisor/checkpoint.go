@@ -77,6 +77,34 @@ func (r *Runtime) save(ctx context.Context, id, image string) error {
 	return nil
 }
 
+// frozen runs save (which writes a pause's image) with the container
+// frozen (runsc pause), and leaves it frozen when save succeeds: the
+// container only goes away after the image is published, and a container
+// that ran on in between would write on to its mounts (volumes, host
+// files the image does not hold) past what the image remembers, so that
+// the resumed sandbox repeats what it did, or its restore fails on a file
+// renamed away. A failed save thaws it; a crash in between leaves it
+// frozen for reconcile to thaw. An error says whether the sandbox was
+// running (notRunning).
+func (r *Runtime) frozen(ctx context.Context, id string, save func() error) error {
+	if err := r.runsc(ctx, nil, "pause", id); err != nil {
+		return r.notRunning(ctx, id, fmt.Errorf("freeze: %w", err))
+	}
+	err := save()
+	if err == nil {
+		return nil
+	}
+	r.thaw(ctx, id)
+	return r.notRunning(ctx, id, err)
+}
+
+// thaw lets a container frozen for a pause that failed run on.
+func (r *Runtime) thaw(ctx context.Context, id string) {
+	if err := r.runsc(context.WithoutCancel(ctx), nil, "resume", id); err != nil {
+		r.cfg.Logger.Warn("thaw after a failed pause", "sandbox", id, "err", err)
+	}
+}
+
 // Pause implements runtime.Checkpointer.
 func (r *Runtime) Pause(ctx context.Context, id string) (err error) {
 	ctx, span := tracing.Start(ctx, "runtime pause", tracing.SandboxID.String(id))
@@ -93,12 +121,13 @@ func (r *Runtime) Pause(ctx context.Context, id string) (err error) {
 	}
 	image := filepath.Join(r.dir(id), checkpointDir)
 	os.RemoveAll(image)
-	if err := r.save(ctx, id, image); err != nil {
-		return r.notRunning(ctx, id, err)
+	if err := r.frozen(ctx, id, func() error { return r.save(ctx, id, image) }); err != nil {
+		return err
 	}
 	st.Paused = true
 	if err := writeJSON(filepath.Join(r.dir(id), "state.json"), st); err != nil {
 		os.RemoveAll(image)
+		r.thaw(ctx, id)
 		return err
 	}
 	// The image is the sandbox now: what the container does from here on
@@ -142,24 +171,35 @@ func (r *Runtime) PauseFiles(ctx context.Context, id string) (err error) {
 	os.RemoveAll(image)
 	tmp := image + tmpSuffix
 	os.RemoveAll(tmp)
+	failed := func(err error) error {
+		err = disk.Classify(filepath.Dir(tmp), err)
+		os.RemoveAll(tmp)
+		return fmt.Errorf("files checkpoint: %w", err)
+	}
 	err = os.Mkdir(tmp, 0o700)
 	if err == nil {
 		err = r.writeManifest(ctx, id, tmp, true)
 	}
-	if err == nil {
-		err = r.runsc(ctx, nil, "fscheckpoint", "--leave-running", "--image-path", tmp, id)
-	}
-	if err == nil {
-		err = os.Rename(tmp, image)
-	}
 	if err != nil {
-		err = disk.Classify(filepath.Dir(tmp), err)
-		os.RemoveAll(tmp)
-		return r.notRunning(ctx, id, fmt.Errorf("files checkpoint: %w", err))
+		return r.notRunning(ctx, id, failed(err))
+	}
+	err = r.frozen(ctx, id, func() error {
+		err := r.runsc(ctx, nil, "fscheckpoint", "--leave-running", "--image-path", tmp, id)
+		if err == nil {
+			err = os.Rename(tmp, image)
+		}
+		if err != nil {
+			return failed(err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	st.Paused = true
 	if err := writeJSON(filepath.Join(r.dir(id), "state.json"), st); err != nil {
 		os.RemoveAll(image)
+		r.thaw(ctx, id)
 		return err
 	}
 	if err := r.runsc(context.WithoutCancel(ctx), nil, "delete", "--force", id); err != nil {

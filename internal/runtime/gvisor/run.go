@@ -60,6 +60,7 @@ func (r *Runtime) Run(ctx context.Context, spec runtime.RunSpec) (code int, err 
 		// A container runsc still knows keeps its directory, which the
 		// next start's reconcile finds.
 		if derr := r.deleteContainer(context.WithoutCancel(ctx), spec.ID); derr != nil {
+			r.cfg.Logger.Warn("delete a run's container; removed at the next start", "container", spec.ID, "err", derr)
 			if err == nil {
 				err = derr
 			}

@@ -32,6 +32,7 @@ func RunRunner(t *testing.T, rn runtime.Runner, env RunnerEnv) {
 	t.Run("ExitStatus", func(t *testing.T) { testRunExit(t, rn, env) })
 	t.Run("NoSuchProgram", func(t *testing.T) { testRunMissing(t, rn, env) })
 	t.Run("Cancel", func(t *testing.T) { testRunCancel(t, rn, env) })
+	t.Run("CancelEarly", func(t *testing.T) { testRunCancelEarly(t, rn, env) })
 }
 
 // runEnv copies env.Rootfs for one test and opens its output file.
@@ -88,6 +89,27 @@ func testRunExit(t *testing.T, rn runtime.Runner, env RunnerEnv) {
 		t.Errorf("Run of exit 3 = %d, %v", code, err)
 	}
 	noLeaks(t, env, spec.ID)
+}
+
+// testRunCancelEarly cancels runs at moments of their start (before the
+// container exists, while it is being made, as the command starts): each
+// returns the context's error and leaves nothing behind, whatever the
+// container had become (a build cancelled as a step begins).
+func testRunCancelEarly(t *testing.T, rn runtime.Runner, env RunnerEnv) {
+	for _, after := range []time.Duration{0, 5 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond,
+		100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond} {
+		spec, _ := runEnv(t, env)
+		spec.Args = []string{"/bin/sh", "-c", "exec sleep 600"}
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(after, cancel)
+		if _, err := rn.Run(ctx, spec); !errors.Is(err, context.Canceled) {
+			t.Errorf("Run cancelled after %v = %v; want context.Canceled", after, err)
+		}
+		cancel()
+		if l := env.Leaks(spec.ID); len(l) > 0 {
+			t.Errorf("run %s cancelled after %v left behind: %q", spec.ID, after, l)
+		}
+	}
 }
 
 func testRunMissing(t *testing.T, rn runtime.Runner, env RunnerEnv) {

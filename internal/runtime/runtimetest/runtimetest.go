@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -45,6 +44,8 @@ type Capabilities struct {
 	ProcessCheckpoints bool
 	// Hostname: a sandbox's hostname is not its id.
 	Hostname bool
+	// Mounts: Spec.Mounts are recorded, not applied.
+	Mounts bool
 }
 
 // Run runs the suite against the runtime made by newRuntime.
@@ -276,6 +277,9 @@ func RunCheckpointer(t *testing.T, rt runtime.Runtime, env Env) {
 	t.Run("PauseResumeKeepsProcesses", func(t *testing.T) { testPauseResume(t, rt, cp, env) })
 	t.Run("SnapshotRestoreCopies", func(t *testing.T) { testSnapshotRestore(t, rt, cp, env) })
 	t.Run("CheckpointOfStopped", func(t *testing.T) { testCheckpointStopped(t, rt, cp, env) })
+	if !env.Lacks.Mounts && !env.Lacks.ProcessCheckpoints {
+		t.Run("PauseWhileMountWritten", func(t *testing.T) { testPauseMountWritten(t, rt, cp, env) })
+	}
 	if fp, ok := rt.(runtime.FilesPauser); ok {
 		t.Run("PauseFilesKeepsFilesOnly", func(t *testing.T) { testPauseFiles(t, rt, cp, fp, env) })
 	}
@@ -333,7 +337,9 @@ func testPauseFiles(t *testing.T, rt runtime.Runtime, cp runtime.Checkpointer, f
 		t.Fatal(err)
 	}
 	image := filepath.Join(t.TempDir(), "image")
-	if err := exec.Command("cp", "-a", pi.PauseImage(id), image).Run(); err != nil {
+	// Copied in this process: a backend's reaper (the fake's agents) may
+	// reap a cp child before os/exec waits for it.
+	if err := os.CopyFS(image, os.DirFS(pi.PauseImage(id))); err != nil {
 		t.Fatal(err)
 	}
 	if !fp.IsFilesImage(image) {
@@ -356,6 +362,75 @@ func testPauseFiles(t *testing.T, rt runtime.Runtime, cp runtime.Checkpointer, f
 		if leaks := env.Leaks(id); len(leaks) > 0 {
 			t.Fatalf("leaked: %v", leaks)
 		}
+	}
+}
+
+// testPauseMountWritten: a pause is one cut of the sandbox's memory and
+// of its mounts' files. A loop that appends its count to a file on a
+// mounted host directory, and writes a file there that it renames over
+// another, never runs between the image and the container's end: after
+// each resume the count goes on from the image's with no number written
+// twice (the mount held nothing newer than the image), and the restore
+// finds every file the image knew (one renamed away fails it).
+func testPauseMountWritten(t *testing.T, rt runtime.Runtime, cp runtime.Checkpointer, env Env) {
+	ctx := context.Background()
+	id := NewID()
+	vol := t.TempDir()
+	if err := os.Chmod(vol, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	sp := spec(id, env.Rootfs, "tok")
+	sp.Mounts = []runtime.Mount{{Source: vol, Destination: "/mnt/vol"}}
+	t.Cleanup(func() { rt.Destroy(ctx, id) })
+	sb, err := rt.Create(ctx, sp)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	if err := rt.Start(ctx, id); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	ag := agentAt(t, sb, "tok")
+	sh(t, ag, `(i=0; while true; do i=$((i+1)); echo $i >> /mnt/vol/log; echo $i > /mnt/vol/n.tmp; mv /mnt/vol/n.tmp /mnt/vol/n; done) >/dev/null 2>&1 &`)
+	count := func() int {
+		b, _ := os.ReadFile(filepath.Join(vol, "n"))
+		return atoi(string(b))
+	}
+	wait := func(i, above int) {
+		deadline := time.Now().Add(slowness.Scale(10 * time.Second))
+		for count() <= above {
+			if time.Now().After(deadline) {
+				t.Fatalf("resume %d: the loop does not go on (%d)", i, count())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	wait(-1, 0)
+	for i := range 4 {
+		time.Sleep(100 * time.Millisecond)
+		if err := cp.Pause(ctx, id); err != nil {
+			t.Fatalf("Pause %d: %v", i, err)
+		}
+		paused := count()
+		if err := cp.Resume(ctx, id); err != nil {
+			t.Fatalf("Resume %d (the loop was at %d): %v", i, paused, err)
+		}
+		wait(i, paused+10)
+	}
+	if err := rt.Destroy(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(vol, "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Fields(string(b))
+	for n, l := range lines[:len(lines)-1] { // the last may be cut short
+		if atoi(l) != n+1 {
+			t.Fatalf("line %d of the loop's log is %s: the mount went on after the image was taken, and the resumed loop wrote its numbers again", n+1, l)
+		}
+	}
+	if leaks := env.Leaks(id); len(leaks) > 0 {
+		t.Fatalf("leaked: %v", leaks)
 	}
 }
 
