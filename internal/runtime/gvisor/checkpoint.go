@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/lizard-build/lizard/internal/disk"
 	"github.com/lizard-build/lizard/internal/errdefs"
@@ -78,15 +81,23 @@ func (r *Runtime) save(ctx context.Context, id, image string) error {
 }
 
 // frozen runs save (which writes a pause's image) with the container
-// frozen (runsc pause), and leaves it frozen when save succeeds: the
-// container only goes away after the image is published, and a container
-// that ran on in between would write on to its mounts (volumes, host
-// files the image does not hold) past what the image remembers, so that
-// the resumed sandbox repeats what it did, or its restore fails on a file
-// renamed away. A failed save thaws it; a crash in between leaves it
-// frozen for reconcile to thaw. An error says whether the sandbox was
-// running (notRunning).
+// frozen (runsc pause) when it has writable mounts of host files, and
+// leaves it frozen when save succeeds: the container only goes away after
+// the image is published, and a container that ran on in between would
+// write on to those mounts (volumes: host files the image does not hold)
+// past what the image remembers, so that the resumed sandbox repeats what
+// it did, or its restore fails on a file renamed away. What it writes
+// elsewhere is in its memory and overlay, which only the image keeps, so
+// a sandbox without such mounts is not frozen (a runsc run the less). A
+// failed save thaws it; a crash in between leaves it frozen for reconcile
+// to thaw. An error says whether the sandbox was running (notRunning).
 func (r *Runtime) frozen(ctx context.Context, id string, save func() error) error {
+	if !r.writesHostFiles(id) {
+		if err := save(); err != nil {
+			return r.notRunning(ctx, id, err)
+		}
+		return nil
+	}
 	if err := r.runsc(ctx, nil, "pause", id); err != nil {
 		return r.notRunning(ctx, id, fmt.Errorf("freeze: %w", err))
 	}
@@ -96,6 +107,25 @@ func (r *Runtime) frozen(ctx context.Context, id string, save func() error) erro
 	}
 	r.thaw(ctx, id)
 	return r.notRunning(ctx, id, err)
+}
+
+// writesHostFiles reports whether sandbox id has a writable bind mount of
+// the host's besides its own /etc/hosts and /etc/resolv.conf (true when
+// its spec cannot be read).
+func (r *Runtime) writesHostFiles(id string) bool {
+	var spec specs.Spec
+	if err := readJSON(filepath.Join(r.dir(id), "bundle", "config.json"), &spec); err != nil {
+		return true
+	}
+	for _, m := range spec.Mounts {
+		if m.Type != "bind" || m.Destination == "/etc/hosts" || m.Destination == "/etc/resolv.conf" {
+			continue
+		}
+		if !slices.Contains(m.Options, "ro") {
+			return true
+		}
+	}
+	return false
 }
 
 // thaw lets a container frozen for a pause that failed run on.
