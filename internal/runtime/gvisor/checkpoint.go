@@ -265,7 +265,7 @@ func (r *Runtime) Resume(ctx context.Context, id string) (err error) {
 	// Whatever a pause or an earlier resume cut short left goes first — a
 	// container, stray processes, a half-made cgroup (whose empty cpuset
 	// would refuse the new sandbox): the image is the state.
-	if r.rawStatus(ctx, id) != "" {
+	if r.hasStateFile(id) && r.rawStatus(ctx, id) != "" {
 		r.runsc(ctx, nil, "delete", "--force", id)
 	}
 	if err := errors.Join(r.release(id, r.dir(id))...); err != nil {

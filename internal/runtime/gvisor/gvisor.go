@@ -517,6 +517,15 @@ func (r *Runtime) queryStatus(ctx context.Context, id string) (status string, ok
 	return s.Status, true, nil
 }
 
+// hasStateFile reports whether runsc keeps a state file for container id
+// in its root (runsc's "<container>_sandbox:<sandbox>.state", which runsc
+// delete removes): without one runsc knows no such container, and asking
+// it (a runsc run) can be skipped.
+func (r *Runtime) hasStateFile(id string) bool {
+	ms, err := filepath.Glob(filepath.Join(r.cfg.RunscRoot, id+"_sandbox:*.state"))
+	return err != nil || len(ms) > 0
+}
+
 func (r *Runtime) known(ctx context.Context, id string) bool {
 	states, err := r.runscList(ctx)
 	if err != nil {

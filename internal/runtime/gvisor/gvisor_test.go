@@ -15,6 +15,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/reaper"
+	"github.com/lizard-build/lizard/internal/runtime"
 	"github.com/lizard-build/lizard/internal/runtime/gvisor"
 	"github.com/lizard-build/lizard/internal/runtime/runtimetest"
 	"github.com/lizard-build/lizard/internal/template"
@@ -151,4 +152,46 @@ func TestRunnerConformance(t *testing.T) {
 	}
 	t.Cleanup(func() { netm.Remove() })
 	runtimetest.RunRunner(t, rt, runtimetest.RunnerEnv{Rootfs: env.Rootfs, Network: netm, Leaks: rt.Leaks})
+}
+
+// TestStateFileFollowsRunsc: the state file Resume looks for before it
+// asks runsc about a leftover container is there exactly while runsc knows
+// the container (the name is runsc's own format, which a runsc update
+// could change).
+func TestStateFileFollowsRunsc(t *testing.T) {
+	rt, env := newRuntime(t)
+	ctx := context.Background()
+	id := runtimetest.NewID()
+	t.Cleanup(func() { rt.Destroy(ctx, id) })
+	if rt.HasStateFile(id) {
+		t.Fatal("a state file before the create")
+	}
+	if _, err := rt.Create(ctx, runtime.Spec{ID: id, Rootfs: env.Rootfs, AgentToken: "tok-of-sixteen-chars",
+		Resources: runtime.Resources{CPUs: 1, MemoryMB: 1024, Pids: 1024, DiskMB: 1024}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if !rt.HasStateFile(id) {
+		t.Fatal("no state file for a running container")
+	}
+	if err := rt.Pause(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if rt.HasStateFile(id) {
+		t.Fatal("a state file after the pause deleted the container")
+	}
+	if err := rt.Resume(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if !rt.HasStateFile(id) {
+		t.Fatal("no state file after the resume")
+	}
+	if err := rt.Destroy(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if rt.HasStateFile(id) {
+		t.Fatal("a state file after Destroy")
+	}
 }
