@@ -345,14 +345,26 @@ func (r *Runtime) Stop(ctx context.Context, id string) error {
 		return nil
 	}
 	if err := r.runsc(ctx, nil, "kill", "--all", id, "KILL"); err != nil {
-		// It may have stopped between status and kill.
-		if st2, err2 := r.status(ctx, id); err2 == nil && st2 == runtime.StateStopped {
-			return nil
+		// It may have stopped between status and kill, or be stopping:
+		// a sandbox process that has exited (its control server refuses
+		// the kill) counts as running to runsc until the reaper has
+		// waited for it, which a busy host delays.
+		for wait := time.Now().Add(stopSettle); ; time.Sleep(50 * time.Millisecond) {
+			if st2, err2 := r.status(ctx, id); err2 == nil && st2 == runtime.StateStopped {
+				return nil
+			}
+			if time.Now().After(wait) || ctx.Err() != nil {
+				break
+			}
 		}
 		return fmt.Errorf("runsc kill: %w", err)
 	}
 	return nil
 }
+
+// stopSettle bounds Stop's wait for a sandbox whose kill failed to be
+// seen stopped.
+const stopSettle = 3 * time.Second
 
 // Destroy implements runtime.Runtime.
 func (r *Runtime) Destroy(ctx context.Context, id string) error {

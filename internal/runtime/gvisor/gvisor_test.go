@@ -25,6 +25,14 @@ import (
 // lacks root, runsc, the agent binary or the base template.
 func newRuntime(t *testing.T) (*gvisor.Runtime, runtimetest.Env) {
 	t.Helper()
+	rt, env, _ := newRuntimeReaper(t)
+	return rt, env
+}
+
+// newRuntimeReaper is newRuntime, with the reaper that waits for the
+// test's runsc processes (what else the test runs goes through it too).
+func newRuntimeReaper(t *testing.T) (*gvisor.Runtime, runtimetest.Env, *reaper.Reaper) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates network namespaces, cgroups and gVisor sandboxes")
 	}
@@ -55,7 +63,9 @@ func newRuntime(t *testing.T) (*gvisor.Runtime, runtimetest.Env) {
 		t.Fatal(err)
 	}
 	names := namesFor(t)
-	netm, err := network.New(network.Config{Bridge: names.bridge, Subnet: names.subnet, NetnsPrefix: names.prefix})
+	// Its commands go through the reaper, which would otherwise wait for
+	// them before os/exec does ("waitid: no child processes").
+	netm, err := network.New(network.Config{Bridge: names.bridge, Subnet: names.subnet, NetnsPrefix: names.prefix, Run: reap.Run})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +93,7 @@ func newRuntime(t *testing.T) (*gvisor.Runtime, runtimetest.Env) {
 			os.Remove(d)
 		}
 	})
-	return rt, runtimetest.Env{Rootfs: tpl.Rootfs, Leaks: rt.Leaks}
+	return rt, runtimetest.Env{Rootfs: tpl.Rootfs, Leaks: rt.Leaks}, reap
 }
 
 // testNames are what a test's runtime takes on the host: its cgroup
@@ -144,14 +154,14 @@ func TestCheckpointConformance(t *testing.T) {
 }
 
 func TestRunnerConformance(t *testing.T) {
-	rt, env := newRuntime(t)
+	rt, env, reap := newRuntimeReaper(t)
 	names := namesFor(t)
-	netm, err := network.New(network.Config{Bridge: names.runBridge, Subnet: names.runSubnet, NetnsPrefix: names.prefix})
+	netm, err := network.New(network.Config{Bridge: names.runBridge, Subnet: names.runSubnet, NetnsPrefix: names.prefix, Run: reap.Run})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { netm.Remove() })
-	runtimetest.RunRunner(t, rt, runtimetest.RunnerEnv{Rootfs: env.Rootfs, Network: netm, Leaks: rt.Leaks})
+	runtimetest.RunRunner(t, rt, runtimetest.RunnerEnv{Rootfs: env.Rootfs, Network: netm, Leaks: rt.Leaks, Exec: reap.Run})
 }
 
 // TestStateFileFollowsRunsc: the state file Resume looks for before it

@@ -24,6 +24,10 @@ type RunnerEnv struct {
 	Network *network.Manager
 	// Leaks: see Env.
 	Leaks func(id string) []string
+	// Exec runs the suite's own commands (copies) and waits for them:
+	// the test's reaper's Run where one reaps the process's children; nil
+	// runs them plainly.
+	Exec func(*exec.Cmd) error
 }
 
 // RunRunner runs the suite of runtime.Runner against rn.
@@ -40,8 +44,15 @@ func runEnv(t *testing.T, env RunnerEnv) (runtime.RunSpec, string) {
 	t.Helper()
 	dir := t.TempDir()
 	rootfs := filepath.Join(dir, "rootfs")
-	if out, err := exec.Command("cp", "-a", "--reflink=auto", env.Rootfs, rootfs).CombinedOutput(); err != nil {
-		t.Fatalf("copy rootfs: %v: %s", err, out)
+	cp := exec.Command("cp", "-a", "--reflink=auto", env.Rootfs, rootfs)
+	var out strings.Builder
+	cp.Stdout, cp.Stderr = &out, &out
+	run := env.Exec
+	if run == nil {
+		run = (*exec.Cmd).Run
+	}
+	if err := run(cp); err != nil {
+		t.Fatalf("copy rootfs: %v: %s", err, out.String())
 	}
 	outPath := filepath.Join(dir, "output.log")
 	f, err := os.OpenFile(outPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
