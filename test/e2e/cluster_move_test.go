@@ -129,7 +129,7 @@ func TestClusterPauseFilesAnywhere(t *testing.T) {
 	if w := c.where(b, id); w != "b" && w != "c" {
 		t.Fatalf("resumed on %q, want b or c", w)
 	}
-	out := c.node("c").sh(t, id, "cat /root/file; test -e /etc/motd && echo motd back; kill -0 "+strconv.Itoa(pid)+" 2>/dev/null && echo counter alive; true")
+	out := c.node("c").sh(t, id, "cat /root/file; test -e /etc/motd && echo motd back; "+counterAlive(pid)+"; true")
 	if out != "data\n" {
 		t.Fatalf("after the files-only resume on another node: %q, want the file, /etc/motd still deleted and the counter ended", out)
 	}

@@ -8,6 +8,12 @@ import { sdk, Sandbox, withSandbox, api, sleep, get } from './helpers.mjs'
 const run = Math.random().toString(36).slice(2)
 console.log(`e2b control tests: run ${run}, sdk ${process.env.E2B_SDK}`)
 
+
+// SLEEPER_ALIVE prints alive while the `sleep 600` whose pid is in
+// /home/user/pid runs, else ended (a boot may give its pid to another
+// process).
+const SLEEPER_ALIVE = `[ "$(tr '\\0' ' ' 2>/dev/null < /proc/$(cat /home/user/pid)/cmdline)" = "sleep 600 " ] && echo alive || echo ended`
+
 test('create, getInfo and kill', async () => {
   const sbx = await Sandbox.create({ metadata: { run, kind: 'info' }, timeoutMs: 60_000 })
   const info = await sbx.getInfo()
@@ -125,7 +131,8 @@ test('pause({ keepMemory: false }): files kept, processes ended, connect boots i
     const again = await sbx.connect()
     assert.equal(again.sandboxId, sbx.sandboxId)
     assert.equal(await again.isRunning(), true)
-    const out = await again.commands.run('cat /home/user/f; ls /etc/motd 2>&1 || true; kill -0 $(cat /home/user/pid) 2>/dev/null && echo alive || echo ended')
+    // After a boot pids start over: "alive" is the pid still running sleep 600, not any process of that pid.
+    const out = await again.commands.run(`cat /home/user/f; ls /etc/motd 2>&1 || true; ${SLEEPER_ALIVE}`)
     assert.match(out.stdout, /^kept\n.*No such file.*\nended\n$/s)
     assert.notEqual((await again.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout, boot, 'a fresh boot')
     assert.equal(await again.files.read('/home/user/f'), 'kept\n')
@@ -151,7 +158,7 @@ test('onTimeout { action: pause, keepMemory: false } pauses files only; connect(
     await sbx.commands.run('sleep 600 >/dev/null 2>&1 & echo $! > /home/user/pid')
     assert.equal(await sbx.pause(), true)
     await sbx.connect({ onResume: 'reboot', timeoutMs: 120_000 })
-    const out = await sbx.commands.run('cat /home/user/marker; echo; kill -0 $(cat /home/user/pid) 2>/dev/null && echo alive || echo ended')
+    const out = await sbx.commands.run(`cat /home/user/marker; echo; ${SLEEPER_ALIVE}`)
     assert.equal(out.stdout, 'files\nended\n')
     assert.notEqual((await sbx.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout, booted)
   } finally {
