@@ -23,6 +23,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/runtime/gvisor"
 )
 
@@ -262,6 +263,7 @@ type server struct {
 	url     string
 	key     string
 	dataDir string
+	bridge  string // its sandboxes' bridge, removed by stop
 	client  *http.Client
 
 	templateDir string
@@ -284,7 +286,7 @@ func startServer(ctx context.Context, cfg config, extra ...string) (*server, err
 	if err != nil {
 		return nil, err
 	}
-	s := &server{dir: dir, proxy: proxyAddr, url: "http://" + addr, key: "lz_bench_key_0123456789abcdef", dataDir: filepath.Join(dir, "data"), templateDir: cfg.templateDir,
+	s := &server{dir: dir, proxy: proxyAddr, url: "http://" + addr, key: "lz_bench_key_0123456789abcdef", dataDir: filepath.Join(dir, "data"), templateDir: cfg.templateDir, bridge: cfg.bridge,
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	// A subnet and bridge of the bench's own: the tests' servers use
 	// 10.250-10.253 (and may leave their bridges behind). No admission
@@ -365,6 +367,11 @@ func (s *server) stop() {
 	}
 	os.RemoveAll(gvisor.RunscRootFor(s.dataDir))
 	os.RemoveAll(s.dir)
+	// The server leaves its bridge for sandboxes that outlive it; the
+	// bench's are gone with it.
+	if err := network.RemoveBridge(s.bridge); s.bridge != "" && err != nil {
+		fmt.Fprintln(os.Stderr, "bench: remove the server's network:", err)
+	}
 }
 
 func (s *server) call(method, path string, body any, out any) error {

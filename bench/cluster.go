@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/cluster"
-	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/objstore"
 	"github.com/lizard-build/lizard/internal/objstore/s3"
 	"github.com/lizard-build/lizard/internal/store"
@@ -192,10 +191,6 @@ func benchClusterSection(ctx context.Context, cfg config, w io.Writer, n int) er
 	// database but its SQLite.
 	single := cfg
 	single.bridge, single.subnet = singleBridge, singleSubnet
-	// A server keeps its bridge and firewall table for its next start:
-	// there is none.
-	defer exec.Command("nft", "delete", "table", "inet", network.TableName(singleBridge)).Run()
-	defer exec.Command("ip", "link", "del", singleBridge).Run()
 	srv, err := startServer(ctx, single)
 	if err != nil {
 		return err

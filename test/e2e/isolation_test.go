@@ -527,17 +527,7 @@ func removeTestNetworks() error {
 func removeNetworks(bridges ...string) error {
 	var errs []error
 	for _, b := range bridges {
-		if _, err := net.InterfaceByName(b); err == nil {
-			if out, err := exec.Command("ip", "link", "del", b).CombinedOutput(); err != nil {
-				errs = append(errs, fmt.Errorf("delete bridge %s: %v: %s", b, err, out))
-			}
-		}
-		table := network.TableName(b)
-		if exec.Command("nft", "list", "table", "inet", table).Run() == nil {
-			if out, err := exec.Command("nft", "delete", "table", "inet", table).CombinedOutput(); err != nil {
-				errs = append(errs, fmt.Errorf("delete nftables table %s: %v: %s", table, err, out))
-			}
-		}
+		errs = append(errs, network.RemoveBridge(b))
 	}
 	return errors.Join(errs...)
 }
