@@ -173,6 +173,7 @@ func TestErrors(t *testing.T) {
 		{testKey, "POST", "/sandboxes/nosuch/timeout", `{}`, 400, "timeout"},
 		{testKey, "POST", "/sandboxes/nosuch/timeout", `{"timeout":60}`, 404, "nosuch"},
 		{testKey, "POST", "/sandboxes/nosuch/fork", `{"count":2}`, 404, "nosuch"},
+		{testKey, "POST", "/sandboxes/nosuch/fork", `{"count":0}`, 400, "count 0: must be 1 to"},
 		{testKey, "GET", "/sandboxes/nosuch/metrics?start=1&end=0", "", 400, "end"},
 		{testKey, "GET", "/sandboxes/nosuch/metrics", "", 404, "nosuch"},
 		{testKey, "POST", "/v2/sandboxes", `{}`, 400, "templateID: required"},

@@ -12,6 +12,7 @@ import (
 	"github.com/lizard-build/lizard/internal/identity"
 	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/snapshot"
 	"github.com/lizard-build/lizard/internal/sandbox/usage"
 	"github.com/lizard-build/lizard/internal/store"
 )
@@ -507,6 +508,11 @@ func (s *server) fork(w http.ResponseWriter, r *http.Request, p store.Project) e
 	count := 1
 	if req.Count != nil {
 		count = *req.Count
+	}
+	// The body is judged before the sandbox is looked up, as E2B does: a
+	// bad count is a 400 whatever the id.
+	if count < 1 || count > snapshot.MaxFork {
+		return invalid("count %d: must be 1 to %d", count, snapshot.MaxFork)
 	}
 	var timeout int64 // the source's
 	if req.Timeout != nil {
