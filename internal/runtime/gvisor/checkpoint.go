@@ -128,8 +128,12 @@ func (r *Runtime) writesHostFiles(id string) bool {
 	return false
 }
 
-// thaw lets a container frozen for a pause that failed run on.
+// thaw lets a container frozen for a pause that failed run on (one
+// frozen would have: see frozen).
 func (r *Runtime) thaw(ctx context.Context, id string) {
+	if !r.writesHostFiles(id) {
+		return
+	}
 	if err := r.runsc(context.WithoutCancel(ctx), nil, "resume", id); err != nil {
 		r.cfg.Logger.Warn("thaw after a failed pause", "sandbox", id, "err", err)
 	}
