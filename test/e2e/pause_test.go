@@ -23,9 +23,10 @@ import (
 // host may take seconds to start python) until it has counted once.
 // counterAlive is a command that prints "counter alive" while the counter
 // of pid runs: its pid running counter.py, not any process of that pid (a
-// boot gives pids out again).
+// boot gives pids out again, the shell running this command among them:
+// the pattern is written so that its own text does not match it).
 func counterAlive(pid int) string {
-	return fmt.Sprintf("grep -qs counter.py /proc/%d/cmdline && echo counter alive", pid)
+	return fmt.Sprintf("grep -qs 'counter[.]py' /proc/%d/cmdline && echo counter alive", pid)
 }
 
 const counterScript = `cat > /tmp/counter.py <<'PY'
