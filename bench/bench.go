@@ -369,8 +369,10 @@ func (s *server) stop() {
 	os.RemoveAll(s.dir)
 	// The server leaves its bridge for sandboxes that outlive it; the
 	// bench's are gone with it.
-	if err := network.RemoveBridge(s.bridge); s.bridge != "" && err != nil {
-		fmt.Fprintln(os.Stderr, "bench: remove the server's network:", err)
+	if s.bridge != "" {
+		if err := network.RemoveBridge(s.bridge); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: remove the server's network:", err)
+		}
 	}
 }
 

@@ -511,8 +511,8 @@ func (s *server) fork(w http.ResponseWriter, r *http.Request, p store.Project) e
 	}
 	// The body is judged before the sandbox is looked up, as E2B does: a
 	// bad count is a 400 whatever the id.
-	if count < 1 || count > snapshot.MaxFork {
-		return invalid("count %d: must be 1 to %d", count, snapshot.MaxFork)
+	if err := snapshot.CheckForkCount(count); err != nil {
+		return err
 	}
 	var timeout int64 // the source's
 	if req.Timeout != nil {

@@ -80,33 +80,28 @@ func (r *Runtime) save(ctx context.Context, id, image string) error {
 	return nil
 }
 
-// frozen runs save (which writes a pause's image) with the container
-// frozen (runsc pause) when it has writable mounts of host files, and
-// leaves it frozen when save succeeds: the container only goes away after
-// the image is published, and a container that ran on in between would
-// write on to those mounts (volumes: host files the image does not hold)
-// past what the image remembers, so that the resumed sandbox repeats what
-// it did, or its restore fails on a file renamed away. What it writes
-// elsewhere is in its memory and overlay, which only the image keeps, so
-// a sandbox without such mounts is not frozen (a runsc run the less). A
-// failed save thaws it; a crash in between leaves it frozen for reconcile
-// to thaw. An error says whether the sandbox was running (notRunning).
-func (r *Runtime) frozen(ctx context.Context, id string, save func() error) error {
+// freeze freezes container id (runsc pause) for the moment from its
+// pause's image to its end, when it has writable mounts of host files, and
+// returns what thaws it (a no-op when nothing was frozen): a container
+// that ran on in between would write on to those mounts (volumes: host
+// files the image does not hold) past what the image remembers, so that
+// the resumed sandbox repeats what it did, or its restore fails on a file
+// renamed away. What it writes elsewhere is in its memory and overlay,
+// which only the image keeps, so a sandbox without such mounts is not
+// frozen (a runsc run the less). A pause that fails after freeze thaws;
+// a crash in between leaves the container frozen for reconcile to thaw.
+func (r *Runtime) freeze(ctx context.Context, id string) (thaw func(), err error) {
 	if !r.writesHostFiles(id) {
-		if err := save(); err != nil {
-			return r.notRunning(ctx, id, err)
-		}
-		return nil
+		return func() {}, nil
 	}
 	if err := r.runsc(ctx, nil, "pause", id); err != nil {
-		return r.notRunning(ctx, id, fmt.Errorf("freeze: %w", err))
+		return nil, fmt.Errorf("freeze: %w", err)
 	}
-	err := save()
-	if err == nil {
-		return nil
-	}
-	r.thaw(ctx, id)
-	return r.notRunning(ctx, id, err)
+	return func() {
+		if err := r.runsc(context.WithoutCancel(ctx), nil, "resume", id); err != nil {
+			r.cfg.Logger.Warn("thaw after a failed pause", "sandbox", id, "err", err)
+		}
+	}, nil
 }
 
 // writesHostFiles reports whether sandbox id has a writable bind mount of
@@ -128,17 +123,6 @@ func (r *Runtime) writesHostFiles(id string) bool {
 	return false
 }
 
-// thaw lets a container frozen for a pause that failed run on (one
-// frozen would have: see frozen).
-func (r *Runtime) thaw(ctx context.Context, id string) {
-	if !r.writesHostFiles(id) {
-		return
-	}
-	if err := r.runsc(context.WithoutCancel(ctx), nil, "resume", id); err != nil {
-		r.cfg.Logger.Warn("thaw after a failed pause", "sandbox", id, "err", err)
-	}
-}
-
 // Pause implements runtime.Checkpointer.
 func (r *Runtime) Pause(ctx context.Context, id string) (err error) {
 	ctx, span := tracing.Start(ctx, "runtime pause", tracing.SandboxID.String(id))
@@ -155,13 +139,18 @@ func (r *Runtime) Pause(ctx context.Context, id string) (err error) {
 	}
 	image := filepath.Join(r.dir(id), checkpointDir)
 	os.RemoveAll(image)
-	if err := r.frozen(ctx, id, func() error { return r.save(ctx, id, image) }); err != nil {
-		return err
+	thaw, err := r.freeze(ctx, id)
+	if err != nil {
+		return r.notRunning(ctx, id, err)
+	}
+	if err := r.save(ctx, id, image); err != nil {
+		thaw()
+		return r.notRunning(ctx, id, err)
 	}
 	st.Paused = true
 	if err := writeJSON(filepath.Join(r.dir(id), "state.json"), st); err != nil {
 		os.RemoveAll(image)
-		r.thaw(ctx, id)
+		thaw()
 		return err
 	}
 	// The image is the sandbox now: what the container does from here on
@@ -217,23 +206,23 @@ func (r *Runtime) PauseFiles(ctx context.Context, id string) (err error) {
 	if err != nil {
 		return r.notRunning(ctx, id, failed(err))
 	}
-	err = r.frozen(ctx, id, func() error {
-		err := r.runsc(ctx, nil, "fscheckpoint", "--leave-running", "--image-path", tmp, id)
-		if err == nil {
-			err = os.Rename(tmp, image)
-		}
-		if err != nil {
-			return failed(err)
-		}
-		return nil
-	})
+	thaw, err := r.freeze(ctx, id)
 	if err != nil {
-		return err
+		os.RemoveAll(tmp)
+		return r.notRunning(ctx, id, err)
+	}
+	err = r.runsc(ctx, nil, "fscheckpoint", "--leave-running", "--image-path", tmp, id)
+	if err == nil {
+		err = os.Rename(tmp, image)
+	}
+	if err != nil {
+		thaw()
+		return r.notRunning(ctx, id, failed(err))
 	}
 	st.Paused = true
 	if err := writeJSON(filepath.Join(r.dir(id), "state.json"), st); err != nil {
 		os.RemoveAll(image)
-		r.thaw(ctx, id)
+		thaw()
 		return err
 	}
 	if err := r.runsc(context.WithoutCancel(ctx), nil, "delete", "--force", id); err != nil {

@@ -173,35 +173,25 @@ func TestStateFileFollowsRunsc(t *testing.T) {
 	ctx := context.Background()
 	id := runtimetest.NewID()
 	t.Cleanup(func() { rt.Destroy(ctx, id) })
-	if rt.HasStateFile(id) {
-		t.Fatal("a state file before the create")
-	}
-	if _, err := rt.Create(ctx, runtime.Spec{ID: id, Rootfs: env.Rootfs, AgentToken: "tok-of-sixteen-chars",
-		Resources: runtime.Resources{CPUs: 1, MemoryMB: 1024, Pids: 1024, DiskMB: 1024}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := rt.Start(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	if !rt.HasStateFile(id) {
-		t.Fatal("no state file for a running container")
-	}
-	if err := rt.Pause(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	if rt.HasStateFile(id) {
-		t.Fatal("a state file after the pause deleted the container")
-	}
-	if err := rt.Resume(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	if !rt.HasStateFile(id) {
-		t.Fatal("no state file after the resume")
-	}
-	if err := rt.Destroy(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	if rt.HasStateFile(id) {
-		t.Fatal("a state file after Destroy")
+	spec := runtime.Spec{ID: id, Rootfs: env.Rootfs, AgentToken: "tok-of-sixteen-chars",
+		Resources: runtime.Resources{CPUs: 1, MemoryMB: 1024, Pids: 1024, DiskMB: 1024}}
+	for _, step := range []struct {
+		what string
+		do   func() error
+		has  bool // a state file after it
+	}{
+		{"nothing yet", func() error { return nil }, false},
+		{"create", func() error { _, err := rt.Create(ctx, spec); return err }, true},
+		{"start", func() error { return rt.Start(ctx, id) }, true},
+		{"pause (the container deleted)", func() error { return rt.Pause(ctx, id) }, false},
+		{"resume", func() error { return rt.Resume(ctx, id) }, true},
+		{"destroy", func() error { return rt.Destroy(ctx, id) }, false},
+	} {
+		if err := step.do(); err != nil {
+			t.Fatalf("%s: %v", step.what, err)
+		}
+		if got := rt.HasStateFile(id); got != step.has {
+			t.Fatalf("after %s: state file there %v, want %v", step.what, got, step.has)
+		}
 	}
 }

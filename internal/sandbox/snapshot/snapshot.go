@@ -534,6 +534,16 @@ type ForkResult struct {
 // MaxFork is the most copies one fork makes.
 const MaxFork = 10
 
+// CheckForkCount refuses a fork's count outside 1 to MaxFork
+// (errdefs.ErrInvalid): for APIs that judge a request before looking its
+// sandbox up.
+func CheckForkCount(count int) error {
+	if count < 1 || count > MaxFork {
+		return fmt.Errorf("count %d: must be 1 to %d: %w", count, MaxFork, errdefs.ErrInvalid)
+	}
+	return nil
+}
+
 // forkPrefix names a fork's image (its copies are of no snapshot).
 const forkPrefix = "fork_"
 
@@ -545,8 +555,8 @@ func (m *Manager) Fork(ctx context.Context, projectID, id string, count int, tim
 	if err := m.checkpointer("fork"); err != nil {
 		return nil, err
 	}
-	if count < 1 || count > MaxFork {
-		return nil, fmt.Errorf("count %d: must be 1 to %d: %w", count, MaxFork, errdefs.ErrInvalid)
+	if err := CheckForkCount(count); err != nil {
+		return nil, err
 	}
 	if err := sandbox.ValidTimeout(timeoutMs); err != nil {
 		return nil, err

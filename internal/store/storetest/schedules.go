@@ -230,10 +230,10 @@ func testSchedules(t *testing.T, ctx context.Context, open func() store.Store) {
 		t.Fatalf("after SetSchedule: %+v", got2)
 	}
 
-	// A server stopped during run_3: its runs are interrupted at start.
+	// A server stopped during run_asked: its runs are interrupted at start.
 	ir, err := st.InterruptRuns(ctx, "", ts(400))
 	if err != nil || len(ir) != 1 || ir[0].ID != "run_asked" {
-		t.Fatalf("InterruptRuns: %+v %v, want run_3", ir, err)
+		t.Fatalf("InterruptRuns: %+v %v, want run_asked", ir, err)
 	}
 	if runs, _ := st.Runs(ctx, "sch_a", 1); len(runs) != 1 || runs[0].Status != store.RunInterrupted || runs[0].EndedAt == nil {
 		t.Fatalf("the interrupted run: %+v", runs)
