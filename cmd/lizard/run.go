@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lizard-build/lizard/internal/runtime/gvisor"
+	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/template"
 	"github.com/lizard-build/lizard/internal/volume/content"
 )
@@ -36,6 +37,9 @@ const usage = `usage:
         [--template-dir DIR] [--data-dir DIR | --database URL]
   lizard template ls [--project P] [--template-dir DIR] [--data-dir DIR | --database URL]
   lizard template rm NAME [--project P] [--template-dir DIR] [--data-dir DIR | --database URL]
+  lizard template pool NAME --size N [--sandbox-size S] [--project P] [--template-dir DIR] [--data-dir DIR | --database URL]
+        (every node keeps N sandboxes of NAME booted for the project's creates; N: 0 to 100, 0 removes the pool)
+  lizard template pools [--project P | --all] [--data-dir DIR | --database URL]
   lizard secrets gen-key
   lizard secrets rotate-key --secrets-key-file NEW --secrets-previous-key-file OLD [--data-dir DIR | --database URL]
   lizard identity keys|rotate-key [--activate-in D] [--drop-old] --oidc-issuer URL --secrets-key-file F [--data-dir DIR | --database URL]
@@ -181,7 +185,10 @@ func templates(ctx context.Context, args []string) error {
 	dir := fs.String("template-dir", defaultTemplateDir, "template cache directory")
 	dataDir := fs.String("data-dir", defaultDataDir, "state directory (to find the project)")
 	database := fs.String("database", "", databaseUsage)
-	project := fs.String("project", "default", "project id or slug whose templates a Dockerfile build, ls and rm work on")
+	project := fs.String("project", "default", "project id or slug whose templates a Dockerfile build, ls, rm, pool and pools work on")
+	poolSize := fs.Int("size", 0, fmt.Sprintf("with pool: how many sandboxes of the template each node keeps booted for the project, 0 (no pool) to %d", maxTemplatePool))
+	sandboxSize := fs.String("sandbox-size", "", "with pool: the size of the pool's sandboxes (default: the server's default size, "+sandbox.DefaultSize+")")
+	allProjects := fs.Bool("all", false, "with pools: every project's pools")
 	sandboxSubnet := fs.String("subnet", defaultSubnet, "the sandboxes' subnet, which RUN steps may not reach")
 	var bf buildFlags
 	bf.register(fs)
@@ -238,6 +245,25 @@ func templates(ctx context.Context, args []string) error {
 		}, nil
 	}
 	switch {
+	case len(pos) == 2 && pos[0] == "pool":
+		sizeSet := false
+		fs.Visit(func(f *flag.Flag) { sizeSet = sizeSet || f.Name == "size" })
+		if !sizeSet {
+			return fmt.Errorf("lizard template pool %s: --size N is required (0 removes the pool)", pos[1])
+		}
+		st, err := openStore(ctx, *dataDir, *database)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		return setTemplatePool(ctx, os.Stdout, st, reg, templatePool{project: *project, template: pos[1], sandboxSize: *sandboxSize, size: *poolSize})
+	case len(pos) == 1 && pos[0] == "pools":
+		st, err := openStore(ctx, *dataDir, *database)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		return listTemplatePools(ctx, os.Stdout, st, *project, *allProjects)
 	case *dockerfile != "" && (len(pos) == 2 || len(pos) == 3) && pos[0] == "build":
 		if *ifMissing {
 			return errors.New("--if-missing is for built-in templates, not Dockerfile builds")

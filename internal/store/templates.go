@@ -82,3 +82,45 @@ type TemplateTags interface {
 	// it when tags is nil; a tag that is not there is not an error.
 	DeleteTemplateTags(ctx context.Context, projectID, template string, tags []string) error
 }
+
+// TemplatePool is a project's warm pool setting for one of the templates
+// it sees (a built-in one or its own) at one sandbox size: every node keeps
+// Size sandboxes of it booted for the project's creates.
+type TemplatePool struct {
+	ProjectID   string
+	Template    string
+	SandboxSize string // a size name ("small", ...); "" is not stored: callers pass the resolved name
+	Size        int
+	UpdatedAt   time.Time
+}
+
+// TemplatePools is the part of the store that keeps the warm pool
+// settings; both backends implement it.
+type TemplatePools interface {
+	// SetTemplatePool records p, replacing the setting of its project,
+	// template and sandbox size; a Size of 0 removes it (a missing one is
+	// not an error). A negative Size, or an empty ProjectID, Template or
+	// SandboxSize, is ErrInvalid. The record's UpdatedAt is now (p's is
+	// ignored).
+	SetTemplatePool(ctx context.Context, p TemplatePool) error
+	// TemplatePools lists every project's settings, ordered by project,
+	// template, sandbox size ([] for none).
+	TemplatePools(ctx context.Context) ([]TemplatePool, error)
+}
+
+// CheckTemplatePool is the check both backends make before they record p:
+// ErrInvalid naming the field for a negative Size or an empty ProjectID,
+// Template or SandboxSize.
+func CheckTemplatePool(p TemplatePool) error {
+	switch {
+	case p.ProjectID == "":
+		return fmt.Errorf("template pool: project id is empty: %w", errdefs.ErrInvalid)
+	case p.Template == "":
+		return fmt.Errorf("template pool: template is empty: %w", errdefs.ErrInvalid)
+	case p.SandboxSize == "":
+		return fmt.Errorf("template pool of %q: sandbox size is empty (pass the resolved size name): %w", p.Template, errdefs.ErrInvalid)
+	case p.Size < 0:
+		return fmt.Errorf("template pool of %q: size %d: must be 0 (no pool) or more: %w", p.Template, p.Size, errdefs.ErrInvalid)
+	}
+	return nil
+}

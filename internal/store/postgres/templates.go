@@ -84,3 +84,34 @@ func (s *Store) DeleteTemplateTags(ctx context.Context, projectID, template stri
 	_, err := s.pool.Exec(ctx, `DELETE FROM template_tags WHERE project_id = $1 AND template = $2 AND tag = ANY($3::text[])`, projectID, template, tags)
 	return err
 }
+
+var _ store.TemplatePools = (*Store)(nil)
+
+// SetTemplatePool records p at the database's time, or removes its row for
+// a Size of 0.
+func (s *Store) SetTemplatePool(ctx context.Context, p store.TemplatePool) error {
+	if err := store.CheckTemplatePool(p); err != nil {
+		return err
+	}
+	if p.Size == 0 {
+		_, err := s.pool.Exec(ctx, `DELETE FROM template_pools WHERE project_id = $1 AND template = $2 AND sandbox_size = $3`,
+			p.ProjectID, p.Template, p.SandboxSize)
+		return err
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO template_pools(project_id, template, sandbox_size, size, updated_at) VALUES($1,$2,$3,$4,now())
+		ON CONFLICT(project_id, template, sandbox_size) DO UPDATE SET size = excluded.size, updated_at = excluded.updated_at`,
+		p.ProjectID, p.Template, p.SandboxSize, p.Size)
+	return err
+}
+
+// TemplatePools lists every project's settings, by project, template and
+// sandbox size (byte order, as SQLite sorts).
+func (s *Store) TemplatePools(ctx context.Context) ([]store.TemplatePool, error) {
+	rows, _ := s.pool.Query(ctx, `SELECT project_id, template, sandbox_size, size, updated_at FROM template_pools
+		ORDER BY project_id COLLATE "C", template COLLATE "C", sandbox_size COLLATE "C"`)
+	return collect(rows, func(r pgx.CollectableRow) (p store.TemplatePool, err error) {
+		err = r.Scan(&p.ProjectID, &p.Template, &p.SandboxSize, &p.Size, &p.UpdatedAt)
+		p.UpdatedAt = p.UpdatedAt.UTC()
+		return p, err
+	})
+}

@@ -120,3 +120,43 @@ func (s *Store) DeleteTemplateTags(ctx context.Context, projectID, template stri
 	}
 	return tx.Commit()
 }
+
+var _ store.TemplatePools = (*Store)(nil)
+
+// SetTemplatePool records p at now, or removes its row for a Size of 0.
+func (s *Store) SetTemplatePool(ctx context.Context, p store.TemplatePool) error {
+	if err := store.CheckTemplatePool(p); err != nil {
+		return err
+	}
+	if p.Size == 0 {
+		_, err := s.db.ExecContext(ctx, `DELETE FROM template_pools WHERE project_id = ? AND template = ? AND sandbox_size = ?`,
+			p.ProjectID, p.Template, p.SandboxSize)
+		return err
+	}
+	_, err := s.db.ExecContext(ctx, `INSERT INTO template_pools(project_id, template, sandbox_size, size, updated_at) VALUES(?,?,?,?,?)
+		ON CONFLICT(project_id, template, sandbox_size) DO UPDATE SET size = excluded.size, updated_at = excluded.updated_at`,
+		p.ProjectID, p.Template, p.SandboxSize, p.Size, fmtTime(time.Now()))
+	return err
+}
+
+// TemplatePools lists every project's settings, by project, template and
+// sandbox size.
+func (s *Store) TemplatePools(ctx context.Context) ([]store.TemplatePool, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT project_id, template, sandbox_size, size, updated_at FROM template_pools
+		ORDER BY project_id, template, sandbox_size`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []store.TemplatePool{}
+	for rows.Next() {
+		var p store.TemplatePool
+		var at string
+		if err := rows.Scan(&p.ProjectID, &p.Template, &p.SandboxSize, &p.Size, &at); err != nil {
+			return nil, err
+		}
+		p.UpdatedAt, _ = time.Parse(time.RFC3339Nano, at)
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}

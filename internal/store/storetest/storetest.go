@@ -47,6 +47,7 @@ func Run(t *testing.T, newDB NewDB) {
 		{"EventsFollow", testEventsFollow},
 		{"Webhooks", testWebhooks},
 		{"TemplateTags", testTemplateTags},
+		{"TemplatePools", testTemplatePools},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			open := newDB(t)

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/template"
+)
+
+// maxTemplatePool is the most sandboxes a pool may keep booted on each
+// node: every one of them holds its memory whether or not a create comes.
+const maxTemplatePool = 100
+
+// templatePool is what `lizard template pool` sets: project's pool of
+// template at sandboxSize ("" for the server's default size) to size
+// sandboxes on each node, 0 removing it.
+type templatePool struct {
+	project     string // id or slug, as --project gives it
+	template    string
+	sandboxSize string
+	size        int
+}
+
+// setTemplatePool runs `lizard template pool`: it checks p (its size, its
+// sandbox size, and that project sees its template), records it in st and
+// says what it set on w. reg is the template cache of this machine.
+func setTemplatePool(ctx context.Context, w io.Writer, st store.Store, reg *template.Registry, p templatePool) error {
+	if p.size < 0 || p.size > maxTemplatePool {
+		return fmt.Errorf("--size %d: must be 0 (no pool) to %d sandboxes per node: %w", p.size, maxTemplatePool, errdefs.ErrInvalid)
+	}
+	size, err := sandbox.LookupSize(p.sandboxSize)
+	if err != nil {
+		return fmt.Errorf("--sandbox-size: %w", err)
+	}
+	pools, ok := st.(store.TemplatePools)
+	if !ok {
+		return fmt.Errorf("the %T store keeps no template pools", st)
+	}
+	proj, err := st.ProjectByRef(ctx, p.project)
+	if err != nil {
+		return fmt.Errorf("--project %s: %w", p.project, err)
+	}
+	name, err := poolTemplate(ctx, st, reg, proj, p.template)
+	if err != nil {
+		return err
+	}
+	if err := pools.SetTemplatePool(ctx, store.TemplatePool{ProjectID: proj.ID, Template: name, SandboxSize: size.Name, Size: p.size}); err != nil {
+		return err
+	}
+	what := fmt.Sprintf("pool of %s (%s) for project %s", name, size.Name, proj.Slug)
+	switch p.size {
+	case 0:
+		fmt.Fprintf(w, "%s removed\n", what)
+	case 1:
+		fmt.Fprintf(w, "%s: 1 sandbox per node\n", what)
+	default:
+		fmt.Fprintf(w, "%s: %d sandboxes per node\n", what, p.size)
+	}
+	return nil
+}
+
+// poolTemplate returns the name a pool of project's template name is kept
+// under: a built-in template's real name (an alias names the same
+// template, which need not be built yet), else the name of one of the
+// project's own, built in reg or published by a node of the cluster
+// (store.TemplateVersions). Any other name is ErrNotFound.
+func poolTemplate(ctx context.Context, st store.Store, reg *template.Registry, proj store.Project, name string) (string, error) {
+	if template.IsBuiltin(name) {
+		return template.Resolve(name), nil
+	}
+	notFound := fmt.Errorf("template %q not found for project %s: %w", name, proj.Slug, errdefs.ErrNotFound)
+	preg, err := reg.Project(proj.ID)
+	if err != nil {
+		return "", err
+	}
+	_, err = preg.Get(name)
+	if err == nil {
+		return name, nil
+	}
+	if !errors.Is(err, errdefs.ErrNotFound) {
+		return "", err
+	}
+	if recs, ok := st.(store.TemplateVersions); ok {
+		_, err := recs.TemplateVersion(ctx, proj.ID, name)
+		if err == nil {
+			return name, nil
+		}
+		if !errors.Is(err, errdefs.ErrNotFound) {
+			return "", err
+		}
+	}
+	return "", notFound
+}
+
+// listTemplatePools runs `lizard template pools`: the pools of project
+// (an id or slug) as a table on w, or every project's when all is set.
+func listTemplatePools(ctx context.Context, w io.Writer, st store.Store, project string, all bool) error {
+	pools, ok := st.(store.TemplatePools)
+	if !ok {
+		return fmt.Errorf("the %T store keeps no template pools", st)
+	}
+	var only string // the project listed; "" with all
+	if !all {
+		proj, err := st.ProjectByRef(ctx, project)
+		if err != nil {
+			return fmt.Errorf("--project %s: %w", project, err)
+		}
+		only = proj.ID
+	}
+	ps, err := pools.TemplatePools(ctx)
+	if err != nil {
+		return err
+	}
+	header := []string{"TEMPLATE", "SANDBOX SIZE", "SIZE", "UPDATED"}
+	slugs := map[string]string{} // project id → slug, for --all
+	if all {
+		header = append([]string{"PROJECT"}, header...)
+		projects, err := st.Projects(ctx)
+		if err != nil {
+			return err
+		}
+		for _, p := range projects {
+			slugs[p.ID] = p.Slug
+		}
+	}
+	rows := [][]string{}
+	for _, p := range ps {
+		if !all && p.ProjectID != only {
+			continue
+		}
+		row := []string{p.Template, p.SandboxSize, strconv.Itoa(p.Size), fmtTime(&p.UpdatedAt)}
+		if all {
+			slug, ok := slugs[p.ProjectID]
+			if !ok {
+				slug = p.ProjectID // a project that is gone
+			}
+			row = append([]string{slug}, row...)
+		}
+		rows = append(rows, row)
+	}
+	if all { // by project slug; the store's order holds within each
+		slices.SortStableFunc(rows, func(a, b []string) int { return strings.Compare(a[0], b[0]) })
+	}
+	return printTable(w, header, rows)
+}
