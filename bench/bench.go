@@ -43,7 +43,7 @@ type config struct {
 }
 
 // sections are what -only chooses from.
-var sections = []string{"core", "checkpoints", "restart", "proxy", "volume", "desktop", "templates", "e2b", "egress", "durable", "cluster", "tracing", "sleep"}
+var sections = []string{"core", "pool", "checkpoints", "restart", "proxy", "volume", "desktop", "templates", "e2b", "egress", "durable", "cluster", "tracing", "sleep"}
 
 // runs reports whether section is to be measured.
 func (c config) runs(section string) bool {
@@ -117,6 +117,14 @@ func run(ctx context.Context, cfg config) error {
 		if err := add(benchConcurrent(ctx, srv, raw, 20)); err != nil {
 			return err
 		}
+	}
+	if cfg.runs("pool") {
+		rs, err := benchPool(ctx, srv, raw, cfg.n)
+		if err != nil {
+			return fmt.Errorf("pool: %w", err)
+		}
+		results = append(results, rs...)
+		fmt.Fprintln(os.Stderr, "measured the template pool")
 	}
 	for _, big := range []bool{false, true} {
 		if !cfg.runs("checkpoints") {

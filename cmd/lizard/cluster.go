@@ -17,6 +17,7 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/move"
 	"github.com/lizard-build/lizard/internal/sandbox/snapshot"
+	"github.com/lizard-build/lizard/internal/sandbox/tplpool"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
 	"github.com/lizard-build/lizard/internal/volume"
@@ -126,6 +127,9 @@ type clusterMode struct {
 	// snapshots is set with sandboxes: a drain --move hands the node's
 	// warm pools over through it.
 	snapshots atomic.Pointer[snapshot.Manager]
+	// tplPools is set with sandboxes: a drained node keeps no templates'
+	// warm copies.
+	tplPools atomic.Pointer[tplpool.Manager]
 	// objectStore is set with sandboxes: whether images are durable, which
 	// a move needs.
 	objectStore atomic.Bool
@@ -246,6 +250,9 @@ func (cm *clusterMode) move(ctx context.Context, log *slog.Logger) {
 	if svc == nil || snaps == nil || cr == nil {
 		log.Warn("cluster: drain --move before the node serves; the flag is cleared, run it again")
 		return
+	}
+	if tp := cm.tplPools.Load(); tp != nil {
+		tp.Hold() // its copies go with the other warm copies below
 	}
 	for _, p := range snaps.HandOverPools(ctx, cr.router.AdoptElsewhere) {
 		if p.Err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/lizard-build/lizard/internal/runtime/gvisor"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/tplpool"
 	"github.com/lizard-build/lizard/internal/template"
 	"github.com/lizard-build/lizard/internal/volume/content"
 )
@@ -186,7 +187,7 @@ func templates(ctx context.Context, args []string) error {
 	dataDir := fs.String("data-dir", defaultDataDir, "state directory (to find the project)")
 	database := fs.String("database", "", databaseUsage)
 	project := fs.String("project", "default", "project id or slug whose templates a Dockerfile build, ls, rm, pool and pools work on")
-	poolSize := fs.Int("size", 0, fmt.Sprintf("with pool: how many sandboxes of the template each node keeps booted for the project, 0 (no pool) to %d", maxTemplatePool))
+	poolSize := fs.Int("size", 0, fmt.Sprintf("with pool: how many sandboxes of the template each node keeps booted for the project, 0 (no pool) to %d", tplpool.MaxSize))
 	sandboxSize := fs.String("sandbox-size", "", "with pool: the size of the pool's sandboxes (default: the server's default size, "+sandbox.DefaultSize+")")
 	allProjects := fs.Bool("all", false, "with pools: every project's pools")
 	sandboxSubnet := fs.String("subnet", defaultSubnet, "the sandboxes' subnet, which RUN steps may not reach")

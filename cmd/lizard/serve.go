@@ -49,6 +49,7 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox/preview"
 	"github.com/lizard-build/lizard/internal/sandbox/schedule"
 	"github.com/lizard-build/lizard/internal/sandbox/snapshot"
+	"github.com/lizard-build/lizard/internal/sandbox/tplpool"
 	sandboxusage "github.com/lizard-build/lizard/internal/sandbox/usage"
 	"github.com/lizard-build/lizard/internal/secrets"
 	"github.com/lizard-build/lizard/internal/store"
@@ -96,6 +97,7 @@ type serveConfig struct {
 	webhookAllow                               listFlag
 	webhookRetryBase                           time.Duration
 	egressCAFiles                              listFlag
+	templatePools                              listFlag
 	egressCACert, egressCAKey                  string
 	otlpEndpoint, otlpProtocol                 string
 }
@@ -169,6 +171,7 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	c.secrets.register(fs)
 	fs.Int64Var(&c.maxBuildContext, "max-build-context", api.DefaultMaxBuildContext, "largest POST /api/templates request (Dockerfile and build context files) in bytes")
 	fs.DurationVar(&c.eventsRetention, "events-retention", events.DefaultRetention, "how long lifecycle events are kept: GET /api/events replays and resumes (Last-Event-ID) within it; at least 1h")
+	fs.Var(&c.templatePools, "template-pool", "[PROJECT/]TEMPLATE[:SANDBOX-SIZE]=N: keep N sandboxes of the template booted on this node for the project's creates (default project: default; repeatable; the API's and the CLI's setting of the same pool replaces it)")
 	fs.Var(&c.webhookAllow, "webhook-allow", "HOST[:PORT] a webhook URL may name although it is on a loopback, link-local or private address (repeatable)")
 	fs.DurationVar(&c.webhookRetryBase, "webhook-retry-base", webhook.DefaultRetryBase, "wait before the first retry of a failed webhook delivery; each next one waits twice as long (at most 1h, with jitter), for 24h after the event")
 	fs.StringVar(&c.otlpEndpoint, "otlp-endpoint", "", "export traces over OTLP to this receiver (http://host:4318 for http/protobuf, http://host:4317 for grpc; https for TLS); "+
@@ -510,6 +513,17 @@ func serve(ctx context.Context, args []string) error {
 		log.Error("recovery left some sandboxes behind; they are retried at next start", "err", err)
 	}
 	step("sandbox service and recovery start")
+	staticPools, err := parseTemplatePools(ctx, st, c.templatePools)
+	if err != nil {
+		return err
+	}
+	poolSettings, _ := st.(store.TemplatePools) // both backends keep them
+	tplPools := tplpool.New(tplpool.Config{Core: svc, Settings: poolSettings, Static: staticPools, Logger: log.With("component", "tplpool")})
+	tplPools.Start()
+	defer tplPools.Close()
+	if cm != nil {
+		cm.tplPools.Store(tplPools)
+	}
 	go svc.Watch(ctx, c.watchInterval)
 	usages := sandboxusage.New(svc, rt, log.With("component", "usage"))
 	go usages.Run(ctx, c.usageInterval)
@@ -653,7 +667,7 @@ func serve(ctx context.Context, args []string) error {
 	var apiHandler http.Handler
 	mcpHTTP := mcp.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { apiHandler.ServeHTTP(w, r) }),
 		mcp.HandlerConfig{Version: lizardVersion(), Logger: log.With("component", "mcp"), Serving: ctx})
-	apiHandler = api.Handler(api.Config{E2B: e2bAPI, MCP: mcpHTTP, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Snapshots: snaps, Copies: snaps, Usage: usages, Ports: ports, Desktops: desktops, Schedules: scheds, Networks: networks, Templates: tmpls, Previews: previews, Volumes: vols,
+	apiHandler = api.Handler(api.Config{E2B: e2bAPI, MCP: mcpHTTP, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Snapshots: snaps, Copies: snaps, Usage: usages, Ports: ports, Desktops: desktops, Schedules: scheds, Networks: networks, Templates: tmpls, TemplatePools: tplPools, Previews: previews, Volumes: vols,
 		Builder:         builder,
 		MaxBuildContext: c.maxBuildContext, Logger: log.With("component", "api"),
 		Metrics: mets, ServeMetrics: mln == nil, Tracing: traces.TracerProvider(), Ready: cm.readyChecks(readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm)),

@@ -11,13 +11,10 @@ import (
 
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/sandbox/tplpool"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
 )
-
-// maxTemplatePool is the most sandboxes a pool may keep booted on each
-// node: every one of them holds its memory whether or not a create comes.
-const maxTemplatePool = 100
 
 // templatePool is what `lizard template pool` sets: project's pool of
 // template at sandboxSize ("" for the server's default size) to size
@@ -33,8 +30,8 @@ type templatePool struct {
 // sandbox size, and that project sees its template), records it in st and
 // says what it set on w. reg is the template cache of this machine.
 func setTemplatePool(ctx context.Context, w io.Writer, st store.Store, reg *template.Registry, p templatePool) error {
-	if p.size < 0 || p.size > maxTemplatePool {
-		return fmt.Errorf("--size %d: must be 0 (no pool) to %d sandboxes per node: %w", p.size, maxTemplatePool, errdefs.ErrInvalid)
+	if p.size < 0 || p.size > tplpool.MaxSize {
+		return fmt.Errorf("--size %d: must be 0 (no pool) to %d sandboxes per node: %w", p.size, tplpool.MaxSize, errdefs.ErrInvalid)
 	}
 	size, err := sandbox.LookupSize(p.sandboxSize)
 	if err != nil {
@@ -150,4 +147,52 @@ func listTemplatePools(ctx context.Context, w io.Writer, st store.Store, project
 		slices.SortStableFunc(rows, func(a, b []string) int { return strings.Compare(a[0], b[0]) })
 	}
 	return printTable(w, header, rows)
+}
+
+// parseTemplatePools reads serve's --template-pool values,
+// [PROJECT/]TEMPLATE[:SANDBOX-SIZE]=N, into pool settings: the project (by
+// id or slug, "default" when none is named) must exist, the size be known
+// and N within 1..tplpool.MaxSize. Whether the template exists is judged
+// as the pools fill (a project's template may be built later).
+func parseTemplatePools(ctx context.Context, st store.Store, values []string) ([]store.TemplatePool, error) {
+	var out []store.TemplatePool
+	for _, v := range values {
+		p, err := parseTemplatePool(ctx, st, v)
+		if err != nil {
+			return nil, fmt.Errorf("--template-pool %q: %w", v, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func parseTemplatePool(ctx context.Context, st store.Store, v string) (store.TemplatePool, error) {
+	spec, count, ok := strings.Cut(v, "=")
+	if !ok {
+		return store.TemplatePool{}, fmt.Errorf("want [PROJECT/]TEMPLATE[:SANDBOX-SIZE]=N")
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(count))
+	if err != nil || n < 1 || n > tplpool.MaxSize {
+		return store.TemplatePool{}, fmt.Errorf("N %q: must be a number from 1 to %d", count, tplpool.MaxSize)
+	}
+	projectRef, tpl := "default", spec
+	if before, after, ok := strings.Cut(spec, "/"); ok {
+		projectRef, tpl = before, after
+	}
+	tpl, size, _ := strings.Cut(tpl, ":")
+	if tpl == "" {
+		return store.TemplatePool{}, fmt.Errorf("no template named")
+	}
+	sz, err := sandbox.LookupSize(size)
+	if err != nil {
+		return store.TemplatePool{}, err
+	}
+	p, err := st.ProjectByRef(ctx, projectRef)
+	if err != nil {
+		return store.TemplatePool{}, fmt.Errorf("project %q: %w", projectRef, err)
+	}
+	if template.IsBuiltin(tpl) {
+		tpl = template.Resolve(tpl)
+	}
+	return store.TemplatePool{ProjectID: p.ID, Template: tpl, SandboxSize: sz.Name, Size: n}, nil
 }

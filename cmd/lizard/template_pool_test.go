@@ -24,19 +24,7 @@ func TestTemplatePool(t *testing.T) {
 	noConfig(t)
 	ctx := context.Background()
 	dataDir, tplDir := t.TempDir(), t.TempDir()
-	st, err := sqlite.Open(filepath.Join(dataDir, "lizard.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	def, err := st.CreateProject(ctx, "default", "default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := st.CreateProject(ctx, "other", "other")
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, def, other := poolStore(t, dataDir)
 	// myapp is built in this machine's cache (the registry's layout: a
 	// directory with its metadata and rootfs); remote only published by
 	// another node.
@@ -182,4 +170,58 @@ func TestTemplatePool(t *testing.T) {
 			t.Fatalf("%v: %v", args, err)
 		}
 	}
+}
+
+// TestParseTemplatePools: serve's --template-pool values become settings
+// of the named project (default when none), the size resolved; bad ones
+// are refused naming the value.
+func TestParseTemplatePools(t *testing.T) {
+	ctx := context.Background()
+	st, def, other := poolStore(t, t.TempDir())
+	got, err := parseTemplatePools(ctx, st, []string{"base=2", "other/python312:small=1", other.ID + "/myapp:nano=100"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []store.TemplatePool{
+		{ProjectID: def.ID, Template: "base", SandboxSize: "medium", Size: 2},
+		{ProjectID: other.ID, Template: "python", SandboxSize: "small", Size: 1},
+		{ProjectID: other.ID, Template: "myapp", SandboxSize: "nano", Size: 100},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("parsed %+v, want %+v", got, want)
+	}
+	for v, says := range map[string]string{
+		"base":           "want [PROJECT/]TEMPLATE",
+		"base=0":         `N "0"`,
+		"base=101":       `N "101"`,
+		"base:huge=1":    `size "huge"`,
+		"nobody/base=1":  `project "nobody"`,
+		"=1":             "no template",
+		"other/:small=1": "no template",
+	} {
+		if _, err := parseTemplatePools(ctx, st, []string{v}); err == nil || !strings.Contains(err.Error(), says) || !strings.Contains(err.Error(), v) {
+			t.Errorf("--template-pool %q: %v, want an error saying %q", v, err, says)
+		}
+	}
+}
+
+// poolStore opens the SQLite store of dataDir with two projects, default
+// and other; it is closed at the test's end.
+func poolStore(t *testing.T, dataDir string) (*sqlite.Store, store.Project, store.Project) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(filepath.Join(dataDir, "lizard.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	var ps []store.Project
+	for _, name := range []string{"default", "other"} {
+		p, err := st.CreateProject(ctx, name, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	return st, ps[0], ps[1]
 }

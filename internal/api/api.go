@@ -65,9 +65,11 @@ type Config struct {
 	// and the network routes answer 404.
 	Networks  Networks
 	Templates Templates
-	Previews  PreviewURLs
-	Volumes   Volumes
-	Builder   TemplateBuilder
+	// TemplatePools keeps templates' warm pools; nil: none.
+	TemplatePools TemplatePools
+	Previews      PreviewURLs
+	Volumes       Volumes
+	Builder       TemplateBuilder
 	// MaxBuildContext caps the body of POST /api/templates (the Dockerfile
 	// and the build context's files); 0 means DefaultMaxBuildContext.
 	MaxBuildContext int64
@@ -178,6 +180,7 @@ func Handler(cfg Config) http.Handler {
 	snapR := snapshotRoutes{snapshots: cfg.Snapshots, cluster: cfg.Cluster}
 	volR := volumeRoutes{volumes: cfg.Volumes, cluster: cfg.Cluster}
 	tplR := templateRoutes{templates: cfg.Templates}
+	poolR := templatePoolRoutes{pools: cfg.TemplatePools}
 	buildR := buildRoutes{builder: cfg.Builder, maxBuild: maxBuild}
 	keyR := keyRoutes{keyStore: cfg.KeyStore, keys: cfg.Keys, log: cfg.Logger}
 	secR := SecretRoutes[secretInfo]{Secrets: cfg.Secrets, Shape: secretInfoOf, RefParam: "ref"}
@@ -273,6 +276,8 @@ func Handler(cfg Config) http.Handler {
 	route("GET /api/templates", tplR.listTemplates)
 	route("POST /api/templates", buildR.buildTemplate)
 	route("DELETE /api/templates/{name}", tplR.deleteTemplate)
+	route("GET /api/template-pools", poolR.list)
+	route("PUT /api/template-pools/{name}", poolR.set)
 
 	if cfg.KeyStore != nil {
 		route("GET /api/keys", keyR.listKeys)

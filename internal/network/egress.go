@@ -60,6 +60,13 @@ type Egress struct {
 	HTTPSPorts []int `json:"httpsPorts,omitempty"`
 }
 
+// IsZero reports whether e is the default: everything reachable, nothing
+// transformed, no proxy, no HTTPS ports.
+func (e Egress) IsZero() bool {
+	return !e.Restricted && len(e.Allowed) == 0 && len(e.Denied) == 0 && !e.NodeAPI &&
+		len(e.Rules) == 0 && e.Proxy == nil && len(e.HTTPSPorts) == 0
+}
+
 // SOCKSProxy is E2B's egressProxy: a SOCKS5 proxy the sandbox's outbound
 // TCP is tunnelled through, after filtering, with username/password
 // authentication (RFC 1929) when Username is set. The password is never

@@ -93,9 +93,11 @@ func (s *Service) usageLocked(project string) (node, proj usage) {
 	return node, proj
 }
 
-// limits returns the project's limits; none without a Limits source.
+// limits returns the project's limits; none without a Limits source, and
+// none for no project (a template's warm copy: only the node's capacity
+// admits it).
 func (s *Service) limits(ctx context.Context, project string) (store.Limits, error) {
-	if s.cfg.Limits == nil {
+	if s.cfg.Limits == nil || project == "" {
 		return store.Limits{}, nil
 	}
 	l, err := s.cfg.Limits(ctx, project)

@@ -123,7 +123,7 @@ const (
 	StatusPausing  = "pausing"
 	StatusPaused   = "paused"
 	StatusResuming = "resuming"
-	StatusPooled   = "pooled" // a warm copy of a snapshot, not yet claimed
+	StatusPooled   = "pooled" // a warm copy of a snapshot or a template, not yet claimed
 	// StatusUnresponsive is shown, never stored: after a restart the
 	// runtime runs the sandbox but its agent has not answered recovery's
 	// probe; it is kept and probed again with backoff (recover.go).
@@ -164,6 +164,9 @@ type Service struct {
 	ready *ready.States
 	// keepPool says which warm copies recovery takes back (KeepPools).
 	keepPool func(poolOf string) bool
+	// onWarmClaimed is told of each template's warm copy a create took
+	// (OnWarmClaimed).
+	onWarmClaimed func(key string)
 	// recovered is closed once Recover judged every sandbox (Recovered).
 	recovered     chan struct{}
 	recoveredOnce sync.Once
@@ -377,10 +380,32 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Record, err 
 	if req.PrivateTraffic {
 		rec.TrafficToken = randomToken()
 	}
+	// A warm copy of the template, booted before anyone asked, becomes
+	// this sandbox when one waits (warm.go); a volume changes the
+	// sandbox's mounts, which only a boot can give.
+	if req.Volume == "" {
+		if out, ok := s.claimWarm(ctx, rec, tpl); ok {
+			return out, nil
+		}
+	}
+	out, err := s.boot(ctx, rec, tpl, size, req.Volume)
+	// Warm copies yield to the sandboxes asked for: one goes, and the
+	// boot is tried again.
+	if errors.Is(err, errdefs.ErrCapacity) && s.dropWarm(ctx) {
+		rec.ID = store.NewID("", 20)
+		out, err = s.boot(ctx, rec, tpl, size, req.Volume)
+	}
+	return out, err
+}
+
+// boot makes rec a new sandbox of tpl at size with volume ("" for none)
+// at /workspace: from the template's ready state when it has a start
+// command, else booted afresh (and its start command started).
+func (s *Service) boot(ctx context.Context, rec Record, tpl template.Template, size Size, volume string) (_ Record, err error) {
 	// A template with a start command starts from its ready state: the
 	// command already running. A volume changes the sandbox's mounts, which
 	// a restore cannot, so those boot and start the command.
-	if len(tpl.StartCommand) > 0 && req.Volume == "" && s.ready != nil {
+	if len(tpl.StartCommand) > 0 && volume == "" && s.ready != nil {
 		if _, _, ok := s.ready.Lookup(tpl, size.Name); !ok && tpl.OnDemand {
 			// Its first create makes the state and waits; one that
 			// fails boots and starts the command as below.
@@ -395,7 +420,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Record, err 
 		rec.ID = store.NewID("", 20)
 	}
 	rec, err = s.launch(ctx, rec, func(ctx context.Context, rec *Record) (runtime.Sandbox, error) {
-		mounts, err := s.attachVolume(ctx, rec, req.Volume)
+		mounts, err := s.attachVolume(ctx, rec, volume)
 		if err != nil {
 			return runtime.Sandbox{}, err
 		}
@@ -958,7 +983,11 @@ func (s *Service) due(e *entry) bool {
 	return !e.gone && e.rec.EndAt != nil && e.rec.Status == StatusRunning && !time.Now().Before(*e.rec.EndAt)
 }
 
+// persist stores rec; a template's warm copy (unowned) is not stored.
 func (s *Service) persist(ctx context.Context, rec Record) error {
+	if unowned(rec) {
+		return nil
+	}
 	spec, err := json.Marshal(rec)
 	if err != nil {
 		return err

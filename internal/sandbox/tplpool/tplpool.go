@@ -1,0 +1,359 @@
+// Package tplpool keeps templates' warm pools. A pool is a setting: a
+// project, one of the templates it sees (a built-in one or its own), a
+// sandbox size and a size N. Every node keeps N warm copies of that
+// template booted for the project (sandbox.Service.Warm): a create of the
+// project's with that template and size and no volume takes one instead of
+// booting (the core's claim), and the pool refills in the background.
+//
+// Settings come from the store (the API's PUT /api/template-pools/{name},
+// the CLI's lizard template pool), which every node reads again every
+// Interval, and from the server's configuration (--template-pool), which
+// the store's setting of the same pool replaces. Copies are of the
+// template's current version: after a rebuild the old version's copies go
+// and new ones are booted. Warm copies hold the node's capacity, not the
+// project's quota, and yield to creates the node has no room for (the
+// core drops one). A drained node keeps none (Hold).
+package tplpool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/sandbox"
+	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/template"
+)
+
+// MaxSize bounds a pool's size (per node).
+const MaxSize = 100
+
+// DefaultInterval is how often the settings are read again.
+const DefaultInterval = 5 * time.Second
+
+// Core is what the pools need of the sandbox service.
+type Core interface {
+	// Warm boots a warm copy of project's template at size and returns
+	// the key of its pool.
+	Warm(ctx context.Context, projectID, tplName, size string) (string, error)
+	// CurrentWarmKey is the key of the copies a create of project's
+	// template at size takes now (the template's current version).
+	CurrentWarmKey(projectID, tplName, size string) (string, error)
+	Pooled(key string) int
+	Pools() map[string]int
+	TrimPool(ctx context.Context, key string, keep int)
+	OnWarmClaimed(fn func(key string))
+}
+
+// Settings keeps the projects' pool settings (the store).
+type Settings interface {
+	SetTemplatePool(ctx context.Context, p store.TemplatePool) error
+	TemplatePools(ctx context.Context) ([]store.TemplatePool, error)
+}
+
+// Config wires a Manager.
+type Config struct {
+	Core Core
+	// Settings keeps what the API and the CLI set; nil: only Static.
+	Settings Settings
+	// Static are the server's configured pools (--template-pool), their
+	// ProjectID and SandboxSize resolved.
+	Static []store.TemplatePool
+	// Interval is how often Settings are read again; 0: DefaultInterval.
+	Interval time.Duration
+	Logger   *slog.Logger
+}
+
+// Pool is one pool as the API shows it.
+type Pool struct {
+	Template    string `json:"template"`
+	SandboxSize string `json:"sandboxSize"`
+	// Size is how many warm copies each node keeps.
+	Size int `json:"size"`
+	// Ready is how many wait on this node, of the template's current
+	// version.
+	Ready int `json:"ready"`
+	// Source is "project" (set through the API or the CLI) or "config"
+	// (the server's --template-pool).
+	Source string `json:"source"`
+}
+
+// Sources of a pool's setting.
+const (
+	SourceProject = "project"
+	SourceConfig  = "config"
+)
+
+// Manager keeps this node's template pools.
+type Manager struct {
+	cfg  Config
+	log  *slog.Logger
+	wake chan struct{}
+
+	mu      sync.Mutex
+	held    bool
+	last    []setting        // the settings last read (used when a read fails)
+	failed  map[string]error // the last error of each pool's fill, logged once
+	cancel  context.CancelFunc
+	done    chan struct{}
+	started bool
+}
+
+// setting is one pool to keep.
+type setting struct {
+	store.TemplatePool
+	source string
+}
+
+// New builds a Manager; Start runs it.
+func New(cfg Config) *Manager {
+	if cfg.Interval == 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	m := &Manager{cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1), failed: map[string]error{}, done: make(chan struct{})}
+	cfg.Core.OnWarmClaimed(func(string) { m.nudge() })
+	return m
+}
+
+// Start keeps the pools in the background until Close.
+func (m *Manager) Start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	m.mu.Lock()
+	m.cancel, m.started = cancel, true
+	m.mu.Unlock()
+	go m.run(ctx)
+}
+
+// Close stops keeping the pools; the copies stay for the next server,
+// which removes them as strays.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	cancel, started := m.cancel, m.started
+	m.mu.Unlock()
+	if !started {
+		return
+	}
+	cancel()
+	<-m.done
+}
+
+// Hold stops refilling for good (the node is drained; its copies go with
+// its other warm copies).
+func (m *Manager) Hold() {
+	m.mu.Lock()
+	m.held = true
+	m.mu.Unlock()
+}
+
+func (m *Manager) nudge() {
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (m *Manager) run(ctx context.Context) {
+	defer close(m.done)
+	t := time.NewTicker(m.cfg.Interval)
+	defer t.Stop()
+	for {
+		m.reconcile(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-m.wake:
+		}
+	}
+}
+
+// Set records project's pool of template tplName at sandboxSize ("" for
+// the default size): size warm copies per node, 0 for none.
+func (m *Manager) Set(ctx context.Context, projectID, tplName, sandboxSize string, size int) (Pool, error) {
+	if m.cfg.Settings == nil {
+		return Pool{}, errdefs.WithCode("feature_unavailable", fmt.Errorf("template pools: this server's store keeps no pool settings: %w", errdefs.ErrUnavailable))
+	}
+	if size < 0 || size > MaxSize {
+		return Pool{}, fmt.Errorf("size %d: a pool keeps 0 to %d sandboxes per node: %w", size, MaxSize, errdefs.ErrInvalid)
+	}
+	sz, err := sandbox.LookupSize(sandboxSize)
+	if err != nil {
+		return Pool{}, err
+	}
+	// A built-in template not built yet may have a pool: it fills once
+	// the template is built.
+	if _, err := m.cfg.Core.CurrentWarmKey(projectID, tplName, sz.Name); err != nil && !(errors.Is(err, errdefs.ErrNotFound) && template.IsBuiltin(tplName)) {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return Pool{}, errdefs.WithCode("template_not_found", fmt.Errorf("template %q: no such template: %w", tplName, errdefs.ErrNotFound))
+		}
+		return Pool{}, err
+	}
+	if template.IsBuiltin(tplName) {
+		tplName = template.Resolve(tplName)
+	}
+	p := store.TemplatePool{ProjectID: projectID, Template: tplName, SandboxSize: sz.Name, Size: size}
+	if err := m.cfg.Settings.SetTemplatePool(ctx, p); err != nil {
+		return Pool{}, err
+	}
+	m.nudge()
+	return m.pool(setting{TemplatePool: p, source: SourceProject}), nil
+}
+
+// List returns the pools of project, by template and sandbox size.
+func (m *Manager) List(ctx context.Context, projectID string) ([]Pool, error) {
+	all, err := m.settings(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []Pool{}
+	for _, s := range all {
+		if s.ProjectID == projectID {
+			out = append(out, m.pool(s))
+		}
+	}
+	return out, nil
+}
+
+func (m *Manager) pool(s setting) Pool {
+	p := Pool{Template: s.Template, SandboxSize: s.SandboxSize, Size: s.Size, Source: s.source}
+	if key, err := m.cfg.Core.CurrentWarmKey(s.ProjectID, s.Template, s.SandboxSize); err == nil {
+		p.Ready = m.cfg.Core.Pooled(key)
+	}
+	return p
+}
+
+// settings are the pools to keep: Static, replaced by the store's setting
+// of the same project, template and sandbox size (a size of 0 there is no
+// row, so Static's comes back), sorted.
+func (m *Manager) settings(ctx context.Context) ([]setting, error) {
+	type id struct{ project, template, size string }
+	byID := map[id]setting{}
+	for _, p := range m.cfg.Static {
+		byID[id{p.ProjectID, p.Template, p.SandboxSize}] = setting{TemplatePool: p, source: SourceConfig}
+	}
+	if m.cfg.Settings != nil {
+		rows, err := m.cfg.Settings.TemplatePools(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("template pools: read the settings: %w", err)
+		}
+		for _, p := range rows {
+			byID[id{p.ProjectID, p.Template, p.SandboxSize}] = setting{TemplatePool: p, source: SourceProject}
+		}
+	}
+	out := make([]setting, 0, len(byID))
+	for _, s := range byID {
+		if s.Size > 0 {
+			out = append(out, s)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.ProjectID != b.ProjectID {
+			return a.ProjectID < b.ProjectID
+		}
+		if a.Template != b.Template {
+			return a.Template < b.Template
+		}
+		return a.SandboxSize < b.SandboxSize
+	})
+	return out, nil
+}
+
+// target is one pool to fill: its key now and how many it keeps.
+type target struct {
+	setting
+	key string
+}
+
+// reconcile trims the copies no pool wants (a pool gone or shrunk, a
+// template's old version) and boots the missing ones, one at a time
+// across pools, until every pool is full or its boot failed.
+func (m *Manager) reconcile(ctx context.Context) {
+	all, err := m.settings(ctx)
+	m.mu.Lock()
+	if err != nil {
+		m.log.Warn("template pools: settings unread; keeping the last ones", "err", err)
+		all = m.last
+	}
+	m.last = all
+	held := m.held
+	m.mu.Unlock()
+	var targets []target
+	want := map[string]int{}
+	for _, s := range all {
+		if held {
+			break
+		}
+		key, err := m.cfg.Core.CurrentWarmKey(s.ProjectID, s.Template, s.SandboxSize)
+		if err != nil {
+			m.note(s.ProjectID+"/"+s.Template+"/"+s.SandboxSize, err)
+			continue
+		}
+		targets = append(targets, target{setting: s, key: key})
+		want[key] = s.Size
+	}
+	for key, n := range m.cfg.Core.Pools() {
+		if !sandbox.IsWarmKey(key) {
+			continue
+		}
+		if keep, ok := want[key]; !ok || n > keep {
+			m.cfg.Core.TrimPool(ctx, key, keep)
+		}
+	}
+	failed := map[string]bool{}
+	for progress := true; progress; {
+		progress = false
+		for _, t := range targets {
+			if ctx.Err() != nil || m.isHeld() {
+				return
+			}
+			if failed[t.key] || m.cfg.Core.Pooled(t.key) >= t.Size {
+				continue
+			}
+			key, err := m.cfg.Core.Warm(ctx, t.ProjectID, t.Template, t.SandboxSize)
+			if err != nil {
+				failed[t.key] = true
+				m.note(t.key, err)
+				continue
+			}
+			m.note(t.key, nil)
+			if key != t.key {
+				// The template changed during the boot: that copy goes at
+				// the next round, and this pool is filled then.
+				failed[t.key] = true
+				m.nudge()
+				continue
+			}
+			progress = true
+		}
+	}
+}
+
+// note logs a pool's failure once, until it succeeds again.
+func (m *Manager) note(key string, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	prev := m.failed[key]
+	switch {
+	case err == nil && prev != nil:
+		delete(m.failed, key)
+		m.log.Info("template pool: filling again", "pool", key)
+	case err != nil && (prev == nil || prev.Error() != err.Error()):
+		m.failed[key] = err
+		m.log.Warn("template pool: warm copy not made; the pool stays short and is tried again", "pool", key, "err", err)
+	}
+}
+
+func (m *Manager) isHeld() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.held
+}
