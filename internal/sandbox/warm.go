@@ -19,7 +19,8 @@ import (
 // warm pools (internal/sandbox/tplpool, which decides how many of each to
 // keep and refills them). A warm copy is a sandbox of a template booted
 // before anyone asked for it (Warm): status pooled, of no project, never
-// stored (a restart removes it as a stray and its pool refills), admitted
+// stored (the feature destroys its copies when the server stops; after a
+// crash recovery removes them as strays, and the pools refill), admitted
 // against the node's capacity alone. A Create of that template at that
 // size, for the project whose pool it is, without a volume, takes one
 // (claimWarm): the copy gets the create's project, a fresh agent token,
@@ -41,6 +42,21 @@ func WarmKey(projectID string, tpl template.Template, size string) string {
 		version = filepath.Base(tpl.Rootfs)
 	}
 	return WarmPrefix + projectID + "/" + tpl.Name + "@" + version + "/" + size
+}
+
+// ParseWarmKey reads a WarmKey back: ok is false for another kind of
+// pool (a snapshot's).
+func ParseWarmKey(key string) (projectID, tplName, version, size string, ok bool) {
+	rest, ok := strings.CutPrefix(key, WarmPrefix)
+	if !ok {
+		return "", "", "", "", false
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) != 3 {
+		return "", "", "", "", false
+	}
+	tplName, version, ok = strings.Cut(parts[1], "@")
+	return parts[0], tplName, version, parts[2], ok
 }
 
 // CurrentWarmKey is WarmKey of project's template tplName at its current
@@ -80,7 +96,10 @@ func (s *Service) Warm(ctx context.Context, projectID, tplName, size string) (st
 	rec.Envs = mergeEnv(tpl.Env, nil)
 	rec.User, rec.Workdir, rec.Rootfs = tpl.User, tpl.Workdir, tpl.Rootfs
 	if len(tpl.StartCommand) == 0 {
-		_, err := s.boot(ctx, rec, tpl, sz, "")
+		out, err := s.boot(ctx, rec, tpl, sz, "")
+		if err == nil {
+			s.prime(ctx, out.ID)
+		}
 		return key, err
 	}
 	// The start command runs from the ready state; a copy booted afresh
@@ -91,11 +110,34 @@ func (s *Service) Warm(ctx context.Context, projectID, tplName, size string) (st
 	if _, err := s.PrepareReady(ctx, tpl, sz.Name, nil); err != nil {
 		return "", err
 	}
-	_, done, err := s.createFromReady(ctx, rec, tpl, sz)
+	out, done, err := s.createFromReady(ctx, rec, tpl, sz)
 	if !done && err == nil {
 		err = fmt.Errorf("template %q: its ready state could not be restored: %w", tpl.Name, errdefs.ErrConflict)
 	}
+	if err == nil {
+		s.prime(ctx, out.ID)
+	}
 	return key, err
+}
+
+// prime runs `sh -c true` in warm copy id, as a create's first command
+// would, so that what every command needs (the shell's pages, the agent's
+// first process) is loaded before a create takes the copy: its first
+// command then takes what its later ones do. A failure is only logged.
+func (s *Service) prime(ctx context.Context, id string) {
+	s.mu.Lock()
+	var ag *agent.Client
+	if e, ok := s.sandboxes[id]; ok && !e.gone {
+		ag = e.agent
+	}
+	s.mu.Unlock()
+	if ag == nil {
+		return
+	}
+	err := ag.Exec(ctx, agent.ExecRequest{Cmd: []string{"true"}, Shell: true, TimeoutMs: 10_000}, func(agent.Event) error { return nil })
+	if err != nil {
+		s.log.Debug("warm copy: priming command failed", "sandbox", id, "err", err)
+	}
 }
 
 // claimWarm makes one of the warm copies of want's template at want's size

@@ -12,7 +12,8 @@
 // template's current version: after a rebuild the old version's copies go
 // and new ones are booted. Warm copies hold the node's capacity, not the
 // project's quota, and yield to creates the node has no room for (the
-// core drops one). A drained node keeps none (Hold).
+// core drops one). A drained node keeps none (Hold), nor does a stopped
+// server (Close).
 package tplpool
 
 import (
@@ -35,6 +36,11 @@ const MaxSize = 100
 
 // DefaultInterval is how often the settings are read again.
 const DefaultInterval = 5 * time.Second
+
+// DefaultRefillDelay is how long after a create took a copy its pool
+// waits to refill: a boot takes the CPU the new sandbox's first commands
+// need.
+const DefaultRefillDelay = 500 * time.Millisecond
 
 // Core is what the pools need of the sandbox service.
 type Core interface {
@@ -66,7 +72,10 @@ type Config struct {
 	Static []store.TemplatePool
 	// Interval is how often Settings are read again; 0: DefaultInterval.
 	Interval time.Duration
-	Logger   *slog.Logger
+	// RefillDelay is how long no copy is booted after a create took one;
+	// 0: DefaultRefillDelay.
+	RefillDelay time.Duration
+	Logger      *slog.Logger
 }
 
 // Pool is one pool as the API shows it.
@@ -78,8 +87,12 @@ type Pool struct {
 	// Ready is how many wait on this node, of the template's current
 	// version.
 	Ready int `json:"ready"`
+	// Leaving is how many copies of the pool on this node go: of the
+	// template's old version, or of a pool removed (listed with size 0
+	// until they went).
+	Leaving int `json:"leaving"`
 	// Source is "project" (set through the API or the CLI) or "config"
-	// (the server's --template-pool).
+	// (the server's --template-pool); "" for a pool removed.
 	Source string `json:"source"`
 }
 
@@ -95,13 +108,15 @@ type Manager struct {
 	log  *slog.Logger
 	wake chan struct{}
 
-	mu      sync.Mutex
-	held    bool
-	last    []setting        // the settings last read (used when a read fails)
-	failed  map[string]error // the last error of each pool's fill, logged once
-	cancel  context.CancelFunc
-	done    chan struct{}
-	started bool
+	mu   sync.Mutex
+	held bool
+	// quietUntil: no copy is booted before (claimed).
+	quietUntil time.Time
+	last       []setting        // the settings last read (used when a read fails)
+	failed     map[string]error // the last error of each pool's fill, logged once
+	cancel     context.CancelFunc
+	done       chan struct{}
+	started    bool
 }
 
 // setting is one pool to keep.
@@ -115,12 +130,31 @@ func New(cfg Config) *Manager {
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultInterval
 	}
+	if cfg.RefillDelay == 0 {
+		cfg.RefillDelay = DefaultRefillDelay
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1), failed: map[string]error{}, done: make(chan struct{})}
-	cfg.Core.OnWarmClaimed(func(string) { m.nudge() })
+	cfg.Core.OnWarmClaimed(func(string) { m.claimed() })
 	return m
+}
+
+// claimed holds the pools' refill for RefillDelay after a create took a
+// copy, then nudges the loop.
+func (m *Manager) claimed() {
+	m.mu.Lock()
+	m.quietUntil = time.Now().Add(m.cfg.RefillDelay)
+	m.mu.Unlock()
+	time.AfterFunc(m.cfg.RefillDelay, m.nudge)
+}
+
+// quiet reports whether a create took a copy within RefillDelay.
+func (m *Manager) quiet() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return time.Now().Before(m.quietUntil)
 }
 
 // Start keeps the pools in the background until Close.
@@ -132,8 +166,9 @@ func (m *Manager) Start() {
 	go m.run(ctx)
 }
 
-// Close stops keeping the pools; the copies stay for the next server,
-// which removes them as strays.
+// Close stops keeping the pools and destroys this node's copies: a
+// stopped server leaves no sandbox of no project running (one it could
+// not destroy, killed with it, the next server removes as a stray).
 func (m *Manager) Close() {
 	m.mu.Lock()
 	cancel, started := m.cancel, m.started
@@ -143,6 +178,11 @@ func (m *Manager) Close() {
 	}
 	cancel()
 	<-m.done
+	for key := range m.cfg.Core.Pools() {
+		if sandbox.IsWarmKey(key) {
+			m.cfg.Core.TrimPool(context.Background(), key, 0)
+		}
+	}
 }
 
 // Hold stops refilling for good (the node is drained; its copies go with
@@ -207,21 +247,52 @@ func (m *Manager) Set(ctx context.Context, projectID, tplName, sandboxSize strin
 	return m.pool(setting{TemplatePool: p, source: SourceProject}), nil
 }
 
-// List returns the pools of project, by template and sandbox size.
+// List returns the pools of project, by template and sandbox size, with
+// the pools removed whose copies have yet to go from this node.
 func (m *Manager) List(ctx context.Context, projectID string) ([]Pool, error) {
 	all, err := m.settings(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := []Pool{}
+	type id struct{ template, size string }
+	byID := map[id]*Pool{}
+	var order []id
 	for _, s := range all {
 		if s.ProjectID == projectID {
-			out = append(out, m.pool(s))
+			p := m.pool(s)
+			byID[id{p.Template, p.SandboxSize}] = &p
+			order = append(order, id{p.Template, p.SandboxSize})
 		}
+	}
+	for key, n := range m.cfg.Core.Pools() {
+		project, tpl, _, size, ok := sandbox.ParseWarmKey(key)
+		if !ok || project != projectID {
+			continue
+		}
+		p := byID[id{tpl, size}]
+		if p == nil {
+			p = &Pool{Template: tpl, SandboxSize: size}
+			byID[id{tpl, size}] = p
+			order = append(order, id{tpl, size})
+		}
+		if cur, err := m.cfg.Core.CurrentWarmKey(projectID, tpl, size); err != nil || cur != key || p.Source == "" {
+			p.Leaving += n
+		}
+	}
+	sort.Slice(order, func(i, j int) bool {
+		if order[i].template != order[j].template {
+			return order[i].template < order[j].template
+		}
+		return order[i].size < order[j].size
+	})
+	out := make([]Pool, 0, len(order))
+	for _, k := range order {
+		out = append(out, *byID[k])
 	}
 	return out, nil
 }
 
+// pool is setting s as listed, with its ready copies on this node.
 func (m *Manager) pool(s setting) Pool {
 	p := Pool{Template: s.Template, SandboxSize: s.SandboxSize, Size: s.Size, Source: s.source}
 	if key, err := m.cfg.Core.CurrentWarmKey(s.ProjectID, s.Template, s.SandboxSize); err == nil {
@@ -305,15 +376,16 @@ func (m *Manager) reconcile(ctx context.Context) {
 			continue
 		}
 		if keep, ok := want[key]; !ok || n > keep {
-			m.cfg.Core.TrimPool(ctx, key, keep)
+			// Not cut short by Close: a destroy stopped halfway leaks.
+			m.cfg.Core.TrimPool(context.WithoutCancel(ctx), key, keep)
 		}
 	}
 	failed := map[string]bool{}
 	for progress := true; progress; {
 		progress = false
 		for _, t := range targets {
-			if ctx.Err() != nil || m.isHeld() {
-				return
+			if ctx.Err() != nil || m.isHeld() || m.quiet() {
+				return // a quiet period ends with a nudge
 			}
 			if failed[t.key] || m.cfg.Core.Pooled(t.key) >= t.Size {
 				continue
