@@ -33,13 +33,25 @@ const K = 2
 type Want struct {
 	ProjectID string
 	Template  string // "": the default template, on every node
+	// Near is the node that holds what the sandbox starts from (a durable
+	// snapshot's image, which any other node downloads first): it is
+	// always among the sampled candidates, and counts LocalityWeight
+	// freer than it is.
+	Near string
 }
+
+// LocalityWeight is what starting where the data is is worth against
+// free capacity: a restore goes to the snapshot's node unless another
+// node sampled has more than this fraction of its capacity more free (a
+// download of the image then costs less than crowding the node: six
+// restores of one snapshot spread over a cluster's idle nodes).
+const LocalityWeight = 0.25
 
 // Place orders the nodes a create may go to: those ready (lease current,
 // not draining) that hold the template (all ready ones when none lists
 // it: the chosen node then answers for the name), the
-// freest of K sampled at random first, then the other sampled, then the
-// rest, freest first. Nodes at or over their capacity come last: they
+// freest of K sampled at random (and want.Near, weighted) first, then the
+// other sampled, then the rest, freest first. Nodes at or over their capacity come last: they
 // refuse, and the next is tried.
 func Place(nodes []store.Node, want Want, rnd *rand.Rand) []store.Node {
 	var ready, holding []store.Node
@@ -61,7 +73,18 @@ func Place(nodes []store.Node, want Want, rnd *rand.Rand) []store.Node {
 	}
 	rnd.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
 	k := min(K, len(cands))
-	byFree := func(a, b store.Node) int { return cmp.Compare(free(b), free(a)) }
+	if i := slices.IndexFunc(cands, func(n store.Node) bool { return n.Name == want.Near }); i >= 0 {
+		// The near node competes with K others.
+		cands[0], cands[i] = cands[i], cands[0]
+		k = min(K+1, len(cands))
+	}
+	score := func(n store.Node) float64 {
+		if n.Name == want.Near {
+			return free(n) + LocalityWeight
+		}
+		return free(n)
+	}
+	byFree := func(a, b store.Node) int { return cmp.Compare(score(b), score(a)) }
 	// Stable sorts keep the random order among equals.
 	slices.SortStableFunc(cands[:k], byFree)
 	slices.SortStableFunc(cands[k:], byFree)
@@ -201,6 +224,15 @@ func (rt *Router) candidates(ctx context.Context, nodes []store.Node, projectID 
 			warm = []store.Node{*n}
 		}
 	}
+	if want.Snapshot != "" && pinned != "" && rt.spreads(ctx, projectID, want.Snapshot) {
+		if warm == nil && rt.warmOn(ctx, pinned, want.Snapshot) {
+			// The snapshot's node keeps its pool: a warm copy there.
+			if n, err := rt.peer(ctx, pinned); err == nil && n.State == store.NodeReady && !n.Draining {
+				warm = []store.Node{*n}
+			}
+		}
+		return rt.spread(nodes, projectID, want, pinned, warm)
+	}
 	if pinned == rt.cfg.Self && warm == nil {
 		return nil, nil
 	}
@@ -228,6 +260,44 @@ func (rt *Router) candidates(ctx context.Context, nodes []store.Node, projectID 
 	rt.mu.Unlock()
 	if len(order) == 0 && warm == nil {
 		return nil, fmt.Errorf("no node of the cluster takes new sandboxes now (none ready and not draining): %w", errdefs.ErrCapacity)
+	}
+	return append(warm, slices.DeleteFunc(order, func(n store.Node) bool { return warm != nil && n.Name == warm[0].Name })...), nil
+}
+
+// spreads reports whether a restore of the project's snapshot id may go
+// to any node: its image is durable and it holds no volume (whose copy
+// needs the volume where it is).
+func (rt *Router) spreads(ctx context.Context, projectID, id string) bool {
+	sn, ok := rt.snapshotRow(ctx, projectID, id)
+	if !ok {
+		return false
+	}
+	var spec poolSpec
+	if json.Unmarshal(sn.Spec, &spec) != nil {
+		return false
+	}
+	return spec.DurableAt != nil && spec.VolumeID == ""
+}
+
+// spread orders the nodes for a restore of a durable snapshot of node
+// near: a warm copy first, then the ready nodes of near's runsc build (a
+// checkpoint restores only on its own build), near weighted for its
+// locality (Want.Near), so that restores of one snapshot spread by load.
+func (rt *Router) spread(nodes []store.Node, projectID string, want api.Placement, near string, warm []store.Node) ([]store.Node, error) {
+	i := slices.IndexFunc(nodes, func(n store.Node) bool { return n.Name == near })
+	cands := slices.Clone(nodes)
+	if i >= 0 {
+		build := nodes[i].RunscBuild
+		cands = slices.DeleteFunc(cands, func(n store.Node) bool { return n.RunscBuild != build })
+	}
+	rt.mu.Lock()
+	order := Place(cands, Want{ProjectID: projectID, Template: want.Template, Near: near}, rt.rnd)
+	rt.mu.Unlock()
+	if len(order) == 0 && warm == nil {
+		return nil, fmt.Errorf("no node of the cluster takes new sandboxes now (none ready and not draining): %w", errdefs.ErrCapacity)
+	}
+	if len(order) > 0 && order[0].Name != near {
+		rt.log.Info("placement: restoring a durable snapshot on a freer node than its own", "snapshot", want.Snapshot, "node", order[0].Name, "snapshotNode", near)
 	}
 	return append(warm, slices.DeleteFunc(order, func(n store.Node) bool { return warm != nil && n.Name == warm[0].Name })...), nil
 }

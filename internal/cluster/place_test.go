@@ -291,3 +291,79 @@ func TestGone(t *testing.T) {
 		}
 	}
 }
+
+// TestPlaceNear: the node holding the data is always sampled and counts
+// LocalityWeight freer: it wins unless another is that much freer.
+func TestPlaceNear(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(rand.Uint64(), 3))
+	for _, c := range []struct {
+		nearReserved float64
+		want         string
+	}{
+		{4, "near"},  // 0.6 + 0.25 beats the other's 0.8
+		{7, "other"}, // 0.3 + 0.25 loses to 0.8
+	} {
+		// K others: both are always sampled beside near.
+		nodes := []store.Node{
+			node("near", store.NodeReady, 10, c.nearReserved),
+			node("other", store.NodeReady, 10, 2),
+			node("busy", store.NodeReady, 10, 9),
+		}
+		for range 100 {
+			if order := Place(slices.Clone(nodes), Want{Near: "near"}, rnd); order[0].Name != c.want {
+				t.Fatalf("near reserved %v: order %s, want %s first", c.nearReserved, names(order), c.want)
+			}
+		}
+	}
+}
+
+// TestRestoreSpreads: restores of a durable snapshot go to a freer node
+// of its runsc build than the snapshot's own when it is crowded; to the
+// snapshot's node while it keeps a warm copy; a snapshot that is not
+// durable (its image only there) or holds a volume stays pinned.
+func TestRestoreSpreads(t *testing.T) {
+	holder, nHolder := creator(t, "b", http.StatusCreated, `{"sandboxId":"on-b"}`)
+	free, nFree := creator(t, "c", http.StatusCreated, `{"sandboxId":"on-c"}`)
+	other, nOther := creator(t, "d", http.StatusCreated, `{"sandboxId":"on-d"}`)
+	b, c, d := node("b", store.NodeReady, 10, 8), node("c", store.NodeReady, 10, 0), node("d", store.NodeReady, 10, 0)
+	b.Address, c.Address, d.Address = addrOf(holder), addrOf(free), addrOf(other)
+	b.RunscBuild, c.RunscBuild, d.RunscBuild = "build1", "build1", "build2"
+	a := node("a", store.NodeReady, 10, 10) // this node, full
+	a.RunscBuild = "build1"
+	durable := []byte(`{"durableAt":"2026-12-01T00:00:00Z"}`)
+	rows := &fakeRows{snapshots: []store.Snapshot{
+		{ID: "durable", ProjectID: "p1", Node: "b", Spec: durable},
+		{ID: "local", ProjectID: "p1", Node: "b", Spec: []byte(`{}`)},
+		{ID: "withvol", ProjectID: "p1", Node: "b", Spec: []byte(`{"durableAt":"2026-12-01T00:00:00Z","volumeId":"v1"}`)},
+	}}
+	fc := &fakeCluster{nodes: []store.Node{a, b, c, d}}
+	rt := newTestRouter(t, "a", fc, rows, nil)
+	restore := func(snap string) string {
+		front, locals := createFront(t, rt, api.Placement{Snapshot: snap}, nil)
+		status, body := post(t, front.URL)
+		if status != http.StatusCreated || locals.Load() != 0 {
+			t.Fatalf("restore %s: %d %q (local %d)", snap, status, body, locals.Load())
+		}
+		return body
+	}
+	for range 6 {
+		if got := restore("durable"); got != `{"sandboxId":"on-c"}` {
+			t.Fatalf("restore of a durable snapshot of a crowded node: %s, want c (free, same build; d runs another build)", got)
+		}
+	}
+	for _, snap := range []string{"local", "withvol"} {
+		if got := restore(snap); got != `{"sandboxId":"on-b"}` {
+			t.Fatalf("restore of %s: %s, want b (pinned)", snap, got)
+		}
+	}
+	// A warm copy on the snapshot's node is taken there.
+	fc.set(func(f *fakeCluster) {
+		f.rows = map[string][]store.Sandbox{"b": {{ID: "w1", Status: statusPooled, Spec: []byte(`{"poolOf":"durable"}`)}}}
+	})
+	if got := restore("durable"); got != `{"sandboxId":"on-b"}` {
+		t.Fatalf("restore with a warm copy on b: %s", got)
+	}
+	if nFree.Load() != 6 || nHolder.Load() != 3 || nOther.Load() != 0 {
+		t.Fatalf("b made %d, c %d, d %d", nHolder.Load(), nFree.Load(), nOther.Load())
+	}
+}
