@@ -1,6 +1,6 @@
 # lizard — build, run and test on a Debian 12 (bookworm) host, as root.
 #
-#   make run     install what is needed, build, build the templates, serve
+#   make run     install what is needed, build, build base, serve (the other templates build in the background)
 #   make test    the same setup, then every test (scripts/test.sh)
 #   make cluster a three-node cluster on this machine (make cluster-down stops it)
 #   make deps | build | templates | bench | package | image | proto | clean
@@ -60,8 +60,12 @@ templates: deps build
 		$(BIN)/lizard template build $$t --if-missing --template-dir $(TEMPLATE_DIR) --runsc $(RUNSC); \
 	done
 
-run: deps build templates
-	exec $(BIN)/lizard serve --template-dir $(TEMPLATE_DIR) $(SERVE_FLAGS)
+# `make run` builds base alone, then serves: the server builds the other
+# templates of TEMPLATES in the background (--build-templates), so that a
+# fresh machine runs its first sandbox as soon as base is built.
+run: deps build
+	$(BIN)/lizard template build base --if-missing --template-dir $(TEMPLATE_DIR) --runsc $(RUNSC)
+	exec $(BIN)/lizard serve --template-dir $(TEMPLATE_DIR) --runsc $(RUNSC) --build-templates "$(filter-out base,$(TEMPLATES))" $(SERVE_FLAGS)
 
 test: deps build templates
 	$(TEST_ENV) scripts/test.sh

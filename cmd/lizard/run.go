@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/tplpool"
 	"github.com/lizard-build/lizard/internal/template"
+	"github.com/lizard-build/lizard/internal/tmplqueue"
 	"github.com/lizard-build/lizard/internal/volume/content"
 )
 
@@ -366,11 +368,27 @@ func templates(ctx context.Context, args []string) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+		// The server's background builds (--build-templates) say
+		// where they are.
+		builds, err := tmplqueue.ReadStatus(filepath.Join(*dataDir, buildStatusFile))
+		if err != nil {
+			return err
+		}
 		var missing []string
 		for _, name := range reg.Builtins() {
-			if _, err := reg.Get(name); err != nil {
-				missing = append(missing, name)
+			if _, err := reg.Get(name); err == nil {
+				continue
 			}
+			if i := slices.IndexFunc(builds, func(b tmplqueue.Status) bool { return b.Name == name }); i >= 0 {
+				b := builds[i]
+				fmt.Printf("%s: %s since %s", name, b.State, b.Since.Local().Format("15:04:05"))
+				if b.Progress != "" {
+					fmt.Printf(": %s", b.Progress)
+				}
+				fmt.Println()
+				continue
+			}
+			missing = append(missing, name)
 		}
 		if len(missing) > 0 {
 			fmt.Printf("not built: %s (lizard template build NAME)\n", strings.Join(missing, ", "))

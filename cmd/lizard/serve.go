@@ -98,6 +98,7 @@ type serveConfig struct {
 	webhookRetryBase                           time.Duration
 	egressCAFiles                              listFlag
 	templatePools                              listFlag
+	buildTemplates                             listFlag
 	egressCACert, egressCAKey                  string
 	otlpEndpoint, otlpProtocol                 string
 }
@@ -171,6 +172,7 @@ func serveFlags(c *serveConfig) *flag.FlagSet {
 	c.secrets.register(fs)
 	fs.Int64Var(&c.maxBuildContext, "max-build-context", api.DefaultMaxBuildContext, "largest POST /api/templates request (Dockerfile and build context files) in bytes")
 	fs.DurationVar(&c.eventsRetention, "events-retention", events.DefaultRetention, "how long lifecycle events are kept: GET /api/events replays and resumes (Last-Event-ID) within it; at least 1h")
+	fs.Var(&c.buildTemplates, "build-templates", "built-in templates to build in the background, one after another, when not built (comma-separated or repeated; make run: the ones besides base): the server serves meanwhile, and a create of one answers 503 template_building until it is built")
 	fs.Var(&c.templatePools, "template-pool", "[PROJECT/]TEMPLATE[:SANDBOX-SIZE]=N: keep N sandboxes of the template booted on this node for the project's creates (default project: default; repeatable; the API's and the CLI's setting of the same pool replaces it)")
 	fs.Var(&c.webhookAllow, "webhook-allow", "HOST[:PORT] a webhook URL may name although it is on a loopback, link-local or private address (repeatable)")
 	fs.DurationVar(&c.webhookRetryBase, "webhook-retry-base", webhook.DefaultRetryBase, "wait before the first retry of a failed webhook delivery; each next one waits twice as long (at most 1h, with jitter), for 24h after the event")
@@ -484,8 +486,12 @@ func serve(ctx context.Context, args []string) error {
 			return n, cluster.Unavailable(err)
 		}
 	}
+	queue, err := newTemplateQueue(&c, reg, rt, reap.Run, buildOpts, tmpls, log.With("component", "template"))
+	if err != nil {
+		return err
+	}
 	svc := sandbox.New(sandbox.Config{
-		Runtime: rt, Store: nodeStore, Templates: tmpls, Volumes: vols,
+		Runtime: rt, Store: nodeStore, Templates: queue.templates(), Volumes: vols,
 		SnapshotDir: filepath.Join(c.dataDir, "snapshots"), ReadyDir: filepath.Join(c.dataDir, "ready"),
 		LogDir: filepath.Join(c.dataDir, "logs"), MaxSandboxes: c.maxSandboxes, RecoverProbeTimeout: c.recoverProbeTimeout,
 		Logger: log.With("component", "sandbox"), Observer: mets, LogMaxBytes: c.logMaxBytes,
@@ -524,6 +530,7 @@ func serve(ctx context.Context, args []string) error {
 	if cm != nil {
 		cm.tplPools.Store(tplPools)
 	}
+	queue.start(ctx)
 	go svc.Watch(ctx, c.watchInterval)
 	usages := sandboxusage.New(svc, rt, log.With("component", "usage"))
 	go usages.Run(ctx, c.usageInterval)
@@ -667,7 +674,7 @@ func serve(ctx context.Context, args []string) error {
 	var apiHandler http.Handler
 	mcpHTTP := mcp.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { apiHandler.ServeHTTP(w, r) }),
 		mcp.HandlerConfig{Version: lizardVersion(), Logger: log.With("component", "mcp"), Serving: ctx})
-	apiHandler = api.Handler(api.Config{E2B: e2bAPI, MCP: mcpHTTP, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Snapshots: snaps, Copies: snaps, Usage: usages, Ports: ports, Desktops: desktops, Schedules: scheds, Networks: networks, Templates: tmpls, TemplatePools: tplPools, Previews: previews, Volumes: vols,
+	apiHandler = api.Handler(api.Config{E2B: e2bAPI, MCP: mcpHTTP, Keys: apiKeys, Limiter: limiter, Sandboxes: svc, Snapshots: snaps, Copies: snaps, Usage: usages, Ports: ports, Desktops: desktops, Schedules: scheds, Networks: networks, Templates: tmpls, TemplateBuilds: queue.status(), TemplatePools: tplPools, Previews: previews, Volumes: vols,
 		Builder:         builder,
 		MaxBuildContext: c.maxBuildContext, Logger: log.With("component", "api"),
 		Metrics: mets, ServeMetrics: mln == nil, Tracing: traces.TracerProvider(), Ready: cm.readyChecks(readyChecks(st, runsc, filepath.Join(c.dataDir, "sandboxes"), netm)),

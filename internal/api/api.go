@@ -24,6 +24,7 @@ import (
 	"github.com/lizard-build/lizard/internal/identity"
 	"github.com/lizard-build/lizard/internal/metrics"
 	"github.com/lizard-build/lizard/internal/store"
+	"github.com/lizard-build/lizard/internal/tmplqueue"
 )
 
 // Keys authenticates API keys.
@@ -67,9 +68,12 @@ type Config struct {
 	Templates Templates
 	// TemplatePools keeps templates' warm pools; nil: none.
 	TemplatePools TemplatePools
-	Previews      PreviewURLs
-	Volumes       Volumes
-	Builder       TemplateBuilder
+	// TemplateBuilds says which built-in templates the server builds in
+	// the background (internal/tmplqueue), with their progress; nil: none.
+	TemplateBuilds func(name string) (tmplqueue.Status, bool)
+	Previews       PreviewURLs
+	Volumes        Volumes
+	Builder        TemplateBuilder
 	// MaxBuildContext caps the body of POST /api/templates (the Dockerfile
 	// and the build context's files); 0 means DefaultMaxBuildContext.
 	MaxBuildContext int64
@@ -179,7 +183,7 @@ func Handler(cfg Config) http.Handler {
 	logR := logRoutes{logs: cfg.Sandboxes, log: cfg.Logger}
 	snapR := snapshotRoutes{snapshots: cfg.Snapshots, cluster: cfg.Cluster}
 	volR := volumeRoutes{volumes: cfg.Volumes, cluster: cfg.Cluster}
-	tplR := templateRoutes{templates: cfg.Templates}
+	tplR := templateRoutes{templates: cfg.Templates, builds: cfg.TemplateBuilds}
 	poolR := templatePoolRoutes{pools: cfg.TemplatePools}
 	buildR := buildRoutes{builder: cfg.Builder, maxBuild: maxBuild}
 	keyR := keyRoutes{keyStore: cfg.KeyStore, keys: cfg.Keys, log: cfg.Logger}

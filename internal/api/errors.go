@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
+	"github.com/lizard-build/lizard/internal/tmplqueue"
 )
 
 // errorBody is every error answer: the SDKs read error, code and message.
@@ -97,7 +98,7 @@ const retryAfterUnresponsive = 5
 
 // SetRetryAfter sets Retry-After on w for the errors that pass with time
 // and returns its seconds (0: none set): a sandbox being reattached after a
-// restart, an unresponsive one, a node at capacity. Both APIs call it.
+// restart, an unresponsive one, a node at capacity, a template being built. Both APIs call it.
 func SetRetryAfter(w http.ResponseWriter, err error) int {
 	secs := 0
 	switch {
@@ -106,6 +107,8 @@ func SetRetryAfter(w http.ResponseWriter, err error) int {
 		secs = 1
 	case errdefs.Code(err) == "unresponsive":
 		secs = retryAfterUnresponsive
+	case errdefs.Code(err) == tmplqueue.ErrBuilding:
+		secs = tmplqueue.RetryAfter
 	case errors.Is(err, errdefs.ErrCapacity):
 		// Capacity comes back as sandboxes end or pause: ask to retry soon.
 		secs = retryAfterCapacity

@@ -10,6 +10,7 @@ import (
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
+	"github.com/lizard-build/lizard/internal/tmplqueue"
 )
 
 // Templates is what the API needs of the template registry.
@@ -28,6 +29,8 @@ type Templates interface {
 const (
 	templateReady    = "ready"     // built: sandboxes can boot from it
 	templateNotBuilt = "not_built" // a built-in not built yet (lizard template build NAME)
+	// A built-in the server builds in the background (--build-templates)
+	// is tmplqueue.Queued, Building or Failed instead.
 )
 
 // templateInfo is one entry of GET /api/templates.
@@ -45,6 +48,9 @@ type templateInfo struct {
 	// state; ReadyCommand says when it is ready (omitted when none).
 	StartCommand []string `json:"startCommand,omitempty"`
 	ReadyCommand []string `json:"readyCommand,omitempty"`
+	// Progress is the last line of a background build (status building)
+	// or its error (build_failed).
+	Progress string `json:"progress,omitempty"`
 }
 
 // templateOf is a built template's entry.
@@ -64,6 +70,8 @@ func templateOf(t template.Template) templateInfo {
 // templateRoutes serve GET /api/templates and DELETE /api/templates/{name}.
 type templateRoutes struct {
 	templates Templates
+	// builds is the background builds' state of a template (nil: none).
+	builds func(name string) (tmplqueue.Status, bool)
 }
 
 // listTemplates answers every built template (status "ready") and every
@@ -85,9 +93,16 @@ func (s templateRoutes) listTemplates(w http.ResponseWriter, r *http.Request, p 
 		seen[t.Name] = true
 	}
 	for _, name := range s.templates.Builtins() {
-		if !seen[name] {
-			out = append(out, templateInfo{Name: name, Aliases: nonNil(template.AliasesOf(name)), Status: templateNotBuilt})
+		if seen[name] {
+			continue
 		}
+		info := templateInfo{Name: name, Aliases: nonNil(template.AliasesOf(name)), Status: templateNotBuilt}
+		if s.builds != nil {
+			if st, ok := s.builds(name); ok {
+				info.Status, info.Progress = st.State, st.Progress
+			}
+		}
+		out = append(out, info)
 	}
 	for i := range out {
 		if out[i].Versions == nil {

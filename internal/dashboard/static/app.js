@@ -926,7 +926,7 @@ function viewTemplates (main) {
     const del = h('button', { class: 'danger', onclick: () => confirm(`Delete template ${t.name}? Sandboxes of it keep running.`) && act(del, () => api('DELETE', `/api/templates/${encodeURIComponent(t.name)}`).then(v.refresh), `Deleted template ${t.name}`) }, 'Delete')
     return h('tr', null, h('td', null, t.name), h('td', null, (t.aliases || []).join(', ')), h('td', { class: 'mono' }, t.version || '—'),
       h('td', { class: 'meta', html: Object.entries(t.versions || {}).map(([k, x]) => `<span>${esc(k)} ${esc(x)}</span>`).join('') }),
-      h('td', null, fmtBytes(t.sizeBytes)), h('td', null, fmtTime(t.builtAt)), h('td', null, t.status), h('td', { class: 'acts' }, del))
+      h('td', null, fmtBytes(t.sizeBytes)), h('td', null, fmtTime(t.builtAt)), h('td', { title: t.progress || '' }, t.progress ? `${t.status}: ${t.progress}` : t.status), h('td', { class: 'acts' }, del))
   },
   'No templates.')
   return () => { v.stop(); if (ac) ac.abort() }
