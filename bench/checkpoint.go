@@ -45,18 +45,23 @@ func benchCheckpoints(ctx context.Context, s *server, raw *rawRunsc, n int, big 
 		return nil, err
 	}
 	defer kill()
-	rid, err := raw.start(ctx)
+	var holder []string
+	if big {
+		holder = rawHolder
+	}
+	rid, err := raw.start(ctx, holder...)
 	if err != nil {
 		return nil, err
 	}
 	defer raw.destroy(rid)
 	if big {
-		if err := raw.holdMemory(ctx, rid); err != nil {
+		if err := raw.waitHeld(ctx, rid); err != nil {
 			return nil, err
 		}
 	}
 
 	// pause, then resume → first exec
+	rawPages := int64(0)
 	pause := result{name: "pause" + suffix}
 	resume := result{name: "resume → first exec" + suffix}
 	for range n {
@@ -80,6 +85,10 @@ func benchCheckpoints(ctx context.Context, s *server, raw *rawRunsc, n int, big 
 			return nil, err
 		}
 		pause.floor = append(pause.floor, time.Since(t))
+		rawPages = pagesMiB(img)
+		if err := holds(img, big); err != nil {
+			return nil, err
+		}
 		t = time.Now()
 		if err := raw.restoreAs(ctx, rid, img); err != nil {
 			return nil, err
@@ -90,7 +99,7 @@ func benchCheckpoints(ctx context.Context, s *server, raw *rawRunsc, n int, big 
 		resume.floor = append(resume.floor, time.Since(t))
 		os.RemoveAll(img)
 	}
-	pause.note = "runsc: checkpoint (the container stops) + delete"
+	pause.note = fmt.Sprintf("runsc: checkpoint (the container stops) + delete; raw image pages %d MiB", rawPages)
 	resume.note = "runsc: restore --detach from the image + runsc exec true"
 	rs = append(rs, pause, resume)
 
@@ -114,6 +123,9 @@ func benchCheckpoints(ctx context.Context, s *server, raw *rawRunsc, n int, big 
 			return nil, err
 		}
 		snap.floor = append(snap.floor, time.Since(t))
+		if err := holds(img, big); err != nil {
+			return nil, err
+		}
 
 		t = time.Now()
 		cid, err := s.restoreSnapshot(sn.ID)
@@ -131,7 +143,7 @@ func benchCheckpoints(ctx context.Context, s *server, raw *rawRunsc, n int, big 
 			snapID = sn.ID
 		}
 		t = time.Now()
-		nid, err := raw.restoreNew(ctx, img)
+		nid, err := raw.restoreNew(ctx, img, holder...)
 		if err != nil {
 			return nil, err
 		}
@@ -202,7 +214,10 @@ func benchCheckpoints(ctx context.Context, s *server, raw *rawRunsc, n int, big 
 			if err := raw.checkpoint(ctx, rid, img, true); err != nil {
 				return nil, err
 			}
-			ids, err := raw.restoreMany(ctx, img, count)
+			if err := holds(img, big); err != nil {
+				return nil, err
+			}
+			ids, err := raw.restoreMany(ctx, img, count, holder...)
 			if err != nil {
 				return nil, err
 			}
@@ -250,16 +265,15 @@ func (s *server) waitPool(snapID string, want int) error {
 
 // --- raw runsc ---
 
-// holdMemory starts the same 256 MiB holder as lizard's, detached (a runsc
-// exec's background children do not outlive it), and waits until it holds
-// the memory.
-func (r *rawRunsc) holdMemory(ctx context.Context, id string) error {
-	c := r.cmd(ctx, "exec", "--detach", id, "python3", "-c", "import os, time; b = os.urandom(256 << 20); open('/tmp/held', 'w').close(); time.sleep(1e9)")
-	// The detached process keeps the command's stdio: no pipes.
-	c.Stdout, c.Stderr = nil, nil
-	if err := c.Run(); err != nil {
-		return fmt.Errorf("runsc exec --detach: %v", err)
-	}
+// rawHolder is the floor's 256 MiB holder, the same program as lizard's:
+// the raw container's own process (a process `runsc exec` starts is not
+// saved by a checkpoint, so the floor's images after the first were idle).
+// A boot over a files-only image keeps /tmp/held: the holder removes it
+// first.
+var rawHolder = []string{"python3", "-c", "import os, time; os.path.exists('/tmp/held') and os.remove('/tmp/held'); b = os.urandom(256 << 20); open('/tmp/held', 'w').close(); time.sleep(1e9)"}
+
+// waitHeld waits until the raw container's holder holds its memory.
+func (r *rawRunsc) waitHeld(ctx context.Context, id string) error {
 	for range 100 {
 		if r.exec(ctx, id, nil, "test", "-e", "/tmp/held") == nil {
 			return nil
@@ -302,16 +316,17 @@ func (r *rawRunsc) restoreAs(ctx context.Context, id, img string) error {
 	return nil
 }
 
-// restoreNew restores img into a new container.
-func (r *rawRunsc) restoreNew(ctx context.Context, img string) (string, error) {
-	id, err := r.prepare()
+// restoreNew restores img into a new container whose process was argv
+// (the spec must be the checkpointed container's).
+func (r *rawRunsc) restoreNew(ctx context.Context, img string, argv ...string) (string, error) {
+	id, err := r.prepare(argv...)
 	if err != nil {
 		return "", err
 	}
 	return id, r.restoreAs(ctx, id, img)
 }
 
-func (r *rawRunsc) restoreMany(ctx context.Context, img string, n int) ([]string, error) {
+func (r *rawRunsc) restoreMany(ctx context.Context, img string, n int, argv ...string) ([]string, error) {
 	ids := make([]string, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -322,7 +337,7 @@ func (r *rawRunsc) restoreMany(ctx context.Context, img string, n int) ([]string
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			ids[i], errs[i] = r.restoreNew(ctx, img)
+			ids[i], errs[i] = r.restoreNew(ctx, img, argv...)
 		}()
 	}
 	wg.Wait()
@@ -349,7 +364,9 @@ func benchFilesPause(ctx context.Context, s *server, raw *rawRunsc, id, rid stri
 			if err := s.call("POST", "/api/sandboxes/"+id+"/exec", map[string]any{"cmd": hold256}, nil); err != nil {
 				return nil, err
 			}
-			if err := raw.holdMemory(ctx, rid); err != nil {
+			// Booted over its files, the container's process is the
+			// holder again.
+			if err := raw.waitHeld(ctx, rid); err != nil {
 				return nil, err
 			}
 		}
@@ -422,6 +439,26 @@ func (r *rawRunsc) bootFrom(ctx context.Context, id, img string) error {
 	}
 	if out, err := r.cmd(ctx, "start", id).CombinedOutput(); err != nil {
 		return fmt.Errorf("runsc start: %v %s", err, out)
+	}
+	return nil
+}
+
+// pagesMiB is the size of the memory pages in checkpoint image img, in
+// MiB (-1 when unreadable): that the floor's image holds what lizard's
+// does.
+func pagesMiB(img string) int64 {
+	fi, err := os.Stat(filepath.Join(img, "pages.img"))
+	if err != nil {
+		return -1
+	}
+	return fi.Size() >> 20
+}
+
+// holds checks that the floor's image img holds the 256 MiB of its
+// holder when big: a floor that lost its memory measures an idle sandbox.
+func holds(img string, big bool) error {
+	if n := pagesMiB(img); big && n < 256 {
+		return fmt.Errorf("the floor's image holds %d MiB of pages, not the 256 MiB of its holder", n)
 	}
 	return nil
 }

@@ -39,8 +39,8 @@ func (r *rawRunsc) cmd(ctx context.Context, args ...string) *exec.Cmd {
 
 // start creates and starts a container running sleep, as lizard's create
 // does with its agent.
-func (r *rawRunsc) start(ctx context.Context) (string, error) {
-	id, err := r.prepare()
+func (r *rawRunsc) start(ctx context.Context, argv ...string) (string, error) {
+	id, err := r.prepare(argv...)
 	if err != nil {
 		return "", err
 	}
@@ -62,7 +62,10 @@ func (r *rawRunsc) start(ctx context.Context) (string, error) {
 }
 
 // prepare writes a new container's bundle and returns its id.
-func (r *rawRunsc) prepare() (string, error) {
+func (r *rawRunsc) prepare(argv ...string) (string, error) {
+	if len(argv) == 0 {
+		argv = []string{"/bin/sleep", "infinity"}
+	}
 	b := make([]byte, 6)
 	rand.Read(b)
 	id := "raw" + hex.EncodeToString(b)
@@ -74,7 +77,7 @@ func (r *rawRunsc) prepare() (string, error) {
 	}
 	spec := map[string]any{
 		"ociVersion": "1.0.2",
-		"process":    map[string]any{"args": []string{"/bin/sleep", "infinity"}, "cwd": "/", "env": []string{"PATH=/usr/bin:/bin"}},
+		"process":    map[string]any{"args": argv, "cwd": "/", "env": []string{"PATH=/usr/bin:/bin"}},
 		"root":       map[string]any{"path": r.rootfs},
 		"hostname":   id,
 		"mounts":     []map[string]any{{"destination": "/proc", "type": "proc", "source": "proc"}},
