@@ -205,7 +205,8 @@ func (s *Service) Pools() map[string]int {
 	defer s.mu.Unlock()
 	out := map[string]int{}
 	for _, e := range s.sandboxes {
-		if e.rec.Status == StatusPooled && !e.gone {
+		// PoolOf "": a copy being claimed.
+		if e.rec.Status == StatusPooled && !e.gone && e.rec.PoolOf != "" {
 			out[e.rec.PoolOf]++
 		}
 	}
@@ -237,8 +238,12 @@ func (s *Service) TrimPool(ctx context.Context, poolOf string, keep int) {
 	s.mu.Unlock()
 	for _, e := range extra {
 		e.mu.Lock()
-		if s.take(e) {
-			s.destroy(ctx, e.rec.ID)
+		// A create or restore may have claimed it while this waited.
+		s.mu.Lock()
+		still, id := e.rec.Status == StatusPooled && e.rec.PoolOf == poolOf, e.rec.ID
+		s.mu.Unlock()
+		if still && s.take(e) {
+			s.destroy(ctx, id)
 		}
 		e.mu.Unlock()
 	}
