@@ -302,7 +302,9 @@ func testPauseFiles(t *testing.T, rt runtime.Runtime, cp runtime.Checkpointer, f
 	pid := sh(t, ag, "cat $HOME/counter.pid")
 	// The counter's pid may belong to another process after a boot (pids
 	// start over), so "ended" is a count that no longer moves.
-	const gone = `a=$(cat $HOME/count); sleep 0.3; [ "$a" = "$(cat $HOME/count)" ] && echo ended || echo alive; cat $HOME/file; ls $HOME`
+	// (count.tmp is the counter's next count, if the pause came
+	// between its write and its rename.)
+	const gone = `a=$(cat $HOME/count); sleep 0.3; [ "$a" = "$(cat $HOME/count)" ] && echo ended || echo alive; cat $HOME/file; ls $HOME | grep -vx count.tmp`
 	for i := range 2 {
 		if err := fp.PauseFiles(ctx, id); err != nil {
 			t.Fatalf("PauseFiles %d: %v", i, err)
@@ -521,8 +523,10 @@ func sh(t *testing.T, ag *agent.Client, script string) string {
 }
 
 // counter starts a background counter, writes its pid and a file in the
-// home directory (root's: /root in a sandbox of its own).
-const counter = `(i=0; while true; do i=$((i+1)); echo $i > $HOME/count; sleep 0.05; done) >/dev/null 2>&1 & echo $! > $HOME/counter.pid; echo hello > $HOME/file`
+// home directory (root's: /root in a sandbox of its own). Each count
+// replaces the file whole (a rename): a reader never finds it truncated
+// half-way through a write.
+const counter = `(i=0; while true; do i=$((i+1)); echo $i > $HOME/count.tmp; mv $HOME/count.tmp $HOME/count; sleep 0.05; done) >/dev/null 2>&1 & echo $! > $HOME/counter.pid; echo hello > $HOME/file`
 
 // alive prints the counter's pid if it runs, then the file.
 const alive = "cat $HOME/counter.pid; kill -0 $(cat $HOME/counter.pid) && cat $HOME/file"
