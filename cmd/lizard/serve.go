@@ -530,7 +530,7 @@ func serve(ctx context.Context, args []string) error {
 	if cm != nil {
 		cm.tplPools.Store(tplPools)
 	}
-	queue.start(ctx)
+	defer queue.start(ctx)()
 	go svc.Watch(ctx, c.watchInterval)
 	usages := sandboxusage.New(svc, rt, log.With("component", "usage"))
 	go usages.Run(ctx, c.usageInterval)

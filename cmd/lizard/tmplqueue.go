@@ -57,11 +57,24 @@ func (t *templateQueue) templates() sandbox.Templates {
 	return t.q
 }
 
-// start builds the queue in the background until ctx is done (the
-// server's own templates loop publishes each and makes its ready state).
-func (t *templateQueue) start(ctx context.Context) {
-	if t.q != nil {
-		go t.q.Run(ctx)
+// start builds the queue in the background until ctx is done or stop is
+// called (the server's own templates loop publishes each built template
+// and makes its ready state); stop returns once the build under way, if
+// any, has stopped and removed what it made (its step containers are the
+// server's runtime's: a server that exited first left them behind).
+func (t *templateQueue) start(ctx context.Context) (stop func()) {
+	if t.q == nil {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t.q.Run(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -16,8 +17,8 @@ import (
 // builds in the background (the real recipe, on the server's build
 // network), GET /api/templates and `lizard template ls` show it building
 // with the build's progress, and a create of it answers 503
-// template_building with Retry-After. A server stopped mid-build leaves
-// nothing of it behind.
+// template_building with Retry-After. A server stopped mid-build, while
+// a step runs in a container, leaves nothing of it behind.
 func TestTemplatesBuildInBackground(t *testing.T) {
 	dataDir := t.TempDir()
 	tplDir := serverTemplateDir(t, dataDir)
@@ -88,8 +89,25 @@ func TestTemplatesBuildInBackground(t *testing.T) {
 		t.Fatalf("lizard template ls while python builds:\n%s", ls)
 	}
 
-	// Stopped mid-build: nothing of the build stays, and the template is
-	// not built.
+	// Stopped mid-build, while a step runs in a container of the
+	// server's runtime (step 3 once it unpacked a package): nothing of
+	// the build stays, and the template is not built.
+	inContainer := regexp.MustCompile(`step 3/\d+ unpacking packages: [1-9]|step 4/`)
+	deadline = time.Now().Add(budget(3 * time.Minute))
+	for !inContainer.MatchString(python.Progress) {
+		if time.Now().After(deadline) {
+			t.Fatalf("python's build did not reach its container steps: %+v", python)
+		}
+		time.Sleep(200 * time.Millisecond)
+		var list []tplInfo
+		s.do(http.MethodGet, "/api/templates", nil, &list)
+		for _, tp := range list {
+			if tp.Name == "python" {
+				python = tp
+			}
+		}
+	}
+	t.Logf("stopping the server at %q", python.Progress)
 	s.stop()
 	if _, err := os.Stat(filepath.Join(tplDir, "python")); !os.IsNotExist(err) {
 		t.Fatalf("python after a build cut short: %v", err)
