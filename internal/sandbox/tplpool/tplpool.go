@@ -228,16 +228,15 @@ func (m *Manager) Set(ctx context.Context, projectID, tplName, sandboxSize strin
 	if err != nil {
 		return Pool{}, err
 	}
-	// A built-in template not built yet may have a pool: it fills once
-	// the template is built.
-	if _, err := m.cfg.Core.CurrentWarmKey(projectID, tplName, sz.Name); err != nil && !(errors.Is(err, errdefs.ErrNotFound) && template.IsBuiltin(tplName)) {
+	if template.IsBuiltin(tplName) {
+		// A built-in template not built yet (or being built) may have a
+		// pool: it fills once the template is built.
+		tplName = template.Resolve(tplName)
+	} else if _, err := m.cfg.Core.CurrentWarmKey(projectID, tplName, sz.Name); err != nil {
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return Pool{}, errdefs.WithCode("template_not_found", fmt.Errorf("template %q: no such template: %w", tplName, errdefs.ErrNotFound))
 		}
 		return Pool{}, err
-	}
-	if template.IsBuiltin(tplName) {
-		tplName = template.Resolve(tplName)
 	}
 	p := store.TemplatePool{ProjectID: projectID, Template: tplName, SandboxSize: sz.Name, Size: size}
 	if err := m.cfg.Settings.SetTemplatePool(ctx, p); err != nil {

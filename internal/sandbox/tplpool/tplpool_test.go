@@ -287,4 +287,13 @@ func TestSetRefuses(t *testing.T) {
 			t.Errorf("Set(%s, %q, %d): %v, want %v saying %q", c.tpl, c.size, c.n, err, c.is, c.says)
 		}
 	}
+	// A built-in template not built here (an alias of it) may have a
+	// pool: it is kept under its name and fills once built.
+	p, err := m.Set(ctx, e.Project.ID, "python312", "", 1)
+	if err != nil || p.Template != "python" || p.Ready != 0 {
+		t.Fatalf("Set of a built-in not built: %+v %v", p, err)
+	}
+	if pools, err := m.List(ctx, e.Project.ID); err != nil || len(pools) != 1 || pools[0].Template != "python" {
+		t.Fatalf("List: %+v %v", pools, err)
+	}
 }
