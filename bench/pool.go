@@ -87,16 +87,6 @@ func benchPool(ctx context.Context, s *server, raw *rawRunsc, n int) ([]result, 
 	if err != nil {
 		return nil, err
 	}
-	createExec := func(s *server) func() error {
-		return func() error {
-			id, err := s.create()
-			if err != nil {
-				return err
-			}
-			defer s.kill(id)
-			return s.execTrue(id)
-		}
-	}
 	if err := s.setPool(size); err != nil {
 		return nil, err
 	}
@@ -109,7 +99,7 @@ func benchPool(ctx context.Context, s *server, raw *rawRunsc, n int) ([]result, 
 			if err := s.waitTemplatePool(size); err != nil {
 				return nil, err
 			}
-			d, err := timeit(1, createExec(m.s))
+			d, err := timeit(1, m.s.createExecTrue)
 			if err != nil {
 				return nil, err
 			}

@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/lizard-build/lizard/internal/errdefs"
-	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/tplpool"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
@@ -30,12 +29,9 @@ type templatePool struct {
 // sandbox size, and that project sees its template), records it in st and
 // says what it set on w. reg is the template cache of this machine.
 func setTemplatePool(ctx context.Context, w io.Writer, st store.Store, reg *template.Registry, p templatePool) error {
-	if p.size < 0 || p.size > tplpool.MaxSize {
-		return fmt.Errorf("--size %d: must be 0 (no pool) to %d sandboxes per node: %w", p.size, tplpool.MaxSize, errdefs.ErrInvalid)
-	}
-	size, err := sandbox.LookupSize(p.sandboxSize)
+	set, err := tplpool.Setting("", p.template, p.sandboxSize, p.size)
 	if err != nil {
-		return fmt.Errorf("--sandbox-size: %w", err)
+		return err
 	}
 	pools, ok := st.(store.TemplatePools)
 	if !ok {
@@ -45,14 +41,14 @@ func setTemplatePool(ctx context.Context, w io.Writer, st store.Store, reg *temp
 	if err != nil {
 		return fmt.Errorf("--project %s: %w", p.project, err)
 	}
-	name, err := poolTemplate(ctx, st, reg, proj, p.template)
-	if err != nil {
+	if err := checkPoolTemplate(ctx, st, reg, proj, set.Template); err != nil {
 		return err
 	}
-	if err := pools.SetTemplatePool(ctx, store.TemplatePool{ProjectID: proj.ID, Template: name, SandboxSize: size.Name, Size: p.size}); err != nil {
+	set.ProjectID = proj.ID
+	if err := pools.SetTemplatePool(ctx, set); err != nil {
 		return err
 	}
-	what := fmt.Sprintf("pool of %s (%s) for project %s", name, size.Name, proj.Slug)
+	what := fmt.Sprintf("pool of %s (%s) for project %s", set.Template, set.SandboxSize, proj.Slug)
 	switch p.size {
 	case 0:
 		fmt.Fprintf(w, "%s removed\n", what)
@@ -64,37 +60,27 @@ func setTemplatePool(ctx context.Context, w io.Writer, st store.Store, reg *temp
 	return nil
 }
 
-// poolTemplate returns the name a pool of project's template name is kept
-// under: a built-in template's real name (an alias names the same
-// template, which need not be built yet), else the name of one of the
-// project's own, built in reg or published by a node of the cluster
+// checkPoolTemplate refuses a pool of a template project does not see: a
+// built-in one always is (it need not be built yet); one of the project's
+// own must be built in reg or published by a node of the cluster
 // (store.TemplateVersions). Any other name is ErrNotFound.
-func poolTemplate(ctx context.Context, st store.Store, reg *template.Registry, proj store.Project, name string) (string, error) {
+func checkPoolTemplate(ctx context.Context, st store.Store, reg *template.Registry, proj store.Project, name string) error {
 	if template.IsBuiltin(name) {
-		return template.Resolve(name), nil
+		return nil
 	}
-	notFound := fmt.Errorf("template %q not found for project %s: %w", name, proj.Slug, errdefs.ErrNotFound)
 	preg, err := reg.Project(proj.ID)
 	if err != nil {
-		return "", err
+		return err
 	}
-	_, err = preg.Get(name)
-	if err == nil {
-		return name, nil
-	}
-	if !errors.Is(err, errdefs.ErrNotFound) {
-		return "", err
+	if _, err := preg.Get(name); !errors.Is(err, errdefs.ErrNotFound) {
+		return err // built here, or the registry failed
 	}
 	if recs, ok := st.(store.TemplateVersions); ok {
-		_, err := recs.TemplateVersion(ctx, proj.ID, name)
-		if err == nil {
-			return name, nil
-		}
-		if !errors.Is(err, errdefs.ErrNotFound) {
-			return "", err
+		if _, err := recs.TemplateVersion(ctx, proj.ID, name); !errors.Is(err, errdefs.ErrNotFound) {
+			return err // published by a node, or the store failed
 		}
 	}
-	return "", notFound
+	return fmt.Errorf("template %q not found for project %s: %w", name, proj.Slug, errdefs.ErrNotFound)
 }
 
 // listTemplatePools runs `lizard template pools`: the pools of project
@@ -180,10 +166,7 @@ func parseTemplatePool(ctx context.Context, st store.Store, v string) (store.Tem
 		projectRef, tpl = before, after
 	}
 	tpl, size, _ := strings.Cut(tpl, ":")
-	if tpl == "" {
-		return store.TemplatePool{}, fmt.Errorf("no template named")
-	}
-	sz, err := sandbox.LookupSize(size)
+	set, err := tplpool.Setting("", tpl, size, n)
 	if err != nil {
 		return store.TemplatePool{}, err
 	}
@@ -191,8 +174,6 @@ func parseTemplatePool(ctx context.Context, st store.Store, v string) (store.Tem
 	if err != nil {
 		return store.TemplatePool{}, fmt.Errorf("project %q: %w", projectRef, err)
 	}
-	if template.IsBuiltin(tpl) {
-		tpl = template.Resolve(tpl)
-	}
-	return store.TemplatePool{ProjectID: p.ID, Template: tpl, SandboxSize: sz.Name, Size: n}, nil
+	set.ProjectID = p.ID
+	return set, nil
 }

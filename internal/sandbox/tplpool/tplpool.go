@@ -215,30 +215,44 @@ func (m *Manager) run(ctx context.Context) {
 	}
 }
 
+// Setting is project's pool of template tplName at sandboxSize ("" for the
+// default size) with size copies per node, as it is stored: the size
+// within 0 (no pool) to MaxSize, the sandbox size's name, a built-in
+// template's real name for an alias. Whether the project has the template
+// is its caller's to judge (the API's, the CLI's and the configuration's
+// ways of knowing differ); a built-in one may have a pool before it is
+// built, which fills once it is.
+func Setting(projectID, tplName, sandboxSize string, size int) (store.TemplatePool, error) {
+	if size < 0 || size > MaxSize {
+		return store.TemplatePool{}, fmt.Errorf("size %d: a pool keeps 0 (no pool) to %d sandboxes per node: %w", size, MaxSize, errdefs.ErrInvalid)
+	}
+	if tplName == "" {
+		return store.TemplatePool{}, fmt.Errorf("no template named: %w", errdefs.ErrInvalid)
+	}
+	sz, err := sandbox.LookupSize(sandboxSize)
+	if err != nil {
+		return store.TemplatePool{}, err
+	}
+	return store.TemplatePool{ProjectID: projectID, Template: template.Resolve(tplName), SandboxSize: sz.Name, Size: size}, nil
+}
+
 // Set records project's pool of template tplName at sandboxSize ("" for
 // the default size): size warm copies per node, 0 for none.
 func (m *Manager) Set(ctx context.Context, projectID, tplName, sandboxSize string, size int) (Pool, error) {
 	if m.cfg.Settings == nil {
 		return Pool{}, errdefs.WithCode("feature_unavailable", fmt.Errorf("template pools: this server's store keeps no pool settings: %w", errdefs.ErrUnavailable))
 	}
-	if size < 0 || size > MaxSize {
-		return Pool{}, fmt.Errorf("size %d: a pool keeps 0 to %d sandboxes per node: %w", size, MaxSize, errdefs.ErrInvalid)
-	}
-	sz, err := sandbox.LookupSize(sandboxSize)
+	p, err := Setting(projectID, tplName, sandboxSize, size)
 	if err != nil {
 		return Pool{}, err
 	}
-	if template.IsBuiltin(tplName) {
-		// A built-in template not built yet (or being built) may have a
-		// pool: it fills once the template is built.
-		tplName = template.Resolve(tplName)
-	} else if _, err := m.cfg.Core.CurrentWarmKey(projectID, tplName, sz.Name); err != nil {
-		if errors.Is(err, errdefs.ErrNotFound) {
+	if !template.IsBuiltin(tplName) {
+		if _, err := m.cfg.Core.CurrentWarmKey(projectID, tplName, p.SandboxSize); errors.Is(err, errdefs.ErrNotFound) {
 			return Pool{}, errdefs.WithCode("template_not_found", fmt.Errorf("template %q: no such template: %w", tplName, errdefs.ErrNotFound))
+		} else if err != nil {
+			return Pool{}, err
 		}
-		return Pool{}, err
 	}
-	p := store.TemplatePool{ProjectID: projectID, Template: tplName, SandboxSize: sz.Name, Size: size}
 	if err := m.cfg.Settings.SetTemplatePool(ctx, p); err != nil {
 		return Pool{}, err
 	}
@@ -363,7 +377,13 @@ func (m *Manager) reconcile(ctx context.Context) {
 			break
 		}
 		key, err := m.cfg.Core.CurrentWarmKey(s.ProjectID, s.Template, s.SandboxSize)
-		if err != nil {
+		switch {
+		case errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrUnavailable):
+			// Not built yet, or being built (its progress in the
+			// message): the pool fills once it is.
+			m.log.Debug("template pool: template not built", "project", s.ProjectID, "template", s.Template, "err", err)
+			continue
+		case err != nil:
 			m.note(s.ProjectID+"/"+s.Template+"/"+s.SandboxSize, err)
 			continue
 		}

@@ -42,3 +42,22 @@ export function chromiumArgs() {
   }
   return args
 }
+
+// collectLogs follows sandbox sb's log (sb.logs(opts)) until until(lines)
+// holds for the lines so far (parsed), or budget(20 s) passed.
+export async function collectLogs(sb, opts, until) {
+  const ac = new AbortController()
+  const timer = setTimeout(() => ac.abort(), budget(20_000))
+  const lines = []
+  try {
+    for await (const ev of sb.logs({ ...opts, signal: ac.signal })) {
+      lines.push(JSON.parse(ev.data))
+      if (until(lines)) break
+    }
+  } catch (e) {
+    if (e.name !== 'AbortError') throw e
+  } finally {
+    clearTimeout(timer)
+  }
+  return lines
+}

@@ -2,24 +2,8 @@
 // command output, with timestamps, replayed by tail and then followed live.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { budget, withSandbox } from './helpers.mjs'
+import { collectLogs as collect, withSandbox } from './helpers.mjs'
 
-async function collect(sb, opts, until) {
-  const ac = new AbortController()
-  const timer = setTimeout(() => ac.abort(), budget(20_000))
-  const lines = []
-  try {
-    for await (const ev of sb.logs({ ...opts, signal: ac.signal })) {
-      lines.push(JSON.parse(ev.data))
-      if (until(lines)) break
-    }
-  } catch (e) {
-    if (e.name !== 'AbortError') throw e
-  } finally {
-    clearTimeout(timer)
-  }
-  return lines
-}
 
 test('logs: lifecycle events and command output, tail then live', async () => {
   await withSandbox(async (sb) => {

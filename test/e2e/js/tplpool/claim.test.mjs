@@ -3,25 +3,8 @@
 // it to fill): the sandbox answers at once with the create's own settings.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { budget, lizard } from '../helpers.mjs'
+import { budget, collectLogs, lizard } from '../helpers.mjs'
 
-// logLines replays the sandbox's log until want matches a message.
-async function logLines(sb, want) {
-  const ac = new AbortController()
-  const timer = setTimeout(() => ac.abort(), budget(20_000))
-  const msgs = []
-  try {
-    for await (const ev of sb.logs({ tail: 100, signal: ac.signal })) {
-      msgs.push(JSON.parse(ev.data).message)
-      if (want.test(msgs.at(-1))) break
-    }
-  } catch (e) {
-    if (e.name !== 'AbortError') throw e
-  } finally {
-    clearTimeout(timer)
-  }
-  return msgs
-}
 
 test('a create takes a warm copy, with its own envs, metadata and hostname', async () => {
   const sbs = []
@@ -38,7 +21,7 @@ test('a create takes a warm copy, with its own envs, metadata and hostname', asy
       const info = await sb.getInfo()
       assert.equal(info.metadata.who, `pool-${i + 1}`)
       assert.equal(info.status, 'running')
-      const msgs = await logLines(sb, /^created from a warm copy of template base/)
+      const msgs = (await collectLogs(sb, { tail: 100 }, (ls) => /^created from a warm copy of template base/.test(ls.at(-1).message))).map((l) => l.message)
       assert.ok(msgs.some((m) => m.startsWith('created from a warm copy of template base')), msgs.join(' | '))
     }
     // Files and processes work as in any sandbox.
@@ -54,7 +37,7 @@ test('a create of another size boots', async () => {
   // Another size than the pool's: booted, not claimed.
   const sb = await lizard.create('base', { timeoutMs: budget(120_000), size: 'nano' })
   try {
-    const msgs = await logLines(sb, /^created \(template base, size nano\)/)
+    const msgs = (await collectLogs(sb, { tail: 100 }, (ls) => /^created \(template base, size nano\)/.test(ls.at(-1).message))).map((l) => l.message)
     assert.ok(!msgs.some((m) => m.includes('warm copy')), msgs.join(' | '))
     assert.equal((await sb.process.exec('true')).exitCode, 0)
   } finally {
