@@ -2,7 +2,9 @@ package durable
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"runtime/debug"
 
 	"golang.org/x/sys/unix"
 )
@@ -43,21 +45,35 @@ func DataExtents(f *os.File, size int64) ([]Extent, error) {
 	return out, nil
 }
 
-// readSpan reads [off, off+len(buf)) of f into buf, zeroed first, reading
-// only where exts (in order) hold data; it returns the bytes read from f.
-func readSpan(f *os.File, exts []Extent, off int64, buf []byte) (int64, error) {
-	clear(buf)
-	end := off + int64(len(buf))
-	var read int64
-	for _, e := range overlapping(exts, off, end) {
-		s, t := max(e.Off, off), min(e.End, end)
-		n, err := f.ReadAt(buf[s-off:t-off], s)
-		read += int64(n)
-		if err != nil {
-			return read, err
-		}
+// mapFile maps the size bytes of f read-only, for sequential reading
+// (nil when size is 0); unmap ends the mapping. Reading a hole gives
+// zeros; reading past the end of a file that shrank meanwhile faults
+// (SIGBUS): read it under guard.
+func mapFile(f *os.File, size int64) (b []byte, unmap func(), err error) {
+	if size == 0 {
+		return nil, func() {}, nil
 	}
-	return read, nil
+	b, err = unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, nil, &os.PathError{Op: "mmap", Path: f.Name(), Err: err}
+	}
+	unix.Madvise(b, unix.MADV_SEQUENTIAL)
+	return b, func() { unix.Munmap(b) }, nil
+}
+
+// guard runs fn, which reads a mapping of mapFile: a fault there (the file
+// shrank while mapped) is an error, not a crash.
+func guard(fn func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			if _, ok := r.(interface{ Addr() uintptr }); !ok {
+				panic(r)
+			}
+			err = fmt.Errorf("the file changed while it was read: %v", r)
+		}
+	}()
+	return fn()
 }
 
 // overlapping is the extents of exts (in order) that meet [off, end).

@@ -135,8 +135,9 @@ func (s *Service) adopt(ctx context.Context, rec Record) (Record, error) {
 		s.log.Error("resume from another node failed; the sandbox stays paused", "sandbox", id, "err", err)
 		return Record{}, fmt.Errorf("resume sandbox %q: %w", id, err)
 	}
-	// Its image is in use no more: so go the objects that kept it.
-	s.images.Drop(PauseImageName(id))
+	// Its image is in use no more: its objects stay only as the base of
+	// its next pause's upload.
+	s.images.Retire(PauseImageName(id))
 	s.log.Info("sandbox resumed from another node", "sandbox", id, "took", time.Since(start))
 	s.logs.event(id, "resumed on this node from the object store")
 	how := "on another node than it was paused on"

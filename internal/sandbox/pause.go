@@ -233,7 +233,7 @@ func (s *Service) Resume(ctx context.Context, projectID, id string) (_ Record, e
 		e.rec.DurableAt = nil
 		s.mu.Unlock()
 		s.setStatus(e, StatusPaused, "")
-		s.images.Drop(PauseImageName(id))
+		s.images.Retire(PauseImageName(id))
 		s.makePauseDurable(e, id)
 		return Record{}, fmt.Errorf("resume sandbox %q: agent did not answer: %w", id, err)
 	}
@@ -250,8 +250,9 @@ func (s *Service) Resume(ctx context.Context, projectID, id string) (_ Record, e
 	s.armLocked(e)
 	rec := e.rec
 	s.mu.Unlock()
-	// Its image is gone: so go the objects that kept it.
-	s.images.Drop(PauseImageName(id))
+	// Its image is gone: its objects stay only as the base of its next
+	// pause's upload, which stores what changed.
+	s.images.Retire(PauseImageName(id))
 	s.log.Info("sandbox resumed", "sandbox", id, "took", time.Since(start), "booted", files)
 	how := ""
 	if files {

@@ -432,7 +432,7 @@ func (s *Service) reattach(ctx context.Context, rec Record, st runtime.State) er
 			// The resume went through before the crash.
 			if rec.DurableAt != nil {
 				rec.DurableAt = nil
-				defer s.images.Drop(PauseImageName(rec.ID))
+				defer s.images.Retire(PauseImageName(rec.ID))
 			}
 			rec.EndAt = deadline(time.Now().UTC(), rec.RemainingMs)
 			rec.RemainingMs = 0

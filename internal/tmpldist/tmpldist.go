@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -278,15 +279,21 @@ func (d *Dist) doFetch(project, name string, rec store.TemplateVersion, current 
 		place = reg.AddVersion
 	}
 	t, err := place(ctx, name, rec.Digest, func(dir string) error {
-		work, err := os.MkdirTemp(d.cfg.Dir, "work-")
-		if err != nil {
-			return err
+		// The archive streams from the object store into tar, never on
+		// disk whole; a corrupt chunk stops it, and place throws dir away.
+		pr, pw := io.Pipe()
+		streamed := make(chan error, 1)
+		go func() {
+			err := d.cfg.Images.Stream(ctx, img, archiveFile, pw)
+			pw.CloseWithError(err)
+			streamed <- err
+		}()
+		err := d.tar("extract", "-", dir, pr)
+		pr.CloseWithError(errors.New("tar stopped reading")) // unblocks the stream when tar failed
+		if serr := <-streamed; serr != nil {
+			return serr // the stream's error, which tar saw as a read error
 		}
-		defer os.RemoveAll(work)
-		if _, err := d.cfg.Images.Materialize(ctx, img, filepath.Join(work, "image")); err != nil {
-			return err
-		}
-		return d.tar("extract", filepath.Join(work, "image", archiveFile), dir)
+		return err
 	})
 	if errors.Is(err, errdefs.ErrInvalid) {
 		// The archive was whole (its digests matched) but is not the
@@ -334,10 +341,11 @@ func (d *Dist) Evict(keep string) {
 	}
 }
 
-// tar runs GNU tar: op "create" writes archive from the version directory
-// dir, "extract" unpacks archive into dir, as root keeping owners, modes,
-// devices, hard links and extended attributes.
-func (d *Dist) tar(op, archive, dir string) error {
+// tar runs GNU tar on the version directory dir: op "create" writes
+// archive from it, "extract" unpacks into it the archive read from in
+// (archive "-"), as root keeping owners, modes, devices, hard links and
+// extended attributes.
+func (d *Dist) tar(op, archive, dir string, in io.Reader) error {
 	args := []string{"--" + op, "--file", archive, "--directory", dir, "--numeric-owner", "--xattrs", "--xattrs-include=*"}
 	if op == "create" {
 		args = append(args, "rootfs", "template.json", "manifest")
@@ -345,6 +353,7 @@ func (d *Dist) tar(op, archive, dir string) error {
 		args = append(args, "--same-owner", "--same-permissions")
 	}
 	cmd := exec.Command("tar", args...)
+	cmd.Stdin = in
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := d.cfg.Run(cmd); err != nil {
@@ -378,7 +387,7 @@ func (d *Dist) Publish(ctx context.Context, t template.Template) error {
 			return err
 		}
 		defer os.RemoveAll(work)
-		if err := d.tar("create", filepath.Join(work, archiveFile), dirOf(t.Rootfs)); err != nil {
+		if err := d.tar("create", filepath.Join(work, archiveFile), dirOf(t.Rootfs), nil); err != nil {
 			return fmt.Errorf("publish template %q: %w", t.Name, err)
 		}
 		if _, err := d.cfg.Images.Upload(ctx, img, work); err != nil {

@@ -99,6 +99,34 @@ func keys(t *testing.T, st objstore.Store, prefix string) []objstore.Info {
 	return out
 }
 
+// hold64 starts a process that holds 64 MiB of random bytes.
+const hold64 = `nohup python3 -c 'import os, time; b = os.urandom(64 << 20); time.sleep(1e9)' >/dev/null 2>&1 &
+i=0; until [ "$(ps -o rss= -C python3 | sort -n | tail -1)" -gt 65536 ] || [ $i -ge 200 ]; do sleep 0.05; i=$((i+1)); done`
+
+// blobSizes is the blobs in st by key, with their sizes.
+func blobSizes(t *testing.T, st objstore.Store) map[string]int64 {
+	out := map[string]int64{}
+	for _, b := range keys(t, st, "blobs/") {
+		out[b.Key] = b.Size
+	}
+	return out
+}
+
+// waitRetired waits until the pause image of sandbox id, resumed, is
+// retired: its manifest gone, its base (what the next pause's upload
+// compares with) there.
+func waitRetired(t *testing.T, st objstore.Store, id string) {
+	t.Helper()
+	for deadline := time.Now().Add(budget(time.Minute)); len(keys(t, st, "images/sandboxes/"+id+"/")) > 0; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the resumed image's manifest stayed: %v", keys(t, st, "images/"))
+		}
+	}
+	if b := keys(t, st, "bases/sandboxes/"+id+"/"); len(b) != 1 {
+		t.Fatalf("the resumed image's base: %v", b)
+	}
+}
+
 // waitNoObjects waits until nothing is left in the bucket.
 func waitNoObjects(t *testing.T, st objstore.Store) {
 	t.Helper()
@@ -151,6 +179,9 @@ func TestDurablePause(t *testing.T) {
 	id := s.create(t)
 	s.sh(t, id, counterScript)
 	pid, n := s.counter(t, id)
+	// 64 MiB that does not compress: what a second pause must not store
+	// again.
+	s.sh(t, id, hold64)
 
 	s.pause(t, id)
 	s.waitDurable(t, "/api/sandboxes/"+id)
@@ -195,11 +226,29 @@ func TestDurablePause(t *testing.T) {
 	if d := s.durableAt(t, "/api/sandboxes/"+id); d != nil {
 		t.Fatalf("a running sandbox says durableAt %s", *d)
 	}
-	waitNoObjects(t, st) // the resumed image's objects went
+	// The resumed image is retired: no manifest, its blobs kept as the
+	// base of the next pause's upload.
+	first := blobSizes(t, st)
+	waitRetired(t, st, id)
 
 	t.Run("Corrupt", func(t *testing.T) {
+		// Paused again, the upload stores only the chunks that changed.
 		s.pause(t, id)
 		s.waitDurable(t, "/api/sandboxes/"+id)
+		var total, added int64
+		for k, size := range blobSizes(t, st) {
+			total += size
+			if _, ok := first[k]; !ok {
+				added += size
+			}
+		}
+		t.Logf("the second pause stored %d new bytes of blobs; %d stored in all", added, total)
+		if added > total/3 {
+			t.Fatalf("the second pause stored %d bytes of %d: not only what changed", added, total)
+		}
+		if b := keys(t, st, "bases/"); len(b) != 0 {
+			t.Fatalf("the base stayed after the upload it served: %v", b)
+		}
 		s.dropLocalImage(t, id)
 		// The largest blob is memory: flip one byte of it in the gateway's
 		// files.

@@ -28,6 +28,7 @@ type Store interface {
 	Materialize(ctx context.Context, name, dir string) (durable.Manifest, error)
 	Stat(ctx context.Context, name string) (durable.Manifest, error)
 	Delete(ctx context.Context, name string) error
+	Retire(ctx context.Context, name string) error
 	Sweep(ctx context.Context) error
 }
 
@@ -171,9 +172,23 @@ func (j *Jobs) StopUpload(name string) {
 }
 
 // Drop stops name's upload and removes its objects from the store in the
-// background (the image's manifest, then the blobs no other image uses):
-// the sandbox resumed or went, or the snapshot was deleted.
+// background (the image's manifest and its base, then the blobs no other
+// image uses): the sandbox went, or the snapshot was deleted.
 func (j *Jobs) Drop(name string) {
+	j.after(name, "remove durable image", func(ctx context.Context) error { return j.store.Delete(ctx, name) })
+}
+
+// Retire stops name's upload and, in the background, keeps the image's
+// chunks only as the base of its next upload (durable.Images.Retire): the
+// sandbox resumed, so its image is stale, but its next pause shares most
+// of its chunks.
+func (j *Jobs) Retire(name string) {
+	j.after(name, "retire durable image", func(ctx context.Context) error { return j.store.Retire(ctx, name) })
+}
+
+// after stops name's upload and runs fn on name after its other jobs,
+// logging its failure as what.
+func (j *Jobs) after(name, what string, fn func(ctx context.Context) error) {
 	if j.store == nil {
 		return
 	}
@@ -182,18 +197,9 @@ func (j *Jobs) Drop(name string) {
 	j.start(name, false, never, func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		defer cancel()
-		_, err := j.store.Stat(ctx, name)
-		if errors.Is(err, errdefs.ErrNotFound) {
-			return // never made durable (a cut upload's blobs go at the next sweep)
+		if err := fn(ctx); err != nil {
+			j.log.Warn(what+"; its objects stay until a later delete sweeps them", "image", name, "err", err)
 		}
-		if err == nil {
-			err = j.store.Delete(ctx, name)
-		}
-		if err != nil {
-			j.log.Warn("remove durable image; its objects stay until a later delete sweeps them", "image", name, "err", err)
-			return
-		}
-		j.log.Info("durable image removed", "image", name)
 	})
 }
 

@@ -16,12 +16,12 @@ import (
 
 // fakeImages is an in-process stand-in for durable.Images (unit tests
 // only; the real one is tested against versitygw) that records the order
-// of calls and can hold Stat until released.
+// of calls and can hold Delete and Retire until released.
 type fakeImages struct {
-	mu       sync.Mutex
-	calls    []string
-	durable  map[string]bool
-	holdStat chan struct{} // Stat waits on it when not nil
+	mu      sync.Mutex
+	calls   []string
+	durable map[string]bool
+	hold    chan struct{} // Delete and Retire wait on it when not nil
 }
 
 func (f *fakeImages) note(c string) {
@@ -43,9 +43,6 @@ func (f *fakeImages) Materialize(ctx context.Context, name, dir string) (durable
 }
 
 func (f *fakeImages) Stat(ctx context.Context, name string) (durable.Manifest, error) {
-	if f.holdStat != nil {
-		<-f.holdStat
-	}
 	f.note("stat " + name)
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -55,8 +52,15 @@ func (f *fakeImages) Stat(ctx context.Context, name string) (durable.Manifest, e
 	return durable.Manifest{Name: name}, nil
 }
 
-func (f *fakeImages) Delete(ctx context.Context, name string) error {
-	f.note("delete " + name)
+func (f *fakeImages) Delete(ctx context.Context, name string) error { return f.end("delete", name) }
+func (f *fakeImages) Retire(ctx context.Context, name string) error { return f.end("retire", name) }
+
+// end is a Delete or Retire (op) of name: not durable any more.
+func (f *fakeImages) end(op, name string) error {
+	if f.hold != nil {
+		<-f.hold
+	}
+	f.note(op + " " + name)
 	f.mu.Lock()
 	delete(f.durable, name)
 	f.mu.Unlock()
@@ -65,31 +69,41 @@ func (f *fakeImages) Delete(ctx context.Context, name string) error {
 
 func (f *fakeImages) Sweep(ctx context.Context) error { return nil }
 
-// TestImageJobsInOrder: the removal of an image's old objects and the next
-// upload of the same name never overlap, so the removal cannot delete the
-// newer manifest.
+// TestImageJobsInOrder: the removal (or retirement) of an image's old
+// objects and the next upload of the same name never overlap, so the
+// removal cannot delete the newer manifest.
 func TestImageJobsInOrder(t *testing.T) {
-	f := &fakeImages{durable: map[string]bool{"sandboxes/x": true}, holdStat: make(chan struct{})}
-	s := New(f, nil)
-	defer s.Close()
-	durableAt := make(chan time.Time, 1)
-	s.Drop("sandboxes/x") // held in Stat
-	s.MakeDurable("sandboxes/x", t.TempDir(), func(at time.Time) { durableAt <- at })
-	time.Sleep(50 * time.Millisecond) // give a wrong order the chance to show
-	close(f.holdStat)
-	select {
-	case <-durableAt:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the upload queued behind the removal never ran")
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	want := []string{"stat sandboxes/x", "delete sandboxes/x", "upload sandboxes/x"}
-	if !slices.Equal(f.calls, want) {
-		t.Fatalf("calls %v, want %v", f.calls, want)
-	}
-	if !f.durable["sandboxes/x"] {
-		t.Fatal("the new upload's image was deleted")
+	for _, c := range []struct {
+		name string
+		drop func(j *Jobs, name string)
+	}{
+		{"delete", (*Jobs).Drop},
+		{"retire", (*Jobs).Retire},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := &fakeImages{durable: map[string]bool{"sandboxes/x": true}, hold: make(chan struct{})}
+			s := New(f, nil)
+			defer s.Close()
+			durableAt := make(chan time.Time, 1)
+			c.drop(s, "sandboxes/x") // held
+			s.MakeDurable("sandboxes/x", t.TempDir(), func(at time.Time) { durableAt <- at })
+			time.Sleep(50 * time.Millisecond) // give a wrong order the chance to show
+			close(f.hold)
+			select {
+			case <-durableAt:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the upload queued behind the removal never ran")
+			}
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			want := []string{c.name + " sandboxes/x", "upload sandboxes/x"}
+			if !slices.Equal(f.calls, want) {
+				t.Fatalf("calls %v, want %v", f.calls, want)
+			}
+			if !f.durable["sandboxes/x"] {
+				t.Fatal("the new upload's image was deleted")
+			}
+		})
 	}
 }
 
