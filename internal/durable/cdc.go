@@ -1,6 +1,7 @@
 package durable
 
 import (
+	"errors"
 	"slices"
 	"sync"
 )
@@ -87,31 +88,47 @@ const segment = 32 << 20
 // chunk of the next segment ends, from which on the two agree (a cut
 // depends only on where its chunk starts). That takes a chunk or two
 // here.
-func cuts(b []byte, parts int) []int { return cutsBy(b, parts, segment) }
+//
+// b may be a mapping of mapFile: a fault reading it (the file shrank) is
+// the error, in whichever goroutine it happens (guard).
+func cuts(b []byte, parts int) ([]int, error) { return cutsBy(b, parts, segment) }
 
 // cutsBy is cuts with segments of at least least bytes.
-func cutsBy(b []byte, parts, least int) []int {
+func cutsBy(b []byte, parts, least int) (out []int, err error) {
 	parts = max(1, min(parts, len(b)/least))
 	starts := make([]int, parts+1)
 	for i := range starts {
 		starts[i] = len(b) * i / parts
 	}
 	ends := make([][]int, parts)
+	errs := make([]error, parts)
 	var wg sync.WaitGroup
 	for i := range parts {
 		wg.Go(func() {
-			// Cut from the segment's start to past its end (all of b for
-			// the last).
-			for at := starts[i]; at < starts[i+1]; {
-				n, _ := cut(b[at:], true)
-				at += n
-				ends[i] = append(ends[i], at)
-			}
+			errs[i] = guard(func() error {
+				// Cut from the segment's start to past its end (all of
+				// b for the last).
+				for at := starts[i]; at < starts[i+1]; {
+					n, _ := cut(b[at:], true)
+					at += n
+					ends[i] = append(ends[i], at)
+				}
+				return nil
+			})
 		})
 	}
 	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	err = guard(func() error { out = join(b, ends); return nil })
+	return out, err
+}
+
+// join is the chunk ends of b from those of its segments (cutsBy).
+func join(b []byte, ends [][]int) []int {
 	out := ends[0]
-	for i := 1; i < parts; i++ {
+	for i := 1; i < len(ends); i++ {
 		next := ends[i]
 		for {
 			last := out[len(out)-1]

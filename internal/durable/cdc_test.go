@@ -2,6 +2,8 @@ package durable
 
 import (
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -33,12 +35,12 @@ func TestCuts(t *testing.T) {
 		serial = append(serial, at)
 	}
 	for _, c := range []struct{ parts, least int }{{1, 1 << 20}, {2, 1 << 20}, {3, 1 << 20}, {7, 1 << 20}, {40, 1 << 20}, {4, 64 << 10}, {2, segment}} {
-		if got := cutsBy(b, c.parts, c.least); !slices.Equal(got, serial) {
+		if got, err := cutsBy(b, c.parts, c.least); err != nil || !slices.Equal(got, serial) {
 			t.Fatalf("%d parts of at least %d bytes: %d chunks, serially %d; first difference at %d", c.parts, c.least, len(got), len(serial), firstDiff(got, serial))
 		}
 	}
-	if got := cuts(nil, 2); len(got) != 0 {
-		t.Fatalf("cuts of nothing: %v", got)
+	if got, err := cuts(nil, 2); len(got) != 0 || err != nil {
+		t.Fatalf("cuts of nothing: %v %v", got, err)
 	}
 }
 
@@ -49,4 +51,34 @@ func firstDiff(a, b []int) int {
 		}
 	}
 	return min(len(a), len(b))
+}
+
+// TestCutsShrunkFile: cutting a mapped file that shrank meanwhile is an
+// error, not a crash of the server (SIGBUS under guard), whichever
+// goroutine reads past the end.
+func TestCutsShrunkFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "pages.img")
+	b := make([]byte, 8<<20)
+	for i := range b {
+		b[i] = byte(i * 7)
+	}
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	data, unmap, err := mapFile(f, int64(len(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unmap()
+	if err := os.Truncate(p, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cutsBy(data, 4, 1<<20); err == nil {
+		t.Fatal("cutting a mapping whose file shrank: no error")
+	}
 }

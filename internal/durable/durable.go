@@ -335,8 +335,8 @@ func (im *Images) uploadFile(ctx context.Context, p string, f *File, seed uint64
 			f.Sparse = true
 		}
 		run := data[r.Off:r.End]
-		var ends []int
-		if err := guard(func() error { ends = cuts(run, runtime.GOMAXPROCS(0)); return nil }); err != nil {
+		ends, err := cuts(run, runtime.GOMAXPROCS(0))
+		if err != nil {
 			g.Wait()
 			return err
 		}

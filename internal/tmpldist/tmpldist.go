@@ -289,6 +289,11 @@ func (d *Dist) doFetch(project, name string, rec store.TemplateVersion, current 
 			streamed <- err
 		}()
 		err := d.tar("extract", "-", dir, pr)
+		if err == nil {
+			// What tar left unread after its end-of-archive blocks: the
+			// stream checks the file's digest at its end.
+			io.Copy(io.Discard, pr)
+		}
 		pr.CloseWithError(errors.New("tar stopped reading")) // unblocks the stream when tar failed
 		if serr := <-streamed; serr != nil {
 			return serr // the stream's error, which tar saw as a read error
