@@ -15,6 +15,7 @@ import (
 	"github.com/lizard-build/lizard/internal/codeinterp"
 	"github.com/lizard-build/lizard/internal/network"
 	"github.com/lizard-build/lizard/internal/runtime/gvisor"
+	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/slowness"
 )
 
@@ -366,7 +367,9 @@ sleep 1`)
 		t.Fatalf("resume the interpreter: %d %s", code, body)
 	}
 	var waited execReply
-	code, body = s.do("POST", "/api/sandboxes/"+ci+"/exec", map[string]any{"cmd": "while ! " + ready + "; do sleep 0.1; done", "timeoutMs": slowness.Scale(2 * time.Minute).Milliseconds()}, &waited)
+	// Scaled for a slow machine, up to an exec's longest (10 min).
+	wait := min(slowness.Scale(2*time.Minute).Milliseconds(), sandbox.MaxExecTimeoutMs)
+	code, body = s.do("POST", "/api/sandboxes/"+ci+"/exec", map[string]any{"cmd": "while ! " + ready + "; do sleep 0.1; done", "timeoutMs": wait}, &waited)
 	if code != 200 || waited.ExitCode != 0 {
 		t.Fatalf("the code interpreter's server after a files-only resume: %d %s", code, body)
 	}

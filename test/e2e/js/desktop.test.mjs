@@ -164,7 +164,10 @@ async function rfbPointer([x, y]) {
 
 test('desktop: start, input, screenshots, noVNC through the proxy, view-only, stop', async () => {
   assert.ok(existsSync(CHROMIUM), `${CHROMIUM} is missing: make deps installs Debian's chromium`)
-  const sb = await lizard.create('desktop', { timeoutMs: 600_000 })
+  // Its deadline follows the machine, as the waits below do: on a slow
+  // one they add up past ten minutes, and the deadline killed the desktop
+  // mid-test (websocket closed).
+  const sb = await lizard.create('desktop', { timeoutMs: budget(600_000) })
   try {
     const never = await sb.desktop.info()
     assert.equal(never.running, false)
