@@ -545,12 +545,9 @@ func (im *Images) downloadFile(ctx context.Context, name, p string, f File, vers
 		return err
 	}
 	defer fh.Close()
-	var total int64
-	for _, c := range f.Chunks {
-		total += c.Size
-	}
-	if total != f.Size {
-		return corrupt(manifestKey(name), name, fmt.Sprintf("%s: chunks hold %d bytes, the file %d", f.Path, total, f.Size))
+	whole, err := checkList(name, version, f)
+	if err != nil {
+		return err
 	}
 	if err := fh.Truncate(f.Size); err != nil {
 		return err
@@ -569,21 +566,45 @@ func (im *Images) downloadFile(ctx context.Context, name, p string, f File, vers
 	if err := g.Wait(); err != nil {
 		return err
 	}
-	if version >= 2 || f.Sparse {
-		if got := chunksDigest(f.Chunks); got != f.SHA256 {
-			return corrupt(manifestKey(name), name, fmt.Sprintf("%s: SHA-256 of the chunk list %s, the manifest says %s", f.Path, got, f.SHA256))
+	if whole {
+		h := sha256.New()
+		if _, err := io.Copy(h, io.NewSectionReader(fh, 0, f.Size)); err != nil {
+			return err
 		}
-		return fh.Sync()
+		if err := checkWhole(name, f, h); err != nil {
+			return err
+		}
 	}
-	// A version 1 file that is not sparse: the digest of its bytes.
-	h := sha256.New()
-	if _, err := io.Copy(h, io.NewSectionReader(fh, 0, f.Size)); err != nil {
-		return err
+	return fh.Sync()
+}
+
+// checkList checks the chunk list of file f of image name (a manifest of
+// version) against the file's size and, unless f's digest is of its bytes
+// (whole: version 1, not sparse; checkWhole once they are read), against
+// that digest.
+func checkList(name string, version int, f File) (whole bool, err error) {
+	var total int64
+	for _, c := range f.Chunks {
+		total += c.Size
 	}
+	if total != f.Size {
+		return false, corrupt(manifestKey(name), name, fmt.Sprintf("%s: chunks hold %d bytes, the file %d", f.Path, total, f.Size))
+	}
+	if version < 2 && !f.Sparse {
+		return true, nil
+	}
+	if got := chunksDigest(f.Chunks); got != f.SHA256 {
+		return false, corrupt(manifestKey(name), name, fmt.Sprintf("%s: SHA-256 of the chunk list %s, the manifest says %s", f.Path, got, f.SHA256))
+	}
+	return false, nil
+}
+
+// checkWhole checks h, a digest of all the bytes of f, against f's.
+func checkWhole(name string, f File, h hash.Hash) error {
 	if got := hex.EncodeToString(h.Sum(nil)); got != f.SHA256 {
 		return corrupt(manifestKey(name), name, fmt.Sprintf("%s: SHA-256 %s, the manifest says %s", f.Path, got, f.SHA256))
 	}
-	return fh.Sync()
+	return nil
 }
 
 var decoders = sync.Pool{New: func() any {

@@ -75,22 +75,3 @@ func guard(fn func() error) (err error) {
 	}()
 	return fn()
 }
-
-// overlapping is the extents of exts (in order) that meet [off, end).
-func overlapping(exts []Extent, off, end int64) []Extent {
-	lo, hi := 0, len(exts)
-	// The first extent ending after off.
-	for lo < hi {
-		mid := (lo + hi) / 2
-		if exts[mid].End <= off {
-			lo = mid + 1
-		} else {
-			hi = mid
-		}
-	}
-	n := lo
-	for n < len(exts) && exts[n].Off < end {
-		n++
-	}
-	return exts[lo:n]
-}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"hash"
 	"io"
@@ -36,16 +35,9 @@ func (im *Images) Stream(ctx context.Context, name, path string, w io.Writer) (e
 	if f == nil {
 		return fmt.Errorf("image %s holds no file %s: %w", name, path, errdefs.ErrNotFound)
 	}
-	var total int64
-	for _, c := range f.Chunks {
-		total += c.Size
-	}
-	if total != f.Size {
-		return corrupt(manifestKey(name), name, fmt.Sprintf("%s: chunks hold %d bytes, the file %d", f.Path, total, f.Size))
-	}
-	v1 := m.Version < 2 && !f.Sparse // the digest of its bytes, checked at its end
-	if got := chunksDigest(f.Chunks); !v1 && got != f.SHA256 {
-		return corrupt(manifestKey(name), name, fmt.Sprintf("%s: SHA-256 of the chunk list %s, the manifest says %s", f.Path, got, f.SHA256))
+	whole, err := checkList(name, m.Version, *f)
+	if err != nil {
+		return err
 	}
 
 	// Fetches in flight end (canceled) before Stream returns.
@@ -85,10 +77,10 @@ func (im *Images) Stream(ctx context.Context, name, path string, w io.Writer) (e
 		}
 	})
 
-	var whole hash.Hash
-	if v1 {
-		whole = sha256.New()
-		w = io.MultiWriter(w, whole)
+	var h hash.Hash
+	if whole {
+		h = sha256.New()
+		w = io.MultiWriter(w, h)
 	}
 	for i, c := range f.Chunks {
 		s := slots[i]
@@ -113,10 +105,8 @@ func (im *Images) Stream(ctx context.Context, name, path string, w io.Writer) (e
 			return err
 		}
 	}
-	if whole != nil {
-		if got := hex.EncodeToString(whole.Sum(nil)); got != f.SHA256 {
-			return corrupt(manifestKey(name), name, fmt.Sprintf("%s: SHA-256 %s, the manifest says %s", f.Path, got, f.SHA256))
-		}
+	if whole {
+		return checkWhole(name, *f, h)
 	}
 	return nil
 }

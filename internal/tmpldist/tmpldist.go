@@ -294,8 +294,8 @@ func (d *Dist) doFetch(project, name string, rec store.TemplateVersion, current 
 			// stream checks the file's digest at its end.
 			io.Copy(io.Discard, pr)
 		}
-		pr.CloseWithError(errors.New("tar stopped reading")) // unblocks the stream when tar failed
-		if serr := <-streamed; serr != nil {
+		pr.CloseWithError(errTarStopped) // unblocks the stream when tar failed
+		if serr := <-streamed; serr != nil && !errors.Is(serr, errTarStopped) {
 			return serr // the stream's error, which tar saw as a read error
 		}
 		return err
@@ -345,6 +345,10 @@ func (d *Dist) Evict(keep string) {
 		d.log.Warn("templates: eviction", "err", err)
 	}
 }
+
+// errTarStopped ends a stream into tar that tar stopped reading (it failed:
+// its own error is the one to report).
+var errTarStopped = errors.New("tar stopped reading")
 
 // tar runs GNU tar on the version directory dir: op "create" writes
 // archive from it, "extract" unpacks into it the archive read from in
