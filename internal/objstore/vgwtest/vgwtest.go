@@ -32,7 +32,10 @@ import (
 const Version = "v1.8.0"
 
 // Ports are the loopback ports gateways started here listen on; Start takes
-// the first one free.
+// the first one free that no other gateway of this machine holds (a lock
+// file per port, held until Close: a stopped gateway keeps its port, and a
+// test process cannot take another's, then reach the other's gateway as
+// its own).
 const (
 	FirstPort = 18600
 	LastPort  = 18619
@@ -64,8 +67,9 @@ type Server struct {
 	SecretKey string
 	Addr      string // host:port (127.0.0.1 unless StartOn said otherwise)
 
-	bin string
-	dir string // data/ (the buckets) and log
+	bin  string
+	dir  string   // data/ (the buckets) and log
+	port *os.File // the port's lock (holdPort)
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -95,14 +99,20 @@ func StartOn(ctx context.Context, host string) (*Server, error) {
 	s := &Server{Bucket: "lizard", AccessKey: "AK" + token(9), SecretKey: token(20), bin: bin, dir: dir}
 	var last error
 	for port := FirstPort; port <= LastPort; port++ {
-		if !free(host, port) {
+		lock := holdPort(host, port)
+		if lock == nil {
 			continue
 		}
-		s.Addr = net.JoinHostPort(host, strconv.Itoa(port))
+		if !free(host, port) {
+			lock.Close()
+			continue
+		}
+		s.Addr, s.port = net.JoinHostPort(host, strconv.Itoa(port)), lock
 		if last = s.Start(ctx); last == nil {
 			break
 		}
-		s.Addr = ""
+		lock.Close()
+		s.Addr, s.port = "", nil
 	}
 	if s.Addr == "" {
 		os.RemoveAll(dir)
@@ -122,6 +132,20 @@ func token(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// holdPort locks host's port for this process's gateway (nil: another
+// holds it); closing the file lets it go, and so does the process's end.
+func holdPort(host string, port int) *os.File {
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), fmt.Sprintf("lizard-vgw-%s-%d.lock", host, port)), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil
+	}
+	if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		f.Close()
+		return nil
+	}
+	return f
 }
 
 func free(host string, port int) bool {
@@ -236,9 +260,12 @@ func (s *Server) Path(key string) string {
 	return filepath.Join(s.dir, "data", s.Bucket, filepath.FromSlash(key))
 }
 
-// Close stops the gateway and removes its data.
+// Close stops the gateway, lets its port go and removes its data.
 func (s *Server) Close() error {
 	s.Stop()
+	if s.port != nil {
+		s.port.Close()
+	}
 	return os.RemoveAll(s.dir)
 }
 
