@@ -17,7 +17,8 @@
 # each running one package at a time (-p 1): every package but the
 # end-to-end tests, then the cluster's end-to-end tests (test/e2e/cluster_*:
 # three nodes in network namespaces of their own on a PostgreSQL of the
-# test's own, docs/CLUSTER.md's failure table) in one; the other end-to-end
+# test's own, docs/CLUSTER.md's failure table), then E2B's suites
+# (TestE2B) in one; the other end-to-end
 # tests, then those that lean on the store again with the servers on
 # PostgreSQL (LIZARD_E2E_DATABASE=postgres), in the other. Their names on the
 # host are each test's own (test/e2e/isolation_test.go), so what one test
@@ -94,6 +95,11 @@ rm -rf "$testbins"
 pg_e2e='^(TestAPIKeys|TestProjectIsolation|TestRestart|TestVolumeSurvives|TestPausedSurvivesReboot|TestBadInput)$'
 cluster_e2e='^TestCluster'
 alone_e2e='^TestRestartBusy$'
+# With two streams, E2B's suites run after the cluster's tests in the first
+# stream: the two streams then take about as long (measured: the other
+# packages and the cluster's ~2400 s, the other end-to-end tests ~2900 s
+# with E2B's ~360 s among them).
+moved_e2e='^TestE2B$'
 e2e=github.com/lizard-build/lizard/test/e2e
 mapfile -t others < <(go list ./... | grep -vx "$e2e")
 
@@ -117,7 +123,7 @@ stream() {
 # (LIZARD_E2E_SALT), so one stream's sandboxes never meet the other's; the
 # waits stretch with the streams, since they share the machine.
 streams=${LIZARD_TEST_STREAMS:-2}
-names=(others e2e-cluster e2e e2e-pg e2e-alone)
+names=(others e2e-cluster e2e-moved e2e e2e-pg e2e-alone)
 echo "[test] go test ./... in $streams stream(s) (LIZARD_TEMPLATE_DIR=${LIZARD_TEMPLATE_DIR:-} LIZARD_RUNSC=${LIZARD_RUNSC:-}; log: $log)"
 if [ "$streams" -ge 2 ]; then
 	slowness=$LIZARD_TEST_SLOWNESS
@@ -126,9 +132,10 @@ if [ "$streams" -ge 2 ]; then
 	(
 		stream others -timeout "$go_timeout" "${others[@]}"
 		LIZARD_E2E_SALT=c stream e2e-cluster -timeout "$go_timeout" -run "$cluster_e2e" "$e2e"
+		LIZARD_E2E_SALT=c stream e2e-moved -timeout "$go_timeout" -run "$moved_e2e" "$e2e"
 	) &
 	(
-		LIZARD_E2E_SALT=s stream e2e -timeout "$go_timeout" -skip "$cluster_e2e|$alone_e2e" "$e2e"
+		LIZARD_E2E_SALT=s stream e2e -timeout "$go_timeout" -skip "$cluster_e2e|$alone_e2e|$moved_e2e" "$e2e"
 		LIZARD_E2E_SALT=s LIZARD_E2E_DATABASE=postgres stream e2e-pg -timeout "$pg_timeout" -run "$pg_e2e" "$e2e"
 	) &
 	wait
@@ -136,6 +143,7 @@ if [ "$streams" -ge 2 ]; then
 	echo "[test] alone: LIZARD_TEST_SLOWNESS=$LIZARD_TEST_SLOWNESS" | tee -a "$log"
 	stream e2e-alone -timeout "$pg_timeout" -run "$alone_e2e" "$e2e"
 else
+	names=(others e2e-cluster e2e e2e-pg e2e-alone)
 	stream others -timeout "$go_timeout" "${others[@]}"
 	stream e2e-cluster -timeout "$go_timeout" -run "$cluster_e2e" "$e2e"
 	stream e2e -timeout "$go_timeout" -skip "$cluster_e2e|$alone_e2e" "$e2e"
@@ -186,10 +194,15 @@ fi
 
 echo
 echo "==================== test summary ===================="
-grep -E '^(ok|FAIL|panic:)|--- FAIL' "$log" || true
+grep -E '^ok' "$log" || true
+grep -E '^(FAIL|panic:)|--- FAIL' "$log" || true
 if [ "$status" -eq 0 ]; then
 	echo "[test] all packages passed"
 else
+	# What failed, last: a CI page that shows only the output's end shows
+	# why (each failing test's last messages, and a node run's failures).
+	echo "==================== failures ===================="
+	awk -f scripts/failures.awk "$log"
 	echo "[test] FAILED (go test exit status $status); full log: $log"
 	echo "[test] a fuzz failure's input is in testdata/fuzz/ of its package: go test -run=<Target>/<file> replays it"
 fi

@@ -533,6 +533,9 @@ func (rt *Router) nodes(ctx context.Context) ([]store.Node, error) {
 	if cached != nil && time.Since(at) < rt.cfg.NodesTTL {
 		return cached, nil
 	}
+	// The list is as old as the read's start: a slow read does not make
+	// a stale view live longer than NodesTTL after a change.
+	start := time.Now()
 	ns, err := rt.cfg.Directory.Nodes(ctx)
 	if err != nil {
 		if cached != nil {
@@ -541,7 +544,7 @@ func (rt *Router) nodes(ctx context.Context) ([]store.Node, error) {
 		return nil, err
 	}
 	rt.mu.Lock()
-	rt.nodeSet, rt.nodesAt = ns, time.Now()
+	rt.nodeSet, rt.nodesAt = ns, start
 	rt.mu.Unlock()
 	return ns, nil
 }

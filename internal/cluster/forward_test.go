@@ -678,3 +678,48 @@ func TestInternalListsOverHTTPDecode(t *testing.T) {
 		t.Fatalf("got %s\nwant %s", got, want)
 	}
 }
+
+// slowNodes answers Nodes with the list as it was when the call began,
+// after release is closed: a read in flight while the list changes.
+type slowNodes struct {
+	*fakeCluster
+	release chan struct{}
+}
+
+func (s *slowNodes) Nodes(ctx context.Context) ([]store.Node, error) {
+	ns, err := s.fakeCluster.Nodes(ctx)
+	<-s.release
+	return ns, err
+}
+
+// TestNodesCachedFromReadStart: a list of nodes read while a node was
+// being drained is not kept for NodesTTL after the read returned: its age
+// counts from the read's start, so a read slower than NodesTTL is
+// followed by a fresh one (a drain is seen at most NodesTTL after it).
+func TestNodesCachedFromReadStart(t *testing.T) {
+	fc := &fakeCluster{nodes: []store.Node{readyNode("a", "127.0.0.1:1"), readyNode("b", "127.0.0.1:2")}}
+	dir := &slowNodes{fakeCluster: fc, release: make(chan struct{})}
+	const ttl = 100 * time.Millisecond
+	rt := NewRouter(RouterConfig{Self: "a", Directory: dir, Store: &fakeRows{}, Signer: newTestSigner(t, "a", testSecret), Local: &fakeLocal{},
+		Logger: quiet(), NodesTTL: ttl})
+	type answer struct {
+		ns  []store.Node
+		err error
+	}
+	first := make(chan answer, 1)
+	go func() {
+		ns, err := rt.nodes(context.Background())
+		first <- answer{ns, err}
+	}()
+	time.Sleep(ttl / 2)
+	fc.set(func(f *fakeCluster) { f.nodes[1].Draining = true })
+	time.Sleep(ttl) // the read takes longer than NodesTTL
+	close(dir.release)
+	if a := <-first; a.err != nil || a.ns[1].Draining {
+		t.Fatalf("the read begun before the drain: err %v, b draining %v", a.err, a.err == nil && a.ns[1].Draining)
+	}
+	ns, err := rt.nodes(context.Background())
+	if err != nil || !ns[1].Draining {
+		t.Fatalf("the next call, %s after the drain: err %v, b draining %v; want true", ttl, err, err == nil && ns[1].Draining)
+	}
+}

@@ -206,6 +206,7 @@ func (m *Member) Nodes(ctx context.Context) ([]store.Node, error) {
 		return m.nodes, nil
 	}
 	m.mu.Unlock()
+	start := m.cfg.Now() // the list is as old as the read's start
 	ns, err := m.cfg.DB.Nodes(ctx)
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -215,7 +216,7 @@ func (m *Member) Nodes(ctx context.Context) ([]store.Node, error) {
 		}
 		return nil, err
 	}
-	m.nodes, m.nodesAt = ns, m.cfg.Now()
+	m.nodes, m.nodesAt = ns, start
 	return ns, nil
 }
 

@@ -80,12 +80,21 @@ func TestBuildBaseReal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), slowness.Scale(20*time.Minute))
 	defer cancel()
 
+	// The first build debootstraps and keeps the tree for the tests after
+	// this one (seedshare_linux_test.go); the cancelled rebuild below
+	// debootstraps again.
+	r.SeedMaxAge = time.Hour
+	rec := &recordingRunner{Runner: rt}
+	r.Runtime = rec
 	start := time.Now()
 	tpl, err := r.Build(ctx, "base", testWriter{t})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("built %+v in %v", tpl, time.Since(start).Round(time.Second))
+	rec.check(t, secondStage)
+	shareSeeds(t, r)
+	r.SeedMaxAge = 0
 
 	if tpl.Name != "base" || !strings.HasPrefix(tpl.Version, "bookworm-") || tpl.SizeBytes < 50<<20 || tpl.BuiltAt.IsZero() {
 		t.Errorf("template = %+v", tpl)
@@ -259,9 +268,10 @@ func TestBuildFailureCleansUp(t *testing.T) {
 
 // TestBuildCancelDuringApt: a build cancelled while apt-get installs the
 // template's packages in its container leaves nothing behind, nothing mounted,
-// and no process running in the build tree (about 50 s).
+// and no process running in the build tree (seconds from a shared seed).
 func TestBuildCancelDuringApt(t *testing.T) {
 	r, rt := needRealBuild(t, "")
+	useSharedSeeds(t, r)
 	ctx, cancel := context.WithTimeout(context.Background(), slowness.Scale(20*time.Minute))
 	defer cancel()
 	cctx, ccancel := context.WithCancel(ctx)
@@ -295,9 +305,10 @@ func TestBuildCancelDuringApt(t *testing.T) {
 }
 
 // TestBuildAptFailure: a package apt cannot find fails the build with apt's
-// reason and leaves nothing behind (about 45 s).
+// reason and leaves nothing behind (seconds from a shared seed).
 func TestBuildAptFailure(t *testing.T) {
 	r, _ := needRealBuild(t, "")
+	useSharedSeeds(t, r)
 	builtins["broken"] = debian([]string{"no-such-package-lizard"}, nil)
 	defer delete(builtins, "broken")
 	ctx, cancel := context.WithTimeout(context.Background(), slowness.Scale(20*time.Minute))
