@@ -199,6 +199,10 @@ func (s *Service) Release(ctx context.Context, id string) error {
 	if !ok {
 		return fmt.Errorf("sandbox %q is not paused with a durable image; it cannot move: %w", id, errdefs.ErrConflict)
 	}
+	// The record says durable before its row does: the upload's end
+	// writes the row (makePauseDurable). Waiting for that job lets the
+	// store's release see what this node saw.
+	s.images.StopUpload(PauseImageName(id))
 	s.mu.Lock()
 	vol := e.rec.VolumeID
 	s.mu.Unlock()
@@ -220,7 +224,6 @@ func (s *Service) Release(ctx context.Context, id string) error {
 			s.log.Error("remove a moved sandbox's local copy", "sandbox", id, "err", err)
 		}
 		s.logs.remove(id)
-		s.images.StopUpload(PauseImageName(id))
 	}
 	s.log.Info("sandbox released to another node", "sandbox", id)
 	return nil

@@ -2,6 +2,7 @@ package move
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
@@ -31,6 +32,9 @@ import (
 type owners struct {
 	mu sync.Mutex
 	by map[string]string
+	// slowDurable delays each write of a row that says its image is
+	// durable: a slow database.
+	slowDurable time.Duration
 }
 
 // nodeStore is node's view of the shared database: its own rows, and
@@ -44,8 +48,22 @@ type nodeStore struct {
 func (s nodeStore) PutSandbox(ctx context.Context, sb store.Sandbox) error {
 	s.own.mu.Lock()
 	s.own.by[sb.ID] = s.node // a write takes an orphan over
+	slow := s.own.slowDurable
 	s.own.mu.Unlock()
+	if slow > 0 && durableRow(sb) {
+		time.Sleep(slow)
+	}
 	return s.Store.PutSandbox(ctx, sb)
+}
+
+// durableRow says whether row sb is a paused sandbox whose image is
+// durable, as the cluster store's release asks.
+func durableRow(sb store.Sandbox) bool {
+	var spec map[string]any
+	if json.Unmarshal(sb.Spec, &spec) != nil {
+		return false
+	}
+	return sb.Status == store.SandboxPaused && spec[store.DurableKey] != nil
 }
 
 func (s nodeStore) Sandboxes(ctx context.Context) ([]store.Sandbox, error) {
@@ -62,13 +80,19 @@ func (s nodeStore) Sandboxes(ctx context.Context) ([]store.Sandbox, error) {
 }
 
 func (s nodeStore) ReleaseSandbox(ctx context.Context, id string) error {
+	all, err := s.Store.Sandboxes(ctx)
+	if err != nil {
+		return err
+	}
 	s.own.mu.Lock()
 	defer s.own.mu.Unlock()
-	if s.own.by[id] != s.node {
-		return errdefs.ErrConflict
+	for _, sb := range all {
+		if sb.ID == id && s.own.by[id] == s.node && durableRow(sb) {
+			s.own.by[id] = ""
+			return nil
+		}
 	}
-	s.own.by[id] = ""
-	return nil
+	return store.NotReleasable(id, s.node)
 }
 
 func (s nodeStore) Orphan(ctx context.Context, projectID, id string) (store.Sandbox, error) {
@@ -92,9 +116,10 @@ func (s nodeStore) Orphan(ctx context.Context, projectID, id string) (store.Sand
 
 // cluster is two nodes, a and b.
 type cluster struct {
-	env  *sandboxtest.Env
-	a, b *sandbox.Service
-	rtB  *fake.Runtime
+	env    *sandboxtest.Env
+	a, b   *sandbox.Service
+	rtB    *fake.Runtime
+	owners *owners
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -128,7 +153,7 @@ func newCluster(t *testing.T) *cluster {
 		t.Cleanup(s.Close)
 		return s
 	}
-	return &cluster{env: env, a: node("a", env.Runtime, env.SnapshotDir), b: node("b", rtB, t.TempDir()), rtB: rtB}
+	return &cluster{env: env, a: node("a", env.Runtime, env.SnapshotDir), b: node("b", rtB, t.TempDir()), rtB: rtB, owners: own}
 }
 
 func (c *cluster) run(t *testing.T, s *sandbox.Service, id, script string) string {
@@ -242,6 +267,30 @@ func TestReleaseAndKillOrphan(t *testing.T) {
 	}
 	if _, err := c.b.Resume(ctx, c.env.Project.ID, rec.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("resume of a killed orphan: %v", err)
+	}
+}
+
+// TestReleaseAfterDurableWrite: a release that comes as soon as the
+// sandbox says its image is durable finds its row saying so too, however
+// slow the database (a drain --move failed with "not a paused sandbox of
+// node a whose image is durable" when the row lagged behind).
+func TestReleaseAfterDurableWrite(t *testing.T) {
+	c := newCluster(t)
+	ctx := context.Background()
+	rec := c.create(t, c.a, "x")
+	own := c.owners
+	own.mu.Lock()
+	own.slowDurable = 500 * time.Millisecond
+	own.mu.Unlock()
+	if err := c.a.Pause(ctx, c.env.Project.ID, rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	c.durable(t, c.a, rec.ID)
+	if err := c.a.Release(ctx, rec.ID); err != nil {
+		t.Fatalf("Release as soon as durable: %v", err)
+	}
+	if _, ok := c.a.Live(rec.ID); ok {
+		t.Fatal("node a still holds the released sandbox")
 	}
 }
 

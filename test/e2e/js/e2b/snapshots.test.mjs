@@ -10,10 +10,13 @@ const run = Math.random().toString(36).slice(2)
 const sdkName = process.env.E2B_SDK
 console.log(`e2b snapshot tests: run ${run}, sdk ${sdkName}`)
 
-// count reads the counter the sandbox's background loop keeps.
+// count reads the counter the sandbox's background loop keeps. The loop
+// renames each count into place: a read (or a snapshot) never sees the
+// file truncated half-way through a write, which would read as 0.
 async function count(sbx) {
-  const n = Number((await sbx.files.read('/tmp/count')).trim())
-  assert.ok(Number.isInteger(n), `count ${n}`)
+  const text = (await sbx.files.read('/tmp/count')).trim()
+  const n = Number(text)
+  assert.ok(text !== '' && Number.isInteger(n), `count ${JSON.stringify(text)}`)
   return n
 }
 
@@ -34,7 +37,7 @@ test('a snapshot keeps a running counter: two sandboxes made from it go on count
   const made = []
   try {
     // The loop's count lives in the shell's memory; the file only shows it.
-    await src.commands.run('i=0; while [ ! -e /tmp/stop ]; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done', { background: true })
+    await src.commands.run('i=0; while [ ! -e /tmp/stop ]; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done', { background: true })
     await src.files.write('/home/user/note.txt', 'before the snapshot')
     const before = await growsFrom(src, 3)
     const name = `counter-${run}-${sdkName}`
