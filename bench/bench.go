@@ -43,7 +43,7 @@ type config struct {
 }
 
 // sections are what -only chooses from.
-var sections = []string{"core", "pool", "checkpoints", "restart", "proxy", "volume", "desktop", "templates", "e2b", "egress", "durable", "cluster", "tracing", "sleep"}
+var sections = []string{"core", "pool", "checkpoints", "restart", "proxy", "volume", "desktop", "templates", "e2b", "egress", "durable", "cluster", "tracing", "sleep", "density"}
 
 // runs reports whether section is to be measured.
 func (c config) runs(section string) bool {
@@ -150,6 +150,12 @@ func run(ctx context.Context, cfg config) error {
 	}
 	if len(results) > 0 {
 		printTable(os.Stdout, results)
+	}
+	if cfg.runs("density") {
+		fmt.Println()
+		if err := benchDensity(ctx, os.Stdout, srv, raw, max(3, cfg.n/4)); err != nil {
+			return fmt.Errorf("density: %w", err)
+		}
 	}
 	if cfg.runs("proxy") {
 		prs, err := benchProxy(srv)
