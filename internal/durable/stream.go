@@ -46,7 +46,7 @@ func (im *Images) Stream(ctx context.Context, name, path string, w io.Writer) (e
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type fetched struct {
-		buf  bytes.Buffer
+		buf  *bytes.Buffer
 		err  error
 		done chan struct{}
 	}
@@ -71,8 +71,10 @@ func (im *Images) Stream(ctx context.Context, name, path string, w io.Writer) (e
 			}
 			wg.Go(func() {
 				defer close(s.done)
+				s.buf = chunkBufs.Get().(*bytes.Buffer)
+				s.buf.Reset()
 				s.buf.Grow(int(c.Size))
-				s.err = im.downloadChunk(ctx, name, &s.buf, c)
+				s.err = im.downloadChunk(ctx, name, s.buf, c)
 			})
 		}
 	})
@@ -99,7 +101,8 @@ func (im *Images) Stream(ctx context.Context, name, path string, w io.Writer) (e
 			return s.err
 		}
 		_, err := w.Write(s.buf.Bytes())
-		s.buf = bytes.Buffer{}
+		chunkBufs.Put(s.buf)
+		s.buf = nil
 		<-ahead
 		if err != nil {
 			return err
@@ -110,6 +113,10 @@ func (im *Images) Stream(ctx context.Context, name, path string, w io.Writer) (e
 	}
 	return nil
 }
+
+// chunkBufs are the buffers Stream downloads chunks into: kept for the
+// next chunk rather than allocated (and zeroed) for each.
+var chunkBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // writeZeros writes n zero bytes to w.
 func writeZeros(w io.Writer, n int64) error {
