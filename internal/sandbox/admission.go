@@ -42,6 +42,12 @@ func (u *usage) add(v usage) {
 	u.MemoryMB += v.MemoryMB
 }
 
+func (u *usage) sub(v usage) {
+	u.Sandboxes -= v.Sandboxes
+	u.VCPUs -= v.VCPUs
+	u.MemoryMB -= v.MemoryMB
+}
+
 // times is n sandboxes of u's size.
 func (u usage) times(n int) usage {
 	return usage{Sandboxes: u.Sandboxes * n, VCPUs: u.VCPUs * float64(n), MemoryMB: u.MemoryMB * int64(n)}
@@ -169,6 +175,11 @@ func (s *Service) reserve(ctx context.Context, rec Record) (release func(), err 
 		return nil, fmt.Errorf("server is shutting down: %w", errdefs.ErrUnavailable)
 	}
 	nodeUse, projUse := s.usageLocked(rec.ProjectID)
+	if IsWarmKey(rec.PoolOf) {
+		// A warm copy does not take the room a create made a copy
+		// yield for (Create).
+		nodeUse.add(s.yielding)
+	}
 	if err := checkAdmit(lim, s.cfg.Capacity, s.cfg.MaxSandboxes, nodeUse, projUse, need); err != nil {
 		return nil, err
 	}

@@ -147,6 +147,9 @@ type Service struct {
 	pinned     map[string]int         // template version directories being brought here (hereRootfs)
 	pending    map[string]reservation // sandbox id → its admission, while being made
 	recovering map[string]Record      // running sandboxes Recover has yet to probe
+	// yielding is what the creates that made a warm copy yield need:
+	// warm copies are not admitted into it.
+	yielding usage
 	// unresponsive are the sandboxes of recovering whose agent did not
 	// answer the first probe: kept, probed again (recover.go).
 	unresponsive map[string]*stalled
@@ -389,13 +392,31 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Record, err 
 		}
 	}
 	out, err := s.boot(ctx, rec, tpl, size, req.Volume)
-	// Warm copies yield to the sandboxes asked for: one goes, and the
-	// boot is tried again.
-	if errors.Is(err, errdefs.ErrCapacity) && s.dropWarm(ctx) {
-		rec.ID = store.NewID("", 20)
-		out, err = s.boot(ctx, rec, tpl, size, req.Volume)
+	if errors.Is(err, errdefs.ErrCapacity) {
+		out, err = s.bootInPlaceOfWarm(ctx, rec, tpl, size, req.Volume, err)
 	}
 	return out, err
+}
+
+// bootInPlaceOfWarm boots rec, which the node had no room for (err), in
+// place of a warm copy: warm copies yield to the sandboxes asked for. One
+// copy goes and the boot is tried again; until it is done, the pools'
+// refills do not take the room it needs (reserve).
+func (s *Service) bootInPlaceOfWarm(ctx context.Context, rec Record, tpl template.Template, size Size, volume string, err error) (Record, error) {
+	need := holds(StatusRunning, rec.CPUs, rec.MemoryMB)
+	s.mu.Lock()
+	s.yielding.add(need)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.yielding.sub(need)
+		s.mu.Unlock()
+	}()
+	if !s.dropWarm(ctx) {
+		return Record{}, err
+	}
+	rec.ID = store.NewID("", 20)
+	return s.boot(ctx, rec, tpl, size, volume)
 }
 
 // boot makes rec a new sandbox of tpl at size with volume ("" for none)

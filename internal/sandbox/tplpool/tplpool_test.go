@@ -12,6 +12,8 @@ import (
 	"github.com/lizard-build/lizard/internal/agent"
 	"github.com/lizard-build/lizard/internal/errdefs"
 	"github.com/lizard-build/lizard/internal/network"
+	"github.com/lizard-build/lizard/internal/runtime"
+	"github.com/lizard-build/lizard/internal/runtime/fake"
 	"github.com/lizard-build/lizard/internal/sandbox"
 	"github.com/lizard-build/lizard/internal/sandbox/sandboxtest"
 	"github.com/lizard-build/lizard/internal/store"
@@ -51,6 +53,10 @@ type env struct {
 	tpls         *templates
 	limits       store.Limits
 	maxSandboxes int
+	// runtime is the core's runtime; nil: Env.Runtime.
+	runtime runtime.Runtime
+	// interval is the Manager's; 0: 100 ms.
+	interval time.Duration
 }
 
 func newEnv(t *testing.T) *env {
@@ -63,8 +69,12 @@ func newEnv(t *testing.T) *env {
 // closed at the test's end.
 func (e *env) start(t *testing.T, static ...store.TemplatePool) (*sandbox.Service, *Manager) {
 	t.Helper()
+	var rt runtime.Runtime = e.Runtime
+	if e.runtime != nil {
+		rt = e.runtime
+	}
 	core := sandbox.New(sandbox.Config{
-		Runtime: e.Runtime, Store: e.Store, Templates: e.tpls, SnapshotDir: e.SnapshotDir, MaxSandboxes: e.maxSandboxes,
+		Runtime: rt, Store: e.Store, Templates: e.tpls, SnapshotDir: e.SnapshotDir, MaxSandboxes: e.maxSandboxes,
 		Limits:            func(context.Context, string) (store.Limits, error) { return e.limits, nil },
 		Logger:            sandboxtest.Logger(t),
 		AgentReadyTimeout: 10 * time.Second, RecoverProbeTimeout: 2 * time.Second,
@@ -72,7 +82,11 @@ func (e *env) start(t *testing.T, static ...store.TemplatePool) (*sandbox.Servic
 	if err := core.Recover(context.Background()); err != nil {
 		t.Fatalf("Recover: %v", err)
 	}
-	m := New(Config{Core: core, Settings: e.Store, Static: static, Interval: 100 * time.Millisecond, Logger: sandboxtest.Logger(t)})
+	interval := e.interval
+	if interval == 0 {
+		interval = 100 * time.Millisecond
+	}
+	m := New(Config{Core: core, Settings: e.Store, Static: static, Interval: interval, Logger: sandboxtest.Logger(t)})
 	m.Start()
 	t.Cleanup(func() { m.Close(); core.Close() })
 	return core, m
@@ -225,6 +239,58 @@ func TestWarmCopiesYield(t *testing.T) {
 	rec, err := core.Create(ctx, sandbox.CreateRequest{ProjectID: e.Project.ID, Size: "mini"})
 	if err != nil {
 		t.Fatalf("Create on a node full of warm copies: %v", err)
+	}
+	if ids := e.runtimeIDs(); len(ids) != 2 || !slices.Contains(ids, rec.ID) {
+		t.Fatalf("runtime: %v", ids)
+	}
+}
+
+// refillOnDrop runs a refill of the pools (onDestroy) in the destroy of
+// a sandbox, once armed: the refill comes between a warm copy's drop and
+// the boot of the create it was dropped for, as it may on a busy node.
+type refillOnDrop struct {
+	*fake.Runtime
+	mu        sync.Mutex
+	onDestroy func()
+}
+
+func (r *refillOnDrop) arm(fn func()) {
+	r.mu.Lock()
+	r.onDestroy = fn
+	r.mu.Unlock()
+}
+
+func (r *refillOnDrop) Destroy(ctx context.Context, id string) error {
+	err := r.Runtime.Destroy(ctx, id)
+	r.mu.Lock()
+	fn := r.onDestroy
+	r.onDestroy = nil
+	r.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
+	return err
+}
+
+// TestWarmCopiesYieldToARefill: the room a warm copy left for a create
+// is the create's: a refill of the pools between the drop and the
+// create's boot does not take it (it did: "node at capacity").
+func TestWarmCopiesYieldToARefill(t *testing.T) {
+	e := newEnv(t)
+	e.maxSandboxes = 2
+	rt := &refillOnDrop{Runtime: e.Runtime}
+	// The loop refills when told (Set) and when this test says.
+	e.runtime, e.interval = rt, time.Hour
+	core, m := e.start(t)
+	ctx := context.Background()
+	if _, err := m.Set(ctx, e.Project.ID, "base", "nano", 2); err != nil {
+		t.Fatal(err)
+	}
+	ready(t, m, e.Project.ID, "nano", 2)
+	rt.arm(func() { m.reconcile(ctx) })
+	rec, err := core.Create(ctx, sandbox.CreateRequest{ProjectID: e.Project.ID, Size: "mini"})
+	if err != nil {
+		t.Fatalf("Create on a node full of warm copies, one refilled meanwhile: %v", err)
 	}
 	if ids := e.runtimeIDs(); len(ids) != 2 || !slices.Contains(ids, rec.ID) {
 		t.Fatalf("runtime: %v", ids)
