@@ -39,6 +39,9 @@ set -uo pipefail
 cd "$(dirname -- "${BASH_SOURCE[0]}")/.."
 
 log=${LIZARD_TEST_LOG:-/tmp/lizard-test.log}
+# Each end-to-end run appends its slowest tests here (the summary shows them).
+export LIZARD_E2E_TIMES=$log.times
+rm -f "$LIZARD_E2E_TIMES"
 
 # The agent's tests run commands as root through `bash -l`, which sources
 # root's profile. On machines where that runs `pyenv rehash`, a login shell
@@ -195,6 +198,9 @@ fi
 echo
 echo "==================== test summary ===================="
 grep -E '^ok' "$log" || true
+# The end-to-end runs' slowest tests (LIZARD_E2E_TIMES): what the streams
+# are balanced by.
+sed 's/^/[times] /' "$log.times" 2>/dev/null || true
 grep -E '^(FAIL|panic:)|--- FAIL' "$log" || true
 if [ "$status" -eq 0 ]; then
 	echo "[test] all packages passed"

@@ -185,6 +185,7 @@ func newServerOn(t *testing.T, node *testNode, dataDir, db string, extraArgs ...
 // nothing yet; newServerOn makes it one that can start.
 func newTestServer(t *testing.T, node *testNode, dataDir, db string, extraArgs ...string) *server {
 	t.Helper()
+	timeTest(t)
 	s := &server{t: t, dataDir: dataDir, names: namesFor(t, dataDir), db: db, key: "lz_e2e_test_key_0123456789abcdef", extra: extraArgs, node: node}
 	// A test that failed or skipped half-way did not get to clean up.
 	t.Cleanup(func() { s.finish(t, t.Failed() || t.Skipped()) })
