@@ -7,9 +7,11 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/lizard-build/lizard/internal/objstore/s3"
 	"github.com/lizard-build/lizard/internal/objstore/vgwtest"
 	"github.com/lizard-build/lizard/internal/runtime"
+	"github.com/lizard-build/lizard/internal/slowness"
 	"github.com/lizard-build/lizard/internal/store/sqlite"
 	"github.com/lizard-build/lizard/internal/template"
 	"github.com/lizard-build/lizard/internal/template/ocitest"
@@ -199,6 +202,53 @@ func TestPublishFetch(t *testing.T) {
 	}
 	if list, err := b.ListFor(project); err != nil || listed(list, "web") {
 		t.Fatalf("b's list after the delete: %v %v", names(list), err)
+	}
+}
+
+// TestPublishOnce: a version published twice at once (its build's publish
+// and the template loop's) is archived and uploaded once; the second
+// publish finds it in the store. Two uploads at once each wrote their
+// blobs again, over whatever the store held by then.
+func TestPublishOnce(t *testing.T) {
+	ctx := context.Background()
+	fx := newFixture(t)
+	reg := template.NewRegistry(t.TempDir())
+	built := fx.build(t, reg, "web", "HELLO=world")
+	var a *Dist
+	var creates atomic.Int32
+	second := make(chan struct{}, 1)
+	secondDone := make(chan error, 1)
+	run := func(cmd *exec.Cmd) error {
+		if slices.Contains(cmd.Args, "--create") {
+			if creates.Add(1) == 1 {
+				// The first archive waits for the second publish to
+				// archive too, which it must not.
+				go func() { secondDone <- a.Publish(ctx, built) }()
+				select {
+				case <-second:
+				case <-time.After(slowness.Scale(300 * time.Millisecond)):
+				}
+			} else {
+				second <- struct{}{}
+			}
+		}
+		return cmd.Run()
+	}
+	a, err := New(Config{Registry: reg, Images: fx.images, Records: fx.db, Node: "a", Dir: t.TempDir(), Run: run})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Publish(ctx, built); err != nil {
+		t.Fatalf("first publish: %v", err)
+	}
+	if err := <-secondDone; err != nil {
+		t.Fatalf("second publish: %v", err)
+	}
+	if n := creates.Load(); n != 1 {
+		t.Fatalf("the version was archived %d times, want once", n)
+	}
+	if rec, err := fx.db.TemplateVersion(ctx, fx.project, "web"); err != nil || rec.Digest != built.Digest {
+		t.Fatalf("record: %+v %v", rec, err)
 	}
 }
 

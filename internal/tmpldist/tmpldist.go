@@ -85,6 +85,9 @@ type Dist struct {
 
 	mu      sync.Mutex
 	fetches map[string]*fetch // by project/name@digest
+	// publishing holds the images being published, each closed when its
+	// publish ends (publishTurn).
+	publishing map[string]chan struct{}
 
 	// seen holds the versions PublishNew found published (by
 	// project/name@digest): not asked about again until it is emptied,
@@ -103,7 +106,7 @@ type fetch struct {
 
 // New returns the Dist of cfg.
 func New(cfg Config) (*Dist, error) {
-	d := &Dist{cfg: cfg, log: cfg.Logger, started: time.Now(), fetches: map[string]*fetch{}, seen: map[string]bool{}}
+	d := &Dist{cfg: cfg, log: cfg.Logger, started: time.Now(), fetches: map[string]*fetch{}, publishing: map[string]chan struct{}{}, seen: map[string]bool{}}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
@@ -390,6 +393,11 @@ func (d *Dist) Publish(ctx context.Context, t template.Template) error {
 		return fmt.Errorf("publish template %q: its version has no digest (made before digests; rebuild it): %w", t.Name, errdefs.ErrInvalid)
 	}
 	img := imageName(t.Name, t.Digest)
+	release, err := d.publishTurn(ctx, img)
+	if err != nil {
+		return fmt.Errorf("publish template %q: %w", t.Name, err)
+	}
+	defer release()
 	if _, err := d.cfg.Images.Stat(ctx, img); errors.Is(err, errdefs.ErrNotFound) {
 		work, err := os.MkdirTemp(d.cfg.Dir, "work-")
 		if err != nil {
@@ -419,6 +427,36 @@ func (d *Dist) Publish(ctx context.Context, t template.Template) error {
 	}
 	d.log.Info("templates: published", "project", t.Project, "template", t.Name, "digest", t.Digest, "image", img)
 	return nil
+}
+
+// publishTurn waits until no other Publish of image img runs on this node
+// and holds img's turn until release: a version published twice at once
+// (by its build and by the template loop) is archived and uploaded once,
+// and the second publish finds it in the store. (Two at once uploaded it
+// twice, the second writing its blobs again after the first had recorded
+// the version, while other nodes fetched it.)
+func (d *Dist) publishTurn(ctx context.Context, img string) (release func(), err error) {
+	for {
+		d.mu.Lock()
+		busy, ok := d.publishing[img]
+		if !ok {
+			mine := make(chan struct{})
+			d.publishing[img] = mine
+			d.mu.Unlock()
+			return func() {
+				d.mu.Lock()
+				delete(d.publishing, img)
+				d.mu.Unlock()
+				close(mine)
+			}, nil
+		}
+		d.mu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }
 
 // PublishNew publishes what was built on this node and is not published:
