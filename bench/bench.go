@@ -253,15 +253,15 @@ func printTable(w io.Writer, rs []result) {
 	}
 }
 
-// stats returns min, median and p95.
-func stats(ds []time.Duration) [3]time.Duration {
-	s := append([]time.Duration(nil), ds...)
+// stats returns min, median and p95 (of durations, or of byte counts).
+func stats[T ~int64](ds []T) [3]T {
+	s := append([]T(nil), ds...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	if len(s) == 0 {
-		return [3]time.Duration{}
+		return [3]T{}
 	}
-	p := func(q float64) time.Duration { return s[int(q*float64(len(s)-1)+0.5)] }
-	return [3]time.Duration{s[0], p(0.5), p(0.95)}
+	p := func(q float64) T { return s[int(q*float64(len(s)-1)+0.5)] }
+	return [3]T{s[0], p(0.5), p(0.95)}
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000) }
@@ -437,6 +437,24 @@ func (s *server) execTrue(id string) error {
 		return fmt.Errorf("true exited %d", out.ExitCode)
 	}
 	return nil
+}
+
+// output runs req (an exec request: cmd, timeout) in sandbox id through
+// the API and returns its stdout; a non-zero exit is an error with its
+// stderr.
+func (s *server) output(id string, req map[string]any) (string, error) {
+	var out struct {
+		Stdout   string `json:"stdout"`
+		Stderr   string `json:"stderr"`
+		ExitCode int    `json:"exitCode"`
+	}
+	if err := s.call("POST", "/api/sandboxes/"+id+"/exec", req, &out); err != nil {
+		return "", err
+	}
+	if out.ExitCode != 0 {
+		return "", fmt.Errorf("%v: exit %d: %s", req["cmd"], out.ExitCode, out.Stderr)
+	}
+	return out.Stdout, nil
 }
 
 // createExecTrue creates a base sandbox, runs `true` in it and kills it.

@@ -1,13 +1,9 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,8 +21,8 @@ const densityIdle = 5 * time.Second
 // memSample is one idle sandbox's memory: its cgroup's charge and the
 // parts memory.stat names.
 type memSample struct {
-	total      int64
-	anon, file int64
+	total int64
+	cgroup.MemoryParts
 }
 
 // benchDensity measures what an idle sandbox costs the host in memory: n
@@ -88,9 +84,9 @@ func benchDensity(ctx context.Context, w io.Writer, s *server, raw *rawRunsc, n 
 	}
 
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "idle sandbox memory (n=%d, %s idle)\tlizard min\tp50\tmax\trunsc min\tp50\tmax\tratio p50\t\n", n, densityIdle)
+	fmt.Fprintf(tw, "idle sandbox memory (n=%d, %s idle)\tlizard min\tp50\tp95\trunsc min\tp50\tp95\tratio p50\t\n", n, densityIdle)
 	row := func(name string, f func(memSample) int64) {
-		l, r := memStats(lz, f), memStats(floor, f)
+		l, r := stats(each(lz, f)), stats(each(floor, f))
 		ratio := "-"
 		if r[1] > 0 {
 			ratio = fmt.Sprintf("%.2fx", float64(l[1])/float64(r[1]))
@@ -98,63 +94,33 @@ func benchDensity(ctx context.Context, w io.Writer, s *server, raw *rawRunsc, n 
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", name, mib(l[0]), mib(l[1]), mib(l[2]), mib(r[0]), mib(r[1]), mib(r[2]), ratio)
 	}
 	row("cgroup charge", func(m memSample) int64 { return m.total })
-	row("  anonymous", func(m memSample) int64 { return m.anon })
-	row("  file and shared (the sentry's memory file)", func(m memSample) int64 { return m.file })
+	row("  anonymous", func(m memSample) int64 { return m.Anon })
+	row("  file and shared (the sentry's memory file)", func(m memSample) int64 { return m.File })
 	tw.Flush()
 	fmt.Fprintf(w, "processes in an idle lizard sandbox (resident, as the sandbox sees it): %s\n", procs)
 	fmt.Fprintln(w, "lizard: an API create of the base template, agent up, nothing run; runsc: the same rootfs running sleep, without a network")
 	return nil
 }
 
-// memStats returns min, median and max of f over ms.
-func memStats(ms []memSample, f func(memSample) int64) [3]int64 {
-	var v []int64
+// each is f of every sample.
+func each(ms []memSample, f func(memSample) int64) []int64 {
+	v := make([]int64, 0, len(ms))
 	for _, m := range ms {
 		v = append(v, f(m))
 	}
-	if len(v) == 0 {
-		return [3]int64{}
-	}
-	sort.Slice(v, func(i, j int) bool { return v[i] < v[j] })
-	return [3]int64{v[0], v[len(v)/2], v[len(v)-1]}
+	return v
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.1fMiB", float64(b)/(1<<20)) }
 
-// readMem reads the memory charged to the cgroup at path (v1 or v2) and
-// splits it as memory.stat does.
+// readMem reads the memory charged to the cgroup at path, and its parts.
 func readMem(path string) (memSample, error) {
 	u, err := cgroup.Read(cgroup.Root, path)
 	if err != nil {
 		return memSample{}, err
 	}
-	m := memSample{total: u.MemoryBytes}
-	statFile := filepath.Join(cgroup.Root, path, "memory.stat")
-	anonKey, fileKeys := "anon", []string{"file"}
-	if _, err := os.Stat(filepath.Join(cgroup.Root, "cgroup.controllers")); err != nil {
-		// v1: rss is anonymous memory; cache holds file pages and shmem.
-		statFile = filepath.Join(cgroup.Root, "memory", path, "memory.stat")
-		anonKey, fileKeys = "rss", []string{"cache"}
-	}
-	b, err := os.ReadFile(statFile)
-	if err != nil {
-		return memSample{}, err
-	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		k, v, _ := strings.Cut(sc.Text(), " ")
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			continue
-		}
-		switch {
-		case k == anonKey:
-			m.anon = n
-		case k == fileKeys[0]:
-			m.file = n
-		}
-	}
-	return m, nil
+	parts, err := cgroup.ReadMemoryParts(cgroup.Root, path)
+	return memSample{total: u.MemoryBytes, MemoryParts: parts}, err
 }
 
 // processRSS lists sandbox id's processes with their resident memory,
@@ -169,23 +135,16 @@ for p in /proc/[0-9]*; do
   cmd=$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null | cut -c1-40)
   [ -n "$rss" ] && echo "$rss $cmd"
 done`
-	var out struct {
-		Stdout   string `json:"stdout"`
-		Stderr   string `json:"stderr"`
-		ExitCode int    `json:"exitCode"`
-	}
-	if err := s.call("POST", "/api/sandboxes/"+id+"/exec", map[string]any{"cmd": []string{"sh", "-c", script}}, &out); err != nil {
-		return "", err
-	}
-	if out.ExitCode != 0 {
-		return "", fmt.Errorf("list processes: exit %d: %s", out.ExitCode, out.Stderr)
+	stdout, err := s.output(id, map[string]any{"cmd": []string{"sh", "-c", script}})
+	if err != nil {
+		return "", fmt.Errorf("list processes: %w", err)
 	}
 	type proc struct {
 		kb  int64
 		cmd string
 	}
 	var ps []proc
-	for _, line := range strings.Split(strings.TrimSpace(out.Stdout), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
 		kb, cmd, _ := strings.Cut(line, " ")
 		n, err := strconv.ParseInt(kb, 10, 64)
 		if err != nil {

@@ -63,19 +63,12 @@ func benchDesktopOnce(s *server, r *desktopResult) error {
 	}
 	r.coldStart = append(r.coldStart, d)
 	for range 3 {
-		var out struct {
-			Stdout   string `json:"stdout"`
-			Stderr   string `json:"stderr"`
-			ExitCode int    `json:"exitCode"`
-		}
 		t := time.Now()
-		if err := s.post(base+"/exec", map[string]any{"cmd": []string{"lizard-desktop", "screenshot", "--path"}}, &out); err != nil {
+		stdout, err := s.output(sb.SandboxID, map[string]any{"cmd": []string{"lizard-desktop", "screenshot", "--path"}})
+		if err != nil {
 			return err
 		}
-		if out.ExitCode != 0 {
-			return fmt.Errorf("lizard-desktop screenshot: exit %d: %s", out.ExitCode, out.Stderr)
-		}
-		path := strings.TrimSpace(out.Stdout)
+		path := strings.TrimSpace(stdout)
 		q := "?path=" + url.QueryEscape(path)
 		var png []byte
 		if err := s.call("GET", base+"/files"+q, nil, &png); err != nil {

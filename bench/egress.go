@@ -123,18 +123,8 @@ func benchEgressPath(s *server, name string, network map[string]any, bin, caPEM 
 		return row, err
 	}
 	run := func(args string) ([]byte, error) {
-		var out struct {
-			Stdout   string `json:"stdout"`
-			Stderr   string `json:"stderr"`
-			ExitCode int    `json:"exitCode"`
-		}
-		if err := s.post("/api/sandboxes/"+id+"/exec", map[string]any{"cmd": "chmod +x /tmp/egressclient && /tmp/egressclient -ca /tmp/bench-ca.pem " + args, "timeout": 600}, &out); err != nil {
-			return nil, err
-		}
-		if out.ExitCode != 0 {
-			return nil, fmt.Errorf("egressclient %s: exit %d: %s", args, out.ExitCode, out.Stderr)
-		}
-		return []byte(out.Stdout), nil
+		stdout, err := s.output(id, map[string]any{"cmd": "chmod +x /tmp/egressclient && /tmp/egressclient -ca /tmp/bench-ca.pem " + args, "timeout": 600})
+		return []byte(stdout), err
 	}
 	lat := func(args string) ([]time.Duration, error) {
 		b, err := run(args)

@@ -37,15 +37,12 @@ func benchProxy(s *server) ([]proxyResult, error) {
 	if err := s.post("/api/sandboxes/"+id+"/files", map[string]any{"path": "/tmp/app.py", "content": string(app)}, nil); err != nil {
 		return nil, err
 	}
-	var out struct {
-		Stdout   string `json:"stdout"`
-		ExitCode int    `json:"exitCode"`
-	}
 	start := `nohup python3 /tmp/app.py 8000 > /tmp/app.log 2>&1 & for i in $(seq 1 100); do curl -s -o /dev/null http://127.0.0.1:8000/ && break; sleep 0.05; done; hostname -I`
-	if err := s.post("/api/sandboxes/"+id+"/exec", map[string]any{"cmd": start}, &out); err != nil || out.ExitCode != 0 {
-		return nil, fmt.Errorf("start app: %v %+v", err, out)
+	stdout, err := s.output(id, map[string]any{"cmd": start})
+	if err != nil {
+		return nil, fmt.Errorf("start app: %w", err)
 	}
-	addr := strings.TrimSpace(out.Stdout)
+	addr := strings.TrimSpace(stdout)
 	var ex struct {
 		Hostname    string `json:"hostname"`
 		AccessToken string `json:"accessToken"`

@@ -91,6 +91,32 @@ func readV2(dir string) (Usage, error) {
 	return u, nil
 }
 
+// MemoryParts splits the memory charged to a cgroup as its memory.stat
+// does: anonymous memory, and page cache (file pages and shared memory,
+// such as gVisor's memory file).
+type MemoryParts struct {
+	Anon, File int64
+}
+
+// ReadMemoryParts reads the memory.stat of the cgroup at path under root
+// (as Read; v1 names the parts rss and cache, v2 anon and file).
+func ReadMemoryParts(root, path string) (MemoryParts, error) {
+	file, anonKey, fileKey := filepath.Join(root, path, "memory.stat"), "anon", "file"
+	if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err != nil {
+		file, anonKey, fileKey = filepath.Join(root, "memory", path, "memory.stat"), "rss", "cache"
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return MemoryParts{}, err
+	}
+	anon, ok := statField(b, anonKey)
+	fileBytes, ok2 := statField(b, fileKey)
+	if !ok || !ok2 {
+		return MemoryParts{}, fmt.Errorf("%s: no %s or %s", file, anonKey, fileKey)
+	}
+	return MemoryParts{Anon: int64(anon), File: int64(fileBytes)}, nil
+}
+
 // statField finds "name value" in a flat keyed file such as cpu.stat.
 func statField(b []byte, name string) (uint64, bool) {
 	sc := bufio.NewScanner(bytes.NewReader(b))

@@ -64,6 +64,31 @@ func TestRead(t *testing.T) {
 	}
 }
 
+func TestReadMemoryParts(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+	}{
+		{"v1", map[string]string{"memory/lizard/x/memory.stat": "cache 3145728\nrss 15728640\nshmem 3000000\n"}},
+		{"v2", map[string]string{
+			"cgroup.controllers":   "cpu memory\n",
+			"lizard/x/memory.stat": "anon 15728640\nfile 3145728\nshmem 3000000\n",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			write(t, root, tc.files)
+			got, err := ReadMemoryParts(root, "/lizard/x")
+			if want := (MemoryParts{Anon: 15 << 20, File: 3 << 20}); err != nil || got != want {
+				t.Fatalf("ReadMemoryParts: %+v %v, want %+v", got, err, want)
+			}
+			if _, err := ReadMemoryParts(root, "/lizard/gone"); !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("of a missing cgroup: %v, want fs.ErrNotExist", err)
+			}
+		})
+	}
+}
+
 func TestReadMissing(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
