@@ -145,6 +145,7 @@ func (r *Registry) build(ctx context.Context, name string, progress io.Writer, i
 		Suite:     rec.Suite,
 		Mirror:    mirror,
 		Packages:  rec.allPackages(),
+		Revision:  rec.Revision,
 	}
 	if err := writeMetadata(tmp, m); err != nil {
 		return Template{}, fmt.Errorf("build template %q: write metadata: %w", name, err)

@@ -32,6 +32,11 @@ type recipe struct {
 	// fails is not installed, so a broken package set never becomes a
 	// template.
 	Check [][]string
+	// Revision counts the changes of what Post writes (files, settings),
+	// which the package list does not show: a template built at another
+	// revision is built again by EnsureBuilt (`make templates`), as one
+	// built with other packages is. Bump it with such a change.
+	Revision int
 }
 
 // allPackages returns the packages the recipe asks for, each once.
@@ -138,7 +143,7 @@ var builtins = map[string]recipe{
 		[]string{"codex", "--version"}),
 	// desktop is what the SDKs' sandbox.desktop drives: an X display with
 	// Chromium, watched and driven through noVNC (recipe_desktop.go).
-	"desktop": withEnv(debian(desktopPackages, desktopPost, desktopChecks...), desktopEnv),
+	"desktop": withRevision(withEnv(debian(desktopPackages, desktopPost, desktopChecks...), desktopEnv), desktopRevision),
 }
 
 // The agents' CLI versions of the claude and codex templates.

@@ -24,6 +24,16 @@ var desktopPackages = []string{
 // chromium) find the display without a DISPLAY in the request.
 const desktopEnv = "DISPLAY=:0"
 
+// desktopRevision is the desktop recipe's Revision: 1, x11vnc in its
+// threaded mode.
+const desktopRevision = 1
+
+// withRevision returns r at revision n.
+func withRevision(r recipe, n int) recipe {
+	r.Revision = n
+	return r
+}
+
 // withEnv returns r with kv added to its default environment.
 func withEnv(r recipe, kv ...string) recipe {
 	r.Env = append(append([]string(nil), r.Env...), kv...)
@@ -168,8 +178,11 @@ start() {
 		wait_for Xvfb display_up
 	fi
 	alive openbox || spawn openbox openbox
-	alive x11vnc || spawn x11vnc x11vnc -display :0 -rfbport 5900 -localhost -forever -shared -nopw -quiet
-	alive x11vnc-view || spawn x11vnc-view x11vnc -display :0 -rfbport 5901 -localhost -viewonly -forever -shared -nopw -quiet
+	# -threads: in gVisor, x11vnc's single-threaded loop spins a core each
+	# from the start and answers a new VNC client after seconds to
+	# minutes; threaded, it idles and answers at once.
+	alive x11vnc || spawn x11vnc x11vnc -display :0 -rfbport 5900 -localhost -forever -shared -nopw -quiet -threads
+	alive x11vnc-view || spawn x11vnc-view x11vnc -display :0 -rfbport 5901 -localhost -viewonly -forever -shared -nopw -quiet -threads
 	alive websockify || spawn websockify websockify --web /usr/share/novnc 6080 127.0.0.1:5900
 	alive websockify-view || spawn websockify-view websockify --web /usr/share/novnc 6081 127.0.0.1:5901
 	for port in 5900 5901 6080 6081; do

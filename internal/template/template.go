@@ -160,6 +160,8 @@ type metadata struct {
 	Suite    string   `json:"suite,omitempty"`
 	Mirror   string   `json:"mirror,omitempty"`
 	Packages []string `json:"packages,omitempty"`
+	// Revision: the recipe's Revision the template was built at.
+	Revision int `json:"recipe_revision,omitempty"`
 	// Dockerfile builds: see Template; Layer is the key of the build's
 	// last step.
 	From         string   `json:"from,omitempty"`
@@ -312,11 +314,12 @@ func readTemplate(name, dir string) (Template, error) {
 }
 
 // recipeChanged says whether built-in template name's current version was
-// built from another package list than its recipe's: a recipe that gains
-// packages (and the steps that come with them) is built again by
-// EnsureBuilt, so a machine that keeps its templates does not go on with
-// the old ones. Templates without a recipe, and versions whose list cannot
-// be read, are taken as current.
+// built from another package list or at another Revision than its
+// recipe's: a recipe that gains packages (and the steps that come with
+// them) or changes what its steps write is built again by EnsureBuilt, so
+// a machine that keeps its templates does not go on with the old ones.
+// Templates without a recipe, and versions whose list cannot be read, are
+// taken as current.
 func (r *Registry) recipeChanged(name string) bool {
 	rec, ok := builtins[name]
 	if !ok || r.project != "" {
@@ -330,7 +333,7 @@ func (r *Registry) recipeChanged(name string) bool {
 	if err != nil || len(m.Packages) == 0 {
 		return false
 	}
-	return !slices.Equal(m.Packages, rec.allPackages())
+	return !slices.Equal(m.Packages, rec.allPackages()) || m.Revision != rec.Revision
 }
 
 // readMetadata reads vdir/template.json of template name.
@@ -409,7 +412,7 @@ func (r *Registry) EnsureBuilt(ctx context.Context, name string, progress io.Wri
 			return t, nil
 		}
 		if progress != nil {
-			fmt.Fprintf(progress, "[%s] the recipe's packages changed since %s: building it again\n", name, t.Version)
+			fmt.Fprintf(progress, "[%s] the recipe changed since %s: building it again\n", name, t.Version)
 		}
 		return r.Build(ctx, name, progress)
 	} else if !errors.Is(err, errdefs.ErrNotFound) {

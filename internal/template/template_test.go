@@ -202,18 +202,19 @@ func TestWriteMetadataRoundTrip(t *testing.T) {
 }
 
 // TestRecipeChanged: a built-in whose current version was built from
-// another package list than its recipe's is stale (EnsureBuilt builds it
-// again); the same list, a version that recorded none, and a template
-// with no recipe are not.
+// another package list or at another revision than its recipe's is stale
+// (EnsureBuilt builds it again); the same list and revision, a version
+// that recorded no list, and a template with no recipe are not.
 func TestRecipeChanged(t *testing.T) {
 	dir := t.TempDir()
+	revision := 0
 	put := func(name string, pkgs []string) {
 		t.Helper()
 		vdir := filepath.Join(dir, ".v", name+"@sha256-00")
 		if err := os.MkdirAll(vdir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := writeMetadata(vdir, metadata{Name: name, Version: "v1", Packages: pkgs}); err != nil {
+		if err := writeMetadata(vdir, metadata{Name: name, Version: "v1", Packages: pkgs, Revision: revision}); err != nil {
 			t.Fatal(err)
 		}
 		os.Remove(filepath.Join(dir, name))
@@ -237,5 +238,16 @@ func TestRecipeChanged(t *testing.T) {
 	put("mine", []string{"x"})
 	if r.recipeChanged("mine") {
 		t.Fatal("a template with no recipe is taken as stale")
+	}
+	// desktop's lizard-desktop changed (x11vnc -threads) with the same
+	// packages: a version built before, at revision 0, is stale.
+	put("desktop", builtins["desktop"].allPackages())
+	if !r.recipeChanged("desktop") {
+		t.Fatal("desktop built at revision 0 is taken as current")
+	}
+	revision = desktopRevision
+	put("desktop", builtins["desktop"].allPackages())
+	if r.recipeChanged("desktop") {
+		t.Fatalf("desktop built at its recipe's revision %d is taken as stale", desktopRevision)
 	}
 }
