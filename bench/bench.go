@@ -43,7 +43,7 @@ type config struct {
 }
 
 // sections are what -only chooses from.
-var sections = []string{"core", "pool", "checkpoints", "restart", "proxy", "volume", "desktop", "templates", "e2b", "egress", "durable", "cluster", "tracing", "sleep", "density"}
+var sections = []string{"core", "pool", "checkpoints", "restart", "proxy", "volume", "desktop", "templates", "e2b", "egress", "durable", "cluster", "tracing", "createparts", "sleep", "density"}
 
 // runs reports whether section is to be measured.
 func (c config) runs(section string) bool {
@@ -217,6 +217,14 @@ func run(ctx context.Context, cfg config) error {
 		fmt.Println()
 		if err := benchTracing(ctx, cfg, os.Stdout, cfg.n*5); err != nil {
 			return fmt.Errorf("tracing: %w", err)
+		}
+	}
+	if cfg.runs("createparts") {
+		// A server of its own, exporting its spans to the bench.
+		srv.stop()
+		fmt.Println()
+		if err := benchCreateParts(ctx, cfg, os.Stdout, cfg.n); err != nil {
+			return fmt.Errorf("createparts: %w", err)
 		}
 	}
 	if cfg.runs("sleep") {

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// The create breakdown (issue 24 part 2: where does a cold create's time
+// over raw runsc go?): n creates on a server exporting every span over
+// OTLP/HTTP to a receiver of the bench's own, which decodes them; each
+// create request's trace gives the time of each of its spans, by name.
+// The table has the p50 of the create request and of each span under it,
+// with raw runsc's create → first exec beside them, measured in the run.
+
+// createRoute is the create request's server span, execRoute the first
+// exec's.
+const (
+	createRoute = "POST /api/sandboxes"
+	execRoute   = "POST /api/sandboxes/{id}/exec"
+)
+
+// spanSink keeps the spans the server exports.
+type spanSink struct {
+	mu    sync.Mutex
+	spans []*tracepb.Span
+}
+
+func (k *spanSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var req coltracepb.ExportTraceServiceRequest
+	if err := proto.Unmarshal(b, &req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	k.mu.Lock()
+	for _, rs := range req.ResourceSpans {
+		for _, ss := range rs.ScopeSpans {
+			k.spans = append(k.spans, ss.Spans...)
+		}
+	}
+	k.mu.Unlock()
+	w.Header().Set("Content-Type", "application/x-protobuf")
+}
+
+// partsOf returns, for every request of route among the spans, the
+// request's duration and the summed duration of each span name under it
+// (children and their children).
+func (k *spanSink) partsOf(route string) (requests []time.Duration, parts map[string][]time.Duration) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	byTrace := map[string][]*tracepb.Span{}
+	for _, s := range k.spans {
+		byTrace[string(s.TraceId)] = append(byTrace[string(s.TraceId)], s)
+	}
+	parts = map[string][]time.Duration{}
+	for _, spans := range byTrace {
+		i := slices.IndexFunc(spans, func(s *tracepb.Span) bool {
+			return s.Name == route && len(s.ParentSpanId) == 0
+		})
+		if i < 0 {
+			continue
+		}
+		requests = append(requests, spanTime(spans[i]))
+		sum := map[string]time.Duration{}
+		for _, s := range spans {
+			if s != spans[i] {
+				sum[s.Name] += spanTime(s)
+			}
+		}
+		for name, d := range sum {
+			parts[name] = append(parts[name], d)
+		}
+	}
+	return requests, parts
+}
+
+func spanTime(s *tracepb.Span) time.Duration {
+	return time.Duration(s.EndTimeUnixNano - s.StartTimeUnixNano)
+}
+
+func benchCreateParts(ctx context.Context, cfg config, w io.Writer, n int) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	sink := &spanSink{}
+	recv := &http.Server{Handler: sink}
+	go recv.Serve(ln)
+	defer recv.Close()
+
+	srv, err := startServer(ctx, cfg, "--otlp-endpoint", "http://"+ln.Addr().String())
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	raw, err := newRawRunsc(cfg)
+	if err != nil {
+		return err
+	}
+	defer raw.cleanup()
+	r, err := benchCreate(ctx, srv, raw, n)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(os.Stderr, "measured the create breakdown")
+	// The batch exporter sends within seconds; the server's stop flushes
+	// what is left.
+	srv.stop()
+	creates, parts := sink.partsOf(createRoute)
+	execs, _ := sink.partsOf(execRoute)
+	if len(creates) == 0 {
+		return fmt.Errorf("no %q span among the %d the server exported", createRoute, len(sink.spans))
+	}
+	names := make([]string, 0, len(parts))
+	for name := range parts {
+		names = append(names, name)
+	}
+	slices.SortFunc(names, func(a, b string) int { return int(stats(parts[b])[1] - stats(parts[a])[1]) })
+	floor := stats(r.floor)[1]
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "create breakdown (spans of POST /api/sandboxes)\tn\tp50\tshare of the create\tvs raw create → exec\t")
+	row := func(name string, ds []time.Duration, create time.Duration) {
+		p50 := stats(ds)[1]
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f%%\t%.2f×\t\n", name, len(ds), ms(p50), 100*float64(p50)/float64(create), float64(p50)/float64(floor))
+	}
+	create := stats(creates)[1]
+	fmt.Fprintf(tw, "raw runsc create → first exec (floor)\t%d\t%s\t\t1.00×\t\n", len(r.floor), ms(floor))
+	row("lizard create → first exec (client)", r.lizard, create)
+	row(createRoute+" (server)", creates, create)
+	for _, name := range names {
+		row("  "+name, parts[name], create)
+	}
+	if len(execs) > 0 {
+		row(execRoute+" (server, the first exec)", execs, create)
+	}
+	return tw.Flush()
+}
