@@ -34,7 +34,7 @@ type MemberConfig struct {
 	// heartbeat (its capacity, templates and runsc build may change).
 	Info func() store.NodeInfo
 	// Lease is how long a heartbeat keeps the node alive; it is renewed
-	// every Lease/3.
+	// every Lease/3, each heartbeat given up to Lease/2.
 	Lease time.Duration
 	// DeadAfter is how long a peer's lease must have lapsed before this
 	// node declares it dead.
@@ -262,7 +262,11 @@ func (m *Member) loop(ctx context.Context) {
 // tick is one round: a heartbeat (or a new registration after a fence),
 // then the death checker.
 func (m *Member) tick(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, m.cfg.Lease/3)
+	// Half the lease, not the third between ticks: a heartbeat that a
+	// loaded database answers in 1.4 s of a 3 s lease still renews it in
+	// time (the next tick follows at once), where a deadline of a third
+	// failed every heartbeat and the live node's lease lapsed (suspect).
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.Lease/2)
 	defer cancel()
 	m.mu.Lock()
 	f, fenced, unsettled := m.fence, m.fenced, m.unsettled
@@ -297,7 +301,7 @@ func (m *Member) tick(ctx context.Context) {
 		m.rejoin(ctx)
 		return
 	case err != nil:
-		// Once per outage at warning level: a heartbeat fails Lease/3 apart.
+		// Once per outage at warning level: heartbeats fail about Lease/3 apart.
 		lvl := slog.LevelDebug
 		if !m.failing {
 			lvl = slog.LevelWarn

@@ -478,3 +478,59 @@ func TestMemberMove(t *testing.T) {
 		t.Fatalf("released sandbox: %+v %v", o, err)
 	}
 }
+
+// slowHeartbeats answers each heartbeat after delay, as a loaded database
+// does, and counts the heartbeats that went through and those that failed.
+type slowHeartbeats struct {
+	Database
+	delay      time.Duration
+	ok, failed atomic.Int32
+}
+
+func (s *slowHeartbeats) Heartbeat(ctx context.Context, f store.Fence, info store.NodeInfo, lease time.Duration) error {
+	select {
+	case <-ctx.Done():
+		s.failed.Add(1)
+		return ctx.Err()
+	case <-time.After(s.delay):
+	}
+	if err := s.Database.Heartbeat(ctx, f, info, lease); err != nil {
+		s.failed.Add(1)
+		return err
+	}
+	s.ok.Add(1)
+	return nil
+}
+
+// TestMemberSlowHeartbeats: a database that takes 40% of the lease to
+// answer each heartbeat (more than the third between them) still renews
+// the lease: no heartbeat gives up, and the node stays ready.
+func TestMemberSlowHeartbeats(t *testing.T) {
+	srv := pgtest.ForTest(t)
+	url := newDB(t, srv)
+	const lease = 2 * time.Second
+	slow := &slowHeartbeats{Database: openDB(t, url), delay: lease * 4 / 10}
+	a, err := NewMember(MemberConfig{
+		DB:    slow,
+		Info:  func() store.NodeInfo { return store.NodeInfo{Name: "a", Address: "a:7070", VCPUs: 4, MemoryMB: 4096} },
+		Lease: lease, DeadAfter: 4 * lease,
+		Log: slog.New(slog.NewTextHandler(t.Output(), nil)).With("member", "a"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	db := openDB(t, url)
+	for end := time.Now().Add(3 * lease); time.Now().Before(end); {
+		if st := stateOf(t, db, "a"); st != store.NodeReady {
+			t.Fatalf("a, heartbeating slowly but in time, is %s (%d heartbeats went through, %d failed)", st, slow.ok.Load(), slow.failed.Load())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if ok, failed := slow.ok.Load(), slow.failed.Load(); failed > 0 || ok < 3 {
+		t.Fatalf("in 3 leases %d slow heartbeats went through and %d gave up", ok, failed)
+	}
+}

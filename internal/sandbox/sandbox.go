@@ -38,6 +38,7 @@ import (
 	"github.com/lizard-build/lizard/internal/sandbox/ready"
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
+	"github.com/lizard-build/lizard/internal/tracing"
 	"github.com/lizard-build/lizard/internal/volume"
 )
 
@@ -1013,11 +1014,14 @@ func (s *Service) persist(ctx context.Context, rec Record) error {
 	if err != nil {
 		return err
 	}
-	return s.cfg.Store.PutSandbox(ctx, store.Sandbox{
+	ctx, span := tracing.Start(ctx, "store put sandbox", tracing.SandboxID.String(rec.ID))
+	err = s.cfg.Store.PutSandbox(ctx, store.Sandbox{
 		ID: rec.ID, ProjectID: rec.ProjectID, Template: rec.Template, Size: rec.Size,
 		Status: rec.Status, Spec: spec, StartedAt: rec.StartedAt, EndAt: rec.EndAt,
 		PauseError: rec.PauseError, CPUs: rec.CPUs, MemoryMB: rec.MemoryMB,
 	})
+	tracing.End(span, err)
+	return err
 }
 
 // goLocked runs fn in the background with the service's background
