@@ -42,7 +42,11 @@ func (s *Service) resumeFailed(e *entry, id string) {
 }
 
 // makePauseDurable uploads paused sandbox e's image in the background and
-// records when it is durable.
+// records when it is durable: in the store first, then in the sandbox the
+// API shows, so that a durableAt a caller sees is one the cluster's store
+// has too (a node lost after it leaves the sandbox to the others, not
+// lost with it). A resume waits for this (images.StopUpload) before it
+// writes the row again.
 func (s *Service) makePauseDurable(e *entry, id string) {
 	dir := s.pauseImage(id)
 	if dir == "" {
@@ -54,12 +58,18 @@ func (s *Service) makePauseDurable(e *entry, id string) {
 			s.mu.Unlock()
 			return
 		}
-		e.rec.DurableAt = &at
 		rec := e.rec
 		s.mu.Unlock()
-		s.logs.event(id, "durable")
+		rec.DurableAt = &at
 		if err := s.persist(context.Background(), rec); err != nil {
 			s.log.Error("persist sandbox", "sandbox", id, "err", err)
+			return
 		}
+		s.mu.Lock()
+		if !e.gone && e.rec.Status == StatusPaused {
+			e.rec.DurableAt = &at
+		}
+		s.mu.Unlock()
+		s.logs.event(id, "durable")
 	})
 }

@@ -199,9 +199,9 @@ func (s *Service) Release(ctx context.Context, id string) error {
 	if !ok {
 		return fmt.Errorf("sandbox %q is not paused with a durable image; it cannot move: %w", id, errdefs.ErrConflict)
 	}
-	// The record says durable before its row does: the upload's end
-	// writes the row (makePauseDurable). Waiting for that job lets the
-	// store's release see what this node saw.
+	// The record says durable only once its row does (makePauseDurable);
+	// the upload's job may still be ending: nothing of it runs once
+	// StopUpload returns.
 	s.images.StopUpload(PauseImageName(id))
 	s.mu.Lock()
 	vol := e.rec.VolumeID

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -291,6 +292,43 @@ func TestReleaseAfterDurableWrite(t *testing.T) {
 	}
 	if _, ok := c.a.Live(rec.ID); ok {
 		t.Fatal("node a still holds the released sandbox")
+	}
+}
+
+// TestDurableInTheStoreFirst: a paused sandbox (with or without its
+// memory) says its image is durable only once its row in the store does,
+// however slow the database: a node lost right after a caller saw
+// durableAt must leave the sandbox to the others, not lose it with it
+// (TestClusterPauseFilesAnywhere's resume got sandbox_lost when the row
+// lagged behind).
+func TestDurableInTheStoreFirst(t *testing.T) {
+	c := newCluster(t)
+	ctx := context.Background()
+	own := c.owners
+	own.mu.Lock()
+	own.slowDurable = 500 * time.Millisecond
+	own.mu.Unlock()
+	for _, memory := range []bool{true, false} {
+		rec := c.create(t, c.a, "x")
+		pause := c.a.PauseFiles
+		if memory {
+			pause = c.a.Pause
+		}
+		if err := pause(ctx, c.env.Project.ID, rec.ID); err != nil {
+			t.Fatal(err)
+		}
+		c.durable(t, c.a, rec.ID)
+		rows, err := c.env.Store.Sandboxes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(rows, func(r store.Sandbox) bool { return r.ID == rec.ID })
+		if i < 0 {
+			t.Fatalf("memory %v: no row", memory)
+		}
+		if row := rows[i]; !durableRow(row) {
+			t.Fatalf("memory %v: the sandbox says durable, its row %s %s does not", memory, row.Status, row.Spec)
+		}
 	}
 }
 
