@@ -615,7 +615,9 @@ func (m *Manager) Fork(ctx context.Context, projectID, id string, count int, tim
 }
 
 // makeDurable uploads snapshot se's image in the background and records
-// when it is durable.
+// when it is durable: in the store first, then in the snapshot the API
+// shows, as a pause does (sandbox.makePauseDurable), so that a durableAt a
+// caller sees survives the node.
 func (m *Manager) makeDurable(se *entry) {
 	m.mu.Lock()
 	id := se.snap.ID
@@ -626,12 +628,18 @@ func (m *Manager) makeDurable(se *entry) {
 			m.mu.Unlock()
 			return
 		}
-		se.snap.DurableAt = &at
 		snap := se.snap
 		m.mu.Unlock()
+		snap.DurableAt = &at
 		if err := m.put(context.Background(), snap); err != nil {
 			m.log.Error("persist snapshot", "snapshot", id, "err", err)
+			return
 		}
+		m.mu.Lock()
+		if !se.gone {
+			se.snap.DurableAt = &at
+		}
+		m.mu.Unlock()
 	})
 }
 
