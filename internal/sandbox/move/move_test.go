@@ -327,7 +327,7 @@ func TestDurableInTheStoreFirst(t *testing.T) {
 			t.Fatalf("memory %v: no row", memory)
 		}
 		if row := rows[i]; !durableRow(row) {
-			t.Fatalf("memory %v: the sandbox says durable, its row %s %s does not", memory, row.Status, row.Spec)
+			t.Fatalf("memory %v: the sandbox says durable, its row (%s) does not", memory, row.Status)
 		}
 	}
 }
