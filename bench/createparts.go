@@ -1,20 +1,18 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"slices"
-	"sync"
 	"text/tabwriter"
 	"time"
 
-	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/protobuf/proto"
+
+	"github.com/lizard-build/lizard/internal/tracing/otlptest"
 )
 
 // The create breakdown (issue 24 part 2: where does a cold create's time
@@ -31,55 +29,26 @@ const (
 	execRoute   = "POST /api/sandboxes/{id}/exec"
 )
 
-// spanSink keeps the spans the server exports.
-type spanSink struct {
-	mu    sync.Mutex
-	spans []*tracepb.Span
-}
-
-func (k *spanSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	b, err := io.ReadAll(r.Body)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	var req coltracepb.ExportTraceServiceRequest
-	if err := proto.Unmarshal(b, &req); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	k.mu.Lock()
-	for _, rs := range req.ResourceSpans {
-		for _, ss := range rs.ScopeSpans {
-			k.spans = append(k.spans, ss.Spans...)
-		}
-	}
-	k.mu.Unlock()
-	w.Header().Set("Content-Type", "application/x-protobuf")
-}
-
 // partsOf returns, for every request of route among the spans, the
 // request's duration and the summed duration of each span name under it
 // (children and their children).
-func (k *spanSink) partsOf(route string) (requests []time.Duration, parts map[string][]time.Duration) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
+func partsOf(spans []*tracepb.Span, route string) (requests []time.Duration, parts map[string][]time.Duration) {
 	byTrace := map[string][]*tracepb.Span{}
-	for _, s := range k.spans {
+	for _, s := range spans {
 		byTrace[string(s.TraceId)] = append(byTrace[string(s.TraceId)], s)
 	}
 	parts = map[string][]time.Duration{}
-	for _, spans := range byTrace {
-		i := slices.IndexFunc(spans, func(s *tracepb.Span) bool {
+	for _, trace := range byTrace {
+		i := slices.IndexFunc(trace, func(s *tracepb.Span) bool {
 			return s.Name == route && len(s.ParentSpanId) == 0
 		})
 		if i < 0 {
 			continue
 		}
-		requests = append(requests, spanTime(spans[i]))
+		requests = append(requests, spanTime(trace[i]))
 		sum := map[string]time.Duration{}
-		for _, s := range spans {
-			if s != spans[i] {
+		for _, s := range trace {
+			if s != trace[i] {
 				sum[s.Name] += spanTime(s)
 			}
 		}
@@ -95,16 +64,13 @@ func spanTime(s *tracepb.Span) time.Duration {
 }
 
 func benchCreateParts(ctx context.Context, cfg config, w io.Writer, n int) error {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	rcv, rcvURL, stopRcv, err := otlptest.Start("127.0.0.1:0")
 	if err != nil {
 		return err
 	}
-	sink := &spanSink{}
-	recv := &http.Server{Handler: sink}
-	go recv.Serve(ln)
-	defer recv.Close()
+	defer stopRcv()
 
-	srv, err := startServer(ctx, cfg, "--otlp-endpoint", "http://"+ln.Addr().String())
+	srv, err := startServer(ctx, cfg, "--otlp-endpoint", rcvURL)
 	if err != nil {
 		return err
 	}
@@ -122,16 +88,17 @@ func benchCreateParts(ctx context.Context, cfg config, w io.Writer, n int) error
 	// The batch exporter sends within seconds; the server's stop flushes
 	// what is left.
 	srv.stop()
-	creates, parts := sink.partsOf(createRoute)
-	execs, _ := sink.partsOf(execRoute)
+	spans, _ := rcv.Snapshot()
+	creates, parts := partsOf(spans, createRoute)
+	execs, _ := partsOf(spans, execRoute)
 	if len(creates) == 0 {
-		return fmt.Errorf("no %q span among the %d the server exported", createRoute, len(sink.spans))
+		return fmt.Errorf("no %q span among the %d the server exported", createRoute, len(spans))
 	}
 	names := make([]string, 0, len(parts))
 	for name := range parts {
 		names = append(names, name)
 	}
-	slices.SortFunc(names, func(a, b string) int { return int(stats(parts[b])[1] - stats(parts[a])[1]) })
+	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(stats(parts[b])[1], stats(parts[a])[1]) })
 	floor := stats(r.floor)[1]
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "create breakdown (spans of POST /api/sandboxes)\tn\tp50\tshare of the create\tvs raw create → exec\t")

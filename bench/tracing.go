@@ -4,33 +4,24 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
-	"sync/atomic"
 	"text/tabwriter"
 	"time"
+
+	"github.com/lizard-build/lizard/internal/tracing/otlptest"
 )
 
 // The tracing measurement: the exec round trip (POST …/exec of `true`)
 // on a server with tracing off, then on one exporting every span over
-// OTLP/HTTP to a receiver of the bench's own on loopback (which reads and
-// drops what it gets), and the ratio of their medians.
+// OTLP/HTTP to a receiver of the bench's own on loopback (otlptest, which
+// decodes what it gets), and the ratio of their medians.
 
 func benchTracing(ctx context.Context, cfg config, w io.Writer, n int) error {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	rcv, rcvURL, stopRcv, err := otlptest.Start("127.0.0.1:0")
 	if err != nil {
 		return err
 	}
-	var exports, bytes atomic.Int64
-	recv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.Copy(io.Discard, r.Body)
-		exports.Add(1)
-		bytes.Add(b)
-		w.Header().Set("Content-Type", "application/x-protobuf")
-	})}
-	go recv.Serve(ln)
-	defer recv.Close()
+	defer stopRcv()
 
 	measure := func(extra ...string) ([]time.Duration, error) {
 		srv, err := startServer(ctx, cfg, extra...)
@@ -54,7 +45,7 @@ func benchTracing(ctx context.Context, cfg config, w io.Writer, n int) error {
 		return fmt.Errorf("tracing off: %w", err)
 	}
 	fmt.Fprintln(os.Stderr, "measured exec with tracing off")
-	on, err := measure("--otlp-endpoint", "http://"+ln.Addr().String())
+	on, err := measure("--otlp-endpoint", rcvURL)
 	if err != nil {
 		return fmt.Errorf("tracing on: %w", err)
 	}
@@ -65,6 +56,11 @@ func benchTracing(ctx context.Context, cfg config, w io.Writer, n int) error {
 	fmt.Fprintf(tw, "tracing off\t%d\t%s\t%s\t%s\t\n", len(off), ms(so[0]), ms(so[1]), ms(so[2]))
 	fmt.Fprintf(tw, "tracing on (OTLP/HTTP, loopback)\t%d\t%s\t%s\t%s\t\n", len(on), ms(sn[0]), ms(sn[1]), ms(sn[2]))
 	tw.Flush()
-	fmt.Fprintf(w, "on/off (p50): %.3f; the receiver got %d exports, %d bytes\n", float64(sn[1])/float64(so[1]), exports.Load(), bytes.Load())
+	_, exports := rcv.Snapshot()
+	bytes := 0
+	for _, b := range exports {
+		bytes += len(b)
+	}
+	fmt.Fprintf(w, "on/off (p50): %.3f; the receiver got %d exports, %d bytes\n", float64(sn[1])/float64(so[1]), len(exports), bytes)
 	return nil
 }

@@ -2,87 +2,31 @@ package e2e
 
 import (
 	"bytes"
-	"compress/gzip"
 	"crypto/rand"
 	"encoding/hex"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/protobuf/proto"
+
+	"github.com/lizard-build/lizard/internal/tracing/otlptest"
 )
 
-// otlpReceiver is an OTLP/HTTP trace receiver on the cluster's bridge: it
-// decodes every export with the official OTLP protobufs and keeps the
-// spans and the raw bodies.
-type otlpReceiver struct {
-	url   string
-	mu    sync.Mutex
-	raw   [][]byte
-	spans []*tracepb.Span
-}
-
-func startOTLPReceiver(t *testing.T, host string) *otlpReceiver {
+// startOTLPReceiver starts an OTLP/HTTP trace receiver on host (the
+// cluster's bridge) for the test's length.
+func startOTLPReceiver(t *testing.T, host string) (*otlptest.Receiver, string) {
 	t.Helper()
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	rcv, url, stop, err := otlptest.Start(net.JoinHostPort(host, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rcv := &otlpReceiver{url: "http://" + ln.Addr().String()}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != "POST" || r.URL.Path != "/v1/traces" || r.Header.Get("Content-Type") != "application/x-protobuf" {
-			http.Error(w, "not an OTLP/HTTP protobuf trace export", http.StatusBadRequest)
-			return
-		}
-		var body io.Reader = r.Body
-		if r.Header.Get("Content-Encoding") == "gzip" {
-			zr, err := gzip.NewReader(r.Body)
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusBadRequest)
-				return
-			}
-			body = zr
-		}
-		b, err := io.ReadAll(body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		var req coltracepb.ExportTraceServiceRequest
-		if err := proto.Unmarshal(b, &req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		rcv.mu.Lock()
-		rcv.raw = append(rcv.raw, b)
-		for _, rs := range req.ResourceSpans {
-			for _, ss := range rs.ScopeSpans {
-				rcv.spans = append(rcv.spans, ss.Spans...)
-			}
-		}
-		rcv.mu.Unlock()
-		out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		w.Write(out)
-	})}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return rcv
-}
-
-// snapshot is what the receiver holds now.
-func (r *otlpReceiver) snapshot() ([]*tracepb.Span, [][]byte) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]*tracepb.Span(nil), r.spans...), append([][]byte(nil), r.raw...)
+	t.Cleanup(stop)
+	return rcv, url
 }
 
 func spanAttr(s *tracepb.Span, key string) string {
@@ -113,8 +57,8 @@ func anyString(v *commonpb.AnyValue) string {
 // key or a value of the create's envs.
 func TestClusterTrace(t *testing.T) {
 	c := newTestCluster(t)
-	rcv := startOTLPReceiver(t, clusterNet+".1")
-	c.startNodes(2, "--otlp-endpoint", rcv.url)
+	rcv, rcvURL := startOTLPReceiver(t, clusterNet+".1")
+	c.startNodes(2, "--otlp-endpoint", rcvURL)
 	a := c.node("a")
 	c.nodesCLI("drain", "a")
 
@@ -189,7 +133,7 @@ func TestClusterTrace(t *testing.T) {
 	// The batcher exports every 5 s.
 	deadline := time.Now().Add(budget(30 * time.Second))
 	for {
-		spans, raw = rcv.snapshot()
+		spans, raw = rcv.Snapshot()
 		create, okC = findChain(spans, "POST /api/sandboxes", "forward create")
 		exec, okE = findChain(spans, "POST /api/sandboxes/{id}/exec", "forward api")
 		if okC && okE && under(spans, create.owner, "runtime create", true) && under(spans, exec.owner, "agent POST /exec", false) {
