@@ -27,6 +27,7 @@ import (
 const (
 	createRoute = "POST /api/sandboxes"
 	execRoute   = "POST /api/sandboxes/{id}/exec"
+	killRoute   = "DELETE /api/sandboxes/{id}"
 )
 
 // partsOf returns, for every request of route among the spans, the
@@ -91,14 +92,10 @@ func benchCreateParts(ctx context.Context, cfg config, w io.Writer, n int) error
 	spans, _ := rcv.Snapshot()
 	creates, parts := partsOf(spans, createRoute)
 	execs, _ := partsOf(spans, execRoute)
+	kills, killParts := partsOf(spans, killRoute)
 	if len(creates) == 0 {
 		return fmt.Errorf("no %q span among the %d the server exported", createRoute, len(spans))
 	}
-	names := make([]string, 0, len(parts))
-	for name := range parts {
-		names = append(names, name)
-	}
-	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(stats(parts[b])[1], stats(parts[a])[1]) })
 	floor := stats(r.floor)[1]
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "create breakdown (spans of POST /api/sandboxes)\tn\tp50\tshare of the create\tvs raw create → exec\t")
@@ -110,11 +107,24 @@ func benchCreateParts(ctx context.Context, cfg config, w io.Writer, n int) error
 	fmt.Fprintf(tw, "raw runsc create → first exec (floor)\t%d\t%s\t\t1.00×\t\n", len(r.floor), ms(floor))
 	row("lizard create → first exec (client)", r.lizard, create)
 	row(createRoute+" (server)", creates, create)
-	for _, name := range names {
-		row("  "+name, parts[name], create)
+	under := func(parts map[string][]time.Duration) {
+		names := make([]string, 0, len(parts))
+		for name := range parts {
+			names = append(names, name)
+		}
+		slices.SortFunc(names, func(a, b string) int { return cmp.Compare(stats(parts[b])[1], stats(parts[a])[1]) })
+		for _, name := range names {
+			row("  "+name, parts[name], create)
+		}
 	}
+	under(parts)
 	if len(execs) > 0 {
 		row(execRoute+" (server, the first exec)", execs, create)
+	}
+	// The client's time holds the kill, as the floor holds runsc's delete.
+	if len(kills) > 0 {
+		row(killRoute+" (server, the kill)", kills, create)
+		under(killParts)
 	}
 	return tw.Flush()
 }

@@ -55,7 +55,7 @@ import (
 	"github.com/lizard-build/lizard/internal/store"
 	"github.com/lizard-build/lizard/internal/template"
 	"github.com/lizard-build/lizard/internal/tmpldist"
-	"github.com/lizard-build/lizard/internal/tracing"
+	"github.com/lizard-build/lizard/internal/tracing/otlp"
 	"github.com/lizard-build/lizard/internal/volume"
 	"github.com/lizard-build/lizard/internal/webhook"
 )
@@ -220,7 +220,7 @@ func serve(ctx context.Context, args []string) error {
 	// Tracing is set up first so that a setting it cannot honour stops
 	// the start, and shut down last (deferred first): after the servers
 	// stopped and every part closed, its buffered spans are exported.
-	traces, err := tracing.Setup(ctx, tracing.Config{Endpoint: c.otlpEndpoint, Protocol: c.otlpProtocol, Version: lizardVersion()})
+	traces, err := otlp.Setup(ctx, otlp.Config{Endpoint: c.otlpEndpoint, Protocol: c.otlpProtocol, Version: lizardVersion()})
 	if err != nil {
 		return err
 	}

@@ -350,7 +350,9 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (_ Record, err 
 	if req.Template == "" {
 		req.Template = "base"
 	}
+	_, tspan := tracing.Start(ctx, "template lookup")
 	tpl, err := s.cfg.Templates.Lookup(req.ProjectID, req.Template)
+	tracing.End(tspan, err)
 	if err != nil {
 		return Record{}, err
 	}

@@ -112,3 +112,14 @@ func EndServer(span trace.Span, method, route string, status int, attrs ...attri
 	}
 	span.End()
 }
+
+// Attribute keys lizard's spans carry besides the HTTP semantic
+// conventions'.
+const (
+	SandboxID = attribute.Key("lizard.sandbox.id")
+	ProjectID = attribute.Key("lizard.project.id")
+	Node      = attribute.Key("lizard.node")
+	Image     = attribute.Key("lizard.image")
+	Template  = attribute.Key("lizard.template")
+	Bytes     = attribute.Key("lizard.bytes")
+)

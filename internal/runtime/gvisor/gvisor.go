@@ -367,7 +367,9 @@ func (r *Runtime) Stop(ctx context.Context, id string) error {
 const stopSettle = 3 * time.Second
 
 // Destroy implements runtime.Runtime.
-func (r *Runtime) Destroy(ctx context.Context, id string) error {
+func (r *Runtime) Destroy(ctx context.Context, id string) (err error) {
+	ctx, span := tracing.Start(ctx, "runtime destroy", tracing.SandboxID.String(id))
+	defer func() { tracing.End(span, err) }()
 	if err := r.ready(ctx); err != nil {
 		return err
 	}
@@ -378,10 +380,15 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 	dir := r.dir(id)
 	var st state
 	stateErr := readJSON(filepath.Join(dir, "state.json"), &st)
-	if err := r.deleteContainer(ctx, id); err != nil {
+	dctx, dspan := tracing.Start(ctx, "runsc delete", tracing.SandboxID.String(id))
+	err = r.deleteContainer(dctx, id)
+	tracing.End(dspan, err)
+	if err != nil {
 		// Keep the directory: it is how the next attempt finds the sandbox.
 		return err
 	}
+	_, rspan := tracing.Start(ctx, "host cleanup", tracing.SandboxID.String(id))
+	defer tracing.End(rspan, nil)
 	errs = append(errs, r.release(id, dir)...)
 	if stateErr == nil {
 		errs = append(errs, r.cfg.Network.Teardown(st.Endpoint))
