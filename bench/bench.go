@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lizard-build/lizard/internal/network"
+	"github.com/lizard-build/lizard/internal/objstore"
 	"github.com/lizard-build/lizard/internal/runtime/gvisor"
 )
 
@@ -43,7 +44,7 @@ type config struct {
 }
 
 // sections are what -only chooses from.
-var sections = []string{"core", "pool", "checkpoints", "restart", "proxy", "volume", "desktop", "templates", "e2b", "egress", "durable", "cluster", "tracing", "createparts", "sleep", "density"}
+var sections = []string{"core", "pool", "checkpoints", "restart", "proxy", "volume", "desktop", "templates", "e2b", "egress", "durable", "tmplfetch", "cluster", "tracing", "createparts", "sleep", "density"}
 
 // runs reports whether section is to be measured.
 func (c config) runs(section string) bool {
@@ -210,6 +211,16 @@ func run(ctx context.Context, cfg config) error {
 		fmt.Println()
 		if err := benchDurable(ctx, cfg, os.Stdout, max(3, cfg.n/4)); err != nil {
 			return fmt.Errorf("durable: %w", err)
+		}
+	}
+	if cfg.runs("tmplfetch") {
+		srv.stop()
+		fmt.Println()
+		err := withObjectStore(ctx, cfg, func(srv *server, st objstore.Store) error {
+			return benchTemplateFetch(os.Stdout, srv, st, max(3, cfg.n/4))
+		})
+		if err != nil {
+			return fmt.Errorf("tmplfetch: %w", err)
 		}
 	}
 	if cfg.runs("tracing") {

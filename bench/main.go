@@ -2,7 +2,7 @@
 // work, and prints a table (min, median, p95 over N runs, and the ratio of
 // medians). It starts its own `lizard serve` on a scratch data directory.
 //
-//	go run ./bench [-n 20] [-runsc PATH] [-template-dir DIR] [-only core,pool,checkpoints,restart,proxy,volume,desktop,templates,e2b,egress,durable,cluster,tracing,createparts,sleep,density] [-sleepers 1000]
+//	go run ./bench [-n 20] [-runsc PATH] [-template-dir DIR] [-only core,pool,checkpoints,restart,proxy,volume,desktop,templates,e2b,egress,durable,tmplfetch,cluster,tracing,createparts,sleep,density] [-sleepers 1000]
 //
 // With -slowness it measures only raw runsc's create → first exec and
 // prints this machine's slowness factor for the tests (internal/slowness;
