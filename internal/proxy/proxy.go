@@ -302,6 +302,9 @@ func Handler(cfg Config) http.Handler {
 		// buffer.
 		FlushInterval: 0,
 		BufferPool:    bufferPool{},
+		// Its own complaints (a body cut short) go to the log with the
+		// rest, timed to the millisecond.
+		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if o, ok := r.Context().Value(outcomeKey{}).(*string); ok {
 				*o = "upstream_error"

@@ -31,8 +31,8 @@ func (a *agentConns) dial(ctx context.Context, network, addr string) (net.Conn, 
 	return tc, nil
 }
 
-// cut closes every connection, idle or busy.
-func (a *agentConns) cut() {
+// cut closes every connection, idle or busy, and says how many there were.
+func (a *agentConns) cut() int {
 	a.mu.Lock()
 	conns := a.conns
 	a.conns = map[net.Conn]struct{}{}
@@ -40,6 +40,7 @@ func (a *agentConns) cut() {
 	for c := range conns {
 		c.Close()
 	}
+	return len(conns)
 }
 
 type trackedConn struct {

@@ -109,8 +109,9 @@ func (s *Service) pause(ctx context.Context, projectID, id string, timedOut, fil
 	e.rec.EndAt = nil
 	rec = e.rec
 	// The connections to its agent died with its processes.
-	e.conns.cut()
+	cut := e.conns.cut()
 	s.mu.Unlock()
+	s.log.Debug("sandbox connections cut", "sandbox", id, "conns", cut, "why", "paused")
 	how := ""
 	if files {
 		how = "files only"

@@ -924,7 +924,9 @@ func (s *Service) take(e *entry) bool {
 		e.timer.Stop()
 	}
 	if e.conns != nil {
-		e.conns.cut()
+		if n := e.conns.cut(); n > 0 {
+			s.log.Debug("sandbox connections cut", "sandbox", e.rec.ID, "conns", n, "why", "gone")
+		}
 	}
 	delete(s.sandboxes, e.rec.ID)
 	return true
