@@ -516,7 +516,7 @@ func benchCreate(ctx context.Context, s *server, raw *rawRunsc, n int) (r result
 		defer raw.destroy(id)
 		return raw.exec(ctx, id, nil, "true")
 	})
-	r.note = "lizard: API create (netns, veth, cgroup, overlay, agent up) + exec `true` through the agent; runsc: create+start of the same bundle without a network + runsc exec true"
+	r.note = "lizard: API create (netns, veth, cgroup, overlay, agent up) + exec `true` through the agent; runsc: run --detach (a create and a start in one runsc run, as lizard does) of the same bundle without a network + runsc exec true"
 	return r, err
 }
 

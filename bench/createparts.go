@@ -104,7 +104,7 @@ func benchCreateParts(ctx context.Context, cfg config, w io.Writer, n int) error
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f%%\t%.2f×\t\n", name, len(ds), ms(p50), 100*float64(p50)/float64(create), float64(p50)/float64(floor))
 	}
 	create := stats(creates)[1]
-	fmt.Fprintf(tw, "raw runsc create → first exec (floor)\t%d\t%s\t\t1.00×\t\n", len(r.floor), ms(floor))
+	fmt.Fprintf(tw, "raw runsc run → first exec (floor)\t%d\t%s\t\t1.00×\t\n", len(r.floor), ms(floor))
 	row("lizard create → first exec (client)", r.lizard, create)
 	row(createRoute+" (server)", creates, create)
 	under := func(parts map[string][]time.Duration) {

@@ -14,8 +14,10 @@ const slownessRuns = 7
 
 // printSlowness measures this machine for the tests (scripts/test.sh
 // exports the factor as LIZARD_TEST_SLOWNESS): the median of raw runsc
-// create → first exec of the base template, the floor of benchCreate,
-// after one run that warms the caches, over slowness.Reference. The factor
+// create → first exec of the base template (a runsc create, then a runsc
+// start, as slowness.Reference was measured; benchCreate's floor is one
+// runsc run), after one run that warms the caches, over
+// slowness.Reference. The factor
 // goes to stdout, what was measured to stderr.
 func printSlowness(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	raw, err := newRawRunsc(cfg)
@@ -24,7 +26,7 @@ func printSlowness(ctx context.Context, cfg config, stdout, stderr io.Writer) er
 	}
 	defer raw.cleanup()
 	once := func() error {
-		id, err := raw.start(ctx)
+		id, err := raw.launch(ctx, true)
 		if id != "" {
 			defer raw.destroy(id)
 		}

@@ -40,6 +40,11 @@ type Spec struct {
 	// (volumes, programs a template runs). A restore must be given the
 	// mounts the checkpoint was taken with (runsc compares them).
 	Mounts []Mount
+	// Start makes Create start the sandbox too, as Start right after it
+	// would, in one step where the backend can (the gVisor backend's one
+	// runsc run instead of a create and a start): the Sandbox it returns
+	// is running. Restore ignores it (a restore always starts).
+	Start bool
 }
 
 // Mount is a host file or directory seen inside a sandbox.
@@ -78,9 +83,9 @@ type Sandbox struct {
 // use on different ids; calls for the same id are serialized by the caller.
 type Runtime interface {
 	// Create prepares a sandbox (filesystem, network, resource limits) and its
-	// init process, the agent, without starting it. A second Create of an id
-	// that exists fails with errdefs.ErrConflict. A failed Create leaves
-	// nothing behind.
+	// init process, the agent, without starting it unless spec.Start. A
+	// second Create of an id that exists fails with errdefs.ErrConflict. A
+	// failed Create leaves nothing behind, a started one included.
 	Create(ctx context.Context, spec Spec) (Sandbox, error)
 	// Start runs the agent of a created sandbox. Start of a running sandbox
 	// is a no-op; of an unknown id, errdefs.ErrNotFound.

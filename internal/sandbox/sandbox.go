@@ -450,13 +450,10 @@ func (s *Service) boot(ctx context.Context, rec Record, tpl template.Template, s
 		}
 		rsb, err := s.cfg.Runtime.Create(ctx, runtime.Spec{
 			ID: rec.ID, Rootfs: tpl.Rootfs, AgentToken: rec.AgentToken, Resources: size.resources(), Egress: rec.Egress,
-			Mounts: s.mounts(tpl.Name, mounts),
+			Mounts: s.mounts(tpl.Name, mounts), Start: true,
 		})
 		if err != nil {
 			return rsb, fmt.Errorf("create sandbox: %w", err)
-		}
-		if err := s.cfg.Runtime.Start(ctx, rec.ID); err != nil {
-			return rsb, fmt.Errorf("start sandbox: %w", err)
 		}
 		return rsb, nil
 	}, rec.AgentToken)

@@ -148,7 +148,7 @@ func TestClusterTrace(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	for _, name := range []string{"admission", "network setup", "runtime create", "runtime start"} {
+	for _, name := range []string{"admission", "network setup", "runtime create", "runsc run"} {
 		if !under(spans, create.owner, name, true) {
 			t.Errorf("the create's trace has no %q span with the sandbox's id under b's server span", name)
 		}

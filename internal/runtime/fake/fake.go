@@ -194,6 +194,13 @@ func (r *Runtime) create(spec runtime.Spec, tokenSum [sha256.Size]byte, from str
 	}
 	r.mu.Lock()
 	sb.addr, sb.agent, sb.ln = addr, ln.Addr().(*net.TCPAddr).AddrPort(), ln
+	if spec.Start && from == "" {
+		if err := r.serve(sb); err != nil {
+			r.mu.Unlock()
+			ln.Close()
+			return fail(err)
+		}
+	}
 	out := sb.view()
 	r.mu.Unlock()
 	return out, nil

@@ -55,6 +55,7 @@ func Run(t *testing.T, rt runtime.Runtime, env Env) {
 	t.Run("UnknownID", func(t *testing.T) { testUnknown(t, rt) })
 	t.Run("FailedCreateLeavesNothing", func(t *testing.T) { testFailedCreate(t, rt, env) })
 	t.Run("ParallelCreates", func(t *testing.T) { testParallel(t, rt, env) })
+	t.Run("CreateStarted", func(t *testing.T) { testCreateStarted(t, rt, env) })
 }
 
 // NewID returns a fresh sandbox id for tests.
@@ -177,6 +178,45 @@ func testLifecycle(t *testing.T, rt runtime.Runtime, env Env) {
 	}
 }
 
+// testCreateStarted: a Create with Spec.Start returns a running sandbox
+// whose agent answers to its token, as Create then Start would; Start after
+// it is a no-op; a second Create of the id conflicts (one that fails
+// leaves nothing: testFailedCreate).
+func testCreateStarted(t *testing.T, rt runtime.Runtime, env Env) {
+	ctx := context.Background()
+	id := NewID()
+	t.Cleanup(func() { rt.Destroy(ctx, id) })
+	sp := spec(id, env.Rootfs, "started-token")
+	sp.Start = true
+	sb, err := rt.Create(ctx, sp)
+	if err != nil {
+		t.Fatalf("Create with Start: %v", err)
+	}
+	if sb.State != runtime.StateRunning {
+		t.Fatalf("Create with Start returned state %q, want running", sb.State)
+	}
+	if got := state(t, rt, id); got != runtime.StateRunning {
+		t.Fatalf("after Create with Start: listed as %q, want running", got)
+	}
+	wctx, cancel := context.WithTimeout(ctx, slowness.Scale(15*time.Second))
+	defer cancel()
+	if err := WaitAgent(wctx, sb.Agent, "started-token"); err != nil {
+		t.Fatalf("agent: %v", err)
+	}
+	if err := rt.Start(ctx, id); err != nil {
+		t.Fatalf("Start of a sandbox Create started must be a no-op: %v", err)
+	}
+	if _, err := rt.Create(ctx, sp); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("second Create with Start: %v, want ErrConflict", err)
+	}
+	if err := rt.Destroy(ctx, id); err != nil {
+		t.Fatalf("Destroy: %v", err)
+	}
+	if leaks := env.Leaks(id); len(leaks) > 0 {
+		t.Fatalf("Destroy of a sandbox Create started leaked: %v", leaks)
+	}
+}
+
 func testConflict(t *testing.T, rt runtime.Runtime, env Env) {
 	ctx := context.Background()
 	id := NewID()
@@ -211,17 +251,20 @@ func testUnknown(t *testing.T, rt runtime.Runtime) {
 
 func testFailedCreate(t *testing.T, rt runtime.Runtime, env Env) {
 	ctx := context.Background()
-	id := NewID()
-	missing := filepath.Join(os.TempDir(), "no-such-rootfs-"+id)
-	if _, err := rt.Create(ctx, spec(id, missing, "tok")); err == nil {
-		rt.Destroy(ctx, id)
-		t.Fatalf("Create with a missing rootfs succeeded")
-	}
-	if got := state(t, rt, id); got != "" {
-		t.Fatalf("failed Create still listed as %q", got)
-	}
-	if leaks := env.Leaks(id); len(leaks) > 0 {
-		t.Fatalf("failed Create leaked: %v", leaks)
+	for _, start := range []bool{false, true} {
+		id := NewID()
+		sp := spec(id, filepath.Join(os.TempDir(), "no-such-rootfs-"+id), "tok")
+		sp.Start = start
+		if _, err := rt.Create(ctx, sp); err == nil {
+			rt.Destroy(ctx, id)
+			t.Fatalf("Create (Start %v) with a missing rootfs succeeded", start)
+		}
+		if got := state(t, rt, id); got != "" {
+			t.Fatalf("failed Create (Start %v) still listed as %q", start, got)
+		}
+		if leaks := env.Leaks(id); len(leaks) > 0 {
+			t.Fatalf("failed Create (Start %v) leaked: %v", start, leaks)
+		}
 	}
 	if _, err := rt.Create(ctx, runtime.Spec{ID: "Bad/Id", Rootfs: env.Rootfs}); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Fatalf("Create with a bad id: %v, want ErrInvalid", err)

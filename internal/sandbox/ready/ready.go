@@ -233,12 +233,9 @@ func (s *States) prepare(ctx context.Context, tpl template.Template, sz Size, ou
 	}()
 	booting := time.Now()
 	rsb, err := s.cfg.Runtime.Create(ctx, runtime.Spec{ID: id, Rootfs: tpl.Rootfs, AgentToken: token, Resources: sz.Resources,
-		Mounts: s.cfg.Mounts(tpl.Name)})
+		Mounts: s.cfg.Mounts(tpl.Name), Start: true})
 	if err != nil {
 		return State{}, fmt.Errorf("create sandbox: %w", err)
-	}
-	if err := s.cfg.Runtime.Start(ctx, id); err != nil {
-		return State{}, fmt.Errorf("start sandbox: %w", err)
 	}
 	ag, err := s.cfg.AgentUp(ctx, rsb.Agent.String(), token, time.Since(booting))
 	if err != nil {
