@@ -17,10 +17,29 @@ import (
 type agentConns struct {
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
+	// dials are the dials in flight, which cut cancels too.
+	dials map[*context.CancelFunc]struct{}
 }
 
+// dialTimeout bounds a connect to a sandbox. A sandbox whose CPU is taken
+// (its own busy processes, a loaded host) answers a SYN late, and its
+// kernel's retransmissions come 1, 3 and 7 s after the first: a connect
+// given 3 s failed execs with 503 on a host running two CPU burners beside
+// 16 busy sandboxes (make test, TestRestartBusy). A sandbox that is gone
+// does not hold a dial that long: a kill or pause cuts its dials (cut),
+// and the caller's context bounds the rest.
+const dialTimeout = 15 * time.Second
+
 func (a *agentConns) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	c, err := (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext(ctx, network, addr)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	a.mu.Lock()
+	a.dials[&cancel] = struct{}{}
+	a.mu.Unlock()
+	c, err := (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext(ctx, network, addr)
+	a.mu.Lock()
+	delete(a.dials, &cancel)
+	a.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
@@ -31,11 +50,15 @@ func (a *agentConns) dial(ctx context.Context, network, addr string) (net.Conn, 
 	return tc, nil
 }
 
-// cut closes every connection, idle or busy, and says how many there were.
+// cut closes every connection, idle or busy, and ends the dials in
+// flight; it says how many connections there were.
 func (a *agentConns) cut() int {
 	a.mu.Lock()
 	conns := a.conns
 	a.conns = map[net.Conn]struct{}{}
+	for cancel := range a.dials {
+		(*cancel)()
+	}
 	a.mu.Unlock()
 	for c := range conns {
 		c.Close()
@@ -61,7 +84,7 @@ func (c *trackedConn) Close() error {
 // newAgent returns a client for a sandbox's agent with connections of its
 // own, which cut ends.
 func newAgent(addr, token string) (*agent.Client, *agentConns) {
-	conns := &agentConns{conns: map[net.Conn]struct{}{}}
+	conns := &agentConns{conns: map[net.Conn]struct{}{}, dials: map[*context.CancelFunc]struct{}{}}
 	tr := &http.Transport{
 		DialContext:         conns.dial,
 		MaxIdleConnsPerHost: 16,
