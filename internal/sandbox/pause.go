@@ -111,7 +111,9 @@ func (s *Service) pause(ctx context.Context, projectID, id string, timedOut, fil
 	// The connections to its agent died with its processes.
 	cut := e.conns.cut()
 	s.mu.Unlock()
-	s.log.Debug("sandbox connections cut", "sandbox", id, "conns", cut, "why", "paused")
+	if cut > 0 {
+		s.log.Debug("sandbox connections cut", "sandbox", id, "conns", cut, "why", "paused")
+	}
 	how := ""
 	if files {
 		how = "files only"

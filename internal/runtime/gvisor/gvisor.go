@@ -291,20 +291,16 @@ func (r *Runtime) make(ctx context.Context, spec runtime.Spec, image string) (sb
 	}
 	// A sandbox to start at once is one runsc run: a create and a start
 	// in one runsc process, one start-up of runsc the fewer.
-	cmd, state := "create", runtime.StateCreated
+	cmd, state := []string{"create"}, runtime.StateCreated
 	if spec.Start {
-		cmd, state = "run", runtime.StateRunning
+		cmd, state = []string{"run", "--detach"}, runtime.StateRunning
 	}
-	args := append(r.overlayFlag(st), cmd)
-	if spec.Start {
-		args = append(args, "--detach")
-	}
-	args = append(args, "--bundle", filepath.Join(dir, "bundle"), spec.ID)
-	cctx, cspan := tracing.Start(ctx, "runsc "+cmd, tracing.SandboxID.String(spec.ID))
+	args := append(append(r.overlayFlag(st), cmd...), "--bundle", filepath.Join(dir, "bundle"), spec.ID)
+	cctx, cspan := tracing.Start(ctx, "runsc "+cmd[0], tracing.SandboxID.String(spec.ID))
 	err = r.runsc(cctx, console, args...)
 	tracing.End(cspan, err)
 	if err != nil {
-		return sb, fmt.Errorf("runsc %s: %w", cmd, err)
+		return sb, fmt.Errorf("runsc %s: %w", cmd[0], err)
 	}
 	return runtime.Sandbox{ID: spec.ID, State: state, Addr: ep.Addr, Agent: agentAt(ep.Addr)}, nil
 }
@@ -398,7 +394,7 @@ func (r *Runtime) Destroy(ctx context.Context, id string) (err error) {
 		return err
 	}
 	_, rspan := tracing.Start(ctx, "host cleanup", tracing.SandboxID.String(id))
-	defer tracing.End(rspan, nil)
+	defer func() { tracing.End(rspan, err) }()
 	errs = append(errs, r.release(id, dir)...)
 	if stateErr == nil {
 		errs = append(errs, r.cfg.Network.Teardown(st.Endpoint))
